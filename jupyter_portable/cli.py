@@ -1,0 +1,161 @@
+"""``jupyter portable <verb>``: parses arguments, calls :class:`Workspace`, prints.
+
+With ``--json`` each verb prints one JSON object on stdout. Progress goes to stderr.
+A failure exits non-zero with a one-line reason on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from .errors import PortableError, UsageError
+
+EXIT_FAIL = 1
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _build() -> argparse.ArgumentParser:
+    p = _Parser(prog="jupyter portable", description="A durable workspace for notebooks on rented GPUs.")
+    sub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+
+    def verb(name: str, help: str) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help)
+        sp.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        sp.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+        return sp
+
+    sp = verb("init", "make a directory a new workspace")
+    sp.add_argument("dir", nargs="?", default=".", help="the directory (default: here)")
+    sp.add_argument("--store", help="store URL: file:///path (default: your data dir) or s3://bucket/prefix")
+
+    sp = verb("snapshot", "publish the workspace's files as a new version")
+    sp.add_argument("-m", "--message", default="", help="a note for the log")
+    sp.add_argument("--force", action="store_true",
+                    help="publish on top of a head that moved on since this copy's version")
+    sp.add_argument("-C", dest="dir", default=".", help="the workspace directory (default: here)")
+
+    sp = verb("log", "list the workspace's versions, newest first")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("status", "which workspace, store and version this copy is, and what is pending")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("restore", "materialize a version into a directory")
+    sp.add_argument("dest", help="destination directory (empty, or a copy of the same workspace)")
+    sp.add_argument("--store", required=True, help="store URL")
+    sp.add_argument("--workspace", required=True, help="workspace id")
+    sp.add_argument("--version", type=int, help="version (default: the latest)")
+    sp.add_argument("--lazy", action="store_true", help="fetch large files in the background")
+    sp.add_argument("--lazy-threshold", type=int, metavar="BYTES",
+                    help="files at least this big are fetched lazily (default 64 MiB)")
+    sp.add_argument("--delete", action="store_true", help="remove files the version does not have")
+
+    sp = verb("verify", "compare this copy byte for byte with a version and the store")
+    sp.add_argument("--version", type=int, help="version (default: the one this copy is based on)")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("fetch", "fetch a file still pending from a lazy restore, now")
+    sp.add_argument("path", help="workspace-relative path")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("fsck", "check the store: every manifest's objects exist, heads name manifests")
+    sp.add_argument("--store", help="store URL (default: this workspace's)")
+    sp.add_argument("--read-data", action="store_true", help="also re-hash the objects")
+    sp.add_argument("--read-data-subset", metavar="FRACTION",
+                    help="re-hash only a random sample: 10%%, 1/10 or 0.1 (implies --read-data)")
+    sp.add_argument("-C", dest="dir", default=".")
+    return p
+
+
+def _stream(args: argparse.Namespace) -> Any:
+    return None if args.quiet else sys.stderr
+
+
+def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
+    """Do the verb; return its JSON, its human text and the exit status."""
+    from .workspace import Workspace, fsck_store
+
+    if args.verb == "init":
+        ws = Workspace.init(args.dir, args.store)
+        cfg = ws.config
+        out = {"workspace_id": cfg.workspace_id, "store": cfg.store, "path": str(ws.root)}
+        return out, f"initialized workspace {cfg.workspace_id} in {cfg.store}", 0
+    if args.verb == "restore":
+        res = Workspace.restore(args.store, args.workspace, args.dest, version=args.version,
+                                lazy=args.lazy, lazy_threshold=args.lazy_threshold,
+                                delete=args.delete, progress=_stream(args))
+        return res.to_json(), "", 0
+    if args.verb == "fsck":
+        from .check import parse_subset
+
+        url = args.store or Workspace.find(args.dir).config.store
+        subset = parse_subset(args.read_data_subset)
+        res = fsck_store(url, read_data=args.read_data or subset is not None, subset=subset)
+        lines = [f"{'ok' if res.ok else 'FAILED'}: {res.manifests} manifests, {res.objects} objects"
+                 + (f", {res.read_objects} re-hashed" if res.read_objects else "")]
+        lines += [f"error: {e}" for e in res.errors] + [f"warning: {w}" for w in res.warnings]
+        return res.to_json(), "\n".join(lines), 0 if res.ok else EXIT_FAIL
+    ws = Workspace.find(args.dir)
+    if args.verb == "snapshot":
+        res = ws.snapshot(args.message, force=args.force, progress=_stream(args))
+        return res.to_json(), "", 0
+    if args.verb == "log":
+        versions = ws.log()
+        text = "\n".join(f"{v['version']:>5}  {v['created']}  {v['files']:>7} files  {v['bytes']:>14} B  {v['message']}"
+                         for v in versions) or "no versions yet"
+        return {"workspace_id": ws.workspace_id, "versions": versions}, text, 0
+    if args.verb == "status":
+        st = ws.status()
+        text = (f"workspace {st['workspace_id']} in {st['store']}\n"
+                f"this copy: version {st['version']} (latest: {st['head_version']})"
+                + ("\nFENCED: a newer allocation owns this workspace; this copy cannot publish"
+                   if st["fenced"] else "")
+                + (f"\npending (lazy restore): {len(st['pending'])} file(s)\n  " + "\n  ".join(st["pending"])
+                   if st["pending"] else ""))
+        return st, text, 0
+    if args.verb == "verify":
+        res = ws.verify(args.version)
+        text = (f"ok: {res.files} files match version {res.version}" if res.ok else
+                f"MISMATCH against version {res.version}:\n"
+                + "\n".join(f"  {m['path']}: {m['reason']}" for m in res.mismatches))
+        return res.to_json(), text, 0 if res.ok else EXIT_FAIL
+    if args.verb == "fetch":
+        ws.fetch(args.path)
+        return {"path": args.path, "fetched": True}, f"{args.path} is in place", 0
+    raise UsageError("no verb given; try `jupyter portable --help`")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _build()
+    try:
+        args = parser.parse_args(argv)
+        if not args.verb:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        out, text, code = _run(args)
+    except UsageError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        return EXIT_USAGE
+    except PortableError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        return EXIT_FAIL
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing was published", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return EXIT_FAIL
+    if args.json:
+        print(json.dumps(out))
+    elif text:
+        print(text)
+    return code
+

@@ -1,0 +1,360 @@
+"""Manifest, head and pack-index records: immutable, versioned, validated on the way in.
+
+The byte-level format is ``docs/store-format.md``; this module is its executable half.
+Anything that is not exactly that format is refused with :class:`ManifestError`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ManifestError
+from .paths import check_link_target, check_relpath
+
+MANIFEST_FORMAT = "jupyter-portable.manifest"
+HEAD_FORMAT = "jupyter-portable.head"
+PACK_INDEX_FORMAT = "jupyter-portable.packindex"
+SCHEMA = 1
+
+_HASH_RE = re.compile(r"\A[0-9a-f]{64}\Z")
+_WSID_RE = re.compile(r"\A[a-z0-9][a-z0-9-]{2,63}\Z")
+_MAX_MODE = 0o7777
+
+
+def check_hash(value: object, what: str = "hash") -> str:
+    if not isinstance(value, str) or not _HASH_RE.match(value):
+        raise ManifestError(f"{what} {value!r} is not a 64-digit lowercase hex BLAKE3 hash")
+    return value
+
+
+def check_workspace_id(value: object) -> str:
+    if not isinstance(value, str) or not _WSID_RE.match(value):
+        raise ManifestError(
+            f"workspace id {value!r} is not valid (lowercase letters, digits and '-', 3-64 chars)"
+        )
+    return value
+
+
+def _int(value: object, what: str, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ManifestError(f"{what} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ManifestError(f"{what} must be >= {minimum}, got {value}")
+    return value
+
+
+def _str(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise ManifestError(f"{what} must be a string, got {value!r}")
+    return value
+
+
+def _keys(obj: object, what: str, required: Iterable[str], optional: Iterable[str] = ()) -> dict:
+    if not isinstance(obj, dict):
+        raise ManifestError(f"{what} must be a JSON object")
+    req = set(required)
+    missing = req - obj.keys()
+    if missing:
+        raise ManifestError(f"{what} lacks {', '.join(sorted(missing))}")
+    extra = obj.keys() - req - set(optional)
+    if extra:
+        raise ManifestError(f"{what} has unknown field(s) {', '.join(sorted(extra))}")
+    return obj
+
+
+@dataclass(frozen=True, slots=True)
+class PackRef:
+    """A blob stored at ``offset`` in pack object ``pack``."""
+
+    pack: str
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class FileEntry:
+    """One file or symlink of a manifest.
+
+    A regular file's bytes live either in a pack (``pack``) or as a list of
+    ``(part_hash, part_size)`` objects (``parts``) whose concatenation is the file.
+    """
+
+    path: str
+    size: int = 0
+    mode: int = 0o644
+    hash: str = ""
+    mtime_ns: int = 0
+    pack: PackRef | None = None
+    parts: tuple[tuple[str, int], ...] = ()
+    target: str | None = None  # set only for symlinks
+
+    @property
+    def is_link(self) -> bool:
+        return self.target is not None
+
+    def object_keys(self) -> list[str]:
+        """Content hashes of every store object this entry needs."""
+        if self.target is not None:
+            return []
+        if self.pack is not None:
+            return [self.pack.pack]
+        return [h for h, _ in self.parts]
+
+    def to_json(self) -> dict[str, Any]:
+        if self.target is not None:
+            return {"path": self.path, "type": "symlink", "target": self.target}
+        out: dict[str, Any] = {
+            "path": self.path,
+            "type": "file",
+            "size": self.size,
+            "mode": self.mode,
+            "hash": self.hash,
+            "mtime_ns": self.mtime_ns,
+        }
+        if self.pack is not None:
+            out["pack"] = {"id": self.pack.pack, "offset": self.pack.offset, "length": self.pack.length}
+        else:
+            out["parts"] = [[h, n] for h, n in self.parts]
+        return out
+
+    @classmethod
+    def from_json(cls, obj: object) -> "FileEntry":
+        if not isinstance(obj, dict):
+            raise ManifestError("a file entry must be a JSON object")
+        kind = obj.get("type")
+        path = check_relpath(obj.get("path"), what="manifest path")
+        if kind == "symlink":
+            _keys(obj, f"symlink {path!r}", ("path", "type", "target"))
+            return cls(path=path, target=check_link_target(path, obj["target"]))
+        if kind != "file":
+            raise ManifestError(f"entry {path!r} has unknown type {kind!r}")
+        has_pack = "pack" in obj
+        _keys(obj, f"file {path!r}", ("path", "type", "size", "mode", "hash", "mtime_ns",
+                                      "pack" if has_pack else "parts"))
+        size = _int(obj["size"], f"size of {path!r}")
+        mode = _int(obj["mode"], f"mode of {path!r}")
+        if mode > _MAX_MODE:
+            raise ManifestError(f"mode of {path!r} is out of range: {mode}")
+        digest = check_hash(obj["hash"], f"hash of {path!r}")
+        mtime_ns = _int(obj["mtime_ns"], f"mtime_ns of {path!r}")
+        if has_pack:
+            p = _keys(obj["pack"], f"pack of {path!r}", ("id", "offset", "length"))
+            ref = PackRef(check_hash(p["id"], f"pack of {path!r}"),
+                          _int(p["offset"], f"pack offset of {path!r}"),
+                          _int(p["length"], f"pack length of {path!r}"))
+            if ref.length != size:
+                raise ManifestError(f"pack length of {path!r} ({ref.length}) differs from its size ({size})")
+            return cls(path, size, mode, digest, mtime_ns, pack=ref)
+        raw_parts = obj["parts"]
+        if not isinstance(raw_parts, list):
+            raise ManifestError(f"parts of {path!r} must be a list")
+        parts = []
+        for item in raw_parts:
+            if not isinstance(item, list) or len(item) != 2:
+                raise ManifestError(f"a part of {path!r} must be [hash, size]")
+            parts.append((check_hash(item[0], f"part of {path!r}"),
+                          _int(item[1], f"part size of {path!r}", minimum=1)))
+        if sum(n for _, n in parts) != size:
+            raise ManifestError(f"parts of {path!r} do not add up to its size {size}")
+        return cls(path, size, mode, digest, mtime_ns, parts=tuple(parts))
+
+
+@dataclass(frozen=True, slots=True)
+class ParentRef:
+    version: int
+    manifest: str  # the parent manifest's hash
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One immutable version of a workspace."""
+
+    workspace_id: str
+    version: int
+    created: str
+    files: tuple[FileEntry, ...]
+    parent: ParentRef | None = None
+    message: str = ""
+    epoch: int = 0
+    # Room for later records; each is validated by the issue that fills it in.
+    checkpoints: tuple[dict[str, Any], ...] = ()
+    runtime: dict[str, Any] | None = None
+    next_action: dict[str, Any] | None = None
+    allocations: tuple[dict[str, Any], ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def by_path(self) -> dict[str, FileEntry]:
+        return {f.path: f for f in self.files}
+
+    def object_hashes(self) -> set[str]:
+        out: set[str] = set()
+        for f in self.files:
+            out.update(f.object_keys())
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": MANIFEST_FORMAT,
+            "schema": SCHEMA,
+            "workspace_id": self.workspace_id,
+            "version": self.version,
+            "parent": None if self.parent is None
+            else {"version": self.parent.version, "manifest": self.parent.manifest},
+            "created": self.created,
+            "message": self.message,
+            "epoch": self.epoch,
+            "files": [f.to_json() for f in self.files],
+            "checkpoints": list(self.checkpoints),
+            "runtime": self.runtime,
+            "next_action": self.next_action,
+            "allocations": list(self.allocations),
+        }
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Manifest":
+        try:
+            obj = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ManifestError(f"manifest is not valid JSON: {exc}") from exc
+        return cls.from_json(obj)
+
+    @classmethod
+    def from_json(cls, obj: object) -> "Manifest":
+        _keys(obj, "manifest", ("format", "schema", "workspace_id", "version", "parent", "created",
+                                "message", "epoch", "files", "checkpoints", "runtime",
+                                "next_action", "allocations"))
+        assert isinstance(obj, dict)
+        if obj["format"] != MANIFEST_FORMAT:
+            raise ManifestError(f"not a manifest (format {obj['format']!r})")
+        if obj["schema"] != SCHEMA:
+            raise ManifestError(
+                f"manifest schema {obj['schema']!r} is not supported (this package reads {SCHEMA})",
+                hint="upgrade jupyter-portable",
+            )
+        parent = obj["parent"]
+        pref = None
+        if parent is not None:
+            _keys(parent, "manifest parent", ("version", "manifest"))
+            pref = ParentRef(_int(parent["version"], "parent version", minimum=1),
+                             check_hash(parent["manifest"], "parent manifest"))
+        version = _int(obj["version"], "manifest version", minimum=1)
+        if pref is not None and pref.version >= version:
+            raise ManifestError(f"parent version {pref.version} is not older than {version}")
+        raw_files = obj["files"]
+        if not isinstance(raw_files, list):
+            raise ManifestError("manifest files must be a list")
+        files = tuple(FileEntry.from_json(f) for f in raw_files)
+        seen: set[str] = set()
+        for f in files:
+            if f.path in seen:
+                raise ManifestError(f"manifest names {f.path!r} twice")
+            seen.add(f.path)
+        for f in files:  # a path must not live under a file or a symlink
+            head, _, _ = f.path.rpartition("/")
+            while head:
+                if head in seen:
+                    raise ManifestError(f"{f.path!r} lies under another entry {head!r}")
+                head, _, _ = head.rpartition("/")
+        for name in ("checkpoints", "allocations"):
+            if not isinstance(obj[name], list) or not all(isinstance(x, dict) for x in obj[name]):
+                raise ManifestError(f"manifest {name} must be a list of objects")
+        for name in ("runtime", "next_action"):
+            if obj[name] is not None and not isinstance(obj[name], dict):
+                raise ManifestError(f"manifest {name} must be an object or null")
+        return cls(
+            workspace_id=check_workspace_id(obj["workspace_id"]),
+            version=version,
+            created=_str(obj["created"], "created"),
+            files=files,
+            parent=pref,
+            message=_str(obj["message"], "message"),
+            epoch=_int(obj["epoch"], "epoch"),
+            checkpoints=tuple(obj["checkpoints"]),
+            runtime=obj["runtime"],
+            next_action=obj["next_action"],
+            allocations=tuple(obj["allocations"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """The workspace's pointer to its newest manifest, and the allocation epoch."""
+
+    workspace_id: str
+    version: int  # 0 means: no manifest yet
+    manifest: str | None  # the manifest's hash
+    epoch: int
+    updated: str
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({
+            "format": HEAD_FORMAT, "schema": SCHEMA, "workspace_id": self.workspace_id,
+            "version": self.version, "manifest": self.manifest, "epoch": self.epoch,
+            "updated": self.updated,
+        }, sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Head":
+        try:
+            obj = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ManifestError(f"head is not valid JSON: {exc}") from exc
+        _keys(obj, "head", ("format", "schema", "workspace_id", "version", "manifest", "epoch", "updated"))
+        if obj["format"] != HEAD_FORMAT or obj["schema"] != SCHEMA:
+            raise ManifestError(f"unsupported head format {obj['format']!r} schema {obj['schema']!r}")
+        version = _int(obj["version"], "head version")
+        manifest = obj["manifest"]
+        if version == 0:
+            if manifest is not None:
+                raise ManifestError("head at version 0 must not name a manifest")
+        else:
+            check_hash(manifest, "head manifest")
+        return cls(check_workspace_id(obj["workspace_id"]), version, manifest,
+                   _int(obj["epoch"], "head epoch"), _str(obj["updated"], "head updated"))
+
+
+@dataclass(frozen=True, slots=True)
+class PackIndex:
+    """Where each blob of one pack object lies."""
+
+    pack: str
+    size: int
+    blobs: tuple[tuple[str, int, int], ...]  # (hash, offset, length)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"format": PACK_INDEX_FORMAT, "schema": SCHEMA, "pack": self.pack,
+                           "size": self.size, "blobs": [list(b) for b in self.blobs]},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "PackIndex":
+        try:
+            obj = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ManifestError(f"pack index is not valid JSON: {exc}") from exc
+        _keys(obj, "pack index", ("format", "schema", "pack", "size", "blobs"))
+        if obj["format"] != PACK_INDEX_FORMAT or obj["schema"] != SCHEMA:
+            raise ManifestError("unsupported pack index format")
+        size = _int(obj["size"], "pack size")
+        blobs = []
+        if not isinstance(obj["blobs"], list):
+            raise ManifestError("pack index blobs must be a list")
+        for b in obj["blobs"]:
+            if not isinstance(b, list) or len(b) != 3:
+                raise ManifestError("a pack index blob must be [hash, offset, length]")
+            h, off, n = check_hash(b[0], "blob"), _int(b[1], "blob offset"), _int(b[2], "blob length")
+            if off + n > size:
+                raise ManifestError(f"blob {h} runs past the end of its pack")
+            blobs.append((h, off, n))
+        return cls(check_hash(obj["pack"], "pack"), size, tuple(blobs))

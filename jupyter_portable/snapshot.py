@@ -1,0 +1,364 @@
+"""Snapshot: walk, hash what changed, upload what the store lacks, then publish.
+
+Order (invariant 2): pack objects and parts, then pack indexes, then the manifest,
+then the head by compare-and-swap. A file whose size or mtime moves while it is read
+is not published this time; its previous version (if any) stays.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import blake3
+
+from .copy import CopyConfig, WorkspaceCopy
+from .core.manifest import FileEntry, Manifest, ParentRef
+from .errors import ConflictError, FencedError, PortableError
+from .progress import Progress, human_bytes
+from .store.repo import Store, digest, index_key, now_iso, object_key
+from .tree import Found, walk
+
+SMALL_MAX = 512 * 1024  # files below this are packed
+PART_SIZE = 16 * 1024 * 1024  # large files are stored in parts of this size
+PACK_TARGET = 8 * 1024 * 1024  # a pack is flushed once it holds this much
+INFLIGHT_MAX = 256 * 1024 * 1024  # bytes read but not yet durable
+RACY_NS = 2_000_000_000  # files modified this recently are re-hashed next time
+BATCH = 128  # small files per hashing task
+
+
+@dataclass
+class SnapshotResult:
+    workspace_id: str
+    version: int
+    files: int
+    bytes: int
+    new_bytes: int
+    changed: bool
+    skipped: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workspace_id": self.workspace_id, "version": self.version, "files": self.files,
+                "bytes": self.bytes, "new_bytes": self.new_bytes, "changed": self.changed,
+                "skipped": self.skipped}
+
+
+class _Uploader:
+    """Packs new small blobs, uploads packs and parts concurrently, within a byte budget."""
+
+    def __init__(self, store: Store, workers: int, progress: Progress) -> None:
+        self.store = store
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="portable-upload")
+        self.progress = progress
+        self.futures: list[Future[None]] = []
+        self.new_bytes = 0
+        self._budget = threading.Condition()
+        self._inflight = 0
+        self._lock = threading.Lock()
+        self._buf: list[tuple[str, bytes]] = []
+        self._buf_size = 0
+        self.packed: dict[str, dict[str, Any]] = {}  # blob hash -> pack ref, this run
+        self._pending_blobs: set[str] = set()
+        self._parts_seen: set[str] = set()
+
+    def _reserve(self, n: int) -> None:
+        with self._budget:
+            while self._inflight and self._inflight + n > INFLIGHT_MAX:
+                self._budget.wait()
+            self._inflight += n
+
+    def _release(self, n: int) -> None:
+        with self._budget:
+            self._inflight -= n
+            self._budget.notify_all()
+
+    def _submit(self, nbytes: int, fn: Any, *args: Any) -> None:
+        self._reserve(nbytes)
+
+        def run() -> None:
+            try:
+                fn(*args)
+                with self._lock:
+                    self.new_bytes += nbytes
+                self.progress.add(uploaded=nbytes)
+            finally:
+                self._release(nbytes)
+
+        self.futures.append(self.pool.submit(run))
+
+    def add_blob(self, h: str, data: bytes) -> None:
+        flush = None
+        with self._lock:
+            if h in self._pending_blobs or h in self.packed:
+                return
+            self._pending_blobs.add(h)
+            self._buf.append((h, data))
+            self._buf_size += len(data)
+            if self._buf_size >= PACK_TARGET:
+                flush, self._buf, self._buf_size = self._buf, [], 0
+        if flush:
+            self._flush(flush)
+
+    def _flush(self, blobs: list[tuple[str, bytes]]) -> None:
+        body = b"".join(d for _, d in blobs)
+        ph = digest(body)
+        entries, off = [], 0
+        with self._lock:
+            for h, d in blobs:
+                self.packed[h] = {"id": ph, "offset": off, "length": len(d)}
+                entries.append([h, off, len(d)])
+                off += len(d)
+        self._submit(len(body), self._write_pack, ph, body, entries)
+
+    def _write_pack(self, ph: str, body: bytes, entries: list[list[Any]]) -> None:
+        from .core.manifest import PackIndex
+
+        self.store.backend.write(object_key(ph), body)
+        index = PackIndex(ph, len(body), tuple((h, o, n) for h, o, n in entries))
+        self.store.backend.write(index_key(ph), index.to_bytes())
+
+    def add_part(self, h: str, data: bytes, known: set[str]) -> None:
+        with self._lock:
+            if h in known or h in self._parts_seen:
+                return
+            self._parts_seen.add(h)
+        self._submit(len(data), self._write_part, h, data)
+
+    def _write_part(self, h: str, data: bytes) -> None:
+        if not self.store.has_object(h):
+            self.store.backend.write(object_key(h), data)
+
+    def finish(self) -> None:
+        """Flush the last pack and wait until every object is durable; re-raise failures."""
+        with self._lock:
+            rest, self._buf, self._buf_size = self._buf, [], 0
+        if rest:
+            self._flush(rest)
+        try:
+            for fut in self.futures:
+                fut.result()
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Unstable(Exception):
+    """The file changed while it was being read."""
+
+
+def _same(st: os.stat_result, fst: os.stat_result) -> bool:
+    return st.st_size == fst.st_size and st.st_mtime_ns == fst.st_mtime_ns
+
+
+def _hash_small(root: str, f: Found, up: _Uploader, known_blobs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    with open(os.path.join(root, f.path), "rb") as fh:
+        data = fh.read()
+        if len(data) != f.st.st_size or not _same(f.st, os.fstat(fh.fileno())):
+            raise _Unstable(f.path)
+    h = digest(data)
+    entry: dict[str, Any] = {"path": f.path, "type": "file", "size": len(data),
+                             "mode": f.st.st_mode & 0o7777, "hash": h, "mtime_ns": f.st.st_mtime_ns}
+    if not data:
+        entry["parts"] = []
+    elif h in known_blobs:
+        entry["pack"] = known_blobs[h]
+    else:
+        up.add_blob(h, data)
+        entry["pack"] = None  # filled in once the pack is flushed
+    return entry
+
+
+def _hash_large(root: str, f: Found, up: _Uploader, known_parts: set[str]) -> dict[str, Any]:
+    whole = blake3.blake3()
+    parts: list[list[Any]] = []
+    with open(os.path.join(root, f.path), "rb") as fh:
+        while True:
+            data = fh.read(PART_SIZE)
+            if not data:
+                break
+            whole.update(data)
+            h = blake3.blake3(data, max_threads=blake3.blake3.AUTO).hexdigest()
+            parts.append([h, len(data)])
+            up.add_part(h, data, known_parts)
+            up.progress.add(nbytes=len(data))
+        if sum(n for _, n in parts) != f.st.st_size or not _same(f.st, os.fstat(fh.fileno())):
+            raise _Unstable(f.path)
+    return {"path": f.path, "type": "file", "size": f.st.st_size, "mode": f.st.st_mode & 0o7777,
+            "hash": whole.hexdigest(), "mtime_ns": f.st.st_mtime_ns, "parts": parts}
+
+
+def _identity(e: dict[str, Any]) -> tuple[Any, ...]:
+    return (e.get("type"), e.get("hash"), e.get("mode"), e.get("target"))
+
+
+def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: bool = False,
+             progress: Progress | None = None) -> SnapshotResult:
+    """Publish the copy's files as the workspace's next version (or report no change)."""
+    cfg: CopyConfig = copy.read_config()
+    progress = progress or Progress("snapshot")
+    ws = cfg.workspace_id
+    head, _ = store.read_head(ws)
+    if head.epoch > cfg.epoch:
+        raise FencedError(
+            f"workspace {ws} was claimed by a newer allocation (epoch {head.epoch}, this copy holds "
+            f"{cfg.epoch}); this copy can no longer publish",
+            hint="restore the workspace afresh to continue from its latest version")
+    if head.version != cfg.version and not force:
+        raise ConflictError(
+            f"workspace {ws} is at version {head.version} but this copy is based on version {cfg.version}",
+            hint="snapshot with --force to publish this copy on top of it, or restore the latest version")
+    base_version = head.version if force else cfg.version
+
+    started_ns = time.time_ns()
+    progress.set_stage("scanning")
+    found = walk(copy.root)
+    cache = copy.read_statcache(cfg.version) if not force else None
+    base_manifest: Manifest | None = None
+    if cache is None:
+        cache = {}
+        if base_version:
+            base_manifest = store.read_manifest(ws, base_version)
+            cache = {f.path: [None, f.to_json()] for f in base_manifest.files}
+
+    entries: dict[str, dict[str, Any]] = {}
+    new_stats: dict[str, list[int] | None] = {}
+    todo_small: list[Found] = []
+    todo_large: list[Found] = []
+    for f in found:
+        key = f.key
+        hit = cache.get(f.path)
+        if f.target is not None:
+            entries[f.path] = {"path": f.path, "type": "symlink", "target": f.target}
+            new_stats[f.path] = None
+        elif hit is not None and hit[0] == key:
+            entries[f.path] = hit[1]
+            new_stats[f.path] = key
+        elif f.st.st_size < SMALL_MAX:
+            todo_small.append(f)
+        else:
+            todo_large.append(f)
+
+    skipped: list[str] = []
+    workers = max(2, min(8, (os.cpu_count() or 2) * 2))
+    up = _Uploader(store, 8 if store.url.startswith("s3") else 2, progress)
+    if todo_small or todo_large:
+        known_blobs: dict[str, dict[str, Any]] = {}
+        known_parts: set[str] = set()
+        for _, e in cache.values():
+            if e.get("pack"):
+                known_blobs[e["hash"]] = e["pack"]
+            for h, _n in e.get("parts") or ():
+                known_parts.add(h)
+        progress.files_total = len(todo_small) + len(todo_large)
+        progress.bytes_total = sum(f.st.st_size for f in todo_small) + sum(f.st.st_size for f in todo_large)
+        progress.set_stage("hashing")
+        root = str(copy.root)
+        lock = threading.Lock()
+
+        def do_small(batch: list[Found]) -> None:
+            for f in batch:
+                try:
+                    e = _hash_small(root, f, up, known_blobs)
+                except (_Unstable, FileNotFoundError):
+                    with lock:
+                        skipped.append(f.path)
+                    continue
+                with lock:
+                    entries[f.path] = e
+                    new_stats[f.path] = f.key
+                progress.add(files=1, nbytes=f.st.st_size)
+
+        def do_large(f: Found) -> None:
+            try:
+                e = _hash_large(root, f, up, known_parts)
+            except (_Unstable, FileNotFoundError):
+                with lock:
+                    skipped.append(f.path)
+                return
+            with lock:
+                entries[f.path] = e
+                new_stats[f.path] = f.key
+            progress.add(files=1)
+
+        with ThreadPoolExecutor(workers, thread_name_prefix="portable-hash") as pool:
+            futs = [pool.submit(do_large, f) for f in todo_large]
+            futs += [pool.submit(do_small, todo_small[i:i + BATCH]) for i in range(0, len(todo_small), BATCH)]
+            try:
+                for fut in futs:
+                    fut.result()
+            except BaseException:
+                up.pool.shutdown(wait=False, cancel_futures=True)
+                raise
+        progress.set_stage("uploading")
+        up.finish()
+        for e in entries.values():
+            if e.get("type") == "file" and "pack" in e and e["pack"] is None:
+                e["pack"] = up.packed[e["hash"]]
+    else:
+        up.pool.shutdown()
+
+    # A file that changed while read keeps its previous version, if it had one.
+    for path in skipped:
+        prev = cache.get(path)
+        if prev is not None:
+            entries[path] = prev[1]
+            new_stats[path] = None
+
+    ordered = [entries[p] for p in sorted(entries)]
+    total = sum(e.get("size", 0) for e in ordered)
+    unchanged = bool(base_version) and len(ordered) == len(cache) and all(
+        p in cache and _identity(cache[p][1]) == _identity(entries[p]) for p in entries)
+    if unchanged and not force:
+        version = base_version
+        _write_cache(copy, version, entries, new_stats, started_ns)
+        progress.done(f"no changes since version {version} ({len(ordered)} files, {human_bytes(total)})")
+        return SnapshotResult(ws, version, len(ordered), total, up.new_bytes, False, sorted(skipped))
+
+    # Carry the records later layers keep (checkpoints, runtime, ...) forward.
+    if base_version and (base_manifest is None or base_manifest.version != base_version):
+        base_manifest = store.read_manifest(ws, base_version)
+    head, _ = store.read_head(ws)
+    parent = None
+    if base_version:
+        assert base_manifest is not None
+        if head.version == base_version and head.manifest:
+            parent = ParentRef(base_version, head.manifest)
+        else:
+            raise ConflictError(f"workspace {ws} moved to version {head.version} during the snapshot",
+                                hint="snapshot again")
+    manifest = Manifest(
+        workspace_id=ws, version=base_version + 1, created=now_iso(),
+        files=tuple(FileEntry.from_json(e) for e in ordered), parent=parent, message=message,
+        epoch=cfg.epoch,
+        checkpoints=base_manifest.checkpoints if base_manifest else (),
+        runtime=base_manifest.runtime if base_manifest else None,
+        next_action=base_manifest.next_action if base_manifest else None,
+        allocations=base_manifest.allocations if base_manifest else (),
+    )
+    progress.set_stage("publishing")
+    store.publish(manifest, expected_version=base_version, epoch=cfg.epoch)
+    cfg.version = manifest.version
+    copy.write_config(cfg)
+    _write_cache(copy, manifest.version, entries, new_stats, started_ns)
+    progress.done(f"published version {manifest.version}: {len(ordered)} files, {human_bytes(total)}, "
+                  f"{human_bytes(up.new_bytes)} new"
+                  + (f"; {len(skipped)} file(s) changed while read, left for the next snapshot"
+                     if skipped else ""))
+    return SnapshotResult(ws, manifest.version, len(ordered), total, up.new_bytes, True, sorted(skipped))
+
+
+def _write_cache(copy: WorkspaceCopy, version: int, entries: dict[str, dict[str, Any]],
+                 stats: dict[str, list[int] | None], started_ns: int) -> None:
+    out: dict[str, list[Any]] = {}
+    for path, e in entries.items():
+        key = stats.get(path)
+        if key is not None and key[1] >= started_ns - RACY_NS:
+            key = None  # too fresh to trust: same-tick writes would be missed
+        out[path] = [key, e]
+    try:
+        copy.write_statcache(version, out)
+    except OSError as exc:
+        raise PortableError(f"cannot write the stat cache in {copy.meta}: {exc.strerror}") from exc

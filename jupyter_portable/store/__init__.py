@@ -1,0 +1,36 @@
+"""Opening a store by URL."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import unquote, urlparse
+
+from ..errors import UnsupportedStore, UsageError
+from .backend import Backend, LocalBackend
+
+
+def default_store_url() -> str:
+    """``file://`` + a folder under the user's Jupyter data directory."""
+    from jupyter_core.paths import jupyter_data_dir
+
+    return "file://" + os.path.join(jupyter_data_dir(), "portable", "store")
+
+
+def open_backend(url: str) -> Backend:
+    """The backend for a store URL: ``file:///abs/path``, a plain path, or ``s3://bucket/prefix``."""
+    if not url:
+        raise UsageError("store URL is empty")
+    parsed = urlparse(url)
+    if parsed.scheme in ("", "file"):
+        path = unquote(parsed.path) if parsed.scheme else url
+        if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
+            raise UsageError(f"file:// URL {url!r} names a host; use file:///absolute/path")
+        return LocalBackend(os.path.expanduser(path))
+    if parsed.scheme in ("s3", "s3a"):
+        from .s3 import S3Backend
+
+        return S3Backend(parsed.netloc, parsed.path)
+    raise UnsupportedStore(
+        f"store URL scheme {parsed.scheme!r} cannot publish atomically",
+        hint="use file:///path or s3://bucket/prefix (S3, MinIO, R2 and other S3-compatible stores)",
+    )

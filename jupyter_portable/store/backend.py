@@ -1,0 +1,231 @@
+"""Store backends: the few byte-level operations the store format needs.
+
+A backend maps slash-separated keys (``objects/ab/ab12...``) to bytes under one root.
+The docstrings of :class:`Backend` are the contract; ``tests/test_backends.py`` runs
+the same suite against every backend.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import blake3
+
+from ..errors import ConflictError, ObjectMissing, StoreError
+from . import faults
+
+
+class Backend:
+    """Byte storage under a root. Every method raises only :mod:`jupyter_portable.errors`."""
+
+    url: str
+
+    def read(self, key: str) -> bytes:
+        """The whole object; :class:`ObjectMissing` if there is none."""
+        raise NotImplementedError
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object; :class:`ObjectMissing` if there is none."""
+        raise NotImplementedError
+
+    def exists(self, key: str) -> bool:
+        """Whether a complete object is stored under ``key``."""
+        raise NotImplementedError
+
+    def size(self, key: str) -> int:
+        """The object's size in bytes; :class:`ObjectMissing` if there is none."""
+        raise NotImplementedError
+
+    def write(self, key: str, data: bytes) -> None:
+        """Store an immutable object. Readers see all of it or nothing; rewriting the
+        same key with the same bytes is harmless. Durable when this returns."""
+        raise NotImplementedError
+
+    def write_new(self, key: str, data: bytes) -> None:
+        """Like :meth:`write` but atomic create-only: :class:`ConflictError` if the key exists."""
+        raise NotImplementedError
+
+    def list(self, prefix: str) -> list[str]:
+        """Every complete object key under ``prefix`` (a folder, ending without '/'), sorted."""
+        raise NotImplementedError
+
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """The object and an opaque version token for :meth:`swap`, or None if absent."""
+        raise NotImplementedError
+
+    def swap(self, key: str, data: bytes, token: str | None) -> None:
+        """Compare-and-swap: replace the object only if its version token is still
+        ``token`` (``None``: only if the key does not exist). :class:`ConflictError`
+        otherwise. Durable when this returns."""
+        raise NotImplementedError
+
+    def delete(self, key: str) -> None:
+        """Remove an object if present (used only by tests and garbage collection)."""
+        raise NotImplementedError
+
+
+class LocalBackend(Backend):
+    """A folder on a local filesystem.
+
+    Objects are written to a unique temp file in the target folder, fsynced, then
+    linked into place (link fails if the name exists: an atomic create-only) and the
+    folder fsynced. The head's compare-and-swap holds an ``flock`` on ``<key>.lock``,
+    compares, writes a temp file, fsyncs and renames over the old one.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        self.url = "file://" + self.root
+        self._made: set[str] = set()
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *key.split("/"))
+
+    def _mkdirs(self, folder: str) -> None:
+        if folder not in self._made:
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create {folder}: {exc.strerror}") from exc
+            self._made.add(folder)
+
+    def read(self, key: str) -> bytes:
+        try:
+            with open(self._path(key), "rb") as fh:
+                return fh.read()
+        except FileNotFoundError as exc:
+            raise ObjectMissing(f"object {key} is missing from {self.url}", key=key) from exc
+        except OSError as exc:
+            raise StoreError(f"cannot read {key} from {self.url}: {exc.strerror}") from exc
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        try:
+            with open(self._path(key), "rb") as fh:
+                fh.seek(start)
+                return fh.read(end - start)
+        except FileNotFoundError as exc:
+            raise ObjectMissing(f"object {key} is missing from {self.url}", key=key) from exc
+        except OSError as exc:
+            raise StoreError(f"cannot read {key} from {self.url}: {exc.strerror}") from exc
+
+    def exists(self, key: str) -> bool:
+        return os.path.isfile(self._path(key))
+
+    def size(self, key: str) -> int:
+        try:
+            return os.stat(self._path(key)).st_size
+        except FileNotFoundError as exc:
+            raise ObjectMissing(f"object {key} is missing from {self.url}", key=key) from exc
+
+    def _write_temp(self, final: str, data: bytes) -> str:
+        folder = os.path.dirname(final)
+        self._mkdirs(folder)
+        tmp = os.path.join(folder, f".tmp-{secrets.token_hex(8)}")
+        faults.point(f"temp {final}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            half = len(data) // 2
+            os.write(fd, data[:half]) if half else None
+            faults.point(f"half-written {final}")
+            view = memoryview(data)[half:]
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        faults.point(f"fsynced {final}")
+        return tmp
+
+    def _fsync_dir(self, folder: str) -> None:
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def write(self, key: str, data: bytes) -> None:
+        final = self._path(key)
+        try:
+            tmp = self._write_temp(final, data)
+            os.replace(tmp, final)
+            faults.point(f"renamed {final}")
+            self._fsync_dir(os.path.dirname(final))
+        except OSError as exc:
+            raise StoreError(f"cannot write {key} to {self.url}: {exc.strerror}") from exc
+
+    def write_new(self, key: str, data: bytes) -> None:
+        final = self._path(key)
+        try:
+            tmp = self._write_temp(final, data)
+            try:
+                os.link(tmp, final)
+            except FileExistsError as exc:
+                raise ConflictError(f"{key} already exists in {self.url}", key=key) from exc
+            finally:
+                os.unlink(tmp)
+            faults.point(f"linked {final}")
+            self._fsync_dir(os.path.dirname(final))
+        except OSError as exc:
+            raise StoreError(f"cannot write {key} to {self.url}: {exc.strerror}") from exc
+
+    def list(self, prefix: str) -> list[str]:
+        base = self._path(prefix)
+        out: list[str] = []
+        for dirpath, _dirnames, filenames in os.walk(base):
+            rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
+            for name in filenames:
+                if not name.startswith(".tmp-") and not name.endswith(".lock"):
+                    out.append(f"{rel}/{name}")
+        out.sort()
+        return out
+
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        try:
+            data = self.read(key)
+        except ObjectMissing:
+            return None
+        return data, blake3.blake3(data).hexdigest()
+
+    @contextmanager
+    def _locked(self, key: str) -> Iterator[None]:
+        path = self._path(key) + ".lock"
+        self._mkdirs(os.path.dirname(path))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released by the kernel if we die
+            yield
+        finally:
+            os.close(fd)
+
+    def swap(self, key: str, data: bytes, token: str | None) -> None:
+        final = self._path(key)
+        try:
+            with self._locked(key):
+                current = self.read_versioned(key)
+                now = None if current is None else current[1]
+                if now != token:
+                    raise ConflictError(f"{key} changed under us in {self.url}", key=key)
+                tmp = self._write_temp(final, data)
+                os.replace(tmp, final)
+                faults.point(f"swapped {final}")
+                self._fsync_dir(os.path.dirname(final))
+        except OSError as exc:
+            raise StoreError(f"cannot update {key} in {self.url}: {exc.strerror}") from exc
+
+    def delete(self, key: str) -> None:
+        try:
+            os.unlink(self._path(key))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:
+                raise StoreError(f"cannot delete {key}: {exc.strerror}") from exc

@@ -1,0 +1,29 @@
+"""Fault injection for the crash-consistency tests.
+
+With ``JUPYTER_PORTABLE_KILL_AT=N`` in the environment, the Nth store write step of
+this process SIGKILLs the process itself, mid-protocol, exactly as a lost machine
+would stop. Unset (always, outside tests) every call is a cheap no-op.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+_target = int(os.environ.get("JUPYTER_PORTABLE_KILL_AT", "0") or 0)
+_count = 0
+_lock = threading.Lock()
+
+
+def point(label: str) -> None:
+    """Mark one step of a store write; die here if this is the chosen step."""
+    global _count
+    if not _target:
+        return
+    with _lock:
+        _count += 1
+        hit = _count == _target
+    if hit:
+        os.write(2, f"fault injection: SIGKILL at step {_target} ({label})\n".encode())
+        os.kill(os.getpid(), signal.SIGKILL)

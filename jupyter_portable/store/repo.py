@@ -1,0 +1,292 @@
+"""The store format over a backend: objects, packs, manifests and the head.
+
+Layout (``docs/store-format.md`` is the full description)::
+
+    config.json                                     store format marker
+    objects/<h[:2]>/<h>                             immutable blobs keyed by BLAKE3
+    index/<p[:2]>/<p>.json                          which blobs each pack object holds
+    workspaces/<id>/manifests/<v:010d>-<m>.json     manifest version v, BLAKE3 m
+    workspaces/<id>/HEAD                            newest version, its manifest, epoch
+
+Write order is data, then index, then manifest, then head (invariant 2).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import datetime, timezone
+
+import blake3
+
+from ..core.manifest import Head, Manifest, PackIndex, check_hash, check_workspace_id
+from ..errors import (
+    ConflictError,
+    FencedError,
+    IntegrityError,
+    ManifestError,
+    ObjectMissing,
+    PortableError,
+    StoreError,
+    VersionNotFound,
+)
+from . import open_backend
+from .backend import Backend
+
+STORE_FORMAT = "jupyter-portable.store"
+STORE_SCHEMA = 1
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def digest(data: bytes | memoryview) -> str:
+    return blake3.blake3(data).hexdigest()
+
+
+def object_key(h: str) -> str:
+    return f"objects/{h[:2]}/{h}"
+
+
+def index_key(pack: str) -> str:
+    return f"index/{pack[:2]}/{pack}.json"
+
+
+def manifests_prefix(ws: str) -> str:
+    return f"workspaces/{ws}/manifests"
+
+
+def manifest_key(ws: str, version: int, mhash: str) -> str:
+    return f"{manifests_prefix(ws)}/{version:010d}-{mhash}.json"
+
+
+def head_key(ws: str) -> str:
+    return f"workspaces/{ws}/HEAD"
+
+
+def parse_manifest_key(key: str) -> tuple[int, str]:
+    """``(version, manifest hash)`` from a manifest key; ManifestError if malformed."""
+    name = key.rsplit("/", 1)[-1]
+    stem, _, ext = name.partition(".")
+    ver, _, mhash = stem.partition("-")
+    if ext != "json" or len(ver) != 10 or not ver.isdigit():
+        raise ManifestError(f"malformed manifest key {key!r}")
+    return int(ver), check_hash(mhash, f"manifest key {key!r}")
+
+
+class Store:
+    """A store of workspaces: immutable objects, manifests and one head per workspace."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.url = backend.url
+
+    @classmethod
+    def open(cls, url: str) -> "Store":
+        return cls(open_backend(url))
+
+    # -- store marker ------------------------------------------------------------------
+
+    def ensure_config(self) -> None:
+        """Write ``config.json`` if absent; refuse a store of another format."""
+        got = self.backend.read_versioned("config.json")
+        if got is None:
+            body = json.dumps({"format": STORE_FORMAT, "schema": STORE_SCHEMA}).encode()
+            try:
+                self.backend.write_new("config.json", body)
+            except ConflictError:
+                pass  # a concurrent init wrote it; checked below
+            got = self.backend.read_versioned("config.json")
+            assert got is not None
+        self.check_config(got[0])
+
+    @staticmethod
+    def check_config(data: bytes) -> None:
+        try:
+            obj = json.loads(data)
+        except ValueError as exc:
+            raise ManifestError(f"store config.json is not JSON: {exc}") from exc
+        if not isinstance(obj, dict) or obj.get("format") != STORE_FORMAT:
+            raise ManifestError("this location holds something that is not a jupyter-portable store")
+        if obj.get("schema") != STORE_SCHEMA:
+            raise ManifestError(f"store schema {obj.get('schema')!r} is not supported",
+                                hint="upgrade jupyter-portable")
+
+    # -- objects -----------------------------------------------------------------------
+
+    def put_object(self, data: bytes, h: str | None = None) -> str:
+        h = h or digest(data)
+        self.backend.write(object_key(h), data)
+        return h
+
+    def has_object(self, h: str) -> bool:
+        return self.backend.exists(object_key(h))
+
+    def get_object(self, h: str, *, what: str | None = None) -> bytes:
+        """The object's bytes, hashed equal to its name; IntegrityError otherwise."""
+        data = self.backend.read(object_key(h))
+        if digest(data) != h:
+            raise IntegrityError(
+                f"object {h[:16]}… in {self.url} is corrupt"
+                + (f" (needed for {what})" if what else "")
+                + ": its bytes do not hash to its name",
+                hint="run `jupyter portable fsck --read-data`; restore another version",
+            )
+        return data
+
+    def get_range(self, h: str, start: int, end: int) -> bytes:
+        """Unverified bytes of an object; the caller hashes what it extracts."""
+        return self.backend.read_range(object_key(h), start, end)
+
+    def put_pack(self, blobs: list[tuple[str, bytes]]) -> PackIndex:
+        """Store small blobs as one pack object, then its index (data before index)."""
+        offsets = []
+        off = 0
+        for h, data in blobs:
+            offsets.append((h, off, len(data)))
+            off += len(data)
+        body = b"".join(data for _, data in blobs)
+        ph = self.put_object(body)
+        index = PackIndex(ph, len(body), tuple(offsets))
+        self.backend.write(index_key(ph), index.to_bytes())
+        return index
+
+    def get_index(self, pack: str) -> PackIndex:
+        index = PackIndex.from_bytes(self.backend.read(index_key(pack)))
+        if index.pack != pack:
+            raise ManifestError(f"pack index {pack} names another pack {index.pack}")
+        return index
+
+    # -- head and manifests ------------------------------------------------------------
+
+    def read_head(self, ws: str) -> tuple[Head, str]:
+        """The head and its CAS token; VersionNotFound if the workspace is unknown."""
+        check_workspace_id(ws)
+        got = self.backend.read_versioned(head_key(ws))
+        if got is None:
+            raise VersionNotFound(
+                f"workspace {ws} does not exist in {self.url}",
+                hint="check the store URL and the workspace id (`jupyter portable log` in a copy)",
+            )
+        head = Head.from_bytes(got[0])
+        if head.workspace_id != ws:
+            raise ManifestError(f"head of {ws} names workspace {head.workspace_id}")
+        return head, got[1]
+
+    def create_workspace(self, ws: str) -> Head:
+        self.ensure_config()
+        head = Head(check_workspace_id(ws), 0, None, 0, now_iso())
+        self.backend.swap(head_key(ws), head.to_bytes(), None)
+        return head
+
+    def claim_epoch(self, ws: str) -> int:
+        """Advance the head's allocation epoch; every writer of an older epoch is fenced off."""
+        head, token = self.read_head(ws)
+        new = replace(head, epoch=head.epoch + 1, updated=now_iso())
+        self.backend.swap(head_key(ws), new.to_bytes(), token)
+        return new.epoch
+
+    def read_manifest_key(self, key: str) -> Manifest:
+        data = self.backend.read(key)
+        version, mhash = parse_manifest_key(key)
+        if digest(data) != mhash:
+            raise IntegrityError(f"manifest {key} is corrupt: its bytes do not hash to its name")
+        manifest = Manifest.from_bytes(data)
+        if manifest.version != version:
+            raise ManifestError(f"manifest {key} says version {manifest.version}")
+        return manifest
+
+    def read_manifest(self, ws: str, version: int | None = None) -> Manifest:
+        """The manifest at ``version`` (default: the head's) of the workspace's one history."""
+        head, _ = self.read_head(ws)
+        if head.version == 0:
+            raise VersionNotFound(f"workspace {ws} has no snapshot yet",
+                                  hint="run `jupyter portable snapshot` in the workspace")
+        if version is None or version == head.version:
+            return self._checked(ws, self.read_manifest_key(manifest_key(ws, head.version, head.manifest or "")))
+        if version < 1 or version > head.version:
+            raise VersionNotFound(f"workspace {ws} has versions 1 to {head.version}, not {version}")
+        candidates = [k for k in self.backend.list(manifests_prefix(ws))
+                      if k.rsplit("/", 1)[-1].startswith(f"{version:010d}-")]
+        if len(candidates) == 1:
+            return self._checked(ws, self.read_manifest_key(candidates[0]))
+        # Several writers raced for this version: follow the chain from the head.
+        for manifest in self.history(ws):
+            if manifest.version == version:
+                return manifest
+        raise VersionNotFound(f"version {version} of {ws} is not in its history")
+
+    @staticmethod
+    def _checked(ws: str, manifest: Manifest) -> Manifest:
+        if manifest.workspace_id != ws:
+            raise ManifestError(f"a manifest of {ws} names workspace {manifest.workspace_id}")
+        return manifest
+
+    def history(self, ws: str) -> list[Manifest]:
+        """Every published manifest, newest first, following parent links from the head."""
+        head, _ = self.read_head(ws)
+        out: list[Manifest] = []
+        version, mhash = head.version, head.manifest
+        while version and mhash:
+            manifest = self._checked(ws, self.read_manifest_key(manifest_key(ws, version, mhash)))
+            out.append(manifest)
+            if manifest.parent is None:
+                break
+            version, mhash = manifest.parent.version, manifest.parent.manifest
+        return out
+
+    def publish(self, manifest: Manifest, *, expected_version: int, epoch: int) -> str:
+        """Publish ``manifest`` as the next version, by compare-and-swap on the head.
+
+        Every object the manifest names must already be durable (the caller wrote them).
+        ConflictError if the head moved past ``expected_version``; FencedError if the
+        head's epoch is newer than ``epoch``. Returns the manifest's hash.
+        """
+        ws = manifest.workspace_id
+        head, token = self.read_head(ws)
+        if head.epoch > epoch:
+            raise FencedError(
+                f"workspace {ws} was claimed by a newer allocation (epoch {head.epoch}, "
+                f"this copy holds {epoch}); this copy can no longer publish",
+                hint="restore the workspace afresh to continue from its latest version",
+            )
+        if head.version != expected_version:
+            raise ConflictError(
+                f"workspace {ws} moved to version {head.version} while this copy was based on "
+                f"version {expected_version}",
+                hint="snapshot with --force to publish this copy on top of it, "
+                     "or restore the latest version",
+            )
+        if manifest.version != head.version + 1:
+            raise ConflictError(f"manifest version {manifest.version} does not follow head {head.version}")
+        body = manifest.to_bytes()
+        mhash = digest(body)
+        self.backend.write_new(manifest_key(ws, manifest.version, mhash), body)
+        new_head = Head(ws, manifest.version, mhash, max(head.epoch, epoch), now_iso())
+        try:
+            self.backend.swap(head_key(ws), new_head.to_bytes(), token)
+        except ConflictError as exc:
+            raise ConflictError(
+                f"another writer published version {manifest.version} of {ws} first",
+                hint="restore the latest version, or snapshot again with --force",
+            ) from exc
+        return mhash
+
+    def workspaces(self) -> list[str]:
+        out = []
+        for key in self.backend.list("workspaces"):
+            parts = key.split("/")
+            if len(parts) == 3 and parts[2] == "HEAD":
+                out.append(parts[1])
+        return out
+
+
+def translate(exc: Exception) -> PortableError:
+    """Map an unexpected foreign error to StoreError (the CLI's last line of defence)."""
+    if isinstance(exc, PortableError):
+        return exc
+    return StoreError(f"{type(exc).__name__}: {exc}")
+
+
+__all__ = ["Store", "ObjectMissing", "digest", "object_key", "index_key", "now_iso"]

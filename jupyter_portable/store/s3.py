@@ -1,0 +1,152 @@
+"""S3 (and S3-compatible: MinIO, R2, moto) through s3fs, with conditional writes.
+
+Configuration is the usual AWS one, read by botocore: profiles (``AWS_PROFILE``),
+``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_S3``, ``AWS_REGION`` / ``AWS_DEFAULT_REGION``
+and the credential chain. Nothing here reads or logs a secret.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConflictError, ObjectMissing, StoreError
+from . import faults
+from .backend import Backend
+
+_CONFLICT_CODES = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
+
+
+def _code(exc: BaseException) -> str:
+    """The S3 error code behind an s3fs/botocore exception, or ''."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict):
+            return str(response.get("Error", {}).get("Code", ""))
+        seen = seen.__cause__ or seen.__context__
+    return str(exc)
+
+
+class S3Backend(Backend):
+    """Objects under ``s3://bucket/prefix``."""
+
+    def __init__(self, bucket: str, prefix: str) -> None:
+        import s3fs  # heavy: only when an s3:// store is used
+
+        if not bucket:
+            raise StoreError("an s3:// store URL needs a bucket: s3://BUCKET/PREFIX")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self.fs = s3fs.S3FileSystem(use_listings_cache=False, skip_instance_cache=True)
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _path(self, key: str) -> str:
+        return f"{self.bucket}/{self._key(key)}"
+
+    def _fail(self, what: str, key: str, exc: BaseException) -> StoreError:
+        if isinstance(exc, FileNotFoundError):
+            return ObjectMissing(f"object {key} is missing from {self.url}", key=key)
+        if isinstance(exc, PermissionError):
+            return StoreError(f"access denied to {key} in {self.url}",
+                              hint="check AWS_PROFILE / credentials and the bucket policy")
+        return StoreError(f"cannot {what} {key} in {self.url}: {type(exc).__name__}: {_code(exc)}")
+
+    def _call(self, method: str, **kwargs: Any) -> Any:
+        return self.fs.call_s3(method, Bucket=self.bucket, **kwargs)
+
+    def read(self, key: str) -> bytes:
+        try:
+            return self.fs.cat_file(self._path(key))
+        except Exception as exc:  # noqa: BLE001 - translated at the boundary
+            raise self._fail("read", key, exc) from exc
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        if end <= start:
+            return b""
+        try:
+            return self.fs.cat_file(self._path(key), start=start, end=end)
+        except Exception as exc:  # noqa: BLE001
+            raise self._fail("read", key, exc) from exc
+
+    def _head(self, key: str) -> dict | None:
+        try:
+            return self._call("head_object", Key=self._key(key))
+        except FileNotFoundError:
+            return None
+        except Exception as exc:  # noqa: BLE001
+            raise self._fail("stat", key, exc) from exc
+
+    def exists(self, key: str) -> bool:
+        return self._head(key) is not None
+
+    def size(self, key: str) -> int:
+        head = self._head(key)
+        if head is None:
+            raise ObjectMissing(f"object {key} is missing from {self.url}", key=key)
+        return int(head["ContentLength"])
+
+    def write(self, key: str, data: bytes) -> None:
+        faults.point(f"put {key}")
+        try:
+            self._call("put_object", Key=self._key(key), Body=data)
+        except Exception as exc:  # noqa: BLE001
+            raise self._fail("write", key, exc) from exc
+        faults.point(f"put done {key}")
+
+    def _conditional_put(self, key: str, data: bytes, **cond: str) -> None:
+        faults.point(f"conditional put {key}")
+        try:
+            self._call("put_object", Key=self._key(key), Body=data, **cond)
+        except Exception as exc:  # noqa: BLE001
+            code = _code(exc)
+            if isinstance(exc, FileExistsError) or any(c in code for c in _CONFLICT_CODES):
+                raise ConflictError(f"{key} changed under us in {self.url}", key=key) from exc
+            raise self._fail("write", key, exc) from exc
+        faults.point(f"conditional put done {key}")
+
+    def write_new(self, key: str, data: bytes) -> None:
+        self._conditional_put(key, data, IfNoneMatch="*")
+
+    def list(self, prefix: str) -> list[str]:
+        base = self._key(prefix).rstrip("/") + "/"
+        out: list[str] = []
+        try:
+            paginator_token: str | None = None
+            while True:
+                kwargs: dict[str, Any] = {"Prefix": base}
+                if paginator_token:
+                    kwargs["ContinuationToken"] = paginator_token
+                page = self._call("list_objects_v2", **kwargs)
+                for item in page.get("Contents", []):
+                    key = item["Key"]
+                    out.append(key[len(self.prefix) + 1:] if self.prefix else key)
+                if not page.get("IsTruncated"):
+                    break
+                paginator_token = page["NextContinuationToken"]
+        except Exception as exc:  # noqa: BLE001
+            raise self._fail("list", prefix, exc) from exc
+        out.sort()
+        return out
+
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        # The token is read before the bytes: if the object changes in between, the
+        # token is the older one and the later swap fails safe with a conflict.
+        head = self._head(key)
+        if head is None:
+            return None
+        return self.read(key), str(head["ETag"])
+
+    def swap(self, key: str, data: bytes, token: str | None) -> None:
+        if token is None:
+            self._conditional_put(key, data, IfNoneMatch="*")
+        else:
+            self._conditional_put(key, data, IfMatch=token)
+
+    def delete(self, key: str) -> None:
+        try:
+            self._call("delete_object", Key=self._key(key))
+        except Exception as exc:  # noqa: BLE001
+            raise self._fail("delete", key, exc) from exc

@@ -1,0 +1,133 @@
+"""``Workspace``: the Python API every interface (CLI, magics, server) calls."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, TextIO
+
+from .check import FsckResult, VerifyResult, fsck, verify_dir
+from .copy import CopyConfig, WorkspaceCopy, check_store_url
+from .errors import UsageError
+from .progress import Progress
+from .restore import RestoreResult, read_pending, restore
+from .snapshot import SnapshotResult, snapshot
+from .store.repo import Store
+
+
+def _progress(label: str, stream: TextIO | None) -> Progress:
+    return Progress(label, stream=stream)
+
+
+def new_workspace_id() -> str:
+    return "ws-" + uuid.uuid4().hex[:20]
+
+
+class Workspace:
+    """One workspace copy on disk and the store behind it."""
+
+    def __init__(self, copy: WorkspaceCopy) -> None:
+        self.copy = copy
+        self._store: Store | None = None
+
+    # -- finding and creating ----------------------------------------------------------
+
+    @classmethod
+    def find(cls, start: str | os.PathLike[str] = ".") -> "Workspace":
+        """The workspace whose copy holds ``start`` (it or a parent has ``.portable/``)."""
+        return cls(WorkspaceCopy.find(start))
+
+    @classmethod
+    def init(cls, directory: str | os.PathLike[str] = ".", store: str | None = None) -> "Workspace":
+        """Make ``directory`` a new workspace in ``store`` (default: a local folder)."""
+        from .store import default_store_url
+
+        url = check_store_url(store or default_store_url())
+        root = Path(directory)
+        root.mkdir(parents=True, exist_ok=True)
+        copy = WorkspaceCopy(root)
+        if copy.exists():
+            cfg = copy.read_config()
+            raise UsageError(f"{copy.root} is already workspace {cfg.workspace_id} in {cfg.store}")
+        st = Store.open(url)
+        ws = new_workspace_id()
+        st.create_workspace(ws)
+        copy.write_config(CopyConfig(ws, st.url, 0, 0))
+        return cls(copy)
+
+    @classmethod
+    def restore(cls, store: str, workspace_id: str, dest: str | os.PathLike[str], *,
+                version: int | None = None, lazy: bool = False, lazy_threshold: int | None = None,
+                delete: bool = False, progress: TextIO | None = sys.stderr) -> RestoreResult:
+        """Restore a version of a workspace into ``dest`` and make it a copy of it."""
+        kwargs: dict[str, Any] = {}
+        if lazy_threshold is not None:
+            kwargs["lazy_threshold"] = lazy_threshold
+        return restore(Store.open(check_store_url(store)), workspace_id, Path(dest), version=version,
+                       lazy=lazy, delete=delete, progress=_progress("restore", progress), **kwargs)
+
+    # -- properties --------------------------------------------------------------------
+
+    @property
+    def root(self) -> Path:
+        return self.copy.root
+
+    @property
+    def config(self) -> CopyConfig:
+        return self.copy.read_config()
+
+    @property
+    def workspace_id(self) -> str:
+        return self.config.workspace_id
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store.open(self.config.store)
+        return self._store
+
+    # -- verbs -------------------------------------------------------------------------
+
+    def snapshot(self, message: str = "", *, force: bool = False,
+                 progress: TextIO | None = sys.stderr) -> SnapshotResult:
+        """Publish the files as the next version (nothing is published if nothing changed)."""
+        return snapshot(self.copy, self.store, message=message, force=force,
+                        progress=_progress("snapshot", progress))
+
+    def log(self) -> list[dict[str, Any]]:
+        """Every version, newest first."""
+        return [{"version": m.version, "created": m.created, "files": len(m.files),
+                 "bytes": m.total_bytes, "message": m.message}
+                for m in self.store.history(self.workspace_id)]
+
+    def status(self) -> dict[str, Any]:
+        cfg = self.config
+        head, _ = self.store.read_head(cfg.workspace_id)
+        pending = [e.path for e in read_pending(self.copy)[1]]
+        return {"workspace_id": cfg.workspace_id, "store": cfg.store, "path": str(self.root),
+                "version": cfg.version, "head_version": head.version, "epoch": cfg.epoch,
+                "fenced": head.epoch > cfg.epoch, "pending": pending}
+
+    def verify(self, version: int | None = None) -> VerifyResult:
+        """Compare the copy with a version (default: the one it is based on) and the store."""
+        cfg = self.config
+        v = version if version is not None else cfg.version
+        if v == 0:
+            raise UsageError("this workspace has no snapshot yet; nothing to verify against")
+        manifest = self.store.read_manifest(cfg.workspace_id, v)
+        pending_version, pending = read_pending(self.copy)
+        names = {e.path for e in pending} if pending_version == v else set()
+        return verify_dir(self.store, manifest, self.root, names)
+
+    def fetch(self, path: str) -> None:
+        """Materialize a file still pending from a lazy restore, ahead of the queue."""
+        from .core.paths import check_relpath
+        from .lazy import ensure
+
+        ensure(self.copy, check_relpath(path))
+
+
+def fsck_store(url: str, *, read_data: bool = False, subset: float | None = None) -> FsckResult:
+    return fsck(Store.open(check_store_url(url)), read_data=read_data, subset=subset)
