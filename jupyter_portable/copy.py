@@ -126,3 +126,21 @@ class WorkspaceCopy:
     @property
     def tmp_dir(self) -> Path:
         return self.meta / "tmp"
+
+    # The publish intent: the version and manifest hash a snapshot is about to publish.
+    @property
+    def intent_path(self) -> Path:
+        return self.meta / "publishing.json"
+
+    def write_intent(self, version: int, manifest: str) -> None:
+        atomic_write(self.intent_path, json.dumps({"version": version, "manifest": manifest}).encode())
+
+    def read_intent(self) -> tuple[int, str] | None:
+        try:
+            obj = json.loads(self.intent_path.read_bytes())
+            return int(obj["version"]), str(obj["manifest"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def clear_intent(self) -> None:
+        self.intent_path.unlink(missing_ok=True)

@@ -40,11 +40,12 @@ class SnapshotResult:
     new_bytes: int
     changed: bool
     skipped: list[str] = field(default_factory=list)
+    hashed: int = 0  # files read and hashed (the rest were known from the stat cache)
 
     def to_json(self) -> dict[str, Any]:
         return {"workspace_id": self.workspace_id, "version": self.version, "files": self.files,
                 "bytes": self.bytes, "new_bytes": self.new_bytes, "changed": self.changed,
-                "skipped": self.skipped}
+                "skipped": self.skipped, "hashed": self.hashed}
 
 
 class _Uploader:
@@ -201,6 +202,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
     progress = progress or Progress("snapshot")
     ws = cfg.workspace_id
     head, _ = store.read_head(ws)
+    cfg = adopt_published(copy, cfg, head.version, head.manifest)
     if head.epoch > cfg.epoch:
         raise FencedError(
             f"workspace {ws} was claimed by a newer allocation (epoch {head.epoch}, this copy holds "
@@ -300,6 +302,15 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
     else:
         up.pool.shutdown()
 
+    # Files a lazy restore has not fetched yet are part of the copy, just not here yet.
+    from .restore import read_pending
+
+    pending_version, pending = read_pending(copy)
+    if pending_version == cfg.version:
+        for e in pending:
+            if e.path not in entries:
+                entries[e.path] = e.to_json()
+                new_stats[e.path] = None
     # A file that changed while read keeps its previous version, if it had one.
     for path in skipped:
         prev = cache.get(path)
@@ -315,7 +326,8 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
         version = base_version
         _write_cache(copy, version, entries, new_stats, started_ns)
         progress.done(f"no changes since version {version} ({len(ordered)} files, {human_bytes(total)})")
-        return SnapshotResult(ws, version, len(ordered), total, up.new_bytes, False, sorted(skipped))
+        return SnapshotResult(ws, version, len(ordered), total, up.new_bytes, False, sorted(skipped),
+                              len(todo_small) + len(todo_large))
 
     # Carry the records later layers keep (checkpoints, runtime, ...) forward.
     if base_version and (base_manifest is None or base_manifest.version != base_version):
@@ -339,15 +351,20 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
         allocations=base_manifest.allocations if base_manifest else (),
     )
     progress.set_stage("publishing")
+    # Say what we are about to publish, so a copy killed right after the head moved
+    # recognises the new version as its own (see adopt_published) instead of a conflict.
+    copy.write_intent(manifest.version, digest(manifest.to_bytes()))
     store.publish(manifest, expected_version=base_version, epoch=cfg.epoch)
     cfg.version = manifest.version
     copy.write_config(cfg)
+    copy.clear_intent()
     _write_cache(copy, manifest.version, entries, new_stats, started_ns)
     progress.done(f"published version {manifest.version}: {len(ordered)} files, {human_bytes(total)}, "
                   f"{human_bytes(up.new_bytes)} new"
                   + (f"; {len(skipped)} file(s) changed while read, left for the next snapshot"
                      if skipped else ""))
-    return SnapshotResult(ws, manifest.version, len(ordered), total, up.new_bytes, True, sorted(skipped))
+    return SnapshotResult(ws, manifest.version, len(ordered), total, up.new_bytes, True, sorted(skipped),
+                          len(todo_small) + len(todo_large))
 
 
 def _write_cache(copy: WorkspaceCopy, version: int, entries: dict[str, dict[str, Any]],
@@ -362,3 +379,16 @@ def _write_cache(copy: WorkspaceCopy, version: int, entries: dict[str, dict[str,
         copy.write_statcache(version, out)
     except OSError as exc:
         raise PortableError(f"cannot write the stat cache in {copy.meta}: {exc.strerror}") from exc
+
+
+def adopt_published(copy: WorkspaceCopy, cfg: CopyConfig, head_version: int, head_manifest: str | None) -> CopyConfig:
+    """If this copy died between moving the head and recording it, record it now."""
+    intent = copy.read_intent()
+    if intent is None:
+        return cfg
+    version, mhash = intent
+    if head_version == version and head_manifest == mhash and cfg.version == version - 1:
+        cfg.version = version
+        copy.write_config(cfg)
+    copy.clear_intent()
+    return cfg

@@ -103,8 +103,11 @@ class Workspace:
                 for m in self.store.history(self.workspace_id)]
 
     def status(self) -> dict[str, Any]:
+        from .snapshot import adopt_published
+
         cfg = self.config
         head, _ = self.store.read_head(cfg.workspace_id)
+        cfg = adopt_published(self.copy, cfg, head.version, head.manifest)
         pending = [e.path for e in read_pending(self.copy)[1]]
         return {"workspace_id": cfg.workspace_id, "store": cfg.store, "path": str(self.root),
                 "version": cfg.version, "head_version": head.version, "epoch": cfg.epoch,

@@ -1,0 +1,123 @@
+"""Shared fixtures: a real moto S3 server on loopback, store URLs for both backends,
+and a runner for the real ``jupyter portable`` command."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1, as s3fs's own test suite runs it."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def aws_env(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Only the usual AWS environment variables point the code at the moto server."""
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": moto_endpoint,
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return env
+
+
+def make_bucket() -> str:
+    import boto3
+
+    name = f"bkt-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3").create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture(params=["file", "s3"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty store: a local folder, or a prefix in a fresh bucket on moto."""
+    if request.param == "file":
+        return f"file://{tmp_path}/store"
+    request.getfixturevalue("aws_env")
+    return f"s3://{make_bucket()}/team/ws"
+
+
+@pytest.fixture
+def file_store(tmp_path: Path) -> str:
+    return f"file://{tmp_path}/store"
+
+
+class Cli:
+    """Runs ``jupyter portable ...`` as a user would, in a subprocess."""
+
+    def __init__(self) -> None:
+        self.env = dict(os.environ)
+        self.env["PATH"] = f"{BIN}{os.pathsep}{self.env.get('PATH', '')}"
+
+    def __call__(self, *args: str, cwd: Path | str = ".", check: bool = True,
+                 extra_env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        env = dict(self.env, **(extra_env or {}))
+        env.update({k: v for k, v in os.environ.items() if k.startswith("AWS_")})
+        proc = subprocess.run([str(BIN / "jupyter"), "portable", *args], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"jupyter portable {' '.join(args)} failed ({proc.returncode}):\n"
+                                 f"{proc.stderr}\n{proc.stdout}")
+        return proc
+
+    def json(self, *args: str, cwd: Path | str = ".", **kw: Any) -> dict[str, Any]:
+        proc = self(*args, "--json", cwd=cwd, **kw)
+        return json.loads(proc.stdout)
+
+
+@pytest.fixture
+def cli() -> Cli:
+    return Cli()
+
+
+def write_tree(root: Path, files: dict[str, bytes | str]) -> None:
+    for rel, data in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data.encode() if isinstance(data, str) else data)
+
+
+def read_tree(root: Path) -> dict[str, Any]:
+    """Every file (bytes, mode) and symlink under root, minus .portable."""
+    out: dict[str, Any] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not (Path(dirpath) == root and d == ".portable")]
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            full = Path(dirpath) / name
+            rel = str(full.relative_to(root))
+            if full.is_symlink():
+                out[rel] = ("link", os.readlink(full))
+            else:
+                out[rel] = (full.read_bytes(), full.stat().st_mode & 0o7777)
+    return out
+
+
+@pytest.fixture
+def tree_helpers() -> tuple[Callable[..., None], Callable[..., dict[str, Any]]]:
+    return write_tree, read_tree

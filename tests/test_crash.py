@@ -1,0 +1,121 @@
+"""Crash consistency: a snapshot SIGKILLed at any step leaves a store that fsck finds
+clean, whose previous version still restores, and whose manifests name only objects
+that exist."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import read_tree, write_tree
+
+from jupyter_portable import Workspace
+from jupyter_portable.check import fsck
+from jupyter_portable.store.repo import Store
+
+V1 = {f"src/m{i}.py": f"print({i})\n" for i in range(12)} | {"data/big.bin": os.urandom(20 * 1024 * 1024)}
+
+
+def _make_v1(root: Path, store_url: str) -> Workspace:
+    write_tree(root, V1)
+    ws = Workspace.init(root, store_url)
+    ws.snapshot(progress=None)
+    return ws
+
+
+def _change(root: Path) -> None:
+    write_tree(root, {f"src/new{i}.py": f"x = {i}\n" for i in range(10)})
+    (root / "src" / "m0.py").unlink()
+    with open(root / "data" / "big.bin", "r+b") as fh:  # a new first part, the second stays
+        fh.write(b"changed!")
+    write_tree(root, {"data/more.bin": os.urandom(17 * 1024 * 1024)})  # two new parts
+
+
+def _snapshot_killed_at(root: Path, step: int) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, JUPYTER_PORTABLE_KILL_AT=str(step))
+    return subprocess.run([sys.executable, "-m", "jupyter_portable", "snapshot", "--json", "-q"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _check_after_crash(store_url: str, ws_id: str, tmp: Path, v1_tree: dict) -> int:
+    store = Store.open(store_url)
+    report = fsck(store)
+    assert report.ok, report.errors  # every manifest's objects exist; the head names one
+    head, _ = store.read_head(ws_id)
+    assert head.version in (1, 2)
+    dest = tmp / "restore-v1"
+    shutil.rmtree(dest, ignore_errors=True)
+    Workspace.restore(store_url, ws_id, dest, version=1, progress=None)
+    assert read_tree(dest) == v1_tree
+    assert Workspace.find(dest).verify().ok
+    return head.version
+
+
+def test_sigkill_at_every_local_store_step(tmp_path: Path) -> None:
+    base_ws = tmp_path / "base-ws"
+    base_store = tmp_path / "base-store"
+    _make_v1(base_ws, f"file://{base_store}")
+    v1_tree = read_tree(base_ws)
+    _change(base_ws)
+    killed_at: list[int] = []
+    published_after: list[int] = []
+    step = 0
+    while True:
+        step += 1
+        assert step < 200, "the snapshot never completed"
+        run_dir = tmp_path / f"run{step}"
+        ws_dir, store_dir = run_dir / "ws", run_dir / "store"
+        shutil.copytree(base_store, store_dir)
+        shutil.copytree(base_ws, ws_dir, symlinks=True)
+        cfg_path = ws_dir / ".portable" / "workspace.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg["store"] = f"file://{store_dir}"
+        cfg_path.write_text(json.dumps(cfg))
+        proc = _snapshot_killed_at(ws_dir, step)
+        if proc.returncode == 0:
+            break
+        assert proc.returncode == -signal.SIGKILL, proc.stderr
+        killed_at.append(step)
+        ws_id = cfg["workspace_id"]
+        version = _check_after_crash(f"file://{store_dir}", ws_id, run_dir, v1_tree)
+        if version == 2:
+            published_after.append(step)
+        # The same copy snapshots again without help: no stale lock, no false conflict.
+        again = subprocess.run([sys.executable, "-m", "jupyter_portable", "snapshot", "--json", "-q"],
+                               cwd=ws_dir, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["version"] == 2
+        assert fsck(Store.open(f"file://{store_dir}")).ok
+        shutil.rmtree(run_dir)
+    assert len(killed_at) >= 20, f"only {len(killed_at)} distinct kill points"
+    assert published_after, "some kill points fall after the head moved"
+
+
+@pytest.mark.usefixtures("aws_env")
+def test_sigkill_at_every_s3_step(tmp_path: Path) -> None:
+    from conftest import make_bucket
+
+    step = 0
+    kills = 0
+    while True:
+        step += 1
+        assert step < 100
+        url = f"s3://{make_bucket()}/p"
+        root = tmp_path / f"ws{step}"
+        ws = _make_v1(root, url)
+        v1_tree = read_tree(root)
+        _change(root)
+        proc = _snapshot_killed_at(root, step)
+        if proc.returncode == 0:
+            break
+        assert proc.returncode == -signal.SIGKILL, proc.stderr
+        kills += 1
+        _check_after_crash(url, ws.workspace_id, root.parent / f"r{step}", v1_tree)
+        shutil.rmtree(root)
+    assert kills >= 8
