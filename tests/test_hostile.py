@@ -1,0 +1,135 @@
+"""Hostile manifests and destinations: refused, and nothing is written outside the target."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import write_tree
+
+from jupyter_portable import ManifestError, UnsafePath, Workspace
+from jupyter_portable.core.manifest import Head, Manifest
+from jupyter_portable.store.repo import digest, head_key, manifest_key, now_iso
+
+
+def _workspace(tmp_path: Path, store: str) -> Workspace:
+    src = tmp_path / "src"
+    write_tree(src, {"ok.txt": "fine\n"})
+    ws = Workspace.init(src, store)
+    ws.snapshot(progress=None)
+    return ws
+
+
+def _publish_raw(ws: Workspace, mutate: Any) -> None:
+    """Publish a hand-edited version 2 straight into the store, as an attacker could."""
+    store, wsid = ws.store, ws.workspace_id
+    obj = store.read_manifest(wsid).to_json()
+    head, token = store.read_head(wsid)
+    obj["version"] = 2
+    obj["parent"] = {"version": 1, "manifest": head.manifest}
+    mutate(obj)
+    body = json.dumps(obj).encode()
+    mhash = digest(body)
+    store.backend.write(manifest_key(wsid, 2, mhash), body)
+    store.backend.swap(head_key(wsid), Head(wsid, 2, mhash, head.epoch, now_iso()).to_bytes(), token)
+
+
+def _set_path(value: Any) -> Any:
+    def mutate(obj: dict) -> None:
+        obj["files"][0]["path"] = value
+    return mutate
+
+
+def _set(field: str, value: Any) -> Any:
+    def mutate(obj: dict) -> None:
+        obj["files"][0][field] = value
+    return mutate
+
+
+def _add_link(target: str) -> Any:
+    def mutate(obj: dict) -> None:
+        obj["files"].append({"path": "escape", "type": "symlink", "target": target})
+    return mutate
+
+
+HOSTILE = {
+    "dotdot": (_set_path("../outside.txt"), UnsafePath),
+    "nested-dotdot": (_set_path("a/../../outside.txt"), UnsafePath),
+    "absolute": (_set_path("/tmp/outside.txt"), UnsafePath),
+    "nul": (_set_path("ok\x00.txt"), UnsafePath),
+    "backslash": (_set_path("..\\outside.txt"), UnsafePath),
+    "portable-dir": (_set_path(".portable/workspace.json"), UnsafePath),
+    "empty": (_set_path(""), UnsafePath),
+    "negative-size": (_set("size", -1), ManifestError),
+    "huge-mode": (_set("mode", 0o170777), ManifestError),
+    "bad-hash": (_set("hash", "../../etc"), ManifestError),
+    "string-size": (_set("size", "5"), ManifestError),
+    "symlink-out": (_add_link("../../outside"), UnsafePath),
+    "symlink-absolute": (_add_link("/etc/passwd"), UnsafePath),
+    "duplicate": (lambda o: o["files"].append(dict(o["files"][0])), ManifestError),
+    "under-a-file": (lambda o: o["files"].append(dict(o["files"][0], path="ok.txt/inner")), ManifestError),
+    "unknown-field": (_set("owner", "root"), ManifestError),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_manifest_is_refused(case: str, tmp_path: Path, file_store: str, cli) -> None:
+    mutate, error = HOSTILE[case]
+    ws = _workspace(tmp_path, file_store)
+    _publish_raw(ws, mutate)
+    outside = tmp_path / "outside.txt"
+    dest = tmp_path / "deep" / "er" / "dest"
+    with pytest.raises(error):
+        Workspace.restore(file_store, ws.workspace_id, dest, progress=None)
+    proc = cli("restore", "--store", file_store, "--workspace", ws.workspace_id, str(dest), check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1
+    assert not outside.exists()
+    assert not list(dest.rglob("*")) if dest.exists() else True
+    # Version 1, which is sound, still restores.
+    Workspace.restore(file_store, ws.workspace_id, tmp_path / "v1", version=1, progress=None)
+    assert (tmp_path / "v1" / "ok.txt").read_text() == "fine\n"
+
+
+def test_symlinked_folder_in_destination_is_not_written_through(tmp_path: Path, file_store: str) -> None:
+    src = tmp_path / "src"
+    write_tree(src, {"sub/secret.txt": "data\n"})
+    ws = Workspace.init(src, file_store)
+    ws.snapshot(progress=None)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    os.symlink(outside, dest / "sub")
+    with pytest.raises(UnsafePath, match="symlink"):
+        Workspace.restore(file_store, ws.workspace_id, dest, progress=None)
+    assert list(outside.iterdir()) == []
+
+
+def test_symlink_chain_resolving_outside_is_removed(tmp_path: Path, file_store: str) -> None:
+    # Each link is lexically inside, but together they resolve outside.
+    ws = _workspace(tmp_path, file_store)
+
+    def mutate(obj: dict) -> None:
+        obj["files"] += [{"path": "d1/d2/d3/x", "type": "symlink", "target": "../.."},
+                         {"path": "d1/d2/d3/y", "type": "symlink", "target": "x/../../.."}]
+    _publish_raw(ws, mutate)
+    dest = tmp_path / "dest"
+    with pytest.raises(UnsafePath, match="outside"):
+        Workspace.restore(file_store, ws.workspace_id, dest, progress=None)
+    assert not os.path.lexists(dest / "d1" / "d2" / "d3" / "y")
+
+
+def test_manifest_records_validate_on_the_way_in() -> None:
+    good = {"format": "jupyter-portable.manifest", "schema": 1, "workspace_id": "ws-abc", "version": 1,
+            "parent": None, "created": "2026-01-01T00:00:00Z", "message": "", "epoch": 0, "files": [],
+            "checkpoints": [], "runtime": None, "next_action": None, "allocations": []}
+    assert Manifest.from_json(good).version == 1
+    for bad in ({"schema": 2}, {"version": 0}, {"workspace_id": "../x"}, {"files": {}},
+                {"format": "other"}, {"parent": {"version": 1, "manifest": "0" * 64}}):
+        with pytest.raises(ManifestError):
+            Manifest.from_json(dict(good, **bad))
+    with pytest.raises(ManifestError):
+        Manifest.from_bytes(b"{not json")
