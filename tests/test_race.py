@@ -27,6 +27,26 @@ def _linear(store: Store, ws: str) -> list[int]:
     return versions
 
 
+def _race(store_url: str, candidates: list, expected: int) -> list[object]:
+    """Publish every candidate at once from its own thread; each result or ConflictError."""
+    barrier = threading.Barrier(len(candidates))
+    results: list[object] = [None] * len(candidates)
+
+    def publish(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = Store.open(store_url).publish(candidates[i], expected_version=expected, epoch=0)
+        except ConflictError as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=publish, args=(i,)) for i in range(len(candidates))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
 def test_concurrent_publishes_of_one_version_one_wins(store_url: str, tmp_path: Path) -> None:
     src = tmp_path / "src"
     write_tree(src, {"a.txt": "a"})
@@ -39,21 +59,7 @@ def test_concurrent_publishes_of_one_version_one_wins(store_url: str, tmp_path: 
         candidates = [replace(base, version=head.version + 1, message=f"writer {i}",
                               parent=ParentRef(head.version, head.manifest or ""))
                       for i in range(6)]
-        barrier = threading.Barrier(len(candidates))
-        results: list[object] = [None] * len(candidates)
-
-        def publish(i: int) -> None:
-            barrier.wait()
-            try:
-                results[i] = Store.open(store_url).publish(candidates[i], expected_version=head.version, epoch=0)
-            except ConflictError as exc:
-                results[i] = exc
-
-        threads = [threading.Thread(target=publish, args=(i,)) for i in range(len(candidates))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        results = _race(store_url, candidates, head.version)
         wins = [r for r in results if isinstance(r, str)]
         losses = [r for r in results if isinstance(r, ConflictError)]
         assert len(wins) == 1 and len(losses) == len(candidates) - 1, results
