@@ -1,0 +1,30 @@
+# The two commands of the README:
+#   make demo   set everything up in .venv and start JupyterLab on the demo workspace
+#   make test   set everything up in .venv and run every test
+# Both are safe to run again: set-up is skipped when nothing it depends on changed.
+
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+PYTHON ?= python3
+
+.PHONY: setup demo test lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/setup.sh
+	PYTHON=$(PYTHON) scripts/setup.sh
+	touch $(STAMP)
+
+demo: setup
+	$(PY) scripts/demo.py --start
+
+test: setup
+	$(VENV)/bin/ruff check jupyter_portable tests bench scripts
+	$(PY) -m pytest
+
+bench: setup
+	$(PY) bench/snapshot.py
+
+clean:
+	rm -rf $(VENV) demo test-output

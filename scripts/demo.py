@@ -1,0 +1,78 @@
+"""Prepare the demo workspace (once) and start JupyterLab on it.
+
+The demo lives in ``demo/`` at the repo root (git-ignored): ``demo/workspace`` is the
+workspace copy and ``demo/store`` its local store. Running this again reuses both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "demo"
+WORKSPACE = DEMO / "workspace"
+STORE = DEMO / "store"
+
+WELCOME = [
+    new_markdown_cell(
+        "# jupyter-portable demo\n\n"
+        "This folder is a **workspace**: its files live durably in a store "
+        f"(here the local folder `{STORE}`), not on this machine. "
+        "Every snapshot is a verified, immutable version."),
+    new_code_cell("!jupyter portable status"),
+    new_code_cell("# Make some work worth keeping\n"
+                  "import json, random\n"
+                  "json.dump({'step': 100, 'loss': random.random()}, open('results/metrics.json', 'w'))"),
+    new_code_cell("!jupyter portable snapshot -m 'after step 100'"),
+    new_code_cell("!jupyter portable log"),
+    new_markdown_cell("Restore any version anywhere, then check it byte for byte:"),
+    new_code_cell("import subprocess, json\n"
+                  "ws = json.loads(subprocess.check_output(['jupyter', 'portable', 'status', '--json']))\n"
+                  "print(ws['workspace_id'], ws['store'])\n"
+                  "!jupyter portable restore --store {ws['store']} --workspace {ws['workspace_id']} /tmp/portable-demo-copy\n"
+                  "!cd /tmp/portable-demo-copy && jupyter portable verify"),
+]
+
+
+def prepare() -> None:
+    from jupyter_portable import Workspace
+
+    (WORKSPACE / "results").mkdir(parents=True, exist_ok=True)
+    nb_path = WORKSPACE / "welcome.ipynb"
+    if not nb_path.exists():
+        nbformat.write(new_notebook(cells=WELCOME, metadata={"kernelspec": {
+            "name": "python3", "display_name": "Python 3", "language": "python"}}), nb_path)
+    readme = WORKSPACE / "README.md"
+    if not readme.exists():
+        readme.write_text("A demo workspace. Open welcome.ipynb.\n")
+    if not (WORKSPACE / ".portable" / "workspace.json").exists():
+        ws = Workspace.init(WORKSPACE, f"file://{STORE}")
+        ws.snapshot("demo workspace created", progress=sys.stderr)
+    print(f"demo workspace: {WORKSPACE} (store file://{STORE})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--start", action="store_true", help="start JupyterLab after preparing")
+    parser.add_argument("--port", default=os.environ.get("PORTABLE_DEMO_PORT", "8888"))
+    args = parser.parse_args()
+    prepare()
+    if args.start:
+        bin_dir = Path(sys.executable).parent
+        os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+        argv = [str(bin_dir / "jupyter"), "lab", f"--ServerApp.root_dir={WORKSPACE}",
+                f"--port={args.port}", "--ip=127.0.0.1"]
+        if os.geteuid() == 0:
+            argv.append("--allow-root")
+        os.execv(argv[0], argv)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

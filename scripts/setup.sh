@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Create .venv at the repo root and install the project with its test extras.
+# Installs the Debian packages the tests need first, if any are missing (as root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+
+# Debian packages the test suite needs (none yet beyond Python; later layers add
+# openssh-server and chromium here).
+APT_PACKAGES=()
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "error: missing Debian packages: ${missing[*]} (run as root or install them)" >&2
+        exit 1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[test]"
+echo "set-up done: .venv"
