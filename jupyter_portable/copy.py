@@ -104,8 +104,9 @@ class WorkspaceCopy:
     def write_config(self, config: CopyConfig) -> None:
         atomic_write(self.config_path, config.to_bytes())
 
-    # The stat cache: path -> [size, mtime_ns, ctime_ns, inode] or None, plus the entry.
-    def read_statcache(self, version: int) -> dict[str, list[Any]] | None:
+    # The stat cache: path -> [size, mtime_ns, ctime_ns, inode] for a file whose bytes
+    # are those of the version's entry, the target for a symlink, or None (re-read it).
+    def read_statcache(self, version: int) -> dict[str, Any] | None:
         try:
             obj = json.loads((self.meta / "statcache.json").read_bytes())
         except (OSError, ValueError):
@@ -115,7 +116,7 @@ class WorkspaceCopy:
         entries = obj.get("entries")
         return entries if isinstance(entries, dict) else None
 
-    def write_statcache(self, version: int, entries: dict[str, list[Any]]) -> None:
+    def write_statcache(self, version: int, entries: dict[str, Any]) -> None:
         body = json.dumps({"version": version, "entries": entries}, separators=(",", ":"))
         atomic_write(self.meta / "statcache.json", body.encode())
 

@@ -69,7 +69,7 @@ def fetch_pending(copy: WorkspaceCopy, path: str | None = None, progress: Progre
             cache = copy.read_statcache(manifest.version)
             if cache is not None:
                 st = os.stat(copy.root / entry.path)
-                cache[entry.path] = [[st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino], entry.to_json()]
+                cache[entry.path] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
                 copy.write_statcache(manifest.version, cache)
     return entry.path
 

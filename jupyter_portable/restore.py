@@ -89,7 +89,7 @@ class Placer:
     def commit(self, tmp: str, entry: FileEntry) -> None:
         """Rename a verified temp file into place with the entry's mode and mtime."""
         full = self.target(entry.path)
-        os.chmod(tmp, entry.mode & 0o7777)
+        os.chmod(tmp, entry.mode & 0o777)
         os.utime(tmp, ns=(entry.mtime_ns, entry.mtime_ns))
         if os.path.isdir(full) and not os.path.islink(full):
             os.unlink(tmp)
@@ -113,10 +113,20 @@ class Placer:
                 raise UsageError(f"{entry.path!r} in {self.root} is a folder, but the version has a symlink")
             os.unlink(full)
         os.symlink(entry.target, full)
-        real = os.path.realpath(full)
-        if real != self.real_root and not real.startswith(self.real_root + os.sep):
-            os.unlink(full)
-            raise UnsafePath(f"symlink {entry.path!r} -> {entry.target!r} resolves outside {self.root}")
+
+    def check_links(self, links: list[FileEntry]) -> None:
+        """Once every link exists, resolve each for real: links that are each lexically
+        inside can still lead outside together. Any escape removes them all."""
+        for entry in links:
+            real = os.path.realpath(os.path.join(self.root, entry.path))
+            if real != self.real_root and not real.startswith(self.real_root + os.sep):
+                for other in links:
+                    try:
+                        os.unlink(os.path.join(self.root, other.path))
+                    except FileNotFoundError:
+                        pass
+                raise UnsafePath(f"symlink {entry.path!r} -> {entry.target!r} resolves outside {self.root}; "
+                                 "no symlink was restored")
 
 
 def already_there(root: Path, entry: FileEntry) -> bool:
@@ -206,7 +216,7 @@ def materialize(store: Store, manifest: Manifest, root: Path, entries: Iterable[
         if e.target is not None:
             links.append(e)
         elif already_there(root, e):
-            os.chmod(placer.target(e.path), e.mode & 0o7777)
+            os.chmod(placer.target(e.path), e.mode & 0o777)
             os.utime(os.path.join(root, e.path), ns=(e.mtime_ns, e.mtime_ns))
             progress.add(files=1, nbytes=e.size)
         elif e.pack is not None:
@@ -228,6 +238,7 @@ def materialize(store: Store, manifest: Manifest, root: Path, entries: Iterable[
     for e in links:
         placer.link(e)
         progress.add(files=1)
+    placer.check_links(links)
     return fetched
 
 
@@ -269,15 +280,15 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
                 removed.append(f.path)
 
     copy.write_config(CopyConfig(workspace_id, store.url, manifest.version, head.epoch))
-    stats: dict[str, list[Any]] = {}
+    stats: dict[str, Any] = {}
     for e in now:
-        key = None
         if e.target is None:
             st = os.stat(os.path.join(dest, e.path))
-            key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-        stats[e.path] = [key, e.to_json()]
+            stats[e.path] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        else:
+            stats[e.path] = e.target
     for e in pending:
-        stats[e.path] = [None, e.to_json()]
+        stats[e.path] = None
     copy.write_statcache(manifest.version, stats)
     if pending:
         write_pending(copy, manifest.version, pending)

@@ -29,6 +29,7 @@ PACK_TARGET = 8 * 1024 * 1024  # a pack is flushed once it holds this much
 INFLIGHT_MAX = 256 * 1024 * 1024  # bytes read but not yet durable
 RACY_NS = 2_000_000_000  # files modified this recently are re-hashed next time
 BATCH = 128  # small files per hashing task
+PERMS = 0o777  # setuid, setgid and sticky bits are never recorded or restored
 
 
 @dataclass
@@ -161,7 +162,7 @@ def _hash_small(root: str, f: Found, up: _Uploader, known_blobs: dict[str, dict[
             raise _Unstable(f.path)
     h = digest(data)
     entry: dict[str, Any] = {"path": f.path, "type": "file", "size": len(data),
-                             "mode": f.st.st_mode & 0o7777, "hash": h, "mtime_ns": f.st.st_mtime_ns}
+                             "mode": f.st.st_mode & PERMS, "hash": h, "mtime_ns": f.st.st_mtime_ns}
     if not data:
         entry["parts"] = []
     elif h in known_blobs:
@@ -187,7 +188,7 @@ def _hash_large(root: str, f: Found, up: _Uploader, known_parts: set[str]) -> di
             up.progress.add(nbytes=len(data))
         if sum(n for _, n in parts) != f.st.st_size or not _same(f.st, os.fstat(fh.fileno())):
             raise _Unstable(f.path)
-    return {"path": f.path, "type": "file", "size": f.st.st_size, "mode": f.st.st_mode & 0o7777,
+    return {"path": f.path, "type": "file", "size": f.st.st_size, "mode": f.st.st_mode & PERMS,
             "hash": whole.hexdigest(), "mtime_ns": f.st.st_mtime_ns, "parts": parts}
 
 
@@ -217,26 +218,30 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
     started_ns = time.time_ns()
     progress.set_stage("scanning")
     found = walk(copy.root)
-    cache = copy.read_statcache(cfg.version) if not force else None
-    base_manifest: Manifest | None = None
-    if cache is None:
-        cache = {}
-        if base_version:
-            base_manifest = store.read_manifest(ws, base_version)
-            cache = {f.path: [None, f.to_json()] for f in base_manifest.files}
+    keys = copy.read_statcache(cfg.version) if not force else None
+    if keys is not None and base_version and len(keys) == len(found) \
+            and all(keys.get(f.path) == f.key for f in found):
+        # Every file's size, mtime, ctime and inode (every link's target) are as
+        # recorded for the base version: nothing changed, nothing to read.
+        total = sum(f.st.st_size for f in found if f.target is None)
+        progress.done(f"no changes since version {base_version} ({len(found)} files, {human_bytes(total)})")
+        return SnapshotResult(ws, base_version, len(found), total, 0, False, [], 0)
+    keys = keys or {}
+    base_manifest = store.read_manifest(ws, base_version) if base_version else None
+    base = {e.path: e.to_json() for e in base_manifest.files} if base_manifest else {}
 
     entries: dict[str, dict[str, Any]] = {}
-    new_stats: dict[str, list[int] | None] = {}
+    new_stats: dict[str, list[int] | str | None] = {}
     todo_small: list[Found] = []
     todo_large: list[Found] = []
     for f in found:
         key = f.key
-        hit = cache.get(f.path)
+        prev = base.get(f.path)
         if f.target is not None:
             entries[f.path] = {"path": f.path, "type": "symlink", "target": f.target}
-            new_stats[f.path] = None
-        elif hit is not None and hit[0] == key:
-            entries[f.path] = hit[1]
+            new_stats[f.path] = key
+        elif prev is not None and prev["type"] == "file" and keys.get(f.path) == key:
+            entries[f.path] = prev
             new_stats[f.path] = key
         elif f.st.st_size < SMALL_MAX:
             todo_small.append(f)
@@ -249,7 +254,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
     if todo_small or todo_large:
         known_blobs: dict[str, dict[str, Any]] = {}
         known_parts: set[str] = set()
-        for _, e in cache.values():
+        for e in base.values():
             if e.get("pack"):
                 known_blobs[e["hash"]] = e["pack"]
             for h, _n in e.get("parts") or ():
@@ -313,15 +318,14 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
                 new_stats[e.path] = None
     # A file that changed while read keeps its previous version, if it had one.
     for path in skipped:
-        prev = cache.get(path)
-        if prev is not None:
-            entries[path] = prev[1]
+        if path in base:
+            entries[path] = base[path]
             new_stats[path] = None
 
     ordered = [entries[p] for p in sorted(entries)]
     total = sum(e.get("size", 0) for e in ordered)
-    unchanged = bool(base_version) and len(ordered) == len(cache) and all(
-        p in cache and _identity(cache[p][1]) == _identity(entries[p]) for p in entries)
+    unchanged = bool(base_version) and len(ordered) == len(base) and all(
+        p in base and _identity(base[p]) == _identity(entries[p]) for p in entries)
     if unchanged and not force:
         version = base_version
         _write_cache(copy, version, entries, new_stats, started_ns)
@@ -330,8 +334,6 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
                               len(todo_small) + len(todo_large))
 
     # Carry the records later layers keep (checkpoints, runtime, ...) forward.
-    if base_version and (base_manifest is None or base_manifest.version != base_version):
-        base_manifest = store.read_manifest(ws, base_version)
     head, _ = store.read_head(ws)
     parent = None
     if base_version:
@@ -368,13 +370,13 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
 
 
 def _write_cache(copy: WorkspaceCopy, version: int, entries: dict[str, dict[str, Any]],
-                 stats: dict[str, list[int] | None], started_ns: int) -> None:
-    out: dict[str, list[Any]] = {}
-    for path, e in entries.items():
+                 stats: dict[str, list[int] | str | None], started_ns: int) -> None:
+    out: dict[str, list[int] | str | None] = {}
+    for path in entries:
         key = stats.get(path)
-        if key is not None and key[1] >= started_ns - RACY_NS:
-            key = None  # too fresh to trust: same-tick writes would be missed
-        out[path] = [key, e]
+        if isinstance(key, list) and key[1] >= started_ns - RACY_NS:
+            key = None  # too fresh to trust: a write in the same clock tick would be missed
+        out[path] = key
     try:
         copy.write_statcache(version, out)
     except OSError as exc:

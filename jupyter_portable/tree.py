@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import stat as statmod
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +22,23 @@ DEFAULT_IGNORES = (
     ".venv/",
     "node_modules/",
 )
+
+
+def _matcher(spec: pathspec.PathSpec) -> Callable[[str], bool]:
+    """A fast ``match_file``: one combined regex when no pattern negates (the usual
+    case); pathspec's own last-match-wins loop otherwise."""
+    patterns = [p for p in spec.patterns if p.include is not None]
+    if any(not p.include for p in patterns) or not all(hasattr(p, "regex") for p in patterns):
+        return spec.match_file
+    if not patterns:
+        return lambda _path: False
+    try:
+        combined = re.compile("|".join(
+            f"(?:{re.sub(r'[(][?]P<[A-Za-z_][A-Za-z0-9_]*>', '(?:', p.regex.pattern)})" for p in patterns))
+    except re.error:
+        return spec.match_file
+    match = combined.match
+    return lambda path: match(path) is not None
 
 
 def ignore_spec(root: Path) -> pathspec.PathSpec:
@@ -41,8 +60,12 @@ class Found:
     target: str | None = None
 
     @property
-    def key(self) -> list[int]:
-        return [self.st.st_size, self.st.st_mtime_ns, self.st.st_ctime_ns, self.st.st_ino]
+    def key(self) -> list[int] | str:
+        """What the stat cache remembers: stat fields for a file, the target for a symlink."""
+        if self.target is not None:
+            return self.target
+        st = self.st
+        return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
 def walk(root: Path, *, warn: bool = True) -> list[Found]:
@@ -52,7 +75,8 @@ def walk(root: Path, *, warn: bool = True) -> list[Found]:
     points outside the workspace is skipped with a warning.
     """
     spec = ignore_spec(root)
-    match = spec.match_file
+    match = _matcher(spec)
+    real_root = os.path.realpath(root)
     found: list[Found] = []
     stack = [("", str(root))]
     while stack:
@@ -89,6 +113,9 @@ def walk(root: Path, *, warn: bool = True) -> list[Found]:
                 target = os.readlink(entry.path)
                 try:
                     check_link_target(rel, target)
+                    real = os.path.realpath(entry.path)
+                    if real != real_root and not real.startswith(real_root + os.sep):
+                        raise UnsafePath(f"symlink {rel!r} resolves outside the workspace")
                 except UnsafePath as exc:
                     if warn:
                         print(f"warning: skipping {exc}", file=sys.stderr)

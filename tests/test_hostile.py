@@ -133,3 +133,37 @@ def test_manifest_records_validate_on_the_way_in() -> None:
             Manifest.from_json(dict(good, **bad))
     with pytest.raises(ManifestError):
         Manifest.from_bytes(b"{not json")
+
+
+def test_links_that_escape_only_together_are_refused(tmp_path: Path, file_store: str) -> None:
+    # `a` is checked before `p/L` exists; only once both exist does `a` lead outside.
+    ws = _workspace(tmp_path, file_store)
+
+    def mutate(obj: dict) -> None:
+        obj["files"] += [{"path": "a", "type": "symlink", "target": "p/L/../../escaped"},
+                         {"path": "p/L", "type": "symlink", "target": "../q"}]
+    _publish_raw(ws, mutate)
+    dest = tmp_path / "dest"
+    with pytest.raises(UnsafePath, match="outside"):
+        Workspace.restore(file_store, ws.workspace_id, dest, progress=None)
+    assert not os.path.lexists(dest / "a") and not os.path.lexists(dest / "p" / "L")
+
+
+def test_special_mode_bits_are_not_restored(tmp_path: Path, file_store: str) -> None:
+    ws = _workspace(tmp_path, file_store)
+    _publish_raw(ws, _set("mode", 0o4755))
+    dest = tmp_path / "dest"
+    Workspace.restore(file_store, ws.workspace_id, dest, progress=None)
+    assert (dest / "ok.txt").stat().st_mode & 0o7777 == 0o755
+    assert Workspace.find(dest).verify().ok
+
+
+def test_files_older_than_1970_snapshot_and_restore(tmp_path: Path, file_store: str) -> None:
+    src = tmp_path / "src"
+    write_tree(src, {"old.txt": "from the past"})
+    os.utime(src / "old.txt", ns=(-10**18, -10**18))
+    ws = Workspace.init(src, file_store)
+    assert ws.snapshot(progress=None).version == 1
+    dest = tmp_path / "dest"
+    Workspace.restore(file_store, ws.workspace_id, dest, progress=None)
+    assert (dest / "old.txt").stat().st_mtime_ns == -10**18

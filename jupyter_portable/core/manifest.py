@@ -140,7 +140,7 @@ class FileEntry:
         if mode > _MAX_MODE:
             raise ManifestError(f"mode of {path!r} is out of range: {mode}")
         digest = check_hash(obj["hash"], f"hash of {path!r}")
-        mtime_ns = _int(obj["mtime_ns"], f"mtime_ns of {path!r}")
+        mtime_ns = _int(obj["mtime_ns"], f"mtime_ns of {path!r}", minimum=-(2**63))
         if has_pack:
             p = _keys(obj["pack"], f"pack of {path!r}", ("id", "offset", "length"))
             ref = PackRef(check_hash(p["id"], f"pack of {path!r}"),
@@ -249,8 +249,9 @@ class Manifest:
             pref = ParentRef(_int(parent["version"], "parent version", minimum=1),
                              check_hash(parent["manifest"], "parent manifest"))
         version = _int(obj["version"], "manifest version", minimum=1)
-        if pref is not None and pref.version >= version:
-            raise ManifestError(f"parent version {pref.version} is not older than {version}")
+        if (pref is None) != (version == 1) or (pref is not None and pref.version != version - 1):
+            raise ManifestError(f"manifest version {version} must have parent version {version - 1}"
+                                if version > 1 else "manifest version 1 must have no parent")
         raw_files = obj["files"]
         if not isinstance(raw_files, list):
             raise ManifestError("manifest files must be a list")

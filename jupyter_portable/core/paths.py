@@ -38,8 +38,8 @@ def check_link_target(path: str, target: object) -> str:
     """Return a symlink's ``target`` if, resolved from ``path``, it stays inside the workspace."""
     if not isinstance(target, str) or not target:
         raise UnsafePath(f"symlink {path!r} has no target")
-    if "\x00" in target:
-        raise UnsafePath(f"symlink {path!r} target contains a NUL byte")
+    if "\x00" in target or "\\" in target:
+        raise UnsafePath(f"symlink {path!r} target contains a NUL byte or a backslash")
     if target.startswith("/"):
         raise UnsafePath(f"symlink {path!r} points to absolute path {target!r}")
     resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
