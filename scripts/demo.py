@@ -35,7 +35,8 @@ WELCOME = [
     new_code_cell("import subprocess, json\n"
                   "ws = json.loads(subprocess.check_output(['jupyter', 'portable', 'status', '--json']))\n"
                   "print(ws['workspace_id'], ws['store'])\n"
-                  "!jupyter portable restore --store {ws['store']} --workspace {ws['workspace_id']} /tmp/portable-demo-copy\n"
+                  "!jupyter portable restore --store {ws['store']} --workspace {ws['workspace_id']} "
+                  "/tmp/portable-demo-copy\n"
                   "!cd /tmp/portable-demo-copy && jupyter portable verify"),
 ]
 
