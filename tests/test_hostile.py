@@ -76,20 +76,20 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
-def test_hostile_manifest_is_refused(case: str, tmp_path: Path, file_store: str, cli) -> None:
+def test_hostile_manifest_is_refused(case: str, tmp_path: Path, store_url: str, cli) -> None:
     mutate, error = HOSTILE[case]
-    ws = _workspace(tmp_path, file_store)
+    ws = _workspace(tmp_path, store_url)
     _publish_raw(ws, mutate)
     outside = tmp_path / "outside.txt"
     dest = tmp_path / "deep" / "er" / "dest"
     with pytest.raises(error):
-        Workspace.restore(file_store, ws.workspace_id, dest, progress=None)
-    proc = cli("restore", "--store", file_store, "--workspace", ws.workspace_id, str(dest), check=False)
+        Workspace.restore(store_url, ws.workspace_id, dest, progress=None)
+    proc = cli("restore", "--store", store_url, "--workspace", ws.workspace_id, str(dest), check=False)
     assert proc.returncode == 1 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1
     assert not outside.exists()
     assert not list(dest.rglob("*")) if dest.exists() else True
     # Version 1, which is sound, still restores.
-    Workspace.restore(file_store, ws.workspace_id, tmp_path / "v1", version=1, progress=None)
+    Workspace.restore(store_url, ws.workspace_id, tmp_path / "v1", version=1, progress=None)
     assert (tmp_path / "v1" / "ok.txt").read_text() == "fine\n"
 
 
