@@ -106,18 +106,21 @@ class WorkspaceCopy:
 
     # The stat cache: path -> [size, mtime_ns, ctime_ns, inode] for a file whose bytes
     # are those of the version's entry, the target for a symlink, or None (re-read it).
-    def read_statcache(self, version: int) -> dict[str, Any] | None:
+    def read_statcache(self, version: int, fingerprint: str | None = None) -> dict[str, Any] | None:
+        """The cache if it was written for ``version`` (and, if given, environment ``fingerprint``)."""
         try:
             obj = json.loads((self.meta / "statcache.json").read_bytes())
         except (OSError, ValueError):
             return None
         if not isinstance(obj, dict) or obj.get("version") != version:
             return None
+        if fingerprint is not None and obj.get("env") != fingerprint:
+            return None
         entries = obj.get("entries")
         return entries if isinstance(entries, dict) else None
 
-    def write_statcache(self, version: int, entries: dict[str, Any]) -> None:
-        body = json.dumps({"version": version, "entries": entries}, separators=(",", ":"))
+    def write_statcache(self, version: int, entries: dict[str, Any], fingerprint: str | None = None) -> None:
+        body = json.dumps({"version": version, "env": fingerprint, "entries": entries}, separators=(",", ":"))
         atomic_write(self.meta / "statcache.json", body.encode())
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,25 @@ class SnapshotResult:
         return {"workspace_id": self.workspace_id, "version": self.version, "files": self.files,
                 "bytes": self.bytes, "new_bytes": self.new_bytes, "changed": self.changed,
                 "skipped": self.skipped, "hashed": self.hashed}
+
+
+@dataclass
+class Extras:
+    """What a caller adds to the version a snapshot publishes.
+
+    ``fingerprint`` names the environment cheaply: when it differs from the one the
+    stat cache remembers, the no-change shortcut is not taken. ``runtime`` is called
+    only when a version is published, with the base manifest, and returns the runtime
+    record (it may store objects first). ``before_publish`` sees the entries about to
+    be published and returns checkpoint records to add and paths to keep at their base
+    version (a checkpoint whose read-back failed is not published).
+    """
+
+    fingerprint: str | None = None
+    runtime: Callable[[Manifest | None], dict[str, Any] | None] | None = None
+    next_action: dict[str, Any] | None = None
+    before_publish: Callable[[dict[str, dict[str, Any]], Manifest | None],
+                             tuple[list[dict[str, Any]], set[str]]] | None = None
 
 
 class _Uploader:
@@ -197,7 +217,7 @@ def _identity(e: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: bool = False,
-             progress: Progress | None = None) -> SnapshotResult:
+             progress: Progress | None = None, extras: Extras | None = None) -> SnapshotResult:
     """Publish the copy's files as the workspace's next version (or report no change)."""
     cfg: CopyConfig = copy.read_config()
     progress = progress or Progress("snapshot")
@@ -218,8 +238,9 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
     started_ns = time.time_ns()
     progress.set_stage("scanning")
     found = walk(copy.root)
-    keys = copy.read_statcache(cfg.version) if not force else None
-    if keys is not None and base_version and len(keys) == len(found) \
+    extras = extras or Extras()
+    keys = copy.read_statcache(cfg.version, extras.fingerprint) if not force else None
+    if keys is not None and base_version and extras.before_publish is None and len(keys) == len(found) \
             and all(keys.get(f.path) == f.key for f in found):
         # Every file's size, mtime, ctime and inode (every link's target) are as
         # recorded for the base version: nothing changed, nothing to read.
@@ -322,13 +343,28 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
             entries[path] = base[path]
             new_stats[path] = None
 
+    new_checkpoints: list[dict[str, Any]] = []
+    if extras.before_publish is not None:
+        new_checkpoints, revert = extras.before_publish(entries, base_manifest)
+        for path in revert:  # back to what the base version had there, or absent
+            for p in [p for p in entries if p == path or p.startswith(path + "/")]:
+                del entries[p]
+                new_stats.pop(p, None)
+            for p in [p for p in base if p == path or p.startswith(path + "/")]:
+                entries[p] = base[p]
+
     ordered = [entries[p] for p in sorted(entries)]
     total = sum(e.get("size", 0) for e in ordered)
-    unchanged = bool(base_version) and len(ordered) == len(base) and all(
+    unchanged = bool(base_version) and not new_checkpoints and len(ordered) == len(base) and all(
         p in base and _identity(base[p]) == _identity(entries[p]) for p in entries)
+    runtime = base_manifest.runtime if base_manifest else None
+    if extras.runtime is not None:
+        runtime = extras.runtime(base_manifest)
+        if base_manifest is not None and runtime != base_manifest.runtime:
+            unchanged = False
     if unchanged and not force:
         version = base_version
-        _write_cache(copy, version, entries, new_stats, started_ns)
+        _write_cache(copy, version, entries, new_stats, started_ns, extras.fingerprint)
         progress.done(f"no changes since version {version} ({len(ordered)} files, {human_bytes(total)})")
         return SnapshotResult(ws, version, len(ordered), total, up.new_bytes, False, sorted(skipped),
                               len(todo_small) + len(todo_large))
@@ -347,9 +383,10 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
         workspace_id=ws, version=base_version + 1, created=now_iso(),
         files=tuple(FileEntry.from_json(e) for e in ordered), parent=parent, message=message,
         epoch=cfg.epoch,
-        checkpoints=base_manifest.checkpoints if base_manifest else (),
-        runtime=base_manifest.runtime if base_manifest else None,
-        next_action=base_manifest.next_action if base_manifest else None,
+        checkpoints=(base_manifest.checkpoints if base_manifest else ()) + tuple(new_checkpoints),
+        runtime=runtime,
+        next_action=extras.next_action if extras.next_action is not None
+        else (base_manifest.next_action if base_manifest else None),
         allocations=base_manifest.allocations if base_manifest else (),
     )
     progress.set_stage("publishing")
@@ -360,7 +397,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
     cfg.version = manifest.version
     copy.write_config(cfg)
     copy.clear_intent()
-    _write_cache(copy, manifest.version, entries, new_stats, started_ns)
+    _write_cache(copy, manifest.version, entries, new_stats, started_ns, extras.fingerprint)
     progress.done(f"published version {manifest.version}: {len(ordered)} files, {human_bytes(total)}, "
                   f"{human_bytes(up.new_bytes)} new"
                   + (f"; {len(skipped)} file(s) changed while read, left for the next snapshot"
@@ -370,7 +407,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
 
 
 def _write_cache(copy: WorkspaceCopy, version: int, entries: dict[str, dict[str, Any]],
-                 stats: dict[str, list[int] | str | None], started_ns: int) -> None:
+                 stats: dict[str, list[int] | str | None], started_ns: int, fingerprint: str | None) -> None:
     out: dict[str, list[int] | str | None] = {}
     for path in entries:
         key = stats.get(path)
@@ -378,7 +415,7 @@ def _write_cache(copy: WorkspaceCopy, version: int, entries: dict[str, dict[str,
             key = None  # too fresh to trust: a write in the same clock tick would be missed
         out[path] = key
     try:
-        copy.write_statcache(version, out)
+        copy.write_statcache(version, out, fingerprint)
     except OSError as exc:
         raise PortableError(f"cannot write the stat cache in {copy.meta}: {exc.strerror}") from exc
 

@@ -273,6 +273,14 @@ class Manifest:
         for name in ("runtime", "next_action"):
             if obj[name] is not None and not isinstance(obj[name], dict):
                 raise ManifestError(f"manifest {name} must be an object or null")
+        from .records import CheckpointRecord, check_allocation, check_next_action
+
+        ids = [CheckpointRecord.from_json(c).id for c in obj["checkpoints"]]
+        if len(set(ids)) != len(ids):
+            raise ManifestError("manifest checkpoints repeat an id")
+        check_next_action(obj["next_action"])
+        for a in obj["allocations"]:
+            check_allocation(a)
         return cls(
             workspace_id=check_workspace_id(obj["workspace_id"]),
             version=version,

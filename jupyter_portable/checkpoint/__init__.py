@@ -1,0 +1,1 @@
+"""Checkpoints: the write check and the registry."""

@@ -1,0 +1,142 @@
+"""The manifest's other records: checkpoints, next action and allocation history.
+
+Each is a plain JSON object inside the manifest, validated here on the way in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ManifestError
+from .manifest import check_hash
+from .paths import check_relpath
+
+CHECKPOINT_STATUSES = ("verified", "rejected")
+CHECKPOINT_KINDS = ("file", "directory")
+
+
+def _opt(obj: dict, key: str, types: type | tuple[type, ...], what: str) -> Any:
+    """``obj[key]`` if absent, null or of ``types`` (booleans never count as numbers)."""
+    value = obj.get(key)
+    if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+        raise ManifestError(f"{what}: {key} has the wrong type ({type(value).__name__})")
+    return value
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """One registered checkpoint and the outcome of its write check."""
+
+    id: int
+    path: str
+    status: str
+    created: str
+    step: int | None = None
+    note: str = ""
+    reason: str | None = None
+    format: str | None = None
+    kind: str = "file"
+    hash: str | None = None  # the file's BLAKE3, or for a directory the BLAKE3 of its listing
+    size: int = 0
+    files: int = 1
+    version: int | None = None  # the manifest version that published it
+
+    @property
+    def verified(self) -> bool:
+        return self.status == "verified"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "path": self.path, "status": self.status, "created": self.created,
+                "step": self.step, "note": self.note, "reason": self.reason, "format": self.format,
+                "kind": self.kind, "hash": self.hash, "size": self.size, "files": self.files,
+                "version": self.version}
+
+    @classmethod
+    def from_json(cls, obj: object) -> "CheckpointRecord":
+        if not isinstance(obj, dict):
+            raise ManifestError("a checkpoint record must be an object")
+        what = f"checkpoint {obj.get('path')!r}"
+        extra = set(obj) - set(cls.__dataclass_fields__)
+        if extra:
+            raise ManifestError(f"{what} has unknown field(s) {', '.join(sorted(extra))}")
+        status = obj.get("status")
+        if status not in CHECKPOINT_STATUSES:
+            raise ManifestError(f"{what}: status must be verified or rejected, got {status!r}")
+        kind = obj.get("kind", "file")
+        if kind not in CHECKPOINT_KINDS:
+            raise ManifestError(f"{what}: kind must be file or directory")
+        ident = obj.get("id")
+        if not isinstance(ident, int) or isinstance(ident, bool) or ident < 1:
+            raise ManifestError(f"{what}: id must be a positive integer")
+        step = _opt(obj, "step", int, what)
+        digest = obj.get("hash")
+        if status == "verified":
+            check_hash(digest, f"{what} hash")
+            if obj.get("reason") is not None:
+                raise ManifestError(f"{what}: a verified checkpoint has no rejection reason")
+        elif digest is not None:
+            check_hash(digest, f"{what} hash")
+        if status == "rejected" and not isinstance(obj.get("reason"), str):
+            raise ManifestError(f"{what}: a rejected checkpoint needs its reason")
+        size, files, version = obj.get("size", 0), obj.get("files", 1), obj.get("version")
+        for name, value in (("size", size), ("files", files)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ManifestError(f"{what}: {name} must be a non-negative integer")
+        if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
+            raise ManifestError(f"{what}: version must be a positive integer")
+        return cls(
+            id=ident, path=check_relpath(obj.get("path"), what="checkpoint path"), status=status,
+            created=str(_opt(obj, "created", str, what) or ""), step=step,
+            note=_opt(obj, "note", str, what) or "", reason=_opt(obj, "reason", str, what),
+            format=_opt(obj, "format", str, what), kind=kind, hash=digest, size=size, files=files,
+            version=version)
+
+
+def latest_verified(records: list[CheckpointRecord]) -> CheckpointRecord | None:
+    """The last verified checkpoint in registration order: rejected ones never count."""
+    for record in reversed(records):
+        if record.verified:
+            return record
+    return None
+
+
+def check_next_action(obj: object) -> dict[str, Any] | None:
+    """What ran last or is running, and what the user said comes next."""
+    if obj is None:
+        return None
+    if not isinstance(obj, dict):
+        raise ManifestError("next_action must be an object")
+    allowed = {"notebook", "cell_id", "execution_count", "state", "started", "finished", "text", "updated"}
+    extra = set(obj) - allowed
+    if extra:
+        raise ManifestError(f"next_action has unknown field(s) {', '.join(sorted(extra))}")
+    for key in ("notebook", "cell_id", "state", "started", "finished", "text", "updated"):
+        _opt(obj, key, str, "next_action")
+    _opt(obj, "execution_count", int, "next_action")
+    if obj.get("state") not in (None, "running", "finished", "failed"):
+        raise ManifestError("next_action state must be running, finished or failed")
+    return obj
+
+
+ALLOCATION_FIELDS = {"allocation_id", "provider", "offer", "gpu", "region", "started", "stopped",
+                     "stop_reason", "spend", "currency", "failures", "epoch", "state"}
+
+
+def check_allocation(obj: object) -> dict[str, Any]:
+    """One allocation of the workspace's history (filled in by the compute layer)."""
+    if not isinstance(obj, dict):
+        raise ManifestError("an allocation record must be an object")
+    extra = set(obj) - ALLOCATION_FIELDS
+    if extra:
+        raise ManifestError(f"allocation record has unknown field(s) {', '.join(sorted(extra))}")
+    if not isinstance(obj.get("allocation_id"), str) or not obj["allocation_id"]:
+        raise ManifestError("an allocation record needs its allocation_id")
+    for key in ("provider", "offer", "gpu", "region", "started", "stopped", "stop_reason", "currency", "state"):
+        _opt(obj, key, str, "allocation")
+    _opt(obj, "spend", (int, float), "allocation")
+    _opt(obj, "epoch", int, "allocation")
+    failures = obj.get("failures", [])
+    if not isinstance(failures, list) or not all(isinstance(f, str) for f in failures):
+        raise ManifestError("allocation failures must be a list of strings")
+    return obj
