@@ -1,7 +1,18 @@
-"""jupyter-portable: a durable workspace for notebooks on rented GPUs."""
+"""jupyter-portable: a durable workspace for notebooks on rented GPUs.
+
+In a notebook: ``%load_ext jupyter_portable`` adds ``%workspace``. In Python::
+
+    import jupyter_portable as jp
+    jp.checkpoint("ckpt.pt", step=2)      # write check, upload, read-back
+    jp.latest_checkpoint()                # the last verified one
+"""
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
+from .core.records import CheckpointRecord
 from .errors import (
     ConflictError,
     FencedError,
@@ -16,7 +27,54 @@ from .workspace import Workspace
 
 __version__ = "0.1.0"
 
+
+def _here() -> Workspace:
+    return Workspace.find(os.getcwd())
+
+
+def checkpoint(path: str | os.PathLike[str], step: int | None = None, note: str | None = None) -> CheckpointRecord:
+    """Register a checkpoint of the workspace around the current folder; verified or rejected."""
+    return _here().checkpoint(path, step=step, note=note or "")
+
+
+def latest_checkpoint() -> CheckpointRecord | None:
+    """The last verified checkpoint of the workspace around the current folder."""
+    return _here().latest_checkpoint()
+
+
+def checkpoints() -> list[CheckpointRecord]:
+    """Every registered checkpoint, oldest first."""
+    return _here().checkpoints()
+
+
+def panel() -> Any:
+    """The ipywidgets panel of the workspace around the current folder."""
+    from .panel import panel as make_panel
+
+    return make_panel(_here())
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext jupyter_portable``: the magics, next-action recording, auto-snapshot."""
+    from . import autosnapshot
+    from .magics import WorkspaceMagics
+    from .recorder import CellRecorder
+
+    ipython.register_magics(WorkspaceMagics)
+    CellRecorder.install(ipython)
+    autosnapshot.start(ipython, autosnapshot.default_minutes())
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    from . import autosnapshot
+    from .recorder import CellRecorder
+
+    CellRecorder.uninstall(ipython)
+    autosnapshot.stop_now()
+
+
 __all__ = [
+    "CheckpointRecord",
     "ConflictError",
     "FencedError",
     "IntegrityError",
@@ -27,4 +85,10 @@ __all__ = [
     "UsageError",
     "Workspace",
     "__version__",
+    "checkpoint",
+    "checkpoints",
+    "latest_checkpoint",
+    "load_ipython_extension",
+    "panel",
+    "unload_ipython_extension",
 ]

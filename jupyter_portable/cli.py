@@ -113,14 +113,10 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
                          for v in versions) or "no versions yet"
         return {"workspace_id": ws.workspace_id, "versions": versions}, text, 0
     if args.verb == "status":
+        from .report import format_status
+
         st = ws.status()
-        text = (f"workspace {st['workspace_id']} in {st['store']}\n"
-                f"this copy: version {st['version']} (latest: {st['head_version']})"
-                + ("\nFENCED: a newer allocation owns this workspace; this copy cannot publish"
-                   if st["fenced"] else "")
-                + (f"\npending (lazy restore): {len(st['pending'])} file(s)\n  " + "\n  ".join(st["pending"])
-                   if st["pending"] else ""))
-        return st, text, 0
+        return st, format_status(st), 0
     if args.verb == "verify":
         res = ws.verify(args.version)
         text = (f"ok: {res.files} files match version {res.version}" if res.ok else

@@ -30,7 +30,7 @@ class Progress:
         self.sink = sink
         tty = bool(stream is not None and stream.isatty())
         self.tty = tty
-        self.interval = interval if interval is not None else (0.25 if tty else 3.0)
+        self.interval = interval if interval is not None else (0.25 if tty or stream is None else 3.0)
         self.files_done = 0
         self.files_total = 0
         self.bytes_done = 0
@@ -66,7 +66,7 @@ class Progress:
 
     def tick(self, force: bool = False) -> None:
         now = time.monotonic()
-        if not self.tty and now - self._start < 2.0:
+        if self.stream is not None and not self.tty and now - self._start < 2.0:
             return  # short work in a log needs no progress lines, only its summary
         if not force and now - self._last < self.interval:
             return

@@ -5,20 +5,23 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 from .check import FsckResult, VerifyResult, fsck, verify_dir
 from .copy import CopyConfig, WorkspaceCopy, check_store_url
+from .core.manifest import Manifest
+from .core.records import CheckpointRecord
 from .errors import UsageError
 from .progress import Progress
 from .restore import RestoreResult, read_pending, restore
-from .snapshot import SnapshotResult, snapshot
+from .snapshot import Extras, SnapshotResult, snapshot
 from .store.repo import Store
 
 
-def _progress(label: str, stream: TextIO | None) -> Progress:
-    return Progress(label, stream=stream)
+def _progress(label: str, stream: TextIO | None, sink: Callable[[str], None] | None = None) -> Progress:
+    return Progress(label, stream=stream, sink=sink)
 
 
 def new_workspace_id() -> str:
@@ -90,11 +93,11 @@ class Workspace:
 
     # -- verbs -------------------------------------------------------------------------
 
-    def snapshot(self, message: str = "", *, force: bool = False,
-                 progress: TextIO | None = sys.stderr) -> SnapshotResult:
+    def snapshot(self, message: str = "", *, force: bool = False, progress: TextIO | None = sys.stderr,
+                 sink: Callable[[str], None] | None = None) -> SnapshotResult:
         """Publish the files as the next version (nothing is published if nothing changed)."""
         return snapshot(self.copy, self.store, message=message, force=force,
-                        progress=_progress("snapshot", progress))
+                        progress=_progress("snapshot", progress, sink), extras=self.extras())
 
     def log(self) -> list[dict[str, Any]]:
         """Every version, newest first."""
@@ -103,15 +106,39 @@ class Workspace:
                 for m in self.store.history(self.workspace_id)]
 
     def status(self) -> dict[str, Any]:
+        """Where this copy stands: version, head, fencing, pending files, the latest verified
+        checkpoint, this machine's runtime, the next action and the allocation."""
+        from .checkpoint.registry import latest
+        from .kernel_state import read_next_action
         from .snapshot import adopt_published
 
         cfg = self.config
         head, _ = self.store.read_head(cfg.workspace_id)
         cfg = adopt_published(self.copy, cfg, head.version, head.manifest)
         pending = [e.path for e in read_pending(self.copy)[1]]
+        manifest = self.store.read_manifest(cfg.workspace_id, cfg.version) if cfg.version else None
+        best = latest(manifest)
+        allocations = list(manifest.allocations) if manifest else []
         return {"workspace_id": cfg.workspace_id, "store": cfg.store, "path": str(self.root),
                 "version": cfg.version, "head_version": head.version, "epoch": cfg.epoch,
-                "fenced": head.epoch > cfg.epoch, "pending": pending}
+                "fenced": head.epoch > cfg.epoch, "pending": pending,
+                "latest_checkpoint": None if best is None else
+                {"path": best.path, "step": best.step, "hash": best.hash, "version": best.version},
+                "runtime": self.machine_runtime(),
+                "next_action": read_next_action(self.copy) or (manifest.next_action if manifest else None),
+                "allocation": allocations[-1] if allocations else None}
+
+    def machine_runtime(self) -> dict[str, Any]:
+        """This machine's Python and GPUs, probed now (a missing GPU is a note, not a failure)."""
+        import platform
+
+        from .runtime.gpu import query_gpus
+
+        gpus, cuda_driver, note = query_gpus()
+        return {"python": platform.python_version(), "platform": platform.platform(),
+                "gpus": [{"name": g.name, "driver": g.driver, "memory_mb": g.memory_mb, "uuid": g.uuid}
+                         for g in gpus],
+                "cuda_driver": cuda_driver, "gpu_note": note}
 
     def verify(self, version: int | None = None) -> VerifyResult:
         """Compare the copy with a version (default: the one it is based on) and the store."""
@@ -123,6 +150,50 @@ class Workspace:
         pending_version, pending = read_pending(self.copy)
         names = {e.path for e in pending} if pending_version == v else set()
         return verify_dir(self.store, manifest, self.root, names)
+
+    # -- checkpoints -------------------------------------------------------------------
+
+    def manifest(self, version: int | None = None) -> Manifest | None:
+        """This copy's version's manifest (or ``version``'s); None before the first snapshot."""
+        cfg = self.config
+        v = version if version is not None else cfg.version
+        return self.store.read_manifest(cfg.workspace_id, v) if v else None
+
+    def checkpoint(self, path: str | os.PathLike[str], *, step: int | None = None, note: str = "",
+                   quiet_s: float = 2.0, timeout_s: float = 30.0, progress: TextIO | None = sys.stderr,
+                   sink: Callable[[str], None] | None = None) -> CheckpointRecord:
+        """Register a checkpoint: write check, upload, read-back; verified or rejected with its reason."""
+        from .checkpoint.registry import CheckpointStep, prepare
+
+        if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
+            raise UsageError(f"step must be a non-negative integer, got {step!r}")
+        rel, check = prepare(self.root, path, quiet_s=quiet_s, timeout_s=timeout_s)
+        hook = CheckpointStep(self.store, rel, check, step, note or "")
+        hook.is_dir = (self.root / rel).is_dir()
+        extras = self.extras()
+        extras.before_publish = hook
+        label = f"checkpoint {rel}" + (f" (step {step})" if step is not None else "")
+        snapshot(self.copy, self.store, message=label, progress=_progress("checkpoint", progress, sink), extras=extras)
+        assert hook.record is not None
+        return hook.record
+
+    def checkpoints(self) -> list[CheckpointRecord]:
+        """Every registered checkpoint of this copy's version, oldest first."""
+        from .checkpoint.registry import records
+
+        return records(self.manifest())
+
+    def latest_checkpoint(self) -> CheckpointRecord | None:
+        """The last verified checkpoint; rejected ones never count."""
+        from .checkpoint.registry import latest
+
+        return latest(self.manifest())
+
+    def extras(self) -> Extras:
+        """What every snapshot of this copy records besides files (runtime, next action)."""
+        from .kernel_state import read_next_action
+
+        return Extras(next_action=read_next_action(self.copy))
 
     def fetch(self, path: str) -> None:
         """Materialize a file still pending from a lazy restore, ahead of the queue."""

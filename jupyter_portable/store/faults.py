@@ -16,6 +16,18 @@ _count = 0
 _lock = threading.Lock()
 
 
+def corrupt_readback(store: object, keys: list[str]) -> None:
+    """With ``JUPYTER_PORTABLE_CORRUPT_READBACK=1``, flip a byte of the first of ``keys``
+    between upload and read-back, as a faulty store would (tests only)."""
+    if os.environ.get("JUPYTER_PORTABLE_CORRUPT_READBACK") != "1" or not keys:
+        return
+    backend = store.backend  # type: ignore[attr-defined]
+    data = bytearray(backend.read(keys[0]))
+    if data:
+        data[len(data) // 2] ^= 0xFF
+        backend.write(keys[0], bytes(data))
+
+
 def point(label: str) -> None:
     """Mark one step of a store write; die here if this is the chosen step."""
     global _count

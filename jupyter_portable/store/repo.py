@@ -176,6 +176,24 @@ class Store:
             off += n
         return b"".join(out)
 
+    def verify_file(self, entry: FileEntry) -> None:
+        """Read a stored file back, part by part, and hash it equal to its entry (or raise)."""
+        if entry.target is not None:
+            return
+        if entry.pack is not None:
+            blob = self.get_range(entry.pack.pack, entry.pack.offset, entry.pack.offset + entry.pack.length)
+            got = digest(blob)
+        else:
+            whole = blake3.blake3()
+            for h, n in entry.parts:
+                data = self.get_object(h, what=entry.path)
+                if len(data) != n:
+                    raise IntegrityError(f"{entry.path}: a part read back has {len(data)} bytes, not {n}")
+                whole.update(data)
+            got = whole.hexdigest()
+        if got != entry.hash:
+            raise IntegrityError(f"{entry.path}: the bytes read back from the store do not match its hash")
+
     def get_index(self, pack: str) -> PackIndex:
         index = PackIndex.from_bytes(self.backend.read(index_key(pack)))
         if index.pack != pack:
