@@ -10,7 +10,7 @@ In a notebook: ``%load_ext jupyter_portable`` adds ``%workspace``. In Python::
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any as _Any
 
 from .core.records import CheckpointRecord
 from .errors import (
@@ -47,14 +47,14 @@ def checkpoints() -> list[CheckpointRecord]:
     return _here().checkpoints()
 
 
-def panel() -> Any:
+def panel() -> _Any:
     """The ipywidgets panel of the workspace around the current folder."""
     from .panel import panel as make_panel
 
     return make_panel(_here())
 
 
-def load_ipython_extension(ipython: Any) -> None:
+def load_ipython_extension(ipython: _Any) -> None:
     """``%load_ext jupyter_portable``: the magics, next-action recording, auto-snapshot."""
     from . import autosnapshot
     from .magics import WorkspaceMagics
@@ -65,7 +65,7 @@ def load_ipython_extension(ipython: Any) -> None:
     autosnapshot.start(ipython, autosnapshot.default_minutes())
 
 
-def unload_ipython_extension(ipython: Any) -> None:
+def unload_ipython_extension(ipython: _Any) -> None:
     from . import autosnapshot
     from .recorder import CellRecorder
 

@@ -66,6 +66,24 @@ def _build() -> argparse.ArgumentParser:
     sp.add_argument("path", help="workspace-relative path")
     sp.add_argument("-C", dest="dir", default=".")
 
+    sp = verb("checkpoint", "register a checkpoint: write check, upload, read-back, verified or rejected")
+    sp.add_argument("path", help="a checkpoint file or directory inside the workspace")
+    sp.add_argument("--step", type=int, help="the training step it was saved at")
+    sp.add_argument("--note", default="", help="a note to keep with it")
+    sp.add_argument("--settle", type=float, default=2.0, metavar="S",
+                    help="seconds it must hold still before it is checked (default 2)")
+    sp.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                    help="give up waiting for it to hold still after this long (default 30)")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("checkpoints", "list the registered checkpoints, oldest first")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("diff", "what changed between two versions: files, packages, driver, GPU")
+    sp.add_argument("a", type=int, help="version A")
+    sp.add_argument("b", type=int, help="version B")
+    sp.add_argument("-C", dest="dir", default=".")
+
     sp = verb("fsck", "check the store: every manifest's objects exist, heads name manifests")
     sp.add_argument("--store", help="store URL (default: this workspace's)")
     sp.add_argument("--read-data", action="store_true", help="also re-hash the objects")
@@ -123,6 +141,29 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
                 f"MISMATCH against version {res.version}:\n"
                 + "\n".join(f"  {m['path']}: {m['reason']}" for m in res.mismatches))
         return res.to_json(), text, 0 if res.ok else EXIT_FAIL
+    if args.verb == "checkpoint":
+        if args.settle < 0 or args.timeout <= 0:
+            raise UsageError("--settle must be >= 0 and --timeout > 0")
+        import os
+
+        path = args.path if os.path.isabs(args.path) else os.path.join(os.getcwd(), args.path)
+        rec = ws.checkpoint(path, step=args.step, note=args.note, quiet_s=args.settle, timeout_s=args.timeout,
+                            progress=_stream(args))
+        out = {"path": rec.path, "step": rec.step, "status": rec.status, "reason": rec.reason,
+               "hash": rec.hash, "version": rec.version, "format": rec.format}
+        text = (f"verified: {rec.path} in version {rec.version}" if rec.verified
+                else f"REJECTED: {rec.path}: {rec.reason}")
+        return out, text, 0 if rec.verified else EXIT_FAIL
+    if args.verb == "checkpoints":
+        from .report import format_checkpoints
+
+        recs = ws.checkpoints()
+        latest = ws.latest_checkpoint()
+        return ({"checkpoints": [r.to_json() for r in recs], "latest": latest.to_json() if latest else None},
+                format_checkpoints(recs), 0)
+    if args.verb == "diff":
+        d = ws.diff(args.a, args.b)
+        return d, ws.format_diff(d), 0
     if args.verb == "fetch":
         ws.fetch(args.path)
         return {"path": args.path, "fetched": True}, f"{args.path} is in place", 0
@@ -151,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAIL
     if args.json:
         print(json.dumps(out))
+        if code != 0 and text:
+            print(f"error: {text.splitlines()[0]}", file=sys.stderr)
     elif text:
         print(text)
     return code

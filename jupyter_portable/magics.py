@@ -24,7 +24,7 @@ OPERATION_LOCK = threading.RLock()
 USAGE = """\
 %workspace status                       where this workspace stands
 %workspace snapshot [-m MSG]            publish the files as a new version
-%workspace checkpoint PATH [--step N] [--note TEXT] [--save VAR] [--quiet S] [--timeout S]
+%workspace checkpoint PATH [--step N] [--note TEXT] [--save VAR] [--settle S] [--timeout S]
                                         register a checkpoint (write check, upload, read-back)
 %workspace checkpoints                  every registered checkpoint
 %workspace latest                       the last verified checkpoint's path (returned)
@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--step", type=int)
     sp.add_argument("--note", default="")
     sp.add_argument("--save", metavar="VAR")
-    sp.add_argument("--quiet", type=float, default=None, metavar="S",
+    sp.add_argument("--settle", type=float, default=None, metavar="S",
                     help="seconds the file must hold still (default 2; 0.2 with --save)")
     sp.add_argument("--timeout", type=float, default=30.0, metavar="S",
                     help="give up waiting for the file to hold still after this long")
@@ -144,15 +144,15 @@ class WorkspaceMagics(Magics):
             return None if res is None else None
         if args.verb == "checkpoint":
             path = Path(args.path)
-            quiet = 2.0 if args.quiet is None else args.quiet
+            quiet = 2.0 if args.settle is None else args.settle
             if args.save:
                 if args.save not in self.shell.user_ns:
                     raise UsageError(f"--save {args.save}: no variable named {args.save!r} in this kernel")
                 save_object(self.shell.user_ns[args.save], path if path.is_absolute() else Path.cwd() / path)
-                if args.quiet is None:
+                if args.settle is None:
                     quiet = 0.2  # we wrote it ourselves, atomically: it is already still
             if quiet < 0 or args.timeout <= 0:
-                raise UsageError("--quiet must be >= 0 and --timeout > 0")
+                raise UsageError("--settle must be >= 0 and --timeout > 0")
             record = ws.checkpoint(path, step=args.step, note=args.note, quiet_s=quiet, timeout_s=args.timeout,
                                    progress=None, sink=CellProgress())
             if record.verified:

@@ -192,8 +192,49 @@ class Workspace:
     def extras(self) -> Extras:
         """What every snapshot of this copy records besides files (runtime, next action)."""
         from .kernel_state import read_next_action
+        from .recording import RuntimeRecorder, env_fingerprint
 
-        return Extras(next_action=read_next_action(self.copy))
+        fingerprint = env_fingerprint()
+        return Extras(fingerprint=fingerprint, runtime=RuntimeRecorder(self.copy, self.store, fingerprint),
+                      next_action=read_next_action(self.copy))
+
+    def diff(self, a: int, b: int) -> dict[str, Any]:
+        """What changed from version ``a`` to ``b``: files, packages, driver, GPU."""
+        from .runtime.diff import diff_runtime
+
+        ma, mb = self.manifest(a), self.manifest(b)
+        assert ma is not None and mb is not None
+        fa, fb = ma.by_path(), mb.by_path()
+        changed = sorted(p for p in fa.keys() & fb.keys()
+                         if (fa[p].hash, fa[p].target, fa[p].mode) != (fb[p].hash, fb[p].target, fb[p].mode))
+
+        def lock(m: Manifest) -> bytes | None:
+            h = (m.runtime or {}).get("lockfile")
+            return self.store.get_object(h, what="the lockfile") if h else None
+
+        runtime = None
+        if ma.runtime and mb.runtime:
+            runtime = diff_runtime(ma.runtime, mb.runtime, lock(ma), lock(mb))
+        return {"a": a, "b": b,
+                "files": {"added": sorted(fb.keys() - fa.keys()), "removed": sorted(fa.keys() - fb.keys()),
+                          "changed": changed},
+                "runtime": runtime,
+                "checkpoints": {"a": len(ma.checkpoints), "b": len(mb.checkpoints)}}
+
+    @staticmethod
+    def format_diff(d: dict[str, Any]) -> str:
+        from .runtime.diff import format_diff
+
+        lines = [f"version {d['a']} -> {d['b']}"]
+        for kind, mark in (("added", "+"), ("removed", "-"), ("changed", "~")):
+            lines += [f"  {mark} {p}" for p in d["files"][kind]]
+        if not any(d["files"].values()):
+            lines.append("  no file changes")
+        lines.append(format_diff(d["runtime"]) if d["runtime"] else "runtime: not recorded in both versions")
+        return "\n".join(lines)
+
+    def diff_text(self, a: int, b: int) -> str:
+        return self.format_diff(self.diff(a, b))
 
     def fetch(self, path: str) -> None:
         """Materialize a file still pending from a lazy restore, ahead of the queue."""

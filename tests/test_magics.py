@@ -48,7 +48,7 @@ def test_new_user_checkpoint_latest_and_a_rejected_copy(kernel: Kernel, workspac
     assert latest.result == "'ckpt.pt'"
     # A truncated copy registered after it is rejected, and latest stays at step 2.
     kernel.run("data = open('ckpt.pt', 'rb').read(); open('ckpt-copy.pt', 'wb').write(data[:len(data) // 2])")
-    out = kernel.run("%workspace checkpoint ckpt-copy.pt --step 3 --quiet 0.2")
+    out = kernel.run("%workspace checkpoint ckpt-copy.pt --step 3 --settle 0.2")
     assert "REJECTED: ckpt-copy.pt" in out.text and "central directory" in out.text
     assert kernel.run("%workspace latest").result == "'ckpt.pt'"
     records = workspace.checkpoints()
@@ -71,8 +71,8 @@ raw = open("model.safetensors", "rb").read()
 open("cut.safetensors", "wb").write(raw[:-7])
 """
     assert kernel.run(code).error is None
-    assert "verified: model.safetensors" in kernel.run("%workspace checkpoint model.safetensors --quiet 0.2").text
-    out = kernel.run("%workspace checkpoint cut.safetensors --quiet 0.2")
+    assert "verified: model.safetensors" in kernel.run("%workspace checkpoint model.safetensors --settle 0.2").text
+    out = kernel.run("%workspace checkpoint cut.safetensors --settle 0.2")
     assert "REJECTED: cut.safetensors: truncated safetensors file" in out.text
 
 
@@ -88,7 +88,7 @@ threading.Thread(target=writer, daemon=True).start()
 time.sleep(0.3)
 """
     kernel.run(code)
-    out = kernel.run("%workspace checkpoint growing.pt --quiet 0.5 --timeout 1.5")
+    out = kernel.run("%workspace checkpoint growing.pt --settle 0.5 --timeout 1.5")
     kernel.run("stop.set()")
     assert "REJECTED: growing.pt: still being written" in out.text
     manifest = workspace.manifest()
@@ -99,7 +99,7 @@ time.sleep(0.3)
 def test_store_corruption_between_upload_and_read_back_is_rejected(kernel: Kernel, workspace: Workspace) -> None:
     kernel.run("open('weights.bin', 'wb').write(bytes(range(256)) * 4096)")
     kernel.run("import os; os.environ['JUPYTER_PORTABLE_CORRUPT_READBACK'] = '1'")
-    out = kernel.run("%workspace checkpoint weights.bin --quiet 0.2")
+    out = kernel.run("%workspace checkpoint weights.bin --settle 0.2")
     assert "REJECTED: weights.bin: read-back from the store failed" in out.text
     kernel.run("del os.environ['JUPYTER_PORTABLE_CORRUPT_READBACK']")
     assert workspace.latest_checkpoint() is None

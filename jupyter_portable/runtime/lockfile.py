@@ -41,9 +41,10 @@ _MARKER = "JP-INSPECT:"
 # Runs inside the target interpreter, which need not have jupyter_portable installed: stdlib
 # only, and syntax old Pythons (3.8) still parse.
 _INSPECT = r"""
-import json, platform, sys
+import sys
 if sys.path and sys.path[0] == "":
-    del sys.path[0]  # -c puts the caller's cwd first; it is not part of the environment
+    del sys.path[0]  # -c puts the cwd first: a json.py there must not shadow the stdlib, nor count as installed
+import json, platform
 from importlib import metadata
 dists = []
 for dist in metadata.distributions():
@@ -120,6 +121,11 @@ def _direct_line(name: str, raw: str) -> str:
     return line
 
 
+def _one_line(value: object) -> str:
+    # Header values come from the inspected interpreter; a newline there would start a requirement line.
+    return "".join(c if c.isprintable() else "?" for c in str(value))[:200]
+
+
 def format_lockfile(info: dict[str, Any], date: datetime.date | None = None) -> bytes:
     """Render what :func:`inspect_environment` found as lockfile bytes."""
     lines: dict[str, list[str]] = {}
@@ -150,8 +156,8 @@ def format_lockfile(info: dict[str, Any], date: datetime.date | None = None) -> 
     when = (date or datetime.datetime.now(datetime.timezone.utc).date()).isoformat()
     out = [
         f"{HEADER} (exact lockfile; install with --no-deps or `uv pip sync`)",
-        f"# python: {info.get('python')} ({info.get('implementation')})",
-        f"# platform: {info.get('platform')}",
+        f"# python: {_one_line(info.get('python'))} ({_one_line(info.get('implementation'))})",
+        f"# platform: {_one_line(info.get('platform'))}",
         f"# date: {when}",
     ]
     out += skipped

@@ -1,0 +1,99 @@
+"""Checkpoints, runtime and diff from the command line, with a fake GPU on PATH."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from conftest import write_tree
+from fakegpu import H100, install_fake_nvidia_smi
+from safetensors.numpy import save_file
+
+from jupyter_portable import Workspace
+
+
+def _gpu_env(tmp_path: Path, driver: str = "550.54.15") -> dict[str, str]:
+    bin_dir = tmp_path / f"gpu-bin-{driver}"
+    install_fake_nvidia_smi(bin_dir, [H100, H100], driver=driver, cuda="12.4")
+    return {"PATH": f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_status_shows_the_fake_gpu_and_the_latest_checkpoint(cli, tmp_path: Path) -> None:
+    root = tmp_path / "w"
+    write_tree(root, {"train.py": "pass\n"})
+    ws = Workspace.init(root, f"file://{tmp_path}/store")
+    save_file({"w": np.zeros((4, 4), dtype=np.float32)}, str(root / "step2.safetensors"))
+    env = _gpu_env(tmp_path)
+    out = cli.json("checkpoint", "step2.safetensors", "--step", "2", "--settle", "0.2", cwd=root, extra_env=env)
+    assert out["status"] == "verified" and out["step"] == 2 and out["reason"] is None and len(out["hash"]) == 64
+    assert out["version"] == 1 and out["path"] == "step2.safetensors"
+    (root / "half.safetensors").write_bytes((root / "step2.safetensors").read_bytes()[:40])
+    proc = cli("checkpoint", "half.safetensors", "--step", "3", "--settle", "0.2", "--json", cwd=root,
+               extra_env=env, check=False)
+    assert proc.returncode == 1
+    rejected = json.loads(proc.stdout)
+    assert rejected["status"] == "rejected" and "truncated" in rejected["reason"] and rejected["hash"] is None
+    assert proc.stderr.splitlines()[-1].startswith("error: REJECTED: half.safetensors")
+
+    st = cli.json("status", cwd=root, extra_env=env)
+    assert {"workspace_id", "version", "latest_checkpoint", "runtime", "next_action"} <= st.keys()
+    assert st["latest_checkpoint"] == {"path": "step2.safetensors", "step": 2, "hash": out["hash"], "version": 1}
+    gpus = st["runtime"]["gpus"]
+    assert [g["driver"] for g in gpus] == ["550.54.15", "550.54.15"]
+    assert gpus[0]["name"] == "NVIDIA H100 80GB HBM3" and gpus[0]["memory_mb"] == 81559 and gpus[0]["uuid"]
+    assert st["runtime"]["python"].count(".") == 2
+    # The recorded runtime of the published version saw the same GPU.
+    recorded = ws.manifest().runtime
+    assert recorded["gpus"][0]["driver"] == "550.54.15" and recorded["lockfile"]
+    lock = ws.store.get_object(recorded["lockfile"]).decode()
+    assert "blake3==" in lock and "jupyter-portable" in lock
+    # Without a GPU the status says so instead of failing.
+    st = cli.json("status", cwd=root, extra_env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
+    assert st["runtime"]["gpus"] == [] and st["runtime"]["gpu_note"].startswith("no GPU")
+    listing = cli.json("checkpoints", cwd=root)
+    assert [c["status"] for c in listing["checkpoints"]] == ["verified", "rejected"]
+    assert listing["latest"]["path"] == "step2.safetensors"
+
+
+def test_diff_shows_files_and_driver(cli, tmp_path: Path) -> None:
+    root = tmp_path / "w"
+    write_tree(root, {"a.txt": "a", "b.txt": "b"})
+    Workspace.init(root, f"file://{tmp_path}/store")
+    cli.json("snapshot", cwd=root, extra_env=_gpu_env(tmp_path, "550.54.15"))
+    (root / "a.txt").write_text("changed")
+    (root / "b.txt").unlink()
+    (root / "c.txt").write_text("new")
+    cli.json("snapshot", cwd=root, extra_env=_gpu_env(tmp_path, "535.104.05"))
+    d = cli.json("diff", "1", "2", cwd=root)
+    assert d["files"] == {"added": ["c.txt"], "removed": ["b.txt"], "changed": ["a.txt"]}
+    assert d["runtime"]["driver"] == ["550.54.15", "535.104.05"]
+    text = cli("diff", "1", "2", cwd=root).stdout
+    assert "+ c.txt" in text and "- b.txt" in text and "~ a.txt" in text and "535.104.05" in text
+
+
+def test_a_checkpoint_outside_or_ignored_is_a_usage_error(cli, tmp_path: Path) -> None:
+    root = tmp_path / "w"
+    write_tree(root, {".portableignore": "*.ckpt\n", "x.ckpt": "data"})
+    Workspace.init(root, f"file://{tmp_path}/store")
+    proc = cli("checkpoint", "x.ckpt", cwd=root, check=False)
+    assert proc.returncode == 2 and "excluded by .portableignore" in proc.stderr
+    proc = cli("checkpoint", str(tmp_path / "elsewhere.pt"), cwd=root, check=False)
+    assert proc.returncode == 2 and "outside the workspace" in proc.stderr
+
+
+def test_lockfile_object_is_never_a_secret(tmp_path: Path) -> None:
+    root = tmp_path / "w"
+    write_tree(root, {"a.txt": "a"})
+    ws = Workspace.init(root, f"file://{tmp_path}/store")
+    env = dict(os.environ, AWS_SECRET_ACCESS_KEY="very-secret-value-123", HF_TOKEN="hf_secret_token_456")
+    subprocess.run([sys.executable, "-m", "jupyter_portable", "snapshot", "-q"], cwd=root, env=env, check=True)
+    store_dir = tmp_path / "store"
+    for p in store_dir.rglob("*"):
+        if p.is_file():
+            data = p.read_bytes()
+            assert b"very-secret-value-123" not in data and b"hf_secret_token_456" not in data, p
+    assert ws.manifest().runtime is not None
