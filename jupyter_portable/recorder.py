@@ -16,8 +16,9 @@ class CellRecorder:
 
     _installed: "CellRecorder | None" = None
 
-    def __init__(self) -> None:
+    def __init__(self, ipython: Any = None) -> None:
         self.notebook = notebook_path()
+        self.ipython = ipython
 
     def _copy(self) -> WorkspaceCopy | None:
         try:
@@ -30,7 +31,9 @@ class CellRecorder:
         if copy is None:
             return
         try:
+            count = getattr(self.ipython, "execution_count", None)
             update_next_action(copy, notebook=self.notebook, cell_id=getattr(info, "cell_id", None),
+                               execution_count=count if isinstance(count, int) else None,
                                state="running", started=now_iso(), finished=None)
         except OSError:
             pass  # recording where work stands must never break the cell itself
@@ -40,17 +43,15 @@ class CellRecorder:
         if copy is None:
             return
         failed = bool(getattr(result, "error_before_exec", None) or getattr(result, "error_in_exec", None))
-        count = getattr(result, "execution_count", None)
         try:
-            update_next_action(copy, execution_count=count if isinstance(count, int) else None,
-                               state="failed" if failed else "finished", finished=now_iso())
+            update_next_action(copy, state="failed" if failed else "finished", finished=now_iso())
         except OSError:
             pass
 
     @classmethod
     def install(cls, ipython: Any) -> None:
         cls.uninstall(ipython)
-        rec = cls()
+        rec = cls(ipython)
         ipython.events.register("pre_run_cell", rec.pre_run_cell)
         ipython.events.register("post_run_cell", rec.post_run_cell)
         cls._installed = rec

@@ -41,6 +41,34 @@ WELCOME = [
 ]
 
 
+CHECKPOINTS = [
+    new_markdown_cell(
+        "# Checkpoints that are proven good\n\n"
+        "`%workspace checkpoint` counts a checkpoint only after its write check: no temporary "
+        "name, the file held still, its format reads (torch zip, safetensors, orbax, DCP, "
+        "DeepSpeed), it was uploaded, and its bytes were read back from the store and hashed equal."),
+    new_code_cell("%load_ext jupyter_portable"),
+    new_code_cell("import torch\n"
+                  "torch.manual_seed(0)\n"
+                  "model = torch.nn.Linear(4, 2)\n"
+                  "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+                  "for step in range(1, 3):\n"
+                  "    loss = model(torch.randn(8, 4)).pow(2).mean()\n"
+                  "    opt.zero_grad(); loss.backward(); opt.step()\n"
+                  "    print(f'step {step}: loss {loss.item():.4f}')"),
+    new_code_cell("%workspace checkpoint ckpt.pt --step 2 --save model"),
+    new_code_cell("%workspace latest"),
+    new_markdown_cell("A truncated copy is rejected with its reason, and *latest* does not move:"),
+    new_code_cell("data = open('ckpt.pt', 'rb').read()\n"
+                  "open('ckpt-broken.pt', 'wb').write(data[: len(data) // 2])"),
+    new_code_cell("%workspace checkpoint ckpt-broken.pt --step 3"),
+    new_code_cell("%workspace checkpoints"),
+    new_code_cell('%workspace next "train to step 10 with lr=0.05"'),
+    new_code_cell("%workspace status"),
+    new_code_cell("%workspace panel"),
+]
+
+
 def prepare() -> None:
     from jupyter_portable import Workspace
 
@@ -49,9 +77,13 @@ def prepare() -> None:
     if not nb_path.exists():
         nbformat.write(new_notebook(cells=WELCOME, metadata={"kernelspec": {
             "name": "python3", "display_name": "Python 3", "language": "python"}}), nb_path)
+    ck_path = WORKSPACE / "checkpoints.ipynb"
+    if not ck_path.exists():
+        nbformat.write(new_notebook(cells=CHECKPOINTS, metadata={"kernelspec": {
+            "name": "python3", "display_name": "Python 3", "language": "python"}}), ck_path)
     readme = WORKSPACE / "README.md"
     if not readme.exists():
-        readme.write_text("A demo workspace. Open welcome.ipynb.\n")
+        readme.write_text("A demo workspace. Open welcome.ipynb, then checkpoints.ipynb.\n")
     if not (WORKSPACE / ".portable" / "workspace.json").exists():
         ws = Workspace.init(WORKSPACE, f"file://{STORE}")
         ws.snapshot("demo workspace created", progress=sys.stderr)
