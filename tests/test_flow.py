@@ -134,3 +134,40 @@ def test_cli_failures_are_one_line(cli, tmp_path: Path) -> None:
     assert proc.returncode != 0 and "cannot publish atomically" in proc.stderr
     proc = cli("init", str(tmp_path / "z"), "--store", "s3://key:secret@bucket/p", check=False)
     assert proc.returncode != 0 and "credentials" in proc.stderr and "secret" not in proc.stderr
+
+
+def test_a_file_being_written_waits_for_the_next_snapshot(file_store: str, tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from jupyter_portable import Workspace
+
+    work = tmp_path / "w"
+    write_tree(work, {"done.txt": "finished", "log.bin": os.urandom(8 * 1024 * 1024)})
+    ws = Workspace.init(work, file_store)
+    first = ws.snapshot(progress=None)
+    before = ws.store.read_manifest(ws.workspace_id).by_path()["log.bin"].hash
+    stop = threading.Event()
+
+    def writer() -> None:
+        with open(work / "log.bin", "ab") as fh:
+            while not stop.is_set():
+                fh.write(b"y" * 65536)
+                fh.flush()
+                time.sleep(0.0005)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        time.sleep(0.05)
+        (work / "other.txt").write_text("new")
+        second = ws.snapshot(progress=None)
+    finally:
+        stop.set()
+        t.join()
+    assert second.skipped == ["log.bin"]
+    files = ws.store.read_manifest(ws.workspace_id).by_path()
+    assert files["log.bin"].hash == before, "the previous version of the file stays"
+    assert "other.txt" in files and second.version == first.version + 1
+    third = ws.snapshot(progress=None)  # once the writer is done, the file is taken
+    assert third.skipped == [] and ws.store.read_manifest(ws.workspace_id).by_path()["log.bin"].hash != before
