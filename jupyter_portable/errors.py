@@ -14,7 +14,15 @@ Foreign errors (fsspec, botocore, OSError) are translated where they enter, with
     ├── IntegrityError             bytes do not hash to what the record says
     ├── ConflictError              another writer moved the head first
     │   └── FencedError            this writer's allocation epoch is stale
-    └── VersionNotFound            the asked-for manifest version does not exist
+    ├── VersionNotFound            the asked-for manifest version does not exist
+    └── ComputeError               a provider refused or failed; carries ``provider``
+        ├── NoCapacity             listed, but none to be had now (zone exhausted, sold out)
+        ├── QuotaExceeded          the account may not have more of this
+        ├── AuthError              credentials missing, wrong or without permission
+        ├── LaunchFailed           the launch was accepted and then failed
+        ├── ProviderUnavailable    the provider's API could not be reached or answered badly
+        ├── NotSupported           this provider does not offer that (e.g. reservations)
+        └── AdmissionRefused       the machine is not what the requirements pin (an environment fault)
 """
 
 from __future__ import annotations
@@ -81,13 +89,63 @@ class VersionNotFound(PortableError):
     """No manifest with that version in the workspace's history."""
 
 
+class ComputeError(PortableError):
+    """A compute provider refused or failed. ``provider`` names it; ``offer`` where known."""
+
+    def __init__(self, message: str, *, provider: str = "", offer: str | None = None,
+                 hint: str | None = None, **context: object) -> None:
+        super().__init__(message, hint=hint, **context)
+        self.provider = provider
+        self.offer = offer
+
+
+class NoCapacity(ComputeError):
+    """Listed, but there is none to be had right now."""
+
+    hint = "try another route, or book a reservation"
+
+
+class QuotaExceeded(ComputeError):
+    """The account's quota does not allow this (quota never guarantees supply either)."""
+
+    hint = "ask the provider for more quota, or pick another provider"
+
+
+class AuthError(ComputeError):
+    """Credentials are missing, wrong, or lack the permission."""
+
+
+class LaunchFailed(ComputeError):
+    """The provider accepted the launch, and then it failed."""
+
+
+class ProviderUnavailable(ComputeError):
+    """The provider's API could not be reached or answered with something unusable."""
+
+
+class NotSupported(ComputeError):
+    """This provider does not offer that operation."""
+
+
+class AdmissionRefused(ComputeError):
+    """The machine does not match the requirements: an environment fault, not the work's."""
+
+
 __all__ = [
+    "AdmissionRefused",
+    "AuthError",
+    "ComputeError",
     "ConflictError",
     "FencedError",
     "IntegrityError",
+    "LaunchFailed",
     "ManifestError",
+    "NoCapacity",
+    "NotSupported",
     "ObjectMissing",
     "PortableError",
+    "ProviderUnavailable",
+    "QuotaExceeded",
     "StoreError",
     "UnsafePath",
     "UnsupportedStore",

@@ -1,0 +1,1 @@
+"""Compute providers: one module each, one interface (:mod:`.base`)."""
