@@ -5,9 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 
-# Debian packages the test suite needs (none yet beyond Python; later layers add
-# openssh-server and chromium here).
-APT_PACKAGES=()
+# Debian packages the test suite needs: a real sshd on loopback for the ssh provider;
+# the browser tests will add chromium here.
+APT_PACKAGES=(openssh-server openssh-client)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
