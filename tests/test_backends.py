@@ -92,3 +92,26 @@ def test_unknown_schemes_are_refused_with_a_hint() -> None:
     with pytest.raises(StoreError) as info:
         open_backend("gopher://x/y")
     assert "s3://" in (info.value.hint or "")
+
+
+def test_workspace_documents_update_by_compare_and_swap(store_url: str, tmp_path: Path) -> None:
+    import threading
+
+    from jupyter_portable.store.repo import Store
+
+    store = Store.open(store_url)
+    store.create_workspace("ws-docs")
+    assert store.read_doc("ws-docs", "reservations") is None
+
+    def add(i: int) -> None:
+        store_i = Store.open(store_url)
+        store_i.update_doc("ws-docs", "reservations", lambda cur: (cur or []) + [i], tries=50)
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(store.read_doc("ws-docs", "reservations")) == list(range(6)), "no update was lost"
+    with pytest.raises(PortableError):
+        store.read_doc("ws-docs", "../HEAD")

@@ -14,8 +14,10 @@ Write order is data, then index, then manifest, then head (invariant 2).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timezone
+from typing import Any
 
 import blake3
 
@@ -314,6 +316,39 @@ class Store:
                 hint="restore the latest version, or snapshot again with --force",
             ) from exc
         return mhash
+
+    # -- small mutable documents kept with the workspace (settings, reservations) --------
+
+    DOCS = ("settings", "reservations", "allocations")
+
+    def _doc_key(self, ws: str, name: str) -> str:
+        if name not in self.DOCS:
+            raise ManifestError(f"unknown workspace document {name!r}")
+        return f"workspaces/{check_workspace_id(ws)}/{name}.json"
+
+    def read_doc(self, ws: str, name: str) -> Any:
+        """A workspace document's JSON value, or None if it was never written."""
+        got = self.backend.read_versioned(self._doc_key(ws, name))
+        if got is None:
+            return None
+        try:
+            return json.loads(got[0])
+        except ValueError as exc:
+            raise ManifestError(f"workspace document {name} of {ws} is not valid JSON") from exc
+
+    def update_doc(self, ws: str, name: str, change: Callable[[Any], Any], *, tries: int = 8) -> Any:
+        """Read, change and compare-and-swap a workspace document; retried when raced."""
+        key = self._doc_key(ws, name)
+        for _ in range(tries):
+            got = self.backend.read_versioned(key)
+            current = None if got is None else json.loads(got[0])
+            new = change(current)
+            try:
+                self.backend.swap(key, json.dumps(new, sort_keys=True).encode(), None if got is None else got[1])
+                return new
+            except ConflictError:
+                continue
+        raise ConflictError(f"workspace document {name} of {ws} kept changing under us", hint="try again")
 
     def workspaces(self) -> list[str]:
         out = []
