@@ -67,6 +67,8 @@ class Extras:
     next_action: dict[str, Any] | None = None
     before_publish: Callable[[dict[str, dict[str, Any]], Manifest | None],
                              tuple[list[dict[str, Any]], set[str]]] | None = None
+    # Allocation records to add; one with the allocation_id of an earlier record replaces it.
+    allocations: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _Uploader:
@@ -240,7 +242,8 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
     found = walk(copy.root)
     extras = extras or Extras()
     keys = copy.read_statcache(cfg.version, extras.fingerprint) if not force else None
-    if keys is not None and base_version and extras.before_publish is None and len(keys) == len(found) \
+    if keys is not None and base_version and extras.before_publish is None and not extras.allocations \
+            and len(keys) == len(found) \
             and all(keys.get(f.path) == f.key for f in found):
         # Every file's size, mtime, ctime and inode (every link's target) are as
         # recorded for the base version: nothing changed, nothing to read.
@@ -355,8 +358,9 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
 
     ordered = [entries[p] for p in sorted(entries)]
     total = sum(e.get("size", 0) for e in ordered)
-    unchanged = bool(base_version) and not new_checkpoints and len(ordered) == len(base) and all(
-        p in base and _identity(base[p]) == _identity(entries[p]) for p in entries)
+    unchanged = (bool(base_version) and not new_checkpoints and not extras.allocations
+                 and len(ordered) == len(base)
+                 and all(p in base and _identity(base[p]) == _identity(entries[p]) for p in entries))
     runtime = base_manifest.runtime if base_manifest else None
     if extras.runtime is not None:
         runtime = extras.runtime(base_manifest)
@@ -387,7 +391,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
         runtime=runtime,
         next_action=extras.next_action if extras.next_action is not None
         else (base_manifest.next_action if base_manifest else None),
-        allocations=base_manifest.allocations if base_manifest else (),
+        allocations=_merge_allocations(base_manifest.allocations if base_manifest else (), extras.allocations),
     )
     progress.set_stage("publishing")
     # Say what we are about to publish, so a copy killed right after the head moved
@@ -404,6 +408,18 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
                      if skipped else ""))
     return SnapshotResult(ws, manifest.version, len(ordered), total, up.new_bytes, True, sorted(skipped),
                           len(todo_small) + len(todo_large))
+
+
+def _merge_allocations(old: tuple[dict[str, Any], ...], new: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+    out = list(old)
+    for record in new:
+        for i, prev in enumerate(out):
+            if prev.get("allocation_id") == record.get("allocation_id"):
+                out[i] = record
+                break
+        else:
+            out.append(record)
+    return tuple(out)
 
 
 def _write_cache(copy: WorkspaceCopy, version: int, entries: dict[str, dict[str, Any]],

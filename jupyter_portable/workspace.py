@@ -177,6 +177,16 @@ class Workspace:
         assert hook.record is not None
         return hook.record
 
+    def record_allocation(self, record: dict[str, Any], message: str = "") -> SnapshotResult:
+        """Publish a version whose allocation history holds ``record`` (validated; a record
+        with the same allocation_id replaces the earlier one)."""
+        from .core.records import check_allocation
+
+        extras = self.extras()
+        extras.allocations = [check_allocation(dict(record))]
+        label = message or f"allocation {record.get('allocation_id')}: {record.get('state', '')}".strip()
+        return snapshot(self.copy, self.store, message=label, progress=None, extras=extras)
+
     def checkpoints(self) -> list[CheckpointRecord]:
         """Every registered checkpoint of this copy's version, oldest first."""
         from .checkpoint.registry import records

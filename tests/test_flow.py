@@ -171,3 +171,26 @@ def test_a_file_being_written_waits_for_the_next_snapshot(file_store: str, tmp_p
     assert "other.txt" in files and second.version == first.version + 1
     third = ws.snapshot(progress=None)  # once the writer is done, the file is taken
     assert third.skipped == [] and ws.store.read_manifest(ws.workspace_id).by_path()["log.bin"].hash != before
+
+
+def test_allocation_history_is_recorded_and_updated(file_store: str, tmp_path: Path) -> None:
+    from jupyter_portable import Workspace
+
+    work = tmp_path / "w"
+    write_tree(work, {"a.txt": "a"})
+    ws = Workspace.init(work, file_store)
+    ws.snapshot(progress=None)
+    ws.record_allocation({"allocation_id": "al-1", "provider": "local", "offer": "a100", "state": "active",
+                          "started": "2026-11-30T10:00:00Z", "failures": []})
+    ws.record_allocation({"allocation_id": "al-1", "provider": "local", "offer": "a100", "state": "released",
+                          "started": "2026-11-30T10:00:00Z", "stopped": "2026-11-30T12:00:00Z",
+                          "stop_reason": "sealed by the user", "spend": 3.78, "failures": []})
+    history = ws.manifest().allocations
+    assert len(history) == 1 and history[0]["state"] == "released" and history[0]["spend"] == 3.78
+    assert ws.status()["allocation"]["stop_reason"] == "sealed by the user"
+    assert [v["version"] for v in ws.log()] == [3, 2, 1]
+    import pytest
+
+    from jupyter_portable import ManifestError
+    with pytest.raises(ManifestError):
+        ws.record_allocation({"allocation_id": "al-2", "api_key": "nope"})
