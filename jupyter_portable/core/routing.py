@@ -1,0 +1,343 @@
+"""Whole-route cost: a pure function over a workspace's facts, offers and signals.
+
+A route is an offer plus everything it takes to get this workspace there. Its cost is a
+breakdown, never one opaque number (all in dollars, for the planned ``hours``)::
+
+    gpu     = price_per_hour * hours
+    egress  = bytes_to_move / 1e9 * egress $/GB (store side, tiered where the provider tiers,
+              plus the offer's own per-GB ingress price)
+    storage = workspace_bytes / 1e9 * storage_per_gb_month * hours / 730
+    queue   = queue_s / 3600 * (value_of_time_per_hour, or price_per_hour * QUEUE_PRICE_FACTOR)
+    risk    = p_fail * (wasted GPU time of boot + transfer, plus egress paid again)
+    total   = gpu + egress + storage + queue + risk
+
+Queue time is not billed by anyone; it is priced because a wait delays the work. Routes
+that fail a requirement, a cap, the budget or a check are kept, blocked, with their
+reasons, after every unblocked route. Nothing here reads a clock, a file or the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import UsageError
+from .offers import Checks, Offer, Requirements, unmet
+
+LOCAL_PROVIDER = "local"  # the local market: workers are processes on this machine
+HOURS_PER_MONTH = 730.0  # storage is priced per GB-month; 8760 h / 12
+DEFAULT_QUEUE_S = 300.0  # expected wait when the provider does not say whether it has capacity
+QUEUE_PRICE_FACTOR = 1.0  # an hour waited is an hour of planned work not done, at the GPU's own rate
+RECENT_FAILURE_P = 0.10  # each recent launch failure of this offer adds this to p_fail
+DRIVER_MISMATCH_P = 0.25  # each admission refusal (wrong driver) weighs more: it wastes a whole boot
+MAX_P_FAIL = 0.95  # never certain: a route that always failed stays a (very dear) route
+UNKNOWN_STORE_EGRESS_PER_GB = 0.09  # a store the table does not know: assume the dearest common rate
+
+
+@dataclass(frozen=True)
+class EgressPrices:
+    """What a store provider charges to move data out, in $/GB.
+
+    ``internet`` is a tier table ``((up_to_gb, price), ...)`` applied cumulatively per
+    transfer (the last tier's bound is infinite); ``inter_region`` is the flat price to the
+    same provider's other regions. Within one region moving data is free.
+    """
+
+    internet: tuple[tuple[float, float], ...]
+    inter_region: float
+
+
+# Public list prices, Nov 2026, approximate (aws.amazon.com/s3/pricing, cloud.google.com
+# /vpc/network-pricing premium tier, azure.microsoft.com bandwidth pricing, RunPod and Lambda
+# billing docs). GB are decimal (1e9 bytes). AWS's and Azure's first 100 GB/month free are
+# account-wide, and we cannot know the account's month, so they are left out (pessimistic).
+STORE_EGRESS: dict[str, EgressPrices] = {
+    "aws": EgressPrices(internet=((10_000, 0.09), (50_000, 0.085), (150_000, 0.07), (math.inf, 0.05)),
+                        inter_region=0.02),
+    "gcp": EgressPrices(internet=((1_000, 0.12), (10_000, 0.11), (math.inf, 0.08)), inter_region=0.02),
+    "azure": EgressPrices(internet=((10_000, 0.087), (50_000, 0.083), (150_000, 0.07), (math.inf, 0.05)),
+                          inter_region=0.02),
+    "runpod": EgressPrices(internet=((math.inf, 0.0),), inter_region=0.0),  # "no fees for ingress or egress"
+    "lambda": EgressPrices(internet=((math.inf, 0.0),), inter_region=0.0),  # "not charged for ingress or egress"
+}
+
+_AZ = re.compile(r"^(.*\d)(?:[a-z]|-[a-z])$")  # us-east-1a (AWS zone), us-central1-a (GCP zone)
+
+
+@dataclass(frozen=True)
+class WorkspaceFacts:
+    """What routing needs to know about the workspace and its store.
+
+    ``store_provider`` is the cloud the store lives in ("aws" for S3 on AWS; None for a local
+    ``file://`` store). For providers in :data:`STORE_EGRESS` the table's prices apply;
+    ``store_egress_per_gb`` is the flat price used for any other provider (an S3-compatible
+    store the table does not know).
+    """
+
+    bytes_to_move: int
+    store_region: str | None
+    store_provider: str | None
+    store_egress_per_gb: float
+    storage_per_gb_month: float = 0.023
+    workspace_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        if self.bytes_to_move < 0 or self.workspace_bytes < 0:
+            raise UsageError("bytes_to_move and workspace_bytes must not be negative")
+        if not (self.store_egress_per_gb >= 0) or not (self.storage_per_gb_month >= 0):
+            raise UsageError("store_egress_per_gb and storage_per_gb_month must not be negative")
+
+
+@dataclass(frozen=True)
+class Signals:
+    """What recent history says about each offer, keyed by ``Offer.key``."""
+
+    recent_launch_failures: dict[str, int] = field(default_factory=dict)
+    driver_mismatches: dict[str, int] = field(default_factory=dict)  # exact-driver admission refusals
+    queue_seconds: dict[str, float] = field(default_factory=dict)  # observed wait before a launch started
+
+    def __post_init__(self) -> None:
+        for name in ("recent_launch_failures", "driver_mismatches", "queue_seconds"):
+            if any(not (v >= 0) for v in getattr(self, name).values()):
+                raise UsageError(f"signals.{name} must not hold negative counts or times")
+
+
+@dataclass(frozen=True)
+class Caps:
+    """Spending limits: a $/h ceiling and what is left of the budget. ``budget_left`` is held
+    against what the route would bill (gpu + egress + storage); queue and risk are no invoice."""
+
+    max_price_per_hour: float | None = None
+    budget_left: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_price_per_hour", "budget_left"):
+            value = getattr(self, name)
+            if value is not None and not (value >= 0):
+                raise UsageError(f"caps.{name} must not be negative")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A route's cost in dollars, term by term."""
+
+    gpu: float
+    egress: float
+    storage: float
+    queue: float
+    risk: float
+    total: float
+
+    @property
+    def billed(self) -> float:
+        """What providers will charge if all goes well (queue and risk are not invoices)."""
+        return self.gpu + self.egress + self.storage
+
+    def to_json(self) -> dict[str, float]:
+        return {"gpu": round(self.gpu, 4), "egress": round(self.egress, 4), "storage": round(self.storage, 4),
+                "queue": round(self.queue, 4), "risk": round(self.risk, 4), "total": round(self.total, 4)}
+
+
+@dataclass(frozen=True)
+class Route:
+    """An offer priced for this workspace. ``blocked`` is None or the joined ``reasons``."""
+
+    id: str
+    offer: Offer
+    cost: Cost
+    time_to_ready_s: float
+    transfer_s: float
+    queue_s: float
+    boot_s: float
+    blocked: str | None
+    checks: Checks
+    reasons: dict[str, str]
+    breakdown: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "provider": self.offer.provider, "offer": self.offer.id, "gpu": self.offer.gpu,
+                "gpu_count": self.offer.gpu_count, "region": self.offer.region,
+                "price_per_hour": self.offer.price_per_hour, "cost": self.cost.to_json(),
+                "time_to_ready_s": round(self.time_to_ready_s, 1), "checks": self.checks.to_json(),
+                "blocked": self.blocked, "reasons": dict(self.reasons), "breakdown": list(self.breakdown)}
+
+
+def route_id(offer: Offer) -> str:
+    """Stable id of the route to ``offer``: the same offer key gives the same id in every run."""
+    return "r-" + hashlib.sha1(offer.key.encode(), usedforsecurity=False).hexdigest()[:10]
+
+
+def _region(region: str | None) -> str | None:
+    # An offer may name a zone where the store names its region; a zone lies in its region.
+    if region is None:
+        return None
+    m = _AZ.match(region)
+    return m.group(1) if m else region
+
+
+def _tiered(tiers: tuple[tuple[float, float], ...], gb: float) -> float:
+    """Dollars to move ``gb`` through cumulative tiers."""
+    cost, floor = 0.0, 0.0
+    for bound, price in tiers:
+        if gb <= floor:
+            break
+        cost += (min(gb, bound) - floor) * price
+        floor = bound
+    return cost
+
+
+def egress_price_per_gb(store_provider: str | None, store_region: str | None, offer: Offer, *,
+                        gb: float = 0.0, fallback_per_gb: float = UNKNOWN_STORE_EGRESS_PER_GB) -> float:
+    """$/GB to move data from the store to ``offer``: the store's egress plus the offer's ingress.
+
+    Free within one provider's region (and from a local store to the local market). For a
+    tiered provider it is the average over ``gb`` gigabytes (the first tier when ``gb`` is 0).
+    A local ``file://`` store pays only upload bandwidth ($0); the offer's own
+    ``egress_per_gb`` (Vast hosts bill both directions) is added whenever data crosses in.
+    """
+    if store_provider is None:
+        return 0.0 if offer.provider == LOCAL_PROVIDER else offer.egress_per_gb
+    if store_provider == offer.provider and _region(store_region) == _region(offer.region):
+        return 0.0
+    prices = STORE_EGRESS.get(store_provider)
+    if prices is None:
+        store_side = fallback_per_gb
+    elif store_provider == offer.provider:
+        store_side = prices.inter_region
+    elif gb > 0:
+        store_side = _tiered(prices.internet, gb) / gb
+    else:
+        store_side = prices.internet[0][1]
+    return store_side + offer.egress_per_gb
+
+
+def _p_fail(offer: Offer, failures: int, mismatches: int) -> float:
+    # Launch failure and unreliability as independent events, then what history adds.
+    p = 1.0 - (1.0 - offer.launch_failure_rate) * offer.reliability
+    p += RECENT_FAILURE_P * failures + DRIVER_MISMATCH_P * mismatches
+    return min(p, MAX_P_FAIL)
+
+
+def _money(x: float) -> str:
+    return f"${x:,.2f}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _price_route(facts: WorkspaceFacts, offer: Offer, req: Requirements, hours: float, caps: Caps,
+                 signals: Signals, given: Checks | None, value_of_time: float) -> Route:
+    key = offer.key
+    price = offer.price_per_hour
+    reasons: dict[str, str] = dict(unmet(offer, req))
+    if caps.max_price_per_hour is not None and price > caps.max_price_per_hour:
+        reasons["price_cap"] = f"${price:.2f}/h is over the cap of ${caps.max_price_per_hour:.2f}/h"
+    checks = replace(given, notes=dict(given.notes)) if given is not None else Checks()
+    if not checks.listed:
+        reasons["listed"] = checks.notes.get("listed", "no longer listed")
+    if checks.permitted is False:
+        reasons["permitted"] = checks.notes.get("permitted", "not permitted (credentials or quota)")
+    if checks.launched is False:
+        reasons["launched"] = checks.notes.get("launched", "a launch of it failed")
+
+    # Queue: a capacity check beats the listing's signal; an observed wait beats both defaults.
+    capacity_known = checks.capacity if checks.capacity is not None else (
+        None if offer.capacity is None else offer.capacity > 0)
+    observed = signals.queue_seconds.get(key)
+    if capacity_known is False:
+        reasons["capacity"] = checks.notes.get("capacity", "no capacity now")
+        queue_s, queue_why = (observed if observed is not None else DEFAULT_QUEUE_S), "none free now"
+    elif observed is not None:
+        queue_s, queue_why = observed, "observed wait"
+    elif capacity_known:
+        queue_s, queue_why = 0.0, "capacity now"
+    else:
+        queue_s, queue_why = DEFAULT_QUEUE_S, "capacity unknown, default wait"
+
+    gb = facts.bytes_to_move / 1e9
+    per_gb = egress_price_per_gb(facts.store_provider, facts.store_region, offer, gb=gb,
+                                 fallback_per_gb=facts.store_egress_per_gb)
+    transfer_s = facts.bytes_to_move * 8 / (offer.bandwidth_mbps * 1e6)
+    boot_s = offer.boot_seconds
+    wait_rate = value_of_time if value_of_time > 0 else price * QUEUE_PRICE_FACTOR
+
+    gpu = price * hours
+    egress = gb * per_gb
+    storage = facts.workspace_bytes / 1e9 * facts.storage_per_gb_month * hours / HOURS_PER_MONTH
+    queue = queue_s / 3600 * wait_rate
+    failures = signals.recent_launch_failures.get(key, 0)
+    mismatches = signals.driver_mismatches.get(key, 0)
+    p_fail = _p_fail(offer, failures, mismatches)
+    # A failed attempt wastes the boot and the transfer (the GPU meters from launch) and
+    # the bytes must be moved, and paid for, again.
+    retry = (boot_s + transfer_s) / 3600 * (price + value_of_time) + egress
+    risk = p_fail * retry
+    cost = Cost(gpu=gpu, egress=egress, storage=storage, queue=queue, risk=risk,
+                total=gpu + egress + storage + queue + risk)
+    if caps.budget_left is not None and cost.billed > caps.budget_left:
+        reasons["budget"] = (f"{_money(cost.billed)} projected for {hours:g} h is over the "
+                             f"{_money(caps.budget_left)} left of the budget")
+
+    ready_s = queue_s + boot_s + transfer_s
+    history = []
+    if failures:
+        history.append(f"{failures} recent launch failure(s)")
+    if mismatches:
+        history.append(f"{mismatches} driver mismatch(es)")
+    breakdown = (
+        f"GPU: ${price:.2f}/h x {hours:g} h = {_money(gpu)}",
+        f"egress: {gb:,.1f} GB x ${per_gb:.3f}/GB = {_money(egress)}",
+        f"storage: {facts.workspace_bytes / 1e9:,.1f} GB x ${facts.storage_per_gb_month:.3f}/GB-month"
+        f" for {hours:g} h = {_money(storage)}",
+        f"queue: ~{_duration(queue_s)} ({queue_why}) x ${wait_rate:.2f}/h = {_money(queue)}",
+        f"risk: {p_fail:.0%} chance of a failed attempt"
+        + (f" ({', '.join(history)})" if history else "") + f" x {_money(retry)} retry = {_money(risk)}",
+        f"ready in ~{_duration(ready_s)}: queue {_duration(queue_s)} + boot {_duration(boot_s)}"
+        f" + transfer {_duration(transfer_s)}",
+    )
+    return Route(id=route_id(offer), offer=offer, cost=cost, time_to_ready_s=ready_s, transfer_s=transfer_s,
+                 queue_s=queue_s, boot_s=boot_s, blocked="; ".join(reasons.values()) or None, checks=checks,
+                 reasons=reasons, breakdown=breakdown)
+
+
+def rank_routes(facts: WorkspaceFacts, offers: Iterable[Offer], requirements: Requirements | None = None, *,
+                hours: float, caps: Caps = Caps(), signals: Signals = Signals(),
+                checks: Mapping[str, Checks] | None = None, value_of_time_per_hour: float = 0.0) -> list[Route]:
+    """Every offer as a priced route: unblocked by total cost (ties: sooner ready), then blocked ones.
+
+    ``checks`` maps ``Offer.key`` to the checks done so far. Raises UsageError for
+    ``hours`` or ``value_of_time_per_hour`` that are not positive numbers.
+    """
+    if not (isinstance(hours, (int, float)) and 0 < hours < math.inf):
+        raise UsageError(f"hours must be a positive number, not {hours!r}")
+    if not (0 <= value_of_time_per_hour < math.inf):
+        raise UsageError(f"value_of_time_per_hour must not be negative, not {value_of_time_per_hour!r}")
+    req = requirements or Requirements()
+    done = checks or {}
+    routes = [_price_route(facts, o, req, float(hours), caps, signals, done.get(o.key), value_of_time_per_hour)
+              for o in offers]
+    routes.sort(key=lambda r: (r.blocked is not None, r.cost.total, r.time_to_ready_s, r.id))
+    return routes
+
+
+__all__ = [
+    "Caps",
+    "Cost",
+    "EgressPrices",
+    "Route",
+    "STORE_EGRESS",
+    "Signals",
+    "WorkspaceFacts",
+    "egress_price_per_gb",
+    "rank_routes",
+    "route_id",
+]
