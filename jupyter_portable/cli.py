@@ -84,6 +84,44 @@ def _build() -> argparse.ArgumentParser:
     sp.add_argument("b", type=int, help="version B")
     sp.add_argument("-C", dest="dir", default=".")
 
+    sp = verb("offers", "what the enabled providers list")
+    sp.add_argument("--gpu", help="only offers whose GPU model contains this")
+
+    sp = verb("routes", "every offer as a route to this workspace, ranked by whole cost")
+    sp.add_argument("--hours", type=float, help="planned GPU hours (default: the workspace setting, 8)")
+    sp.add_argument("--gpu", help="only offers whose GPU model contains this")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("settings", "show or change what this workspace needs and may spend (kept with it)")
+    sp.add_argument("--gpu", action="append", dest="gpus", metavar="MODEL", help="acceptable GPU model (repeat)")
+    sp.add_argument("--gpu-count", type=int)
+    sp.add_argument("--min-gpu-memory", type=float, metavar="GB")
+    sp.add_argument("--driver", help="pin an exact driver version ('' to unpin)")
+    sp.add_argument("--min-cuda")
+    sp.add_argument("--image")
+    sp.add_argument("--region", action="append", dest="regions", metavar="REGION")
+    sp.add_argument("--max-price", type=float, metavar="USD_PER_HOUR", help="cap on $/h")
+    sp.add_argument("--budget", type=float, metavar="USD", help="total budget for this workspace")
+    sp.add_argument("--hours", type=float, help="planned GPU hours for route costs")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("reserve", "book GPU time ahead for an offer type")
+    sp.add_argument("offer", help="provider/offer-id, as `offers` shows")
+    sp.add_argument("--start", required=True, help="ISO time with a zone, on the hour: 2026-12-01T09:00Z")
+    sp.add_argument("--hours", type=float, required=True)
+    sp.add_argument("--charge", choices=("now", "before"), default="before",
+                    help="charge at booking, or automatically 2 h before the start (default)")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("reservations", "list (or cancel) this workspace's reservations")
+    sp.add_argument("--cancel", metavar="ID", help="cancel this reservation")
+    sp.add_argument("--calendar", type=int, metavar="DAYS", help="also show free and taken slots for DAYS days")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("market", "the local market: let it take a machine back, or list its machines")
+    sp.add_argument("action", choices=("lose", "list"))
+    sp.add_argument("allocation", nargs="?", help="allocation id (for lose)")
+
     sp = verb("fsck", "check the store: every manifest's objects exist, heads name manifests")
     sp.add_argument("--store", help="store URL (default: this workspace's)")
     sp.add_argument("--read-data", action="store_true", help="also re-hash the objects")
@@ -121,7 +159,11 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
                  + (f", {res.read_objects} re-hashed" if res.read_objects else "")]
         lines += [f"error: {e}" for e in res.errors] + [f"warning: {w}" for w in res.warnings]
         return res.to_json(), "\n".join(lines), 0 if res.ok else EXIT_FAIL
+    if args.verb in ("offers", "market"):
+        return _market(args)
     ws = Workspace.find(args.dir)
+    if args.verb in ("routes", "settings", "reserve", "reservations"):
+        return _workspace_market(args, ws)
     if args.verb == "snapshot":
         res = ws.snapshot(args.message, force=args.force, progress=_stream(args))
         return res.to_json(), "", 0
@@ -168,6 +210,75 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
         ws.fetch(args.path)
         return {"path": args.path, "fetched": True}, f"{args.path} is in place", 0
     raise UsageError("no verb given; try `jupyter portable --help`")
+
+
+def _market(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
+    from . import market
+
+    if args.verb == "offers":
+        offers, errors = market.list_offers(market.enabled_providers(), gpu=args.gpu)
+        rows = [f"{o.key:<28} {o.gpu_count} x {o.gpu:<24} {o.gpu_memory_gb:>5g} GB  ${o.price_per_hour:>6.2f}/h  "
+                f"{o.region:<12} driver {o.driver or '?':<10} capacity {o.capacity if o.capacity is not None else '?'}"
+                for o in offers]
+        rows += [f"({name}: {err})" for name, err in errors.items()]
+        return ({"offers": [o.to_json() for o in offers], "errors": errors},
+                "\n".join(rows) or "no offers", 0)
+    from .compute.local import LocalMarket, lose_allocation
+
+    local = LocalMarket()
+    if args.action == "list":
+        allocs = local.list_allocations()
+        return ({"allocations": allocs},
+                "\n".join(f"{a.get('allocation_id')}  {a.get('offer_id')}  {a.get('state')}" for a in allocs)
+                or "no machines", 0)
+    if not args.allocation:
+        raise UsageError("market lose needs an ALLOCATION id (see `jupyter portable market list`)")
+    lose_allocation(local.state_dir, args.allocation)
+    return ({"allocation_id": args.allocation, "state": "lost"},
+            f"the market took {args.allocation} back", 0)
+
+
+def _workspace_market(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str, int]:
+    from . import market
+
+    if args.verb == "routes":
+        routes, errors = market.compute_routes(ws, hours=args.hours, gpu=args.gpu)
+        lines = []
+        for i, r in enumerate(routes, 1):
+            c = r.cost
+            head = (f"{i:>2}. {r.offer.key:<28} {r.offer.gpu_count} x {r.offer.gpu:<22} total ${c.total:>8.2f}  "
+                    f"(gpu {c.gpu:.2f}, egress {c.egress:.2f}, storage {c.storage:.2f}, queue {c.queue:.2f}, "
+                    f"risk {c.risk:.2f})  ready in {r.time_to_ready_s:.0f} s")
+            lines.append(head + (f"\n      BLOCKED: {r.blocked}" if r.blocked else ""))
+        lines += [f"({name}: {err})" for name, err in errors.items()]
+        return {"routes": [r.to_json() for r in routes], "errors": errors}, "\n".join(lines) or "no routes", 0
+    if args.verb == "settings":
+        changes = {"gpus": args.gpus, "gpu_count": args.gpu_count, "min_gpu_memory_gb": args.min_gpu_memory,
+                   "driver": args.driver, "min_cuda": args.min_cuda, "image": args.image, "regions": args.regions,
+                   "budget_max_price_per_hour": args.max_price, "budget_total": args.budget, "hours": args.hours}
+        if any(v is not None for v in changes.values()):
+            settings = market.update_settings(ws, **changes)
+        else:
+            settings = market.load_settings(ws)
+        out = settings.to_json()
+        out["spent"] = market.spent_so_far(ws)
+        return out, json.dumps(out, indent=2), 0
+    if args.verb == "reserve":
+        booking = market.reserve(ws, args.offer, args.start, args.hours, args.charge)
+        b = booking.to_json()
+        return b, (f"booked {b['reservation_id']}: {b['offer_key']} from {b['start']} for {b['hours']:g} h, "
+                   f"${b['price']:.2f}, charged {'now' if b['charge'] == 'now' else 'at ' + b['charge_at']}; "
+                   f"guarantee: {b['guarantee']}"), 0
+    if args.cancel:
+        booking = market.cancel_reservation(ws, args.cancel)
+        return booking.to_json(), f"cancelled {booking.reservation_id}", 0
+    books = market.reservations(ws)
+    out: dict[str, Any] = {"reservations": [b.to_json() for b in books]}
+    if args.calendar:
+        out["calendar"] = market.calendar(ws, args.calendar)
+    text = "\n".join(f"{b.reservation_id}  {b.offer_key:<26} {b.start.isoformat()}  {b.hours:g} h  ${b.price:.2f}  "
+                     f"{b.status:<9} {b.guarantee}  charge {b.charge}" for b in books) or "no reservations"
+    return out, text, 0
 
 
 def main(argv: list[str] | None = None) -> int:
