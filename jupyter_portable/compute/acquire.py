@@ -1,0 +1,186 @@
+"""ACQUIRING and PROBING: get one admitted machine from routes in rank order.
+
+For each route: permitted? capacity now? launch, wait until it runs, probe it on the
+machine, admit it. Any refusal or failure releases what was launched, is recorded as an
+:class:`Attempt` with its reason and the four checks as far as they went, and the next
+route is tried. Listed is not available, and launched is not admitted: the record says
+which of these the route got through.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.offers import Checks, Offer, Requirements
+from ..errors import (
+    AdmissionRefused,
+    ComputeError,
+    LaunchFailed,
+    NoCapacity,
+    NotSupported,
+    PortableError,
+    ProviderUnavailable,
+)
+from .admission import Runner, admit, local_runner, probe_machine
+from .base import Allocation, Provider
+
+EventSink = Callable[[dict[str, Any]], None]
+_UP = ("running", "reachable")
+_DOWN = ("lost", "terminated", "stopped")
+# the check a failure at each stage answers "no" to
+_CHECK_OF_STAGE = {"permission": "permitted", "capacity": "capacity", "launch": "launched", "boot": "launched"}
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One route tried and given up. ``stage``: provider, permission, capacity, launch, boot,
+    probe or admission. ``environment_fault``: the machine was wrong, the work never ran."""
+
+    offer_key: str
+    stage: str
+    error: str  # the error's class name, or "Timeout"
+    reason: str
+    checks: Checks
+    environment_fault: bool = False
+    allocation_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"offer": self.offer_key, "stage": self.stage, "error": self.error, "reason": self.reason,
+                "checks": self.checks.to_json(), "environment_fault": self.environment_fault,
+                "allocation_id": self.allocation_id}
+
+
+class _BootTimeout(LaunchFailed):
+    """Internal: the machine did not come up in time (recorded as error "Timeout")."""
+
+
+def default_runner(provider: Provider, allocation: Allocation) -> Runner:
+    """How to run commands on ``allocation``: a subprocess for the local market, else the
+    provider's own ``run(allocation, argv)`` (the SSH providers have one)."""
+    if allocation.details.get("local"):
+        return local_runner(allocation)
+    run = getattr(provider, "run", None)
+    if not callable(run):
+        raise NotSupported(f"cannot run commands on {allocation.provider} machines, so cannot probe them",
+                           provider=allocation.provider, offer=allocation.offer_id)
+
+    def runner(argv: list[str]) -> tuple[int, str, str]:
+        try:
+            return run(allocation, argv)
+        except PortableError as exc:  # a Runner never raises; 255 is what ssh answers when it fails
+            return 255, "", exc.one_line()
+
+    return runner
+
+
+def _wait_up(provider: Provider, allocation: Allocation, timeout_s: float, poll_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st = provider.status(allocation)
+        if st.state in _UP:
+            return
+        if st.state in _DOWN:
+            raise LaunchFailed(f"the machine was {st.state} while booting" + (f": {st.reason}" if st.reason else ""),
+                               provider=provider.name, offer=allocation.offer_id)
+        if time.monotonic() >= deadline:
+            raise _BootTimeout(f"still {st.state} after {timeout_s:g}s", provider=provider.name,
+                               offer=allocation.offer_id)
+        time.sleep(poll_s)
+
+
+def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], requirements: Requirements, *,
+            allocation_id_factory: Callable[[], str], on_event: EventSink | None = None, boot_timeout_s: float = 120,
+            poll_interval_s: float = 0.25, runner_for: Callable[[Provider, Allocation], Runner] = default_runner,
+            ssh_public_key: str | None = None, launch_env: dict[str, str] | None = None
+            ) -> tuple[Allocation, list[Attempt]]:
+    """The first admitted allocation, and every attempt given up on the way.
+
+    Raises NoCapacity("every route failed: ...") naming each route's reason when none is
+    admitted (``exc.context["attempts"]`` holds them). Events, one dict each, go to
+    ``on_event``: ``{"state": "ACQUIRING" | "PROBING" | "REFUSED" | "FAILED" | "ACQUIRED",
+    "offer": key, "reason": ..., "checks": {...}, ...}``.
+    """
+    attempts: list[Attempt] = []
+
+    def emit(state: str, offer: Offer, checks: Checks, **extra: Any) -> None:
+        if on_event is not None:
+            on_event({"state": state, "offer": offer.key, "reason": None, "checks": checks.to_json(), **extra})
+
+    for offer in offers_in_rank_order:
+        checks = Checks()
+        emit("ACQUIRING", offer, checks)
+        provider = providers.get(offer.provider)
+        stage = "provider"
+        allocation: Allocation | None = None
+        try:
+            if provider is None:
+                raise ProviderUnavailable(f"no provider {offer.provider!r} is configured", provider=offer.provider,
+                                          offer=offer.id)
+            stage = "permission"
+            provider.check_permission(offer)
+            checks.permitted = True
+            stage = "capacity"
+            free = provider.check_capacity(offer)
+            if free is not None and free <= 0:
+                raise NoCapacity(f"{offer.key}: none free now", provider=provider.name, offer=offer.id)
+            checks.capacity = None if free is None else True
+            checks.notes["capacity"] = "the provider cannot say before launching" if free is None else f"{free} free"
+            stage = "launch"
+            allocation = provider.launch(offer, allocation_id=allocation_id_factory(), image=requirements.image,
+                                         ssh_public_key=ssh_public_key, env=launch_env)
+            stage = "boot"
+            _wait_up(provider, allocation, boot_timeout_s, poll_interval_s)
+            checks.launched = True
+            stage = "probe"
+            emit("PROBING", offer, checks, allocation_id=allocation.allocation_id)
+            facts = probe_machine(runner_for(provider, allocation))
+            stage = "admission"
+            admit(requirements, facts, provider=provider.name, offer=offer.id)
+        except ComputeError as exc:
+            if stage in _CHECK_OF_STAGE:
+                setattr(checks, _CHECK_OF_STAGE[stage], False)
+            if isinstance(exc, NoCapacity) and stage == "launch":
+                checks.capacity = False  # the launch itself found none: the capacity answer was wrong
+            reason = str(exc)
+            fault = isinstance(exc, AdmissionRefused)
+            if fault:
+                checks.notes["admission"] = reason
+            released = None
+            if allocation is not None and provider is not None:
+                try:
+                    provider.terminate(allocation)
+                    released = True
+                except ComputeError as term_exc:
+                    released = False
+                    reason += f" (and releasing the machine failed: {term_exc})"
+            attempt = Attempt(offer_key=offer.key, stage=stage,
+                              error="Timeout" if isinstance(exc, _BootTimeout) else type(exc).__name__,
+                              reason=reason, checks=checks, environment_fault=fault,
+                              allocation_id=allocation.allocation_id if allocation else None)
+            attempts.append(attempt)
+            emit("REFUSED" if fault else "FAILED", offer, checks, reason=reason, stage=stage, error=attempt.error,
+                 environment_fault=fault, allocation_id=attempt.allocation_id, released=released)
+            continue
+        except BaseException:
+            # a bug or an interrupt must not leave a rented machine running
+            if allocation is not None and provider is not None:
+                try:
+                    provider.terminate(allocation)
+                except ComputeError:
+                    pass  # the original error is the one to see; this one is secondary
+            raise
+        assert allocation is not None  # the try either launched one or continued
+        emit("ACQUIRED", offer, checks, allocation_id=allocation.allocation_id)
+        return allocation, attempts
+
+    if not attempts:
+        raise NoCapacity("no route to try", provider="", hint="relax the requirements, or book a reservation",
+                         attempts=attempts)
+    raise NoCapacity("every route failed: " + "; ".join(f"{a.offer_key}: {a.reason}" for a in attempts),
+                     provider="", attempts=attempts)
+
+
+__all__ = ["Attempt", "EventSink", "acquire", "default_runner"]

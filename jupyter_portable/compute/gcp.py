@@ -1,0 +1,384 @@
+"""Google Compute Engine as a provider: GPU VMs, on-demand and spot.
+
+Credentials come from Application Default Credentials (``GOOGLE_APPLICATION_CREDENTIALS``,
+``gcloud auth application-default login``, the metadata server) unless a credentials
+object is passed; they never appear in a message or a log line. google-cloud-compute is
+imported only when a client is first needed.
+
+Where the answers come from:
+
+- listed: ``AcceleratorTypesClient.aggregated_list`` (which accelerators each zone has),
+  joined with the machine types of :data:`~.gpu_catalog.GCP` and their table prices.
+- permitted: the region's GPU quota from ``RegionsClient.get``.
+- capacity now: Compute Engine cannot say without launching: None.
+- launched: ``InstancesClient.insert``, waiting on its zone operation, because Compute
+  Engine reports an exhausted zone only through the operation.
+
+google-api-core errors are translated at this boundary (see ``_translate``); the codes
+are read from the error items of a failed operation or of an HTTP error body::
+
+    ZONE_RESOURCE_POOL_EXHAUSTED[_WITH_DETAILS],
+    "does not have enough resources available"          -> NoCapacity
+    QUOTA_EXCEEDED / quotaExceeded                       -> QuotaExceeded
+    401, 403 (PermissionDenied, Unauthenticated),
+    missing or unusable credentials                      -> AuthError
+    ServiceUnavailable, DeadlineExceeded, 429, 5xx,
+    rate limits, connection errors                       -> ProviderUnavailable
+    anything else during a launch                        -> LaunchFailed
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+from ..core.offers import Offer, Requirements
+from ..errors import (
+    AuthError,
+    ComputeError,
+    LaunchFailed,
+    NoCapacity,
+    ProviderUnavailable,
+    QuotaExceeded,
+    UsageError,
+)
+from . import gpu_catalog
+from .aws import cloud_config
+from .base import Allocation, AllocationStatus, Provider, SshEndpoint
+
+# A Deep Learning VM image family (Ubuntu, CUDA, NVIDIA driver); check the current families
+# with `gcloud compute images list --project deeplearning-platform-release`.
+DLVM_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu128-ubuntu-2204-nvidia-570"
+ALLOCATION_LABEL = "jupyter-portable-allocation"
+
+_NO_CAPACITY = {"ZONERESOURCEPOOLEXHAUSTED", "ZONERESOURCEPOOLEXHAUSTEDWITHDETAILS"}
+_NO_CAPACITY_TEXT = "does not have enough resources available"
+_QUOTA = {"QUOTAEXCEEDED"}
+_RATE = {"RATELIMITEXCEEDED", "USERRATELIMITEXCEEDED"}
+_PENDING = {"PROVISIONING", "STAGING", "PENDING", "REPAIRING"}
+_STOPPING = {"STOPPING", "PENDING_STOP", "DEPROVISIONING", "STOPPED", "TERMINATED", "SUSPENDING", "SUSPENDED"}
+
+
+class GcpProvider(Provider):
+    """GPU VMs on Compute Engine in one project.
+
+    ``project`` defaults to ``GOOGLE_CLOUD_PROJECT`` or the credentials' own project;
+    ``zones`` limits the zones offered (default: every zone that lists the accelerator).
+    ``credentials`` is a google-auth credentials object (default: ADC). The three clients
+    can be injected ready-made (tests build them on a fake transport). ``network`` must let
+    port 22 in, as every worker is reached over SSH. Spot VMs are created with the STOP
+    termination action so that a preempted VM stays visible as "lost" until terminated.
+    """
+
+    name = "gcp"
+
+    def __init__(self, *, project: str | None = None, zones: Sequence[str] = (), credentials: Any = None,
+                 image: str = DLVM_IMAGE, network: str = "global/networks/default", subnetwork: str | None = None,
+                 disk_gb: int = 200, ssh_user: str = "ubuntu", spot: bool = True, operation_timeout: float = 120.0,
+                 instances_client: Any = None, regions_client: Any = None, accelerator_types_client: Any = None,
+                 shapes: Mapping[str, gpu_catalog.MachineShape] | None = None) -> None:
+        self._project = project or os.environ.get("GOOGLE_CLOUD_PROJECT") or None
+        self.zones = tuple(zones)
+        self._credentials = credentials
+        self.image = image
+        self.network = network
+        self.subnetwork = subnetwork
+        self.disk_gb = disk_gb
+        self.ssh_user = ssh_user
+        self.spot = spot
+        self.operation_timeout = operation_timeout
+        self._clients: dict[str, Any] = {"instances": instances_client, "regions": regions_client,
+                                         "accelerator_types": accelerator_types_client}
+        self.shapes = dict(shapes if shapes is not None else gpu_catalog.GCP)
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _client(self, kind: str) -> Any:
+        if self._clients[kind] is None:
+            with self._boundary("connect"):
+                from google.cloud import compute_v1
+
+                cls = {"instances": compute_v1.InstancesClient, "regions": compute_v1.RegionsClient,
+                       "accelerator_types": compute_v1.AcceleratorTypesClient}[kind]
+                self._clients[kind] = cls(credentials=self._credentials)
+        return self._clients[kind]
+
+    @property
+    def project(self) -> str:
+        """The project: as configured, else the one Application Default Credentials name."""
+        if not self._project:
+            with self._boundary("find the project"):
+                import google.auth
+
+                _, self._project = google.auth.default()
+            if not self._project:
+                raise AuthError("gcp: no Google Cloud project configured", provider=self.name,
+                                hint="set GOOGLE_CLOUD_PROJECT or pass project= to GcpProvider")
+        return self._project
+
+    @contextmanager
+    def _boundary(self, what: str, offer: str | None = None,
+                  default: type[ComputeError] = ProviderUnavailable) -> Iterator[None]:
+        """Translate every google-api-core, google-auth and transport error raised inside."""
+        from google.api_core.exceptions import GoogleAPIError
+        from google.auth.exceptions import GoogleAuthError
+        from requests.exceptions import RequestException
+
+        try:
+            yield
+        except (GoogleAPIError, GoogleAuthError, RequestException) as exc:
+            raise _translate(exc, what=what, offer=offer, default=default) from exc
+
+    # -- check 1: listed --------------------------------------------------------------
+
+    def offers(self, requirements: Requirements | None = None) -> list[Offer]:
+        """For each zone listing a table machine type's accelerator (with enough cards per
+        instance), an on-demand offer and a spot offer, both at table prices."""
+        req = requirements or Requirements()
+        by_accelerator: dict[str, list[gpu_catalog.MachineShape]] = {}
+        for shape in gpu_catalog.shapes_for(self.shapes, req.gpus, req.gpu_count, req.min_gpu_memory_gb):
+            if shape.accelerator:
+                by_accelerator.setdefault(shape.accelerator, []).append(shape)
+        if not by_accelerator:
+            return []
+        out: list[Offer] = []
+        with self._boundary("list offers"):
+            listing = self._client("accelerator_types").aggregated_list(request={"project": self.project})
+            for scope, scoped in listing:
+                zone = scope.rpartition("/")[2]
+                region = zone.rpartition("-")[0]
+                if (self.zones and zone not in self.zones) or (req.regions and region not in req.regions):
+                    continue
+                for accelerator in scoped.accelerator_types:
+                    for shape in by_accelerator.get(accelerator.name, []):
+                        most = accelerator.maximum_cards_per_instance
+                        if most and shape.gpu_count > most:
+                            continue
+                        out.extend(self._offers_for(shape, zone, region))
+        return sorted(out, key=lambda o: o.id)
+
+    def _offers_for(self, shape: gpu_catalog.MachineShape, zone: str, region: str) -> list[Offer]:
+        common: dict[str, Any] = dict(provider=self.name, gpu=shape.gpu, gpu_count=shape.gpu_count,
+                      gpu_memory_gb=shape.gpu_memory_gb, region=region)
+        extra = {"machine_type": shape.machine, "zone": zone, "accelerator": shape.accelerator,
+                 "price_source": gpu_catalog.PRICES_AS_OF}
+        out = [Offer(id=f"{shape.machine}@{zone}", price_per_hour=shape.price_per_hour,
+                     extra={**extra, "market": "on-demand"}, **common)]
+        if self.spot and shape.spot_price_per_hour is not None:
+            out.append(Offer(id=f"{shape.machine}@{zone}:spot", price_per_hour=shape.spot_price_per_hour, spot=True,
+                             reliability=gpu_catalog.SPOT_RELIABILITY, extra={**extra, "market": "spot"}, **common))
+        return out
+
+    # -- check 2: permitted -----------------------------------------------------------
+
+    def check_permission(self, offer: Offer) -> None:
+        """The region's GPU quota (limit minus usage) must cover the offer's GPUs. Spot VMs
+        use the PREEMPTIBLE_ quota where the project has one, else the standard one.
+        Quota does not guarantee supply: a zone can still be exhausted at launch."""
+        machine, zone, spot = _parse_offer_id(offer.id)
+        shape = self._shape(machine)
+        region = zone.rpartition("-")[0]
+        metric = shape.quota_metric or ""
+        with self._boundary("read quota", offer.id):
+            quotas = {q.metric: q for q in self._client("regions").get(project=self.project, region=region).quotas}
+        preemptible = quotas.get(f"PREEMPTIBLE_{metric}")
+        if spot and preemptible is not None and preemptible.limit > 0:
+            metric = f"PREEMPTIBLE_{metric}"
+        quota = quotas.get(metric)
+        free = quota.limit - quota.usage if quota is not None else 0.0
+        if free < shape.gpu_count:
+            listed = f"limit {quota.limit:g}, in use {quota.usage:g}" if quota is not None else "not in the project"
+            raise QuotaExceeded(f"gcp: {metric} in {region}: {free:g} free ({listed}), {shape.gpu_count} needed",
+                                provider=self.name, offer=offer.id,
+                                hint=f"request more {metric} quota for {region} (IAM & Admin > Quotas), "
+                                     "or pick another region")
+
+    # -- check 3: capacity now --------------------------------------------------------
+
+    def check_capacity(self, offer: Offer) -> int | None:
+        """None: Compute Engine tells whether a zone has the GPUs only when a VM is created."""
+        return None
+
+    # -- check 4: launched ------------------------------------------------------------
+
+    def launch(self, offer: Offer, *, allocation_id: str, image: str | None = None,
+               ssh_public_key: str | None = None, env: dict[str, str] | None = None) -> Allocation:
+        """``instances.insert`` and wait (up to ``operation_timeout``) on its operation. The
+        key goes in the ``ssh-keys`` metadata for ``ssh_user``; ``env`` as cloud-init
+        user data writing ``/etc/jupyter-portable/env`` (mode 0600)."""
+        from google.cloud import compute_v1 as c
+
+        machine, zone, spot = _parse_offer_id(offer.id)
+        shape = self._shape(machine)
+        name = instance_name(allocation_id)
+        items = [c.Items(key=ALLOCATION_LABEL, value=allocation_id),
+                 # Deep Learning VM images install the NVIDIA driver on first boot when asked.
+                 c.Items(key="install-nvidia-driver", value="True")]
+        if ssh_public_key:
+            items.append(c.Items(key="ssh-keys", value=f"{self.ssh_user}:{ssh_public_key.strip()}"))
+        user_data = cloud_config(None, env)
+        if user_data:
+            items.append(c.Items(key="user-data", value=user_data))
+        nic = c.NetworkInterface(network=self.network,
+                                 access_configs=[c.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")])
+        if self.subnetwork:
+            nic.subnetwork = self.subnetwork
+        # GPU VMs cannot live-migrate: host maintenance must stop them.
+        scheduling = c.Scheduling(on_host_maintenance="TERMINATE", automatic_restart=not spot,
+                                  provisioning_model="SPOT" if spot else "STANDARD")
+        if spot:
+            scheduling.instance_termination_action = "STOP"
+        instance = c.Instance(
+            name=name, machine_type=f"zones/{zone}/machineTypes/{machine}",
+            disks=[c.AttachedDisk(boot=True, auto_delete=True, initialize_params=c.AttachedDiskInitializeParams(
+                source_image=image or self.image, disk_size_gb=self.disk_gb))],
+            network_interfaces=[nic], metadata=c.Metadata(items=items), scheduling=scheduling,
+            labels={ALLOCATION_LABEL: _label_value(allocation_id)})
+        if shape.attach:
+            # N1 machines take their GPUs as attached accelerators; A2, A3 and G2 come with theirs.
+            instance.guest_accelerators = [c.AcceleratorConfig(
+                accelerator_type=f"zones/{zone}/acceleratorTypes/{shape.accelerator}",
+                accelerator_count=shape.gpu_count)]
+        with self._boundary("launch", offer.id, default=LaunchFailed):
+            operation = self._client("instances").insert(project=self.project, zone=zone,
+                                                         instance_resource=instance)
+            try:
+                operation.result(timeout=self.operation_timeout)
+            except (FutureTimeout, TimeoutError):
+                pass  # accepted and still going: status() follows it from here
+        return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id, ref=f"{zone}/{name}",
+                          started=datetime.now(timezone.utc).isoformat(),
+                          details={"project": self.project, "zone": zone, "machine_type": machine,
+                                   "market": "spot" if spot else "on-demand"})
+
+    def _shape(self, machine: str) -> gpu_catalog.MachineShape:
+        try:
+            return self.shapes[machine]
+        except KeyError:
+            raise UsageError(f"gcp: {machine} is not in the machine type table") from None
+
+    # -- afterwards -------------------------------------------------------------------
+
+    def status(self, allocation: Allocation) -> AllocationStatus:
+        """From ``instances.get``: "reachable" once RUNNING with an external IP; "lost" when
+        a spot VM was stopped, which only preemption does (nothing here stops VMs). A spot
+        VM that :meth:`terminate` is deleting also reads "lost" until it is gone."""
+        from google.api_core.exceptions import NotFound
+
+        zone, name = _parse_ref(allocation.ref)
+        with self._boundary("status", allocation.offer_id):
+            try:
+                instance = self._client("instances").get(project=self.project, zone=zone, instance=name)
+            except NotFound:
+                return AllocationStatus("terminated", reason=f"instance {name} no longer exists")
+        state = instance.status
+        note = instance.status_message or None
+        if state in _PENDING:
+            return AllocationStatus("pending", reason=note)
+        if state == "RUNNING":
+            ip = next((a.nat_i_p for n in instance.network_interfaces for a in n.access_configs if a.nat_i_p), "")
+            if ip:
+                return AllocationStatus("reachable", ssh=SshEndpoint(host=ip, port=22, user=self.ssh_user))
+            return AllocationStatus("running", reason="no external IP address yet")
+        if state in _STOPPING:
+            if instance.scheduling.provisioning_model == "SPOT":
+                reason = "Compute Engine preempted the spot VM" + (f": {note}" if note else "")
+                return AllocationStatus("lost", reason=reason)
+            return AllocationStatus("stopped", reason=note)
+        return AllocationStatus("lost", reason=f"unexpected instance status {state}")
+
+    def terminate(self, allocation: Allocation) -> None:
+        """``instances.delete``; a VM that is already gone is fine. Does not wait for it."""
+        from google.api_core.exceptions import NotFound
+
+        zone, name = _parse_ref(allocation.ref)
+        with self._boundary("terminate", allocation.offer_id):
+            try:
+                self._client("instances").delete(project=self.project, zone=zone, instance=name)
+            except NotFound:
+                pass
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+def instance_name(allocation_id: str) -> str:
+    """A valid, stable Compute Engine name for an allocation: ``jp-<readable>-<hash>``."""
+    readable = re.sub(r"[^a-z0-9-]+", "-", allocation_id.lower()).strip("-")[:48].strip("-")
+    digest = hashlib.sha256(allocation_id.encode()).hexdigest()[:8]
+    return f"jp-{readable}-{digest}" if readable else f"jp-{digest}"
+
+
+def _label_value(allocation_id: str) -> str:
+    return re.sub(r"[^a-z0-9_-]+", "-", allocation_id.lower())[:63]
+
+
+def _parse_offer_id(offer_id: str) -> tuple[str, str, bool]:
+    """``machine@zone[:spot]`` -> (machine, zone, spot). The id alone is enough to launch."""
+    base, _, market = offer_id.partition(":")
+    machine, _, zone = base.partition("@")
+    if not machine or not zone or market not in ("", "spot"):
+        raise UsageError(f"not a GCP offer id: {offer_id!r} (expected MACHINE_TYPE@ZONE[:spot])")
+    return machine, zone, market == "spot"
+
+
+def _parse_ref(ref: str) -> tuple[str, str]:
+    zone, _, name = ref.partition("/")
+    if not zone or not name:
+        raise UsageError(f"not a GCP allocation ref: {ref!r} (expected ZONE/NAME)")
+    return zone, name
+
+
+def _norm(code: object) -> str:
+    """``ZONE_RESOURCE_POOL_EXHAUSTED`` and ``quotaExceeded`` styles compare equal."""
+    return re.sub(r"[^A-Z0-9]", "", str(code).upper())
+
+
+def _items(exc: Exception) -> list[tuple[str, str]]:
+    """(code, message) of each error item: compute ``Errors`` from a failed operation, or
+    the ``{"reason", "message"}`` dicts of an HTTP error body."""
+    out = []
+    for item in getattr(exc, "errors", None) or ():
+        if isinstance(item, Mapping):
+            out.append((str(item.get("reason") or item.get("code") or ""), str(item.get("message") or "")))
+        else:
+            out.append((str(getattr(item, "code", "") or ""), str(getattr(item, "message", "") or "")))
+    reason = getattr(exc, "reason", None)
+    if reason:
+        out.append((str(reason), ""))
+    return out
+
+
+def _translate(exc: Exception, *, what: str, offer: str | None, default: type[ComputeError]) -> ComputeError:
+    """One google-api-core / google-auth / transport error -> one error of this package."""
+    from google.api_core import exceptions as g
+    from google.auth import exceptions as ga
+    from requests.exceptions import RequestException
+
+    ctx: dict[str, Any] = {"provider": "gcp", "offer": offer}
+    items = _items(exc)
+    codes = {_norm(code) for code, _ in items if code}
+    detail = "; ".join(f"{code}: {message}" if message else code for code, message in items if code or message)
+    text = f"gcp {what}: {detail or getattr(exc, 'message', None) or exc}"
+    if codes & _NO_CAPACITY or _NO_CAPACITY_TEXT in text:
+        return NoCapacity(text, hint="try another zone or route, or try again later", **ctx)
+    if codes & _QUOTA:
+        return QuotaExceeded(text, **ctx)
+    if codes & _RATE or isinstance(exc, (g.ServiceUnavailable, g.DeadlineExceeded, g.TooManyRequests,
+                                         g.ServerError, g.RetryError)):
+        return ProviderUnavailable(text, hint="try again in a minute", **ctx)
+    if isinstance(exc, (ga.TransportError, RequestException)):
+        return ProviderUnavailable(f"gcp {what}: could not reach Compute Engine: {type(exc).__name__}",
+                                   hint="check the network and try again", **ctx)
+    if isinstance(exc, (g.Unauthorized, g.Forbidden)):
+        return AuthError(text, hint="check that the credentials' account has the Compute Instance Admin role "
+                                    "in the project", **ctx)
+    if isinstance(exc, ga.GoogleAuthError):
+        return AuthError(f"gcp {what}: no usable Google Cloud credentials ({type(exc).__name__})", **ctx,
+                         hint="run `gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS")
+    return default(text, **ctx)

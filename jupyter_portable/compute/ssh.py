@@ -1,0 +1,631 @@
+"""The ``ssh`` provider: the user's own machines (:mod:`.hosts`), reached with OpenSSH.
+
+Each configured host is one offer with capacity 1, or 0 while one of our allocations runs
+there. Launching starts the worker stub (:mod:`.agent_stub`) on the host in its own session,
+under ``<workdir>/allocations/<allocation id>/``; status reads its heartbeat back over SSH.
+
+Why the system ``ssh`` client and not a Python SSH library: it is what the user already
+configured (``~/.ssh/config``, ProxyJump, ssh-agent, hardware keys all keep working), it
+adds no dependency, it pins host keys itself (``StrictHostKeyChecking=accept-new``), and a
+forwarded port is one child process whose lifetime is easy to reason about. Its failures
+are read from its exit status (255) and its one-line diagnostics, which OpenSSH has kept
+stable for decades; ``tests/test_provider_ssh.py`` checks each one against a real sshd.
+
+Host keys (trust on first use): the first connection to a host records its key in
+``<state dir>/known_hosts``; from then on a different key is refused (AuthError) until the
+user removes that line. Keys already in ``/etc/ssh/ssh_known_hosts`` are honoured too.
+
+Local state, in ``$JUPYTER_PORTABLE_SSH_STATE`` or ``<jupyter data dir>/portable/ssh``:
+``known_hosts`` and ``allocations.json`` (which allocation holds which host). A host stays
+in use until :meth:`SshProvider.terminate`, even when its worker looks lost: an unreachable
+worker may still be running, and handing the host out twice is worse than waiting.
+
+Nothing secret is logged or put in argv: the key is only named to ``ssh -i``, and ``env``
+for the worker travels inside the script on ssh's stdin.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any
+
+from ..core.offers import Offer, Requirements
+from ..errors import (
+    AuthError,
+    ComputeError,
+    LaunchFailed,
+    NoCapacity,
+    NotSupported,
+    ProviderUnavailable,
+    UsageError,
+)
+from . import agent_stub
+from .admission import Runner
+from .base import Allocation, AllocationStatus, Provider, SshEndpoint
+from .hosts import Host, load_hosts
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; one process at a time is assumed there
+    fcntl = None  # type: ignore[assignment]
+
+ENV_STATE = "JUPYTER_PORTABLE_SSH_STATE"
+_ALLOCATION_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+_ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+_IN_USE = ("launching", "running")
+_KEEP_ENDED = 200  # ended allocations kept in allocations.json as history
+_LAUNCH_CLAIM = 600.0  # seconds a launch in progress holds its host (launches time out well before)
+
+# ssh's own diagnostics (exit status 255), most specific first.
+_HOST_KEY = ("REMOTE HOST IDENTIFICATION HAS CHANGED", "Host key verification failed",
+             "host key for", "No ED25519 host key is known", "No RSA host key is known")
+_AUTH = ("Permission denied", "Too many authentication failures", "Load key", "UNPROTECTED PRIVATE KEY",
+         "no such identity", "invalid format")
+_UNREACHABLE = ("Connection refused", "Connection timed out", "timed out", "No route to host",
+                "Could not resolve hostname", "Network is unreachable", "Connection closed by",
+                "Connection reset", "kex_exchange_identification", "ssh: connect to host",
+                "Name or service not known", "Temporary failure in name resolution")
+
+# The remote half: small stdlib scripts streamed to ``python3 -``. ``P`` is prepended as a
+# literal, so arguments (and the worker's env) never appear on any command line.
+_COMMON = r'''
+import json, os, signal, subprocess, sys, time
+
+def ours(pid, allocation):
+    """Is pid alive and our worker for this allocation (not a reused PID, not a zombie)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            args = fh.read().decode(errors="replace").split("\0")
+    except OSError:
+        proc = subprocess.run(["ps", "-o", "args=", "-p", str(pid)], capture_output=True, text=True)
+        args = proc.stdout.split()
+    return "--allocation" in args and allocation in args
+'''
+
+_LAUNCH = r'''
+root = os.path.expanduser(P["workdir"])
+d = os.path.join(os.path.abspath(root), "allocations", P["allocation"])
+os.makedirs(d, exist_ok=True)
+for name in ("agent.json", "heartbeat", "stopped"):
+    try:
+        os.remove(os.path.join(d, name))
+    except FileNotFoundError:
+        pass
+src = os.path.join(d, "agent_stub.py")
+with open(src + ".tmp", "w") as fh:
+    fh.write(P["source"])
+os.replace(src + ".tmp", src)
+env = dict(os.environ)
+env.update(P["env"])
+# A session of its own: the worker outlives this SSH connection and gets no SIGHUP.
+with open(src, "rb") as stdin, open(os.path.join(d, "agent.log"), "ab") as log:
+    proc = subprocess.Popen([sys.executable, "-", "--dir", d, "--allocation", P["allocation"]], stdin=stdin,
+                            stdout=log, stderr=subprocess.STDOUT, cwd=d, env=env, start_new_session=True)
+out = {"remote_dir": d, "pid": proc.pid}
+deadline = time.time() + P["wait"]
+while True:
+    # The heartbeat is written after agent.json is closed: once it exists, agent.json is whole.
+    if os.path.exists(os.path.join(d, "heartbeat")):
+        with open(os.path.join(d, "agent.json")) as fh:
+            out["agent"] = json.load(fh)
+        break
+    if proc.poll() is not None:
+        out["error"] = "the worker exited with status %d" % proc.returncode
+        break
+    if time.time() > deadline:
+        out["error"] = "the worker wrote no heartbeat within %gs" % P["wait"]
+        os.killpg(proc.pid, signal.SIGKILL)
+        break
+    time.sleep(0.05)
+if "error" in out:
+    try:
+        with open(os.path.join(d, "agent.log"), errors="replace") as fh:
+            out["log"] = fh.read()[-1500:]
+    except OSError:
+        pass
+print(json.dumps(out))
+'''
+
+_STATUS = r'''
+out = {"now": time.time(), "alive": ours(P["pid"], P["allocation"]), "heartbeat": None,
+       "stopped": os.path.exists(os.path.join(P["remote_dir"], "stopped"))}
+try:
+    with open(os.path.join(P["remote_dir"], "heartbeat")) as fh:
+        out["heartbeat"] = float(fh.read().strip())
+except (OSError, ValueError):
+    pass
+print(json.dumps(out))
+'''
+
+_TERMINATE = r'''
+pid, allocation = P["pid"], P["allocation"]
+out = {"was_running": ours(pid, allocation), "killed": False}
+
+def signal_worker(sig):
+    # The worker leads its own session; signalling the group also stops what it started.
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+def wait_gone(seconds):
+    deadline = time.time() + seconds
+    while ours(pid, allocation):
+        if time.time() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+if out["was_running"]:
+    signal_worker(signal.SIGTERM)
+    if not wait_gone(P["grace"]):
+        signal_worker(signal.SIGKILL)
+        out["killed"] = True
+        wait_gone(5)
+out["gone"] = not ours(pid, allocation)
+print(json.dumps(out))
+'''
+
+
+def default_state_dir() -> Path:
+    """``$JUPYTER_PORTABLE_SSH_STATE``, else ``<jupyter data dir>/portable/ssh``."""
+    env = os.environ.get(ENV_STATE)
+    if env:
+        return Path(env).expanduser()
+    from jupyter_core.paths import jupyter_data_dir
+
+    return Path(jupyter_data_dir()) / "portable" / "ssh"
+
+
+def _holder(table: dict[str, dict[str, Any]], host: str) -> str | None:
+    """The allocation holding ``host``: a running one, or a launch still within its time."""
+    for aid, rec in table.items():
+        if rec.get("host") != host:
+            continue
+        if rec.get("state") == "running":
+            return aid
+        # A launch whose process died before recording its outcome must not hold the host forever.
+        if rec.get("state") == "launching" and time.time() - float(rec.get("claimed") or 0) < _LAUNCH_CLAIM:
+            return aid
+    return None
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class _State:
+    """``allocations.json``: which of our allocations holds which host. Read-modify-write under a lock."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.file = directory / "allocations.json"
+
+    @contextlib.contextmanager
+    def edit(self) -> Iterator[dict[str, dict[str, Any]]]:
+        """The allocations table, locked; written back atomically when the block ends without error."""
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(self.dir / "allocations.lock", "a") as lock:
+            if fcntl is not None:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            table = self._read()
+            before = json.dumps(table, sort_keys=True)
+            yield table
+            if json.dumps(table, sort_keys=True) != before:
+                self._write(table)
+
+    def holder(self, host: str) -> str | None:
+        """The allocation of ours that holds ``host``, if any."""
+        with self.edit() as table:
+            return _holder(table, host)
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads(self.file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"ssh provider state {self.file} cannot be read: {exc}",
+                             hint="move the file away; hosts it marked as in use become free") from exc
+        table = data.get("allocations") if isinstance(data, dict) and data.get("version") == 1 else None
+        if not isinstance(table, dict) or not all(isinstance(rec, dict) for rec in table.values()):
+            raise UsageError(f"ssh provider state {self.file} is not version 1 of its format",
+                             hint="move the file away; hosts it marked as in use become free")
+        return table
+
+    def _write(self, table: dict[str, dict[str, Any]]) -> None:
+        ended = sorted((rec.get("ended") or "", aid) for aid, rec in table.items() if rec.get("state") not in _IN_USE)
+        for _, aid in ended[:-_KEEP_ENDED] if len(ended) > _KEEP_ENDED else []:
+            del table[aid]
+        tmp = self.file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"version": 1, "allocations": table}, indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, self.file)
+
+
+class SshProvider(Provider):
+    """Machines the user already has, reached over SSH. See the module docstring for the rules."""
+
+    name = "ssh"
+
+    def __init__(self, hosts: Sequence[Host] | None = None, *, hosts_file: Path | str | None = None,
+                 state_dir: Path | str | None = None, ssh: str = "ssh", connect_timeout: float = 10.0,
+                 command_timeout: float = 60.0, stale_after: float = 10.0, launch_wait: float = 20.0) -> None:
+        """``hosts`` fixes the host list; otherwise ``hosts_file`` (or the default) is re-read on each call,
+        so edits apply without a restart. ``stale_after``: seconds without a heartbeat before a worker is lost."""
+        self._fixed = list(hosts) if hosts is not None else None
+        self._hosts_file = hosts_file
+        self.state_dir = Path(state_dir).expanduser() if state_dir is not None else default_state_dir()
+        self._state = _State(self.state_dir)
+        self._ssh = ssh
+        self.connect_timeout = connect_timeout
+        self.command_timeout = command_timeout
+        self.stale_after = stale_after
+        self.launch_wait = launch_wait
+        self._forwards: dict[str, list[Callable[[], None]]] = {}
+
+    @property
+    def known_hosts(self) -> Path:
+        """Where host keys are pinned on first use."""
+        return self.state_dir / "known_hosts"
+
+    # -- the Provider contract ---------------------------------------------------------------
+
+    def hosts(self) -> list[Host]:
+        """The configured hosts."""
+        return list(self._fixed) if self._fixed is not None else load_hosts(self._hosts_file)
+
+    def offers(self, requirements: Requirements | None = None) -> list[Offer]:
+        """One offer a host; capacity 0 while an allocation of ours holds it. Reads no network."""
+        hosts = self.hosts()
+        with self._state.edit() as table:
+            held = {h.name for h in hosts if _holder(table, h.name)}
+        return [h.offer(0 if h.name in held else 1) for h in hosts]
+
+    def check_permission(self, offer: Offer) -> None:
+        """Log in and run ``true``: AuthError for a refused key or a changed host key,
+        ProviderUnavailable when nothing answers."""
+        host = self._host(offer.id)
+        proc = self._exec(host, "true")
+        if proc.returncode != 0:
+            raise ProviderUnavailable(f"ssh host {host.name}: `true` failed there ({proc.returncode}): "
+                                      f"{_first_line(proc.stderr)}", provider=self.name, offer=host.name)
+
+    def check_capacity(self, offer: Offer) -> int | None:
+        """1 when no allocation of ours holds the host; NoCapacity otherwise."""
+        host = self._host(offer.id)
+        holder = self._state.holder(host.name)
+        if holder:
+            raise NoCapacity(f"ssh host {host.name} is in use by allocation {holder}", provider=self.name,
+                             offer=host.name, hint=f"terminate allocation {holder}, or pick another host")
+        return 1
+
+    def launch(self, offer: Offer, *, allocation_id: str, image: str | None = None,
+               ssh_public_key: str | None = None, env: dict[str, str] | None = None) -> Allocation:
+        """Start the worker stub on the host, detached, and wait for its first heartbeat.
+
+        ``ssh_public_key`` is not used: the host is reached with the configured key. ``env``
+        is given to the worker's environment and never written to disk or argv."""
+        host = self._host(offer.id)
+        if image:
+            raise NotSupported(f"ssh host {host.name} runs its own environment; images are not supported",
+                               provider=self.name, offer=host.name, hint="drop the image requirement for ssh hosts")
+        if not _ALLOCATION_ID.match(allocation_id):
+            raise UsageError(f"allocation id {allocation_id!r} is not letters, digits, '.', '_' or '-'")
+        env = dict(env or {})
+        bad = [k for k, v in env.items() if not _ENV_NAME.match(k) or not isinstance(v, str)]
+        if bad:
+            raise UsageError(f"bad environment variable name(s) or value(s): {', '.join(sorted(bad))}")
+        started = _now()
+        with self._state.edit() as table:
+            holder = _holder(table, host.name)
+            if holder:
+                raise NoCapacity(f"ssh host {host.name} is in use by allocation {holder}", provider=self.name,
+                                 offer=host.name, hint=f"terminate allocation {holder}, or pick another host")
+            # Claimed before connecting, so two launches cannot both take the host.
+            table[allocation_id] = {"host": host.name, "state": "launching", "started": started,
+                                    "claimed": time.time()}
+        try:
+            out = self._python(host, _LAUNCH, {"workdir": host.workdir, "allocation": allocation_id,
+                                               "source": _agent_source(), "env": env, "wait": self.launch_wait},
+                               timeout=self.launch_wait + self.connect_timeout + 10)
+            if "error" in out:
+                log = str(out.get("log") or "").strip()
+                raise LaunchFailed(f"ssh host {host.name}: {out['error']}" + (f"; its log ends: {log[-500:]}"
+                                                                            if log else ""),
+                                   provider=self.name, offer=host.name,
+                                   hint=f"check that `{host.python}` runs on {host.name}")
+            pid = int(out["agent"]["pid"])
+            remote_dir = str(out["remote_dir"])
+        except Exception as exc:
+            with self._state.edit() as table:
+                table[allocation_id] = {"host": host.name, "state": "failed", "started": started, "ended": _now(),
+                                        "reason": exc.one_line() if isinstance(exc, ComputeError) else repr(exc)}
+            if isinstance(exc, LaunchFailed):
+                raise
+            if isinstance(exc, ComputeError):
+                raise LaunchFailed(f"launch on ssh host {host.name} failed: {exc}", provider=self.name,
+                                   offer=host.name, hint=exc.hint) from exc
+            raise LaunchFailed(f"launch on ssh host {host.name} failed: the worker's answer was not understood "
+                               f"({exc!r})", provider=self.name, offer=host.name) from exc
+        with self._state.edit() as table:
+            table[allocation_id].update(state="running", pid=pid, remote_dir=remote_dir)
+        return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=host.name,
+                          ref=f"{host.name}:{pid}", started=started,
+                          ssh=SshEndpoint(host=host.host, port=host.port, user=host.user),
+                          details={"remote_dir": remote_dir, "pid": pid})
+
+    def status(self, allocation: Allocation) -> AllocationStatus:
+        """``reachable`` while the worker is alive and its heartbeat is under ``stale_after`` seconds
+        old (by the host's clock); ``lost`` when it is gone, stale, or the host does not answer."""
+        endpoint = allocation.ssh
+        with self._state.edit() as table:
+            rec = table.get(allocation.allocation_id, {})
+        if rec.get("state") == "terminated":
+            return AllocationStatus("terminated", ssh=endpoint)
+        try:
+            host = self._host(allocation.offer_id)
+            out = self._python(host, _STATUS, self._worker_args(allocation), timeout=self.connect_timeout + 10)
+        except (ComputeError, UsageError) as exc:
+            return AllocationStatus("lost", ssh=endpoint, reason=exc.one_line())
+        if not out.get("alive"):
+            why = "the worker stopped" if out.get("stopped") else "the worker process is gone"
+            return AllocationStatus("lost", ssh=endpoint, reason=f"{why} on ssh host {host.name}")
+        if out.get("heartbeat") is None:
+            return AllocationStatus("lost", ssh=endpoint, reason=f"the worker on {host.name} writes no heartbeat")
+        age = float(out["now"]) - float(out["heartbeat"])
+        if age > self.stale_after:
+            return AllocationStatus("lost", ssh=endpoint,
+                                    reason=f"the worker's last heartbeat on {host.name} is {age:.0f}s old")
+        return AllocationStatus("reachable", ssh=endpoint)
+
+    def terminate(self, allocation: Allocation, *, grace: float = 5.0) -> None:
+        """Stop the worker (SIGTERM, SIGKILL after ``grace`` seconds), close our port forwards to it,
+        and free the host. Already gone is fine; a host that does not answer raises ProviderUnavailable
+        and the host stays in use, since the worker may still run."""
+        for close in self._forwards.pop(allocation.allocation_id, []):
+            close()
+        with self._state.edit() as table:
+            rec = table.get(allocation.allocation_id, {})
+        if rec.get("state") == "terminated":
+            return
+        host = self._host(allocation.offer_id)
+        if allocation.details.get("pid") is not None:
+            out = self._python(host, _TERMINATE, {**self._worker_args(allocation), "grace": grace},
+                               timeout=grace + self.connect_timeout + 15)
+            if not out.get("gone"):
+                raise ProviderUnavailable(f"the worker of {allocation.allocation_id} on ssh host {host.name} "
+                                          f"survived SIGKILL", provider=self.name, offer=host.name)
+        with self._state.edit() as table:
+            rec = table.setdefault(allocation.allocation_id, {"host": host.name, "started": allocation.started})
+            rec.update(state="terminated", ended=_now())
+
+    # -- commands and tunnels -----------------------------------------------------------------
+
+    def run(self, target: Allocation | Offer | str, argv: Sequence[str], *, timeout: float | None = None,
+            input: str | None = None) -> tuple[int, str, str]:
+        """Run ``argv`` on the host of ``target`` (an allocation, an offer or a host name):
+        ``(exit status, stdout, stderr)``. Raises AuthError/ProviderUnavailable when SSH itself fails;
+        a command still running after ``timeout`` gives status 124, as timeout(1) does (without a terminal,
+        the remote command itself may run on until it next writes)."""
+        name = target.offer_id if isinstance(target, Allocation) else target.id if isinstance(target, Offer) \
+            else target
+        host = self._host(name)
+        if not argv:
+            raise UsageError("run needs a command")
+        try:
+            proc = self._exec(host, shlex.join(argv), input=input, timeout=timeout or self.command_timeout,
+                              timeout_raises=False)
+        except subprocess.TimeoutExpired as exc:
+            return 124, _text(exc.stdout), _text(exc.stderr) + f"\ntimed out after {exc.timeout:g}s"
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def forward_port(self, allocation: Allocation, remote_port: int, *, remote_host: str = "127.0.0.1",
+                     timeout: float | None = None) -> tuple[int, Callable[[], None]]:
+        """Forward a fresh port on local 127.0.0.1 to ``remote_host:remote_port`` as seen from the host:
+        ``(local port, closer)``. The closer is idempotent; :meth:`terminate` also calls it."""
+        host = self._host(allocation.offer_id)
+        if not 1 <= remote_port <= 65535:
+            raise UsageError(f"remote port {remote_port} is not within 1..65535")
+        target = f"[{remote_host}]" if ":" in remote_host else remote_host
+        deadline = time.monotonic() + (timeout or self.connect_timeout + 5)
+        last = ""
+        for _attempt in range(3):  # another process may take the free port before ssh binds it
+            port = _free_port()
+            argv = self._argv(host, "-N", "-o", "ExitOnForwardFailure=yes",
+                              "-L", f"127.0.0.1:{port}:{target}:{remote_port}")
+            # A file, not a pipe: nobody reads a long-lived tunnel's complaints, and a full pipe would stall it.
+            errors = tempfile.TemporaryFile()
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors)
+            close = _closer(proc, errors)
+            while proc.poll() is None and time.monotonic() < deadline:
+                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+                time.sleep(0.05)
+            if proc.poll() is None and time.monotonic() < deadline:
+                self._forwards.setdefault(allocation.allocation_id, []).append(close)
+                return port, close
+            if proc.poll() is None:
+                close()
+                raise ProviderUnavailable(f"ssh host {host.name}: the port forward did not come up in time",
+                                          provider=self.name, offer=host.name)
+            errors.seek(0)
+            last = errors.read().decode(errors="replace")
+            close()
+            error = self._error(host, 255, last)
+            if error is not None:
+                raise error
+        raise ProviderUnavailable(f"ssh host {host.name}: cannot forward a local port: {_first_line(last)}",
+                                  provider=self.name, offer=host.name)
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _host(self, name: str) -> Host:
+        for host in self.hosts():
+            if host.name == name:
+                return host
+        raise UsageError(f"no ssh host named {name!r} is configured",
+                         hint="add it to hosts.toml (see jupyter_portable.compute.hosts)")
+
+    def _worker_args(self, allocation: Allocation) -> dict[str, Any]:
+        pid, remote_dir = allocation.details.get("pid"), allocation.details.get("remote_dir")
+        if not isinstance(pid, int) or not isinstance(remote_dir, str):
+            raise UsageError(f"allocation {allocation.allocation_id} has no worker pid and remote_dir")
+        return {"pid": pid, "remote_dir": remote_dir, "allocation": allocation.allocation_id}
+
+    def _argv(self, host: Host, *options: str, command: str | None = None) -> list[str]:
+        exe = shutil.which(self._ssh)
+        if exe is None:
+            raise ProviderUnavailable(f"the ssh client {self._ssh!r} is not installed", provider=self.name,
+                                      hint="install OpenSSH's client (Debian: apt-get install openssh-client)")
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        argv = [exe, "-p", str(host.port), "-l", host.user,
+                "-o", "BatchMode=yes",  # never prompt: a passphrase comes from ssh-agent or not at all
+                "-o", "StrictHostKeyChecking=accept-new",
+                "-o", f'UserKnownHostsFile="{self.known_hosts}"',
+                "-o", "UpdateHostKeys=no",
+                "-o", "HashKnownHosts=no",  # readable, so the user can find and remove a host's line
+                "-o", f"ConnectTimeout={max(1, round(self.connect_timeout))}",
+                "-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3",
+                "-o", "LogLevel=ERROR",  # stderr then carries the remote command's output and ssh's errors only
+                "-o", "ForwardAgent=no", "-o", "ForwardX11=no", "-o", "PermitLocalCommand=no",
+                "-o", "RequestTTY=no"]
+        if host.key is not None:
+            argv += ["-i", str(host.key), "-o", "IdentitiesOnly=yes"]
+        return [*argv, *options, "--", host.host, *([command] if command is not None else [])]
+
+    def _exec(self, host: Host, command: str, *, input: str | None = None, timeout: float | None = None,
+              timeout_raises: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run a shell command line on the host; SSH's own failures become our errors."""
+        # ClearAllForwardings: forwards from the user's ssh config must not start with a plain command.
+        argv = self._argv(host, "-o", "ClearAllForwardings=yes", command=command)
+        limit = timeout or self.command_timeout
+        try:
+            proc = subprocess.run(argv, input=input, capture_output=True, text=True, errors="replace",
+                                  timeout=limit, stdin=None if input is not None else subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            if not timeout_raises:
+                raise
+            raise ProviderUnavailable(f"ssh host {host.name} did not answer within {limit:g}s", provider=self.name,
+                                      offer=host.name) from exc
+        except OSError as exc:
+            raise ProviderUnavailable(f"cannot run ssh: {exc.strerror or exc}", provider=self.name) from exc
+        error = self._error(host, proc.returncode, proc.stderr)
+        if error is not None:
+            raise error
+        return proc
+
+    def _python(self, host: Host, script: str, payload: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+        """Stream a remote script to the host's Python; its last stdout line is its JSON answer."""
+        source = _COMMON + f"\nP = json.loads({json.dumps(payload)!r})\n" + script
+        proc = self._exec(host, f"{host.python} -", input=source, timeout=timeout)
+        lines = proc.stdout.strip().splitlines()
+        try:
+            answer = json.loads(lines[-1]) if proc.returncode == 0 and lines else None
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise ProviderUnavailable(f"ssh host {host.name}: `{host.python} -` failed ({proc.returncode}): "
+                                      f"{_last_line(proc.stderr) or _last_line(proc.stdout)}",
+                                      provider=self.name, offer=host.name,
+                                      hint=f"set `python` for {host.name} in hosts.toml to a Python 3 there")
+        return answer
+
+    def _error(self, host: Host, code: int, stderr: str) -> ComputeError | None:
+        """The error for one of ssh's own failures (status 255 and its diagnostic); None otherwise."""
+        if code != 255:
+            return None
+        line = _first_line(stderr)
+        where = f"ssh host {host.name} ({host.user}@{host.host}:{host.port})"
+        if any(s in stderr for s in _HOST_KEY):
+            return AuthError(f"{where}: its host key is not the one recorded on first connection",
+                             provider=self.name, offer=host.name,
+                             hint=f"if the host was reinstalled, remove its line from {self.known_hosts}; "
+                                  "otherwise do not connect: someone may be in the middle")
+        if any(s in stderr for s in _AUTH):
+            return AuthError(f"{where} refused the login: {line}", provider=self.name, offer=host.name,
+                             hint=f"check `key` and `user` for {host.name} in hosts.toml, and that the key's public "
+                                  "half is in that user's ~/.ssh/authorized_keys; a passphrase-protected key must "
+                                  "be loaded into ssh-agent")
+        if any(s in stderr for s in _UNREACHABLE):
+            return ProviderUnavailable(f"{where} cannot be reached: {line}", provider=self.name, offer=host.name,
+                                       hint="check that the host is up and sshd listens on that port")
+        return None
+
+
+def ssh_runner(provider: SshProvider, allocation: Allocation) -> Runner:
+    """A :data:`~.admission.Runner` for admission: runs argv on the allocation's host. As a Runner
+    must, it never raises: when SSH itself fails it answers 255 (ssh's own status) and the reason."""
+
+    def runner(argv: list[str]) -> tuple[int, str, str]:
+        try:
+            return provider.run(allocation, argv)
+        except (ComputeError, UsageError) as exc:
+            return 255, "", exc.one_line()
+
+    return runner
+
+
+def _agent_source() -> str:
+    with open(agent_stub.__file__, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _closer(proc: subprocess.Popen[bytes], errors: IO[bytes]) -> Callable[[], None]:
+    def close() -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(3)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        errors.close()
+
+    return close
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:200]
+    return ""
+
+
+def _last_line(text: str) -> str:
+    return _first_line("\n".join(reversed(text.splitlines())))
+
+
+def _text(data: bytes | str | None) -> str:
+    if data is None:
+        return ""
+    return data if isinstance(data, str) else data.decode(errors="replace")
+
+
+__all__ = ["ENV_STATE", "Runner", "SshProvider", "default_state_dir", "ssh_runner"]

@@ -1,0 +1,155 @@
+"""A real OpenSSH server on 127.0.0.1 for tests: its own config, host key and authorized key.
+
+No system service is involved: ``/usr/sbin/sshd -D -f CONFIG -E LOG`` runs as a child of the
+test, listens on loopback only, and is stopped by its PID (:meth:`Sshd.stop`, or leaving
+:func:`running_sshd`). sshd as a non-root user cannot log anyone in but itself and needs
+setup this helper does not do, so :func:`unavailable` says why to skip there::
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    with running_sshd(tmp_path, path_prefix=[bin_dir]) as sshd:
+        subprocess.run(sshd.ssh_argv("true"), check=True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SSHD = "/usr/sbin/sshd"  # sshd re-executes itself and insists on an absolute path
+BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def unavailable() -> str | None:
+    """Why a real sshd cannot run here, or None when it can."""
+    if os.geteuid() != 0:
+        return "a loopback sshd needs root here (CI runs as root); run the tests as root to include it"
+    missing = [p for p in (SSHD, shutil.which("ssh"), shutil.which("ssh-keygen")) if not p or not os.path.exists(p)]
+    if missing:
+        return "OpenSSH is not installed (apt-get install -y openssh-server openssh-client)"
+    return None
+
+
+def keygen(path: Path) -> Path:
+    """A fresh ed25519 key pair without passphrase at ``path`` and ``path.pub``."""
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "jupyter-portable-test", "-f", str(path)],
+                   check=True, stdin=subprocess.DEVNULL)
+    return path
+
+
+@dataclass
+class Sshd:
+    """A running sshd: where it listens, who may log in, and with which key."""
+
+    dir: Path
+    port: int
+    client_key: Path
+    host_key: Path
+    log: Path
+    proc: subprocess.Popen[bytes]
+    host: str = "127.0.0.1"
+    user: str = field(default_factory=getpass.getuser)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def host_key_line(self) -> str:
+        """The public host key as a known_hosts line for this host and port."""
+        kind, blob = self.host_key.with_suffix(".pub").read_text().split()[:2]
+        return f"[{self.host}]:{self.port} {kind} {blob}\n"
+
+    def ssh_argv(self, command: str, known_hosts: Path | None = None) -> list[str]:
+        """argv for the system ssh client to run ``command`` here with the client key."""
+        return ["ssh", "-p", str(self.port), "-i", str(self.client_key), "-o", "IdentitiesOnly=yes",
+                "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
+                "-o", f"UserKnownHostsFile={known_hosts or self.dir / 'known_hosts'}", "-o", "LogLevel=ERROR",
+                f"{self.user}@{self.host}", command]
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def stop(self) -> None:
+        """Stop the server by its PID; sessions already open end with their clients."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_sshd(directory: Path, *, path_prefix: Sequence[Path] = (), extra_config: Sequence[str] = (),
+               timeout: float = 10.0) -> Sshd:
+    """Start sshd on a free 127.0.0.1 port with keys made in ``directory``.
+
+    ``path_prefix`` goes in front of PATH in every session (sshd's ``SetEnv``), e.g. a bin dir
+    with a fake ``nvidia-smi``. ``extra_config`` lines are appended to sshd_config.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    host_key = keygen(directory / "host_ed25519")
+    client_key = keygen(directory / "client_ed25519")
+    authorized = directory / "authorized_keys"
+    authorized.write_text(client_key.with_suffix(".pub").read_text())
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # the privilege-separation directory sshd insists on
+    path = ":".join([*(str(p) for p in path_prefix), BASE_PATH])
+    last = ""
+    for _attempt in range(3):  # the free port may be taken between choosing and binding it
+        port = _free_port()
+        config = directory / "sshd_config"
+        config.write_text("\n".join([
+            f"Port {port}",
+            "ListenAddress 127.0.0.1",
+            f"HostKey {host_key}",
+            f"PidFile {directory / 'sshd.pid'}",
+            f"AuthorizedKeysFile {authorized}",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            "PermitRootLogin prohibit-password",
+            "StrictModes no",  # the temp dir's modes are the test runner's, not a user's home
+            "AllowTcpForwarding yes",
+            f"SetEnv PATH={path}",
+            *extra_config,
+        ]) + "\n")
+        log = directory / "sshd.log"
+        log.write_text("")
+        proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)], stdin=subprocess.DEVNULL)
+        sshd = Sshd(dir=directory, port=port, client_key=client_key, host_key=host_key, log=log, proc=proc)
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and time.monotonic() < deadline:
+            if "Server listening" in sshd.log_text():
+                return sshd
+            time.sleep(0.02)
+        sshd.stop()
+        last = sshd.log_text()
+        if "Address already in use" not in last:
+            break
+    raise RuntimeError(f"sshd did not start: {last.strip()[-1000:]}")
+
+
+@contextlib.contextmanager
+def running_sshd(directory: Path, **kwargs: object) -> Iterator[Sshd]:
+    """:func:`start_sshd`, stopped on the way out whatever happened."""
+    sshd = start_sshd(directory, **kwargs)  # type: ignore[arg-type]
+    try:
+        yield sshd
+    finally:
+        sshd.stop()
