@@ -28,7 +28,7 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "local": ("jupyter_portable.compute.local", "LocalMarket"),
     "ssh": ("jupyter_portable.compute.ssh", "SshProvider"),
     "runpod": ("jupyter_portable.compute.runpod", "RunPodProvider"),
-    "vastai": ("jupyter_portable.compute.vastai", "VastAIProvider"),
+    "vastai": ("jupyter_portable.compute.vastai", "VastProvider"),
     "lambda": ("jupyter_portable.compute.lambdalabs", "LambdaProvider"),
     "aws": ("jupyter_portable.compute.aws", "AwsProvider"),
     "gcp": ("jupyter_portable.compute.gcp", "GcpProvider"),
@@ -323,3 +323,65 @@ def calendar(ws: Workspace, days: int = 7, *, providers: dict[str, Provider] | N
         full = local.offer(o.id) if local is not None and o.provider == "local" else None
         capacity[o.key] = full.capacity if full is not None else None
     return slots(day_start, days, reservations(ws), capacity, [o.key for o in offers])
+
+
+# -- acquiring a machine for the workspace ------------------------------------------------
+
+def acquire_for(ws: Workspace, *, hours: float | None = None, providers: dict[str, Provider] | None = None,
+                route_id: str | None = None, on_event: Any = None, boot_timeout_s: float = 120) -> dict[str, Any]:
+    """Launch the best admissible route (or ``route_id``), failing over down the ranking.
+
+    Every route given up is recorded in the workspace's allocation history: an admission
+    refusal as an environment fault (the work did not run), anything else as a failure.
+    """
+    from .compute.acquire import acquire
+    from .store.repo import now_iso
+
+    providers = providers if providers is not None else enabled_providers()
+    routes, _ = compute_routes(ws, hours=hours, providers=providers)
+    usable = [r for r in routes if not r.blocked]
+    if route_id is not None:
+        chosen = [r for r in routes if r.id == route_id]
+        if not chosen:
+            raise UsageError(f"no route {route_id!r}", hint="see `jupyter portable routes`")
+        if chosen[0].blocked:
+            raise UsageError(f"route {route_id} is blocked: {chosen[0].blocked}")
+        usable = chosen + [r for r in usable if r.id != route_id]
+    if not usable:
+        raise NoCapacity("no route is open: every offer is blocked", hint="see `jupyter portable routes`")
+    settings = load_settings(ws)
+    by_key = {r.offer.key: r for r in usable}
+
+    def new_id() -> str:
+        return f"al-{uuid.uuid4().hex[:12]}"
+
+    try:
+        allocation, attempts = acquire([r.offer for r in usable], providers, settings.requirements,
+                                       allocation_id_factory=new_id, on_event=on_event,
+                                       boot_timeout_s=boot_timeout_s)
+    except NoCapacity as exc:
+        for attempt in exc.context.get("attempts", []):  # type: ignore[union-attr]
+            _record_attempt(ws, attempt)
+        raise
+    for attempt in attempts:
+        _record_attempt(ws, attempt)
+    offer = by_key[f"{allocation.provider}/{allocation.offer_id}"].offer
+    ws.record_allocation({"allocation_id": allocation.allocation_id, "provider": allocation.provider,
+                          "offer": allocation.offer_id, "gpu": offer.gpu, "region": offer.region,
+                          "started": allocation.started or now_iso(), "state": "active", "spend": 0.0,
+                          "currency": "USD", "failures": [a.reason for a in attempts]})
+    return {"allocation": allocation.to_json(), "route": by_key[offer.key].id,
+            "attempts": [a.to_json() for a in attempts]}
+
+
+def _record_attempt(ws: Workspace, attempt: Any) -> None:
+    from .store.repo import now_iso
+
+    provider, _, offer = attempt.offer_key.partition("/")
+    fault = "environment fault: " if attempt.environment_fault else ""
+    ws.record_allocation({
+        "allocation_id": attempt.allocation_id or f"attempt-{uuid.uuid4().hex[:12]}",
+        "provider": provider, "offer": offer, "state": "refused" if attempt.environment_fault else "failed",
+        "started": now_iso(), "stopped": now_iso(),
+        "stop_reason": f"{fault}{attempt.stage}: {attempt.reason}", "spend": 0.0, "currency": "USD",
+        "failures": [attempt.reason]})

@@ -1,0 +1,368 @@
+"""The one HTTP client the cloud providers share, and where httpx errors are translated.
+
+Every provider module talks to its API through :class:`ApiClient`. It adds the bearer
+key to each request (never to the URL), retries only idempotent GETs, parses JSON, and
+turns whatever goes wrong into :mod:`jupyter_portable.errors`::
+
+    httpx.TimeoutException, httpx.TransportError  -> ProviderUnavailable (GETs retried first)
+    body that is not JSON, or not the shape read  -> ProviderUnavailable
+    an HTTP error status                          -> the provider's classifier (its codes and
+                                                     texts: NoCapacity, QuotaExceeded, ...), else
+        401 / 403                                 -> AuthError
+        429, 5xx                                  -> ProviderUnavailable
+        any other                                 -> LaunchFailed for a launch, else ProviderUnavailable
+
+The key lives in a :class:`Secret` and is scrubbed from every message built here, so
+a provider that echoes it back still cannot put it in an exception or a log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+import httpx
+
+from ..core.offers import Offer
+from ..errors import AuthError, ComputeError, LaunchFailed, ProviderUnavailable, UsageError
+from .base import Provider
+
+# GETs are retried on these: the request changed nothing, so asking again is safe.
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+MAX_RETRY_AFTER = 30.0
+MAX_DETAIL = 300
+
+
+class Secret:
+    """A credential that never prints: ``repr`` and ``str`` show only whether it is set."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str | None) -> None:
+        self._value = value or None
+
+    def reveal(self) -> str | None:
+        return self._value
+
+    def __bool__(self) -> bool:
+        return self._value is not None
+
+    def __repr__(self) -> str:
+        return "Secret(set)" if self._value else "Secret(unset)"
+
+    __str__ = __repr__
+
+
+def key_from(explicit: str | None, env_var: str) -> Secret:
+    """The constructor argument if given, else the environment variable (read once)."""
+    return Secret(explicit if explicit is not None else os.environ.get(env_var))
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class ShapeError(ValueError):
+    """A response did not have the field or type the code reads."""
+
+
+def need(obj: Any, key: str, kind: type | tuple[type, ...], *, where: str = "") -> Any:
+    """``obj[key]``, which must exist and be a ``kind``; ShapeError otherwise."""
+    if not isinstance(obj, dict):
+        raise ShapeError(f"{where or 'body'} is {type(obj).__name__}, not an object")
+    if key not in obj:
+        raise ShapeError(f"missing field {where + '.' if where else ''}{key}")
+    return _typed(obj[key], key, kind, where)
+
+
+def opt(obj: Any, key: str, kind: type | tuple[type, ...], *, where: str = "") -> Any:
+    """``obj[key]`` if present and not null (then it must be a ``kind``), else None."""
+    if not isinstance(obj, dict):
+        raise ShapeError(f"{where or 'body'} is {type(obj).__name__}, not an object")
+    value = obj.get(key)
+    return None if value is None else _typed(value, key, kind, where)
+
+
+def _typed(value: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    # bool is an int in Python, never in JSON
+    if isinstance(value, bool) and bool not in kinds:
+        ok = False
+    else:
+        ok = isinstance(value, kinds)
+    if not ok:
+        names = "/".join(k.__name__ for k in kinds)
+        raise ShapeError(f"field {where + '.' if where else ''}{key} is {type(value).__name__}, not {names}")
+    return value
+
+
+NUMBER = (int, float)
+
+Classifier = Callable[["ErrorInfo"], "ComputeError | None"]
+
+
+class ErrorInfo:
+    """What a classifier sees of a failed response: status, parsed body (or None), scrubbed text."""
+
+    def __init__(self, *, provider: str, operation: str, method: str, path: str, status: int,
+                 body: Any, text: str, retry_after: str | None) -> None:
+        self.provider = provider
+        self.operation = operation
+        self.method = method
+        self.path = path
+        self.status = status
+        self.body = body
+        self.text = text
+        self.retry_after = retry_after
+
+    @property
+    def where(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+class ApiClient:
+    """A sync httpx client bound to one provider's API and key.
+
+    ``classify`` maps a provider's own error bodies (codes, messages) to typed errors;
+    it returns None to fall back to the mapping by status in the module docstring.
+    """
+
+    def __init__(self, *, provider: str, base_url: str, key: Secret, key_env: str, key_hint: str,
+                 classify: Classifier | None = None, timeout: float = 30.0, retries: int = 2,
+                 backoff: float = 0.5, transport: httpx.BaseTransport | None = None) -> None:
+        self.provider = provider
+        self.base_url = base_url.rstrip("/")
+        self._key = key
+        self.key_env = key_env
+        self.key_hint = key_hint
+        self.classify = classify
+        self.timeout = httpx.Timeout(timeout, connect=min(timeout, 10.0))
+        self.retries = max(0, retries)
+        self.backoff = max(0.0, backoff)
+        self._transport = transport
+        self._client: httpx.Client | None = None
+        self.log = logging.getLogger(f"jupyter_portable.compute.{provider}")
+
+    def __repr__(self) -> str:
+        return f"ApiClient({self.provider!r}, {self.base_url!r}, key={self._key!r})"
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _http(self) -> httpx.Client:
+        if self._client is None:
+            self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout, transport=self._transport,
+                                        headers={"Accept": "application/json",
+                                                 "User-Agent": "jupyter-portable"})
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def scrub(self, text: str, extra: Iterable[str] = ()) -> str:
+        """``text`` without the key (or any of ``extra``), cut to a readable length."""
+        for secret in (self._key.reveal(), *extra):
+            if secret and len(secret) >= 4:
+                text = text.replace(secret, "***")
+        text = " ".join(text.split())
+        return text if len(text) <= MAX_DETAIL else text[:MAX_DETAIL] + "..."
+
+    def _auth_header(self) -> dict[str, str]:
+        key = self._key.reveal()
+        if not key:
+            raise AuthError(f"no {self.provider} API key: {self.key_env} is not set",
+                            provider=self.provider, hint=f"export {self.key_env}=... ({self.key_hint}), "
+                            "or pass api_key= to the provider")
+        return {"Authorization": f"Bearer {key}"}
+
+    def _fail(self, cls: type[ComputeError], message: str, *, hint: str | None = None,
+              secrets: Iterable[str] = (), **context: Any) -> ComputeError:
+        return cls(self.scrub(message, secrets), provider=self.provider, hint=hint, **context)
+
+    # -- the one entry point ------------------------------------------------------------
+
+    def request(self, method: str, path: str, *, operation: str, json_body: Any = None,
+                params: dict[str, Any] | None = None, ok: Iterable[int] = (200,),
+                secrets: Iterable[str] = (), allow: Iterable[int] = ()) -> tuple[int, Any]:
+        """Send one request; return ``(status, parsed JSON or None)`` for a status in ``ok`` or
+        ``allow``. Anything else raises a typed error. ``secrets`` are scrubbed from messages
+        too (a launch's env values). ``operation`` names the call in messages ("launch", ...)."""
+        headers = self._auth_header()
+        secrets = tuple(s for s in secrets if s)
+        ok, allow = frozenset(ok), frozenset(allow)
+        attempts = 1 + (self.retries if method.upper() == "GET" else 0)
+        where = f"{method.upper()} {path}"
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                response = self._http().request(method, path, json=json_body, params=params, headers=headers)
+            except httpx.TimeoutException as exc:
+                if not last:
+                    self._sleep(attempt, None)
+                    continue
+                raise self._fail(ProviderUnavailable, f"{self.provider} did not answer {where} in time "
+                                 f"({type(exc).__name__})", hint=self._unsure_hint(method, operation),
+                                 secrets=secrets) from exc
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                if not last and isinstance(exc, httpx.TransportError):
+                    self._sleep(attempt, None)
+                    continue
+                raise self._fail(ProviderUnavailable, f"could not reach {self.provider} for {where}: "
+                                 f"{type(exc).__name__}: {exc}", hint=self._unsure_hint(method, operation),
+                                 secrets=secrets) from exc
+            status = response.status_code
+            self.log.debug("%s %s -> %s", method.upper(), path, status)
+            if status in RETRY_STATUS and not last:
+                self._sleep(attempt, response.headers.get("Retry-After"))
+                continue
+            body = self._parse(response, where, secrets, expect_json=status in ok and status != 204)
+            if status in ok or status in allow:
+                return status, body
+            raise self._map_error(method.upper(), path, operation, response, body, secrets)
+        raise AssertionError("unreachable")  # the loop always returns or raises
+
+    def _unsure_hint(self, method: str, operation: str) -> str:
+        if method.upper() != "GET" and operation in ("launch", "terminate"):
+            # the request may have been applied before the connection dropped
+            return (f"the {operation} may have gone through; check the {self.provider} console "
+                    "before retrying, so nothing is rented twice")
+        return f"check your network, or {self.provider}'s status page, and try again"
+
+    def _sleep(self, attempt: int, retry_after: str | None) -> None:
+        delay = self.backoff * (2 ** attempt)
+        if retry_after:
+            try:
+                delay = max(delay, min(float(retry_after), MAX_RETRY_AFTER))
+            except ValueError:
+                pass  # an HTTP date: keep the exponential delay
+        if delay:
+            time.sleep(delay)
+
+    def _parse(self, response: httpx.Response, where: str, secrets: tuple[str, ...], *, expect_json: bool) -> Any:
+        content = response.content
+        if not content.strip():
+            if expect_json:
+                raise self._fail(ProviderUnavailable, f"{self.provider} answered {where} with an empty body "
+                                 f"(HTTP {response.status_code})", secrets=secrets)
+            return None
+        try:
+            return json.loads(content)
+        except ValueError as exc:
+            if not expect_json:
+                return None  # an error page; mapped by status below
+            raise self._fail(ProviderUnavailable, f"{self.provider} answered {where} with a body that is not "
+                             f"JSON (HTTP {response.status_code}): {response.text[:80]!r}",
+                             secrets=secrets) from exc
+
+    def _map_error(self, method: str, path: str, operation: str, response: httpx.Response, body: Any,
+                   secrets: tuple[str, ...]) -> ComputeError:
+        status = response.status_code
+        text = self.scrub(response.text, secrets)
+        info = ErrorInfo(provider=self.provider, operation=operation, method=method, path=path, status=status,
+                         body=body, text=text, retry_after=response.headers.get("Retry-After"))
+        if self.classify is not None:
+            mapped = self.classify(info)
+            if mapped is not None:
+                # classifiers build messages from the body: scrub them as well
+                mapped.args = (self.scrub(str(mapped), secrets),)
+                if mapped.hint:
+                    mapped.hint = self.scrub(mapped.hint, secrets)
+                return mapped
+        return self.default_error(info, secrets)
+
+    def default_error(self, info: ErrorInfo, secrets: Iterable[str] = ()) -> ComputeError:
+        """The mapping by status alone (see the module docstring)."""
+        what = f"{self.provider} refused {info.where} (HTTP {info.status})"
+        detail = f": {info.text}" if info.text else ""
+        if info.status in (401, 403):
+            return self._fail(AuthError, what + detail, secrets=secrets, status=info.status,
+                              hint=f"check {self.key_env}: the key is wrong, expired, or lacks this permission")
+        if info.status == 429:
+            wait = f" (Retry-After: {info.retry_after}s)" if info.retry_after else ""
+            return self._fail(ProviderUnavailable, f"{self.provider} rate-limited {info.where}{wait}",
+                              secrets=secrets, status=info.status, hint="wait a little and try again")
+        if info.status >= 500:
+            return self._fail(ProviderUnavailable, f"{self.provider} failed {info.where} (HTTP {info.status})"
+                              + detail, secrets=secrets, status=info.status,
+                              hint=self._unsure_hint(info.method, info.operation))
+        cls: type[ComputeError] = LaunchFailed if info.operation == "launch" else ProviderUnavailable
+        return self._fail(cls, what + detail, secrets=secrets, status=info.status)
+
+    @contextmanager
+    def reading(self, what: str) -> Iterator[None]:
+        """Turn a shape surprise while reading a response into ProviderUnavailable."""
+        try:
+            yield
+        except (ValueError, KeyError, IndexError, TypeError) as exc:  # ShapeError is a ValueError
+            detail = str(exc) if isinstance(exc, ShapeError) else f"{type(exc).__name__}: {exc}"
+            raise self._fail(ProviderUnavailable, f"{self.provider} answered {what} with an unexpected shape: "
+                             f"{detail}", hint="the provider's API may have changed; report it with this message") \
+                from exc
+
+
+class HttpProvider(Provider):
+    """What the cloud providers share: one :class:`ApiClient`, a repr without the key, close()."""
+
+    _api: ApiClient
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(base_url={self._api.base_url!r}, key={self._api._key!r})"
+
+    def close(self) -> None:
+        """Close the HTTP connection pool (the provider stays usable; it reopens on demand)."""
+        self._api.close()
+
+    def __enter__(self) -> HttpProvider:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _for_offer(self, offer_id: str) -> Iterator[None]:
+        """Errors raised inside name the offer they concern."""
+        try:
+            yield
+        except ComputeError as exc:
+            if exc.offer is None:
+                exc.offer = offer_id
+            raise
+
+
+def make_offer(provider: str, **fields: Any) -> Offer | None:
+    """An Offer from provider data, or None (with a warning) when the listing is not a valid
+    offer: one odd row should not hide the rest of a provider's catalog."""
+    try:
+        return Offer(provider=provider, **fields)
+    except UsageError as exc:
+        logging.getLogger(f"jupyter_portable.compute.{provider}").warning("skipping a listing: %s", exc)
+        return None
+
+
+ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def check_env_names(env: dict[str, str], provider: str) -> None:
+    """Refuse names a shell or Docker cannot take, before anything is rented."""
+    bad = [k for k in env if not ENV_NAME.match(k)]
+    if bad:
+        raise LaunchFailed(f"environment variable name(s) not usable: {', '.join(map(repr, bad))}", provider=provider,
+                           hint="use letters, digits and underscores, not starting with a digit")
+
+
+def slug(text: str) -> str:
+    """A provider name made safe for an offer id ("NVIDIA GeForce RTX 4090" -> "NVIDIA-GeForce-RTX-4090")."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
+
+
+def matches(pattern: re.Pattern[str], *texts: object) -> bool:
+    """Whether any of ``texts`` (strings; others ignored) matches ``pattern``."""
+    return any(isinstance(t, str) and pattern.search(t) for t in texts)

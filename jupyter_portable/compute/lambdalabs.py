@@ -1,0 +1,253 @@
+"""Lambda Cloud: whole VMs (Lambda Stack), not containers.
+
+``GET /api/v1/instance-types`` lists each type with the regions that have capacity now
+(an empty list means none anywhere); ``POST /api/v1/instance-operations/launch`` starts
+one, ``GET /api/v1/instances/{id}`` reads it, ``POST /api/v1/instance-operations/terminate``
+ends it. Errors carry a stable ``code``; that is what is matched, never the message.
+
+A launch needs at least one SSH key already registered with Lambda, by name
+(``ssh_key_names`` or ``$LAMBDA_SSH_KEY_NAMES``, comma-separated). The ``ssh_public_key``
+and ``env`` a launch is given travel in cloud-init ``user_data``: the key is authorized
+for ``ubuntu``, the environment lands in ``/etc/jupyter-portable/env`` (mode 0600) for the
+worker. There is no container image: ``image`` is recorded for the worker to run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ..core.offers import Offer, Requirements
+from ..errors import AuthError, ComputeError, LaunchFailed, NoCapacity, ProviderUnavailable, QuotaExceeded
+from .base import Allocation, AllocationStatus, SshEndpoint
+from .http import (
+    NUMBER,
+    ApiClient,
+    ErrorInfo,
+    HttpProvider,
+    ShapeError,
+    check_env_names,
+    key_from,
+    make_offer,
+    need,
+    now_iso,
+    opt,
+)
+
+API = "https://cloud.lambda.ai"
+KEY_ENV = "LAMBDA_API_KEY"
+SSH_KEYS_ENV = "LAMBDA_SSH_KEY_NAMES"
+SSH_USER = "ubuntu"  # Lambda Stack images log in as ubuntu, not root
+ENV_FILE = "/etc/jupyter-portable/env"
+
+GPU = re.compile(r"\s*(?P<model>.*?)\s*\(\s*(?P<gb>\d+(?:\.\d+)?)\s*GB\s*(?P<form>[^)]*)\)")
+
+AUTH_CODES = {"global/invalid-api-key", "global/account-inactive", "global/forbidden", "global/invalid-address"}
+INSTANCE_STATES = {"booting": "pending", "active": "running", "unhealthy": "running", "terminating": "terminated",
+                   "terminated": "terminated", "preempted": "lost"}
+
+
+def _classify(info: ErrorInfo) -> ComputeError | None:
+    """Lambda's ``{"error": {code, message, suggestion?}}`` by ``code``."""
+    error = info.body.get("error") if isinstance(info.body, dict) else None
+    if not isinstance(error, dict) or not isinstance(error.get("code"), str):
+        return None
+    code: str = error["code"]
+    message = error.get("message") if isinstance(error.get("message"), str) else ""
+    suggestion = error.get("suggestion") if isinstance(error.get("suggestion"), str) else None
+    text = f"lambda refused {info.where} (HTTP {info.status}, {code}): {message}"
+    ctx: dict[str, Any] = {"provider": "lambda", "status": info.status, "code": code}
+    if code == "instance-operations/launch/insufficient-capacity" or (
+            code.startswith("provider/") and "capacity" in code):
+        return NoCapacity(text, hint=suggestion, **ctx)
+    if code == "global/quota-exceeded" or (code.startswith("provider/") and "quota" in code):
+        return QuotaExceeded(text, hint=suggestion, **ctx)
+    if code in AUTH_CODES:
+        hint = f"check {KEY_ENV}" + (f"; {suggestion}" if suggestion else "")
+        return AuthError(text, hint=hint, **ctx)
+    if code.startswith("provider/"):
+        return ProviderUnavailable(text, hint=suggestion or "try again shortly", **ctx)
+    if info.operation == "launch" and info.status < 500:
+        return LaunchFailed(text, hint=suggestion, **ctx)
+    return None
+
+
+def gpu_of(description: str) -> tuple[str, float]:
+    """``"H100 (80 GB SXM5)"`` -> ``("H100 SXM5", 80.0)``; memory 0.0 when the text does not say."""
+    m = GPU.match(description)
+    if not m:
+        return description.strip() or "unknown", 0.0
+    return f"{m['model']} {m['form']}".strip(), float(m["gb"])
+
+
+class LambdaProvider(HttpProvider):
+    """Lambda Cloud instances. ``api_key`` defaults to ``$LAMBDA_API_KEY``; ``ssh_key_names``
+    to ``$LAMBDA_SSH_KEY_NAMES``; ``file_system_names`` are attached at launch."""
+
+    name = "lambda"
+
+    def __init__(self, api_key: str | None = None, *, ssh_key_names: list[str] | tuple[str, ...] | None = None,
+                 file_system_names: list[str] | tuple[str, ...] = (), base_url: str = API, timeout: float = 30.0,
+                 retries: int = 2, backoff: float = 0.5, transport: httpx.BaseTransport | None = None) -> None:
+        if ssh_key_names is None:
+            ssh_key_names = [n.strip() for n in os.environ.get(SSH_KEYS_ENV, "").split(",") if n.strip()]
+        self.ssh_key_names = list(ssh_key_names)
+        self.file_system_names = list(file_system_names)
+        self._api = ApiClient(provider=self.name, base_url=base_url, key=key_from(api_key, KEY_ENV), key_env=KEY_ENV,
+                              key_hint="create one at https://cloud.lambda.ai/api-keys", classify=_classify,
+                              timeout=timeout, retries=retries, backoff=backoff, transport=transport)
+
+    # -- check 1: listed ------------------------------------------------------------------
+
+    def _types(self) -> dict[str, Any]:
+        _, body = self._api.request("GET", "/api/v1/instance-types", operation="offers")
+        with self._api.reading("GET /api/v1/instance-types"):
+            return need(body, "data", dict)
+
+    def offers(self, requirements: Requirements | None = None) -> list[Offer]:
+        """One offer per instance type and region with capacity; a type with capacity nowhere
+        is still listed once, in region "any", with capacity 0."""
+        out = []
+        with self._api.reading("GET /api/v1/instance-types"):
+            for key, item in self._types().items():
+                kind = need(item, "instance_type", dict, where=key)
+                name = need(kind, "name", str, where=key)
+                gpus = need(need(kind, "specs", dict, where=name), "gpus", int, where=f"{name}.specs")
+                if gpus < 1:
+                    continue  # CPU-only types
+                model, memory = gpu_of(need(kind, "gpu_description", str, where=name))
+                price = need(kind, "price_cents_per_hour", NUMBER, where=name) / 100
+                regions = [need(r, "name", str, where=f"{name}.regions") for r in
+                           need(item, "regions_with_capacity_available", list, where=key)]
+                for region in regions or [None]:
+                    offer = make_offer(self.name, id=f"{name}@{region or 'any'}", gpu=model, gpu_count=gpus,
+                                       gpu_memory_gb=memory, price_per_hour=round(price, 4), region=region or "any",
+                                       capacity=1 if region else 0,
+                                       extra={"instance_type": name, "region": region})
+                    if offer is not None:
+                        out.append(offer)
+        return out
+
+    # -- check 2: permitted ---------------------------------------------------------------
+
+    def check_permission(self, offer: Offer) -> None:
+        """The key works and the configured SSH key names are registered (``GET /api/v1/ssh-keys``).
+        Lambda publishes no quota to read; it refuses at launch with ``global/quota-exceeded``."""
+        with self._for_offer(offer.id):
+            _, body = self._api.request("GET", "/api/v1/ssh-keys", operation="permission")
+            with self._api.reading("GET /api/v1/ssh-keys"):
+                registered = {need(k, "name", str, where="data[]") for k in need(body, "data", list)}
+            self._require_ssh_keys()
+            missing = [n for n in self.ssh_key_names if n not in registered]
+            if missing:
+                raise AuthError(f"SSH key(s) not registered with Lambda: {', '.join(missing)}", provider=self.name,
+                                hint=f"add them at https://cloud.lambda.ai/ssh-keys, or fix {SSH_KEYS_ENV}")
+
+    def _require_ssh_keys(self) -> None:
+        if not self.ssh_key_names:
+            raise AuthError("no Lambda SSH key name configured: a Lambda VM cannot be reached without one",
+                            provider=self.name, hint=f"register a key at https://cloud.lambda.ai/ssh-keys and "
+                            f"export {SSH_KEYS_ENV}=its-name (or pass ssh_key_names=)")
+
+    # -- check 3: capacity now ------------------------------------------------------------
+
+    def check_capacity(self, offer: Offer) -> int | None:
+        """1 when the offer's type has capacity in its region (any region for "any"), else NoCapacity."""
+        with self._for_offer(offer.id):
+            region = self._region_with_capacity(offer)
+            if region is None:
+                raise NoCapacity(f"lambda has no {offer.extra.get('instance_type', offer.id)} capacity "
+                                 f"{'in ' + offer.extra['region'] if offer.extra.get('region') else 'anywhere'} now",
+                                 provider=self.name, offer=offer.id)
+            return 1
+
+    def _region_with_capacity(self, offer: Offer) -> str | None:
+        kind = offer.extra.get("instance_type") or offer.id.split("@", 1)[0]
+        wanted = offer.extra.get("region")
+        types = self._types()
+        with self._api.reading("GET /api/v1/instance-types"):
+            item = types.get(kind)
+            if item is None:
+                return None
+            regions = [need(r, "name", str, where=f"{kind}.regions")
+                       for r in need(item, "regions_with_capacity_available", list, where=kind)]
+        if wanted:
+            return wanted if wanted in regions else None
+        return regions[0] if regions else None
+
+    # -- check 4: launched ----------------------------------------------------------------
+
+    def launch(self, offer: Offer, *, allocation_id: str, image: str | None = None,
+               ssh_public_key: str | None = None, env: dict[str, str] | None = None) -> Allocation:
+        """``POST /api/v1/instance-operations/launch`` in the offer's region (for region "any",
+        the first with capacity now)."""
+        env = dict(env or {})
+        with self._for_offer(offer.id):
+            check_env_names(env, self.name)
+            self._require_ssh_keys()
+            region = offer.extra.get("region") or self._region_with_capacity(offer)
+            if not region:
+                raise NoCapacity(f"lambda has no {offer.extra.get('instance_type', offer.id)} capacity anywhere now",
+                                 provider=self.name)
+            body: dict[str, Any] = {"region_name": region,
+                                    "instance_type_name": offer.extra.get("instance_type") or offer.id.split("@")[0],
+                                    "ssh_key_names": self.ssh_key_names, "name": allocation_id[:64]}
+            if self.file_system_names:
+                body["file_system_names"] = self.file_system_names
+            if ssh_public_key or env:
+                body["user_data"] = cloud_config(ssh_public_key, env)
+            _, reply = self._api.request("POST", "/api/v1/instance-operations/launch", operation="launch",
+                                         json_body=body, secrets=env.values())
+            with self._api.reading("POST /api/v1/instance-operations/launch"):
+                ids = need(need(reply, "data", dict), "instance_ids", list, where="data")
+                if not ids or not isinstance(ids[0], str):
+                    raise ShapeError("data.instance_ids holds no instance id")
+        return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id, ref=ids[0],
+                          started=now_iso(), details={"region": region, "instance_type": body["instance_type_name"],
+                                                      "requested_image": image,
+                                                      "price_per_hour": offer.price_per_hour})
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def status(self, allocation: Allocation) -> AllocationStatus:
+        """``GET /api/v1/instances/{id}``: booting is pending; active with an IP is reachable
+        (as ``ubuntu``); unhealthy is running; preempted (or unknown to Lambda) is lost."""
+        path = f"/api/v1/instances/{quote(allocation.ref, safe='')}"
+        status, body = self._api.request("GET", path, operation="status", allow=(404,))
+        if status == 404:
+            return AllocationStatus("lost", reason="lambda no longer knows this instance")
+        with self._api.reading(f"GET {path}"):
+            inst = need(body, "data", dict)
+            raw = need(inst, "status", str, where="data")
+            if raw not in INSTANCE_STATES:
+                raise ShapeError(f"unknown instance status {raw!r}")
+            ip = opt(inst, "ip", str, where="data")
+        state = INSTANCE_STATES[raw]
+        if raw == "active":
+            if ip:
+                return AllocationStatus("reachable", ssh=SshEndpoint(ip, 22, SSH_USER))
+            return AllocationStatus("running", reason="active, but no IP address yet")
+        reasons = {"unhealthy": "lambda reports the instance unhealthy", "preempted": "lambda preempted the instance"}
+        return AllocationStatus(state, reason=reasons.get(raw))
+
+    def terminate(self, allocation: Allocation) -> None:
+        """``POST /api/v1/instance-operations/terminate``; one that is already gone (404) is fine."""
+        self._api.request("POST", "/api/v1/instance-operations/terminate", operation="terminate",
+                          json_body={"instance_ids": [allocation.ref]}, allow=(404,))
+
+
+def cloud_config(ssh_public_key: str | None, env: dict[str, str]) -> str:
+    """cloud-init user data; JSON is valid YAML, so no value can break out of its string."""
+    config: dict[str, Any] = {}
+    if ssh_public_key:
+        config["ssh_authorized_keys"] = [ssh_public_key]
+    if env:
+        lines = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+        config["write_files"] = [{"path": ENV_FILE, "permissions": "0600", "content": lines}]
+    return "#cloud-config\n" + json.dumps(config)

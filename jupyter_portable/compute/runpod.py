@@ -1,0 +1,352 @@
+"""RunPod: on-demand pods over the REST API v2, interruptible (spot) pods over GraphQL.
+
+REST v2 (``https://api.runpod.io/v2``, per the servers entry of RunPod's OpenAPI 2.0.0
+document) lists GPU types with their stock, creates, reads and deletes pods. It has no
+interruptible field, so spot pods are rented with GraphQL's ``podRentInterruptable``
+(``bidPerGpu``) and then read and deleted over REST like any other pod.
+
+"Reachable" here means the pod publishes a direct SSH endpoint (``ssh.direct``, or a
+public port for 22 in ``runtime.ports``): RUNNING alone is not enough, and the proxy
+endpoint carries a shell only (no scp, rsync or port forwarding).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ..core.offers import Offer, Requirements, version_tuple
+from ..errors import AuthError, ComputeError, LaunchFailed, NoCapacity, ProviderUnavailable, QuotaExceeded
+from .base import Allocation, AllocationStatus, SshEndpoint
+from .http import (
+    NUMBER,
+    ApiClient,
+    ErrorInfo,
+    HttpProvider,
+    ShapeError,
+    key_from,
+    make_offer,
+    matches,
+    need,
+    now_iso,
+    opt,
+    slug,
+)
+
+API = "https://api.runpod.io"
+KEY_ENV = "RUNPOD_API_KEY"
+DEFAULT_IMAGE = "runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404"
+
+# RunPod has no machine-readable code for these; only the human-readable text tells.
+NO_CAPACITY = re.compile(r"no longer any instances available|no instances? (?:are |is )?(?:currently )?available"
+                         r"|not enough capacity|insufficient capacity|out of (?:stock|capacity)", re.I)
+QUOTA = re.compile(r"quota|spend(?:ing)? limit|insufficient (?:balance|funds|credit)|maximum number of", re.I)
+AUTH = re.compile(r"unauthori[sz]ed|invalid api key|api key (?:is )?(?:invalid|expired)|forbidden", re.I)
+CUDA = re.compile(r"\A\d+(?:\.\d+)?\Z")
+
+POD_STATES = {"PROVISIONING": "pending", "STARTING": "pending", "RUNNING": "running", "EXITED": "stopped",
+              "ERROR": "lost", "TERMINATED": "terminated"}
+
+SPOT_QUERY = """query SpotPrices {
+  gpuTypes { id displayName memoryInGb secureCloud communityCloud
+    lowestPrice(input: {gpuCount: %d, secureCloud: %s}) { minimumBidPrice uninterruptablePrice stockStatus } }
+}"""
+RENT_SPOT = """mutation RentSpot($input: PodRentInterruptableInput!) {
+  podRentInterruptable(input: $input) { id desiredStatus costPerHr }
+}"""
+
+
+def _classify(info: ErrorInfo) -> ComputeError | None:
+    """RunPod's RFC 9457 bodies (``{title, status, detail, errors?}``) by status and text."""
+    body = info.body if isinstance(info.body, dict) else {}
+    detail = body.get("detail") if isinstance(body.get("detail"), str) else info.text
+    raw_errors = body.get("errors")
+    errors: list[Any] = raw_errors if isinstance(raw_errors, list) else []
+    texts = [detail, body.get("title"), *[e for e in errors if isinstance(e, str)]]
+    where = f"runpod refused {info.where} (HTTP {info.status})"
+    if info.status in (401, 403, 429) or info.status >= 500:
+        return None  # the default mapping: AuthError naming the variable, or ProviderUnavailable
+    if matches(NO_CAPACITY, *texts):
+        return NoCapacity(f"{where}: {detail}", provider="runpod", status=info.status)
+    if info.status == 402:
+        return QuotaExceeded(f"{where}: {detail or 'insufficient balance'}", provider="runpod", status=402,
+                             hint="add funds to the RunPod account; no pod can start until then")
+    if matches(QUOTA, *texts):
+        return QuotaExceeded(f"{where}: {detail}", provider="runpod", status=info.status)
+    if info.operation == "capacity" and info.status == 404:
+        return NoCapacity(f"{where}: the GPU type is no longer listed", provider="runpod", status=404)
+    if info.operation == "launch" and info.status in (400, 409, 422):
+        extra = f" ({'; '.join(e for e in errors if isinstance(e, str))})" if errors else ""
+        return LaunchFailed(f"{where}: {detail}{extra}", provider="runpod", status=info.status)
+    return None
+
+
+def _capacity(level: str | None) -> int | None:
+    """RunPod gives a level, not a count: NONE is 0, any other level "at least one"."""
+    if level is None:
+        return None
+    return 0 if level.upper() == "NONE" else 1
+
+
+class RunPodProvider(HttpProvider):
+    """RunPod pods. ``api_key`` defaults to ``$RUNPOD_API_KEY``; ``cloud`` is SECURE or
+    COMMUNITY; ``include_spot`` adds interruptible offers priced at the minimum bid."""
+
+    name = "runpod"
+
+    def __init__(self, api_key: str | None = None, *, cloud: str = "SECURE", include_spot: bool = False,
+                 default_image: str = DEFAULT_IMAGE, disk_gb: int = 50, base_url: str = API,
+                 timeout: float = 30.0, retries: int = 2, backoff: float = 0.5,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.cloud = cloud.upper()
+        if self.cloud not in ("SECURE", "COMMUNITY"):
+            raise ValueError(f"cloud must be SECURE or COMMUNITY, not {cloud!r}")
+        self.include_spot = include_spot
+        self.default_image = default_image
+        self.disk_gb = disk_gb
+        self._api = ApiClient(provider=self.name, base_url=base_url, key=key_from(api_key, KEY_ENV), key_env=KEY_ENV,
+                              key_hint="create one at https://www.runpod.io/console/user/settings",
+                              classify=_classify, timeout=timeout, retries=retries, backoff=backoff,
+                              transport=transport)
+
+    # -- check 1: listed ------------------------------------------------------------------
+
+    def offers(self, requirements: Requirements | None = None) -> list[Offer]:
+        """One offer per GPU type and data center from ``GET /v2/catalog/gpus`` with pod stock;
+        with ``include_spot``, one interruptible offer per GPU type from GraphQL."""
+        req = requirements or Requirements()
+        count = max(1, req.gpu_count)
+        params: dict[str, Any] = {"include": "AVAILABILITY", "product": "POD", "count": count, "cloud": self.cloud}
+        if req.min_cuda and CUDA.match(req.min_cuda):
+            params["minCudaVersion"] = req.min_cuda
+        _, body = self._api.request("GET", "/v2/catalog/gpus", operation="offers", params=params)
+        with self._api.reading("GET /v2/catalog/gpus"):
+            out = [o for gpu in need(body, "gpus", list) for o in self._gpu_offers(gpu, count, req.min_cuda)]
+        if self.include_spot:
+            out.extend(self._spot_offers(count))
+        return out
+
+    def _gpu_offers(self, gpu: Any, count: int, min_cuda: str | None) -> list[Offer]:
+        gpu_id = need(gpu, "id", str, where="gpus[]")
+        if not need(gpu, self.cloud.lower(), bool, where=gpu_id):
+            return []  # not sold in this cloud
+        price = need(need(gpu, "price", dict, where=gpu_id), self.cloud.lower(), NUMBER, where=f"{gpu_id}.price")
+        cudas = [need(c, "version", str, where="cudaVersions[]") for c in opt(gpu, "cudaVersions", list) or []
+                 if isinstance(c, dict) and c.get("available") is True]
+        name = need(gpu, "name", str, where=gpu_id)
+        memory = float(need(gpu, "memory", int, where=gpu_id))
+        data_centers = opt(gpu, "dataCenters", list) or []
+        places = [(need(dc, "id", str, where="dataCenters[]"), need(dc, "availability", str, where="dataCenters[]"))
+                  for dc in data_centers] or [(None, opt(gpu, "availability", str))]
+        out = []
+        for dc, level in places:
+            offer = make_offer(self.name, id=f"{self.cloud.lower()}/{slug(gpu_id)}/x{count}@{dc or 'any'}", gpu=name,
+                               gpu_count=count, gpu_memory_gb=memory, price_per_hour=round(float(price) * count, 4),
+                               region=dc or "any", cuda=max(cudas, key=version_tuple) if cudas else None,
+                               capacity=_capacity(level),
+                               extra={"gpu_type_id": gpu_id, "cloud": self.cloud, "data_center_id": dc,
+                                      "availability": level, "min_cuda": min_cuda})
+            if offer is not None:
+                out.append(offer)
+        return out
+
+    def _spot_offers(self, count: int) -> list[Offer]:
+        query = SPOT_QUERY % (count, "true" if self.cloud == "SECURE" else "false")
+        data = self._graphql(query, None, operation="offers")
+        out = []
+        with self._api.reading("GraphQL gpuTypes"):
+            for gpu in need(data, "gpuTypes", list):
+                gpu_id = need(gpu, "id", str, where="gpuTypes[]")
+                in_cloud = opt(gpu, "secureCloud" if self.cloud == "SECURE" else "communityCloud", bool)
+                lowest = opt(gpu, "lowestPrice", dict) or {}
+                bid = opt(lowest, "minimumBidPrice", NUMBER, where=f"{gpu_id}.lowestPrice")
+                if not in_cloud or not bid:
+                    continue  # no interruptible market for this type
+                stock = opt(lowest, "stockStatus", str)
+                offer = make_offer(self.name, id=f"spot-{self.cloud.lower()}/{slug(gpu_id)}/x{count}",
+                                   gpu=need(gpu, "displayName", str, where=gpu_id), gpu_count=count,
+                                   gpu_memory_gb=float(need(gpu, "memoryInGb", NUMBER, where=gpu_id)),
+                                   price_per_hour=round(float(bid) * count, 4), region="any", spot=True,
+                                   capacity=_capacity(stock),
+                                   extra={"gpu_type_id": gpu_id, "cloud": self.cloud, "bid_per_gpu": float(bid),
+                                          "data_center_id": None, "availability": stock})
+                if offer is not None:
+                    out.append(offer)
+        return out
+
+    # -- check 2: permitted ---------------------------------------------------------------
+
+    def check_permission(self, offer: Offer) -> None:
+        """The key works (``GET /v2/account/ssh-keys``). RunPod publishes no quota to read;
+        its spend limit and balance show up as QuotaExceeded at launch."""
+        with self._for_offer(offer.id):
+            _, body = self._api.request("GET", "/v2/account/ssh-keys", operation="permission")
+            with self._api.reading("GET /v2/account/ssh-keys"):
+                need(body, "keys", list)
+
+    # -- check 3: capacity now ------------------------------------------------------------
+
+    def check_capacity(self, offer: Offer) -> int | None:
+        """Pod stock for the offer's GPU type (in its data center): NONE raises NoCapacity,
+        any other level returns 1 ("at least one"; RunPod gives no count)."""
+        gpu_id = self._gpu_type(offer)
+        path = f"/v2/catalog/gpus/{quote(gpu_id, safe='')}"
+        params = {"include": "AVAILABILITY", "product": "POD", "count": max(1, offer.gpu_count), "cloud": self.cloud}
+        with self._for_offer(offer.id):
+            _, body = self._api.request("GET", path, operation="capacity", params=params)
+            dc = offer.extra.get("data_center_id")
+            with self._api.reading(f"GET {path}"):
+                if dc:
+                    levels = {need(d, "id", str, where="dataCenters[]"): need(d, "availability", str, where=dc)
+                              for d in opt(body, "dataCenters", list) or []}
+                    level = levels.get(dc, "NONE")
+                else:
+                    level = opt(body, "availability", str) or "NONE"
+            if level.upper() == "NONE":
+                raise NoCapacity(f"runpod has no {offer.gpu} x{offer.gpu_count} free"
+                                 f"{' in ' + dc if dc else ''} now (availability NONE)",
+                                 provider=self.name, offer=offer.id)
+            return 1
+
+    # -- check 4: launched ----------------------------------------------------------------
+
+    def launch(self, offer: Offer, *, allocation_id: str, image: str | None = None,
+               ssh_public_key: str | None = None, env: dict[str, str] | None = None) -> Allocation:
+        """Create the pod (``POST /v2/pods``, or GraphQL ``podRentInterruptable`` for a spot
+        offer) with SSH on 22/tcp. ``ssh_public_key`` goes in as ``PUBLIC_KEY``, which RunPod
+        images install for root."""
+        env = dict(env or {})
+        if ssh_public_key:
+            env["PUBLIC_KEY"] = ssh_public_key
+        image = image or self.default_image
+        with self._for_offer(offer.id):
+            if offer.spot:
+                pod_id, details = self._launch_spot(offer, allocation_id, image, env)
+            else:
+                pod_id, details = self._launch_on_demand(offer, allocation_id, image, env)
+        return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id, ref=pod_id,
+                          started=now_iso(), details={**details, "image": image, "spot": offer.spot})
+
+    def _launch_on_demand(self, offer: Offer, name: str, image: str, env: dict[str, str]) -> tuple[str, dict]:
+        gpu: dict[str, Any] = {"id": self._gpu_type(offer), "count": max(1, offer.gpu_count)}
+        if offer.extra.get("min_cuda"):
+            gpu["minCudaVersion"] = offer.extra["min_cuda"]
+        body: dict[str, Any] = {"name": name, "image": image, "gpu": gpu, "cloud": self.cloud, "disk": self.disk_gb,
+                                "env": env, "ports": ["22/tcp"], "startSsh": True}
+        if offer.extra.get("data_center_id"):
+            body["dataCenterIds"] = [offer.extra["data_center_id"]]
+        _, pod = self._api.request("POST", "/v2/pods", operation="launch", json_body=body, ok=(200, 201),
+                                   secrets=env.values())
+        with self._api.reading("POST /v2/pods"):
+            return need(pod, "id", str), {"status": need(pod, "status", str),
+                                          "data_center": opt(pod, "dataCenterId", str),
+                                          "cost_per_hour": opt(pod, "cost", NUMBER)}
+
+    def _launch_spot(self, offer: Offer, name: str, image: str, env: dict[str, str]) -> tuple[str, dict]:
+        bid = offer.extra.get("bid_per_gpu")
+        if not isinstance(bid, (int, float)) or bid <= 0:
+            bid = offer.price_per_hour / max(1, offer.gpu_count)
+        spec: dict[str, Any] = {"name": name, "imageName": image, "gpuTypeId": self._gpu_type(offer),
+                                "gpuCount": max(1, offer.gpu_count), "bidPerGpu": round(float(bid), 4),
+                                "cloudType": self.cloud, "containerDiskInGb": self.disk_gb, "volumeInGb": 0,
+                                "ports": "22/tcp", "startSsh": True,
+                                "env": [{"key": k, "value": v} for k, v in env.items()]}
+        if offer.extra.get("data_center_id"):
+            spec["dataCenterId"] = offer.extra["data_center_id"]
+        data = self._graphql(RENT_SPOT, {"input": spec}, operation="launch", secrets=env.values())
+        with self._api.reading("GraphQL podRentInterruptable"):
+            pod = data.get("podRentInterruptable") if isinstance(data, dict) else None
+            if pod is None:
+                raise LaunchFailed("runpod accepted podRentInterruptable but returned no pod", provider=self.name)
+            return need(pod, "id", str), {"status": opt(pod, "desiredStatus", str),
+                                          "cost_per_hour": opt(pod, "costPerHr", NUMBER),
+                                          "bid_per_gpu": spec["bidPerGpu"]}
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def status(self, allocation: Allocation) -> AllocationStatus:
+        """``GET /v2/pods/{id}``: PROVISIONING/STARTING are pending, RUNNING is running until a
+        direct SSH endpoint exists (then reachable), EXITED is stopped (lost for a spot pod:
+        it was outbid), ERROR is lost, TERMINATED (or 404) is terminated/lost."""
+        path = f"/v2/pods/{quote(allocation.ref, safe='')}"
+        status, pod = self._api.request("GET", path, operation="status", allow=(404,))
+        if status == 404:
+            return AllocationStatus("lost", reason="runpod no longer knows this pod (deleted outside "
+                                    "jupyter-portable, or reclaimed)")
+        with self._api.reading(f"GET {path}"):
+            raw = need(pod, "status", str)
+            if raw not in POD_STATES:
+                raise ShapeError(f"unknown pod status {raw!r}")
+            state = POD_STATES[raw]
+            ssh = _ssh_endpoint(pod) if state == "running" else None
+        if state == "running":
+            if ssh is not None:
+                return AllocationStatus("reachable", ssh=ssh)
+            return AllocationStatus("running", reason="RUNNING, but no direct SSH endpoint yet")
+        if raw == "EXITED" and allocation.details.get("spot"):
+            return AllocationStatus("lost", reason="the interruptible pod was stopped (outbid or reclaimed)")
+        reasons = {"ERROR": "the pod is in ERROR", "EXITED": "the pod's container exited (stopped)"}
+        return AllocationStatus(state, reason=reasons.get(raw))
+
+    def terminate(self, allocation: Allocation) -> None:
+        """``DELETE /v2/pods/{id}``; a pod that is already gone (404) is fine."""
+        path = f"/v2/pods/{quote(allocation.ref, safe='')}"
+        self._api.request("DELETE", path, operation="terminate", ok=(200, 204), allow=(404,))
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _gpu_type(self, offer: Offer) -> str:
+        gpu_id = offer.extra.get("gpu_type_id")
+        if not isinstance(gpu_id, str) or not gpu_id:
+            raise LaunchFailed(f"offer {offer.id} carries no RunPod GPU type id; list offers again",
+                               provider=self.name, offer=offer.id)
+        return gpu_id
+
+    def _graphql(self, query: str, variables: dict[str, Any] | None, *, operation: str,
+                 secrets: Any = ()) -> Any:
+        """POST to ``/graphql``; GraphQL reports errors with HTTP 200 and an ``errors`` list."""
+        secrets = tuple(secrets)
+        payload: dict[str, Any] = {"query": query}
+        if variables is not None:
+            payload["variables"] = variables
+        _, body = self._api.request("POST", "/graphql", operation=operation, json_body=payload, secrets=secrets)
+        with self._api.reading("POST /graphql"):
+            errors = opt(body, "errors", list)
+            if errors:
+                messages = [m for e in errors if isinstance(e, dict) and isinstance(m := e.get("message"), str)]
+                raise _graphql_error(self._api, operation, "; ".join(messages) or "unspecified error", secrets)
+            return need(body, "data", dict)
+
+
+def _graphql_error(api: ApiClient, operation: str, message: str, secrets: tuple[str, ...]) -> ComputeError:
+    text = f"runpod GraphQL refused the {operation}: {api.scrub(message, secrets)}"
+    if matches(NO_CAPACITY, message):
+        return NoCapacity(text, provider="runpod")
+    if matches(QUOTA, message):
+        return QuotaExceeded(text, provider="runpod")
+    if matches(AUTH, message):
+        return AuthError(text, provider="runpod", hint=f"check {KEY_ENV}: the key is wrong, expired, or lacks "
+                         "this permission")
+    if operation == "launch":
+        return LaunchFailed(text, provider="runpod")
+    return ProviderUnavailable(text, provider="runpod")
+
+
+def _ssh_endpoint(pod: dict[str, Any]) -> SshEndpoint | None:
+    """``ssh.direct`` if set, else a public mapping of port 22 in ``runtime.ports``."""
+    ssh = opt(pod, "ssh", dict, where="pod")
+    direct = opt(ssh, "direct", dict, where="ssh") if ssh else None
+    if direct:
+        return SshEndpoint(need(direct, "host", str, where="ssh.direct"), need(direct, "port", int, where="ssh.direct"),
+                           opt(direct, "username", str) or "root")
+    runtime = opt(pod, "runtime", dict, where="pod")
+    for port in (opt(runtime, "ports", list) or []) if runtime else []:
+        if not isinstance(port, dict) or port.get("private") != 22:
+            continue
+        public, ip = opt(port, "public", int, where="runtime.ports[]"), opt(port, "ip", str, where="runtime.ports[]")
+        if public and ip and port.get("type", "tcp") == "tcp":
+            return SshEndpoint(ip, public, "root")
+    return None

@@ -1,0 +1,232 @@
+"""Extract the response schemas the cloud providers' code reads, from their published API documents.
+
+    python tests/contract/schemas/extract.py /work/shared/reference/openapi
+
+writes ``runpod.json``, ``vastai.json`` and ``lambda.json`` next to this file. Only what
+a fixture is checked against is kept: per operation and HTTP status, the response body's
+field names, types, ``required``, ``enum``/``const`` and combinators, with every ``$ref``
+resolved inline; descriptions, examples, formats and value constraints are dropped.
+Shapes a document lacks are added by hand below, each with a note saying where it came
+from. The documents themselves are not part of this project.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+# kept keywords: structure and types only
+KEEP = {"type", "required", "enum", "const", "additionalProperties", "unevaluatedProperties"}
+NESTED_ONE = ("items", "additionalProperties", "unevaluatedProperties", "not")
+NESTED_MANY = ("anyOf", "oneOf", "allOf", "prefixItems")
+
+# where each document was published, from the reference folder's README
+SOURCES = {
+    "runpod": {"file": "runpod-v2.json", "published": "runpod/docs api-reference-v2/openapi.json",
+               "commit": "a900806e"},
+    "vastai": {"file": "vastai.yaml", "published": "vast-ai/docs api-reference/openapi.yaml", "commit": "c624622"},
+    "lambda": {"file": "lambda-cloud.json",
+               "published": "api-evangelist/lambda-labs openapi/_original/lambda-labs-openapi.json "
+                            "(a public mirror of Lambda's spec)", "commit": "911506f"},
+}
+
+# (operationId, method, path) the provider modules call
+OPERATIONS = {
+    "runpod": [("listGpuTypes", "get", "/v2/catalog/gpus"), ("getGpuType", "get", "/v2/catalog/gpus/{id}"),
+               ("getSshKeys", "get", "/v2/account/ssh-keys"), ("createPod", "post", "/v2/pods"),
+               ("getPod", "get", "/v2/pods/{id}"), ("deletePod", "delete", "/v2/pods/{id}")],
+    "vastai": [("searchOffers", "post", "/api/v0/bundles"), ("createInstance", "put", "/api/v0/asks/{id}"),
+               ("attachSshKey", "post", "/api/v0/instances/{id}/ssh"),
+               ("showInstance", "get", "/api/v0/instances/{id}"),
+               ("destroyInstance", "delete", "/api/v0/instances/{id}"), ("showUser", "get", "/api/v0/users/current")],
+    "lambda": [("listInstanceTypes", "get", "/api/v1/instance-types"),
+               ("launchInstance", "post", "/api/v1/instance-operations/launch"),
+               ("getInstance", "get", "/api/v1/instances/{id}"),
+               ("terminateInstance", "post", "/api/v1/instance-operations/terminate"),
+               ("listSSHKeys", "get", "/api/v1/ssh-keys")],
+}
+
+
+def lookup(root: dict[str, Any], ref: str) -> Any:
+    if not ref.startswith("#/"):
+        raise ValueError(f"external $ref not supported: {ref}")
+    node: Any = root
+    for part in ref[2:].split("/"):
+        node = node[part.replace("~1", "/").replace("~0", "~")]
+    return node
+
+
+def deref(node: Any, root: dict[str, Any]) -> Any:
+    """Follow a chain of ``$ref`` (for response objects, which are not schemas)."""
+    seen = set()
+    while isinstance(node, dict) and "$ref" in node:
+        if node["$ref"] in seen:
+            raise ValueError(f"$ref cycle at {node['$ref']}")
+        seen.add(node["$ref"])
+        node = lookup(root, node["$ref"])
+    return node
+
+
+def schema(node: Any, root: dict[str, Any], seen: tuple[str, ...] = ()) -> Any:
+    """``node`` with its $refs resolved and only structural keywords kept."""
+    if isinstance(node, bool):
+        return node
+    if not isinstance(node, dict):
+        raise ValueError(f"not a schema: {node!r}")
+    if "$ref" in node:
+        ref = node["$ref"]
+        if ref in seen:
+            raise ValueError(f"recursive schema at {ref}; not expected in the operations used")
+        target = schema(lookup(root, ref), root, (*seen, ref))
+        rest = schema({k: v for k, v in node.items() if k != "$ref"}, root, seen)
+        return {"allOf": [target, rest]} if rest else target
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "properties":
+            out[key] = {name: schema(sub, root, seen) for name, sub in value.items()}
+        elif key in NESTED_ONE and isinstance(value, dict):
+            out[key] = schema(value, root, seen)
+        elif key in NESTED_MANY:
+            out[key] = [schema(sub, root, seen) for sub in value]
+        elif key in KEEP:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def responses(doc: dict[str, Any], method: str, path: str) -> dict[str, Any]:
+    op = doc["paths"][path][method]
+    out: dict[str, Any] = {}
+    for status, response in op["responses"].items():
+        response = deref(response, doc)
+        content = response.get("content") or {}
+        media = next((content[m] for m in ("application/json", "application/problem+json") if m in content), None)
+        # no body (e.g. 204): the fixture, if any, must be empty; "false" admits no JSON value
+        out[str(status)] = schema(media["schema"], doc) if media and "schema" in media else False
+    return out
+
+
+def types_of_example(example: dict[str, Any]) -> dict[str, Any]:
+    """A schema from an example object: each field's JSON type, or null (examples are not schemas)."""
+    names = {bool: "boolean", int: "number", float: "number", str: "string", list: "array", dict: "object"}
+    props: dict[str, Any] = {}
+    for key, value in example.items():
+        if value is None:
+            props[key] = {}
+        else:
+            props[key] = {"type": [names[type(value)], "null"]}
+    return {"type": "object", "properties": props}
+
+
+def obj(required: list[str], **props: Any) -> dict[str, Any]:
+    return {"type": "object", "required": required, "properties": props}
+
+
+def runpod_extras(ops: dict[str, Any]) -> list[str]:
+    """GraphQL, which the REST document does not cover: shapes from anchors-provider-apis.md §1."""
+    errors = {"type": "array", "minItems": 1, "items": obj(["message"], message={"type": "string"})}
+    lowest = {"type": ["object", "null"], "properties": {
+        "minimumBidPrice": {"type": ["number", "null"]}, "uninterruptablePrice": {"type": ["number", "null"]},
+        "stockStatus": {"type": ["string", "null"]},
+        "availableGpuCounts": {"type": "array", "items": {"type": "integer"}}}}
+    gpu_type = obj(["id"], id={"type": "string"}, displayName={"type": "string"}, memoryInGb={"type": "number"},
+                   secureCloud={"type": "boolean"}, communityCloud={"type": "boolean"}, lowestPrice=lowest)
+    gpu_types = obj(["data"], data=obj(["gpuTypes"], gpuTypes={"type": "array", "items": gpu_type}))
+    pod = obj(["id"], id={"type": "string"}, desiredStatus={"type": "string"}, costPerHr={"type": "number"})
+    rented = obj(["data"], data=obj(["podRentInterruptable"], podRentInterruptable=pod))
+    refused = obj(["errors"], errors=errors, data={"type": ["object", "null"]})
+    ops["graphql.gpuTypes"] = {"method": "post", "path": "/graphql",
+                               "responses": {"200": {"anyOf": [gpu_types, refused]}}}
+    ops["graphql.podRentInterruptable"] = {"method": "post", "path": "/graphql",
+                                           "responses": {"200": {"anyOf": [rented, refused]}}}
+    return [
+        "REST: the document's server is https://api.runpod.io and its paths start with /v2 "
+        "(anchors-provider-apis.md agrees: REST v1 at rest.runpod.io/v1 is deprecated).",
+        "createPod: the document's table lists 402 (insufficient balance) and 5xx; they have no entry of "
+        "their own, so they take the 'default' response (ErrorResponse).",
+        "deletePod 204 has no body: 'false' admits none.",
+        "graphql.*: not in the REST document. Shapes from /work/shared/reference/anchors-provider-apis.md §1 "
+        "(GraphQL gpuTypes/lowestPrice and podRentInterruptable; errors as HTTP 200 with "
+        "{\"errors\":[{\"message\"}]}). The selection sets are the ones runpod.py sends, so a response "
+        "has exactly these fields.",
+    ]
+
+
+def vastai_extras(doc: dict[str, Any], ops: dict[str, Any]) -> list[str]:
+    # the document types an offer as a free object; the types come from its own response example
+    example = doc["paths"]["/api/v0/bundles"]["post"]["responses"]["200"]["content"]["application/json"]["example"]
+    offer = types_of_example(example["offers"])
+    for key in ("id", "num_gpus", "machine_id", "host_id"):
+        offer["properties"][key] = {"type": "integer"}
+    offer["required"] = ["id"]
+    ops["searchOffers"]["responses"]["200"] = {"type": "object", "required": ["offers"], "properties": {
+        "offers": {"type": "array", "items": offer}}}
+    instance = ops["showInstance"]["responses"]["200"]["properties"]["instances"]
+    instance["properties"]["ports"] = {"anyOf": [
+        instance["properties"]["ports"],
+        {"type": "object", "additionalProperties": {"type": "array", "items": {
+            "type": "object", "properties": {"HostIp": {"type": "string"}, "HostPort": {"type": "string"}}}}}]}
+    instance["type"] = ["object", "null"]
+    return [
+        "Paths: the document lists them without a trailing slash; vastai.py sends them with one, as Vast's "
+        "own CLI does. The operations are the same.",
+        "searchOffers 200: the document types each offer as {type: object, additionalProperties: true}. The "
+        "field types here are derived from the document's own response example (every number as 'number', "
+        "each field also nullable, since an example is not a schema); id, num_gpus, machine_id and host_id "
+        "are integers. The example's 'offers' is a single object although the schema says array; the array "
+        "is kept.",
+        "showInstance 200: 'ports' is int[] in the document; anchors-provider-apis.md §2 records that Vast "
+        "sends it Docker-style ({\"22/tcp\": [{\"HostIp\", \"HostPort\"}]}) in practice, so both are admitted. "
+        "'instances' is also admitted as null (an instance Vast no longer lists).",
+        "A 404 from searchOffers means an invalid or missing API key, per the document.",
+    ]
+
+
+def lambda_extras(ops: dict[str, Any]) -> list[str]:
+    return [
+        "Base URL https://cloud.lambda.ai (the document's first server; cloud.lambdalabs.com is deprecated).",
+        "Error bodies are {\"error\": {code, message, suggestion?}}; each response lists the codes it can carry.",
+    ]
+
+
+def load(path: Path) -> dict[str, Any]:
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        return yaml.safe_load(path.read_text())
+    return json.loads(path.read_text())
+
+
+def extract(reference: Path) -> None:
+    for provider, source in SOURCES.items():
+        doc = load(reference / source["file"])
+        ops = {op_id: {"method": method, "path": path, "responses": responses(doc, method, path)}
+               for op_id, method, path in OPERATIONS[provider]}
+        for op_id, method, path in OPERATIONS[provider]:
+            found = doc["paths"][path][method].get("operationId")
+            if found != op_id:
+                raise SystemExit(f"{provider}: {method.upper()} {path} is {found!r} in the document, not {op_id!r}")
+        if provider == "runpod":
+            notes = runpod_extras(ops)
+        elif provider == "vastai":
+            notes = vastai_extras(doc, ops)
+        else:
+            notes = lambda_extras(ops)
+        out = {
+            "$comment": "Response schemas extracted by extract.py; fixtures are validated against them.",
+            "source": {"document": source["file"], "title": doc["info"]["title"], "version": doc["info"]["version"],
+                       "openapi": doc["openapi"], "published": source["published"], "commit": source["commit"]},
+            "extracted": "response bodies only: field names, types, required, enum/const, combinators; $refs "
+                         "resolved inline; descriptions, examples, formats and value constraints dropped",
+            "notes": notes,
+            "operations": ops,
+        }
+        (HERE / f"{provider}.json").write_text(json.dumps(out, indent=1, sort_keys=False) + "\n")
+
+
+if __name__ == "__main__":
+    extract(Path(sys.argv[1] if len(sys.argv) > 1 else "/work/shared/reference/openapi"))
