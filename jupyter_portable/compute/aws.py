@@ -26,10 +26,7 @@ botocore errors are translated at this boundary (see ``_translate``)::
 
 from __future__ import annotations
 
-import json
 import math
-import re
-import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
@@ -48,6 +45,7 @@ from ..errors import (
 )
 from . import gpu_catalog
 from .base import Allocation, AllocationStatus, Provider, Reservation, SshEndpoint
+from .cloudinit import cloud_config, parse_zone_offer_id
 
 # EC2 resolves ``resolve:ssm:`` image ids at launch, so the default follows AWS's own
 # "latest Deep Learning Base AMI" parameter instead of an AMI id that ages per region.
@@ -64,7 +62,6 @@ _UNAVAILABLE = {"RequestLimitExceeded", "Throttling", "ServiceUnavailable", "Una
 # A freshly launched instance can be missing from describe_instances for a while (EC2 is
 # eventually consistent); within this window "not found" means "not visible yet".
 _VISIBILITY_WINDOW = timedelta(minutes=5)
-_ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 _MAX_BLOCK_DAYS = 182
 
 
@@ -220,7 +217,7 @@ class AwsProvider(Provider):
         with self._boundary("launch", offer.id, default=LaunchFailed):
             resp = self.client.run_instances(**params)
         instance = resp["Instances"][0]
-        machine, zone, spot = _parse_offer_id(offer.id)
+        machine, zone, spot = parse_zone_offer_id(offer.id, "AWS")
         started = instance.get("LaunchTime") or datetime.now(timezone.utc)
         return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id,
                           ref=instance["InstanceId"], started=started.isoformat(),
@@ -229,7 +226,7 @@ class AwsProvider(Provider):
 
     def _run_params(self, offer: Offer, *, allocation_id: str, image: str | None, ssh_public_key: str | None,
                     env: dict[str, str] | None) -> dict[str, Any]:
-        machine, zone, spot = _parse_offer_id(offer.id)
+        machine, zone, spot = parse_zone_offer_id(offer.id, "AWS")
         params: dict[str, Any] = {
             "ImageId": image or self.image, "InstanceType": machine, "MinCount": 1, "MaxCount": 1,
             "Placement": {"AvailabilityZone": zone},
@@ -312,7 +309,7 @@ class AwsProvider(Provider):
         offering that starts within a day of ``start`` (blocks start at a fixed hour),
         preferring ``offer``'s zone. ``hours`` is rounded up to a duration EC2 sells
         (whole days up to 14, then whole weeks up to 182 days). Charged at purchase."""
-        machine, zone, spot = _parse_offer_id(offer.id)
+        machine, zone, spot = parse_zone_offer_id(offer.id, "AWS")
         if spot:
             raise NotSupported("Capacity Blocks reserve on-demand capacity, not spot", provider=self.name,
                                offer=offer.id, hint="reserve the on-demand offer of the same type")
@@ -349,19 +346,6 @@ class AwsProvider(Provider):
 
 # -- helpers ------------------------------------------------------------------------------
 
-def cloud_config(ssh_public_key: str | None, env: Mapping[str, str] | None) -> str | None:
-    """cloud-init user data that authorises the key and writes ``env`` (JSON is YAML)."""
-    config: dict[str, Any] = {}
-    if ssh_public_key:
-        config["ssh_authorized_keys"] = [ssh_public_key.strip()]
-    if env:
-        bad = [k for k in env if not _ENV_NAME.match(k)]
-        if bad:
-            raise UsageError(f"not an environment variable name: {', '.join(sorted(bad))}")
-        # The same `export K=V` lines the Lambda provider writes: one format for the worker.
-        lines = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
-        config["write_files"] = [{"path": "/etc/jupyter-portable/env", "permissions": "0600", "content": lines}]
-    return "#cloud-config\n" + json.dumps(config, indent=1) if config else None
 
 
 def block_hours(hours: float) -> int:
@@ -376,13 +360,6 @@ def block_hours(hours: float) -> int:
     return days * 24
 
 
-def _parse_offer_id(offer_id: str) -> tuple[str, str, bool]:
-    """``type@zone[:spot]`` -> (type, zone, spot). The id alone is enough to launch."""
-    base, _, market = offer_id.partition(":")
-    machine, _, zone = base.partition("@")
-    if not machine or not zone or market not in ("", "spot"):
-        raise UsageError(f"not an AWS offer id: {offer_id!r} (expected INSTANCE_TYPE@ZONE[:spot])")
-    return machine, zone, market == "spot"
 
 
 def _parse_time(text: str) -> datetime:

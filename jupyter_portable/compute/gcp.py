@@ -49,8 +49,8 @@ from ..errors import (
     UsageError,
 )
 from . import gpu_catalog
-from .aws import cloud_config
 from .base import Allocation, AllocationStatus, Provider, SshEndpoint
+from .cloudinit import cloud_config, parse_zone_offer_id
 
 # A Deep Learning VM image family (Ubuntu, CUDA, NVIDIA driver); check the current families
 # with `gcloud compute images list --project deeplearning-platform-release`.
@@ -181,7 +181,7 @@ class GcpProvider(Provider):
         """The region's GPU quota (limit minus usage) must cover the offer's GPUs. Spot VMs
         use the PREEMPTIBLE_ quota where the project has one, else the standard one.
         Quota does not guarantee supply: a zone can still be exhausted at launch."""
-        machine, zone, spot = _parse_offer_id(offer.id)
+        machine, zone, spot = parse_zone_offer_id(offer.id, "GCP")
         shape = self._shape(machine)
         region = zone.rpartition("-")[0]
         metric = shape.quota_metric or ""
@@ -214,7 +214,7 @@ class GcpProvider(Provider):
         user data writing ``/etc/jupyter-portable/env`` (mode 0600)."""
         from google.cloud import compute_v1 as c
 
-        machine, zone, spot = _parse_offer_id(offer.id)
+        machine, zone, spot = parse_zone_offer_id(offer.id, "GCP")
         shape = self._shape(machine)
         name = instance_name(allocation_id)
         items = [c.Items(key=ALLOCATION_LABEL, value=allocation_id),
@@ -318,13 +318,6 @@ def _label_value(allocation_id: str) -> str:
     return re.sub(r"[^a-z0-9_-]+", "-", allocation_id.lower())[:63]
 
 
-def _parse_offer_id(offer_id: str) -> tuple[str, str, bool]:
-    """``machine@zone[:spot]`` -> (machine, zone, spot). The id alone is enough to launch."""
-    base, _, market = offer_id.partition(":")
-    machine, _, zone = base.partition("@")
-    if not machine or not zone or market not in ("", "spot"):
-        raise UsageError(f"not a GCP offer id: {offer_id!r} (expected MACHINE_TYPE@ZONE[:spot])")
-    return machine, zone, market == "spot"
 
 
 def _parse_ref(ref: str) -> tuple[str, str]:

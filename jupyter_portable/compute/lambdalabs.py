@@ -14,10 +14,8 @@ worker. There is no container image: ``image`` is recorded for the worker to run
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shlex
 from typing import Any
 from urllib.parse import quote
 
@@ -26,6 +24,7 @@ import httpx
 from ..core.offers import Offer, Requirements
 from ..errors import AuthError, ComputeError, LaunchFailed, NoCapacity, ProviderUnavailable, QuotaExceeded
 from .base import Allocation, AllocationStatus, SshEndpoint
+from .cloudinit import cloud_config
 from .http import (
     NUMBER,
     ApiClient,
@@ -44,7 +43,6 @@ API = "https://cloud.lambda.ai"
 KEY_ENV = "LAMBDA_API_KEY"
 SSH_KEYS_ENV = "LAMBDA_SSH_KEY_NAMES"
 SSH_USER = "ubuntu"  # Lambda Stack images log in as ubuntu, not root
-ENV_FILE = "/etc/jupyter-portable/env"
 
 GPU = re.compile(r"\s*(?P<model>.*?)\s*\(\s*(?P<gb>\d+(?:\.\d+)?)\s*GB\s*(?P<form>[^)]*)\)")
 
@@ -241,13 +239,3 @@ class LambdaProvider(HttpProvider):
         self._api.request("POST", "/api/v1/instance-operations/terminate", operation="terminate",
                           json_body={"instance_ids": [allocation.ref]}, allow=(404,))
 
-
-def cloud_config(ssh_public_key: str | None, env: dict[str, str]) -> str:
-    """cloud-init user data; JSON is valid YAML, so no value can break out of its string."""
-    config: dict[str, Any] = {}
-    if ssh_public_key:
-        config["ssh_authorized_keys"] = [ssh_public_key]
-    if env:
-        lines = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
-        config["write_files"] = [{"path": ENV_FILE, "permissions": "0600", "content": lines}]
-    return "#cloud-config\n" + json.dumps(config)
