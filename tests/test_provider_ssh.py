@@ -319,3 +319,28 @@ def test_a_command_that_overruns_its_timeout_answers_124(provider: SshProvider) 
     [offer] = provider.offers()
     code, _out, err = provider.run(offer, ["sleep", "3"], timeout=0.5)
     assert code == 124 and "timed out" in err
+
+
+def test_a_cloud_machine_is_reached_the_same_way_as_an_ssh_host(tmp_path: Path, monkeypatch) -> None:
+    """A provider without its own `run` (every cloud) is probed over SSH at its endpoint."""
+    from fakegpu import H100, install_fake_nvidia_smi
+
+    from jupyter_portable.compute.acquire import default_runner
+    from jupyter_portable.compute.admission import probe_machine
+    from jupyter_portable.compute.base import Allocation, Provider, SshEndpoint
+
+    if unavailable():
+        pytest.skip(unavailable())
+    gpu_bin = tmp_path / "gpu-bin"
+    install_fake_nvidia_smi(gpu_bin, [H100], driver="550.54.15", cuda="12.4")
+    with running_sshd(tmp_path / "sshd", path_prefix=[gpu_bin]) as sshd:
+        monkeypatch.setenv("JUPYTER_PORTABLE_SSH_KEY", str(sshd.client_key))
+        monkeypatch.setenv("JUPYTER_PORTABLE_SSH_STATE", str(tmp_path / "state"))
+        alloc = Allocation("al-cloud-1", "aws", "p5.48xlarge@us-east-1a", "i-0abc", "2026-11-30T00:00:00Z",
+                           ssh=SshEndpoint(sshd.host, sshd.port, sshd.user))
+
+        class Cloud(Provider):
+            name = "aws"
+
+        facts = probe_machine(default_runner(Cloud(), alloc))
+        assert facts.driver == "550.54.15" and facts.gpus[0].name == H100["name"]

@@ -57,12 +57,35 @@ class _BootTimeout(LaunchFailed):
     """Internal: the machine did not come up in time (recorded as error "Timeout")."""
 
 
+def cloud_ssh_run(allocation: Allocation, key: str | None = None) -> Callable[..., tuple[int, str, str]]:
+    """Run commands on a cloud machine the same way as on an ``ssh`` host: its endpoint,
+    the key given to it at launch (``JUPYTER_PORTABLE_SSH_KEY``, else ``~/.ssh/id_ed25519``)."""
+    import os
+    from pathlib import Path
+
+    from .hosts import Host
+    from .ssh import SshProvider
+
+    assert allocation.ssh is not None
+    key_path = Path(key or os.environ.get("JUPYTER_PORTABLE_SSH_KEY") or "~/.ssh/id_ed25519").expanduser()
+    host = Host(name=allocation.allocation_id, host=allocation.ssh.host, port=allocation.ssh.port,
+                user=allocation.ssh.user, key=key_path if key_path.exists() else None)
+    ssh = SshProvider(hosts=[host])
+
+    def run(target: Allocation, argv: list[str]) -> tuple[int, str, str]:
+        return ssh.run(host.name, argv)
+
+    return run
+
+
 def default_runner(provider: Provider, allocation: Allocation) -> Runner:
     """How to run commands on ``allocation``: a subprocess for the local market, else the
     provider's own ``run(allocation, argv)`` (the SSH providers have one)."""
     if allocation.details.get("local"):
         return local_runner(allocation)
     run = getattr(provider, "run", None)
+    if not callable(run) and allocation.ssh is not None:
+        run = cloud_ssh_run(allocation)
     if not callable(run):
         raise NotSupported(f"cannot run commands on {allocation.provider} machines, so cannot probe them",
                            provider=allocation.provider, offer=allocation.offer_id)
