@@ -118,6 +118,11 @@ def _build() -> argparse.ArgumentParser:
     sp.add_argument("--calendar", type=int, metavar="DAYS", help="also show free and taken slots for DAYS days")
     sp.add_argument("-C", dest="dir", default=".")
 
+    sp = verb("spend", "what this workspace has spent and where its budget stands")
+    sp.add_argument("--enforce", action="store_true",
+                    help="at the budget, seal the workspace and release its machines")
+    sp.add_argument("-C", dest="dir", default=".")
+
     sp = verb("market", "the local market: let it take a machine back, or list its machines")
     sp.add_argument("action", choices=("lose", "list"))
     sp.add_argument("allocation", nargs="?", help="allocation id (for lose)")
@@ -162,6 +167,11 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
     if args.verb in ("offers", "market"):
         return _market(args)
     ws = Workspace.find(args.dir)
+    if args.verb == "spend":
+        from . import market
+
+        report = market.enforce_budget(ws) if args.enforce else market.budget_report(ws)
+        return report, report["message"], 0
     if args.verb in ("routes", "settings", "reserve", "reservations"):
         return _workspace_market(args, ws)
     if args.verb == "snapshot":

@@ -368,6 +368,7 @@ def acquire_for(ws: Workspace, *, hours: float | None = None, providers: dict[st
     offer = by_key[f"{allocation.provider}/{allocation.offer_id}"].offer
     ws.record_allocation({"allocation_id": allocation.allocation_id, "provider": allocation.provider,
                           "offer": allocation.offer_id, "gpu": offer.gpu, "region": offer.region,
+                          "ref": allocation.ref, "price_per_hour": offer.price_per_hour,
                           "started": allocation.started or now_iso(), "state": "active", "spend": 0.0,
                           "currency": "USD", "failures": [a.reason for a in attempts]})
     return {"allocation": allocation.to_json(), "route": by_key[offer.key].id,
@@ -385,3 +386,85 @@ def _record_attempt(ws: Workspace, attempt: Any) -> None:
         "started": now_iso(), "stopped": now_iso(),
         "stop_reason": f"{fault}{attempt.stage}: {attempt.reason}", "spend": 0.0, "currency": "USD",
         "failures": [attempt.reason]})
+
+
+# -- spend and the budget ----------------------------------------------------------------
+
+def _parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def budget_report(ws: Workspace, *, providers: dict[str, Provider] | None = None,
+                  now: datetime | None = None) -> dict[str, Any]:
+    """Spend so far (closed allocations as recorded, active ones from the provider's figure
+    or price x time) and where the budget stands: ok, warn, or exhausted."""
+    from .compute.base import Allocation
+    from .core.spend import budget_state, spend_of
+
+    now = now or datetime.now(timezone.utc)
+    providers = providers if providers is not None else enabled_providers()
+    manifest = ws.manifest()
+    spent, price, active = 0.0, 0.0, []
+    for a in manifest.allocations if manifest else ():
+        if a.get("state") != "active":
+            spent += float(a.get("spend") or 0)
+            continue
+        figure = None
+        provider = providers.get(a.get("provider", ""))
+        if provider is not None and a.get("ref"):
+            try:
+                st = provider.status(Allocation(a["allocation_id"], a["provider"], a.get("offer", ""), a["ref"],
+                                                a.get("started", "")))
+                figure = st.spend
+            except PortableError:
+                figure = None
+        started = _parse_time(a.get("started")) or now
+        cost = spend_of(float(a.get("price_per_hour") or 0), started, None, now, figure)
+        spent += cost
+        price += float(a.get("price_per_hour") or 0)
+        active.append({**a, "spend": round(cost, 4)})
+    state = budget_state(spent, load_settings(ws).budget, price)
+    return {**state, "active": active}
+
+
+def enforce_budget(ws: Workspace, *, providers: dict[str, Provider] | None = None, seal: Any = None,
+                   now: datetime | None = None) -> dict[str, Any]:
+    """At the budget, seal then release every active allocation; never kill work unsaved.
+
+    ``seal(ws)`` publishes the final state and reads it back; the default snapshots this
+    copy and verifies the published version. (The worker's own seal replaces it once
+    workers publish from the machine.)
+    """
+    from .compute.base import Allocation
+    from .store.repo import now_iso
+
+    providers = providers if providers is not None else enabled_providers()
+    report = budget_report(ws, providers=providers, now=now)
+    if report["state"] != "exhausted":
+        return report
+
+    def default_seal(w: Workspace) -> None:
+        w.snapshot("sealed: budget exhausted", progress=None)
+        result = w.verify()
+        if not result.ok:
+            raise PortableError("the sealed version did not read back: " +
+                                "; ".join(f"{m['path']}: {m['reason']}" for m in result.mismatches[:3]))
+
+    (seal or default_seal)(ws)  # a failed seal raises: the machine is NOT released unsaved
+    released = []
+    for a in report["active"]:
+        provider = providers.get(a["provider"])
+        if provider is not None and a.get("ref"):
+            provider.terminate(Allocation(a["allocation_id"], a["provider"], a.get("offer", ""), a["ref"],
+                                          a.get("started", "")))
+        record = {k: v for k, v in a.items() if k != "spend"}
+        record.update(state="released", stopped=now_iso(), spend=a["spend"],
+                      stop_reason="budget exhausted: sealed, then released")
+        ws.record_allocation(record)
+        released.append(a["allocation_id"])
+    return {**report, "released": released}

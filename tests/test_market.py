@@ -226,3 +226,34 @@ def test_every_route_blocked_is_a_clear_error(market_env, tmp_path: Path) -> Non
     update_settings(ws, gpus=["B200"])
     with pytest.raises(NoCapacity, match="every offer is blocked"):
         acquire_for(ws)
+
+
+def test_spend_warns_then_seals_and_releases_at_the_budget(market_env, tmp_path: Path) -> None:
+    import time
+
+    from jupyter_portable.market import acquire_for, budget_report, enforce_budget, update_settings
+
+    ws = _workspace(tmp_path, 0)
+    update_settings(ws, budget_total=5.0)
+    market = LocalMarket(market_env["JUPYTER_PORTABLE_CATALOG"], market_env["JUPYTER_PORTABLE_MARKET_DIR"])
+    result = acquire_for(ws, hours=1, boot_timeout_s=30)
+    alloc_id = result["allocation"]["allocation_id"]
+    # cheap-far at $1.00/h with $5 to spend: about 5 h left, nothing to say.
+    assert budget_report(ws)["state"] == "ok"
+    # With $0.50 the money lasts under an hour at this price: a warning, nothing released.
+    update_settings(ws, budget_total=0.5)
+    report = enforce_budget(ws)
+    assert report["state"] == "warn" and "nearly spent" in report["message"] and "released" not in report
+    # Work written on the copy since the last snapshot must survive the seal.
+    (ws.root / "results.txt").write_text("epoch 7: loss 0.12")
+    update_settings(ws, budget_total=0.0001)  # $1/h spends this in 0.36 s
+    time.sleep(0.5)
+    done = enforce_budget(ws)
+    assert done["state"] == "exhausted" and done["released"] == [alloc_id]
+    assert "results.txt" in ws.manifest().by_path(), "sealed before release: nothing lost"
+    assert any(v["message"] == "sealed: budget exhausted" for v in ws.log())
+    record = [a for a in ws.manifest().allocations if a["allocation_id"] == alloc_id][-1]
+    assert record["state"] == "released" and record["stop_reason"].startswith("budget exhausted")
+    assert record["spend"] > 0.0001
+    assert market.status(market.allocation(alloc_id)).state == "terminated"
+    assert budget_report(ws)["active"] == []
