@@ -85,9 +85,13 @@ def _build() -> argparse.ArgumentParser:
     sp.add_argument("-C", dest="dir", default=".")
 
     sp = verb("offers", "what the enabled providers list")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
     sp.add_argument("--gpu", help="only offers whose GPU model contains this")
 
     sp = verb("routes", "every offer as a route to this workspace, ranked by whole cost")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
     sp.add_argument("--hours", type=float, help="planned GPU hours (default: the workspace setting, 8)")
     sp.add_argument("--gpu", help="only offers whose GPU model contains this")
     sp.add_argument("-C", dest="dir", default=".")
@@ -106,6 +110,8 @@ def _build() -> argparse.ArgumentParser:
     sp.add_argument("-C", dest="dir", default=".")
 
     sp = verb("reserve", "book GPU time ahead for an offer type")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
     sp.add_argument("offer", help="provider/offer-id, as `offers` shows")
     sp.add_argument("--start", required=True, help="ISO time with a zone, on the hour: 2026-12-01T09:00Z")
     sp.add_argument("--hours", type=float, required=True)
@@ -114,16 +120,22 @@ def _build() -> argparse.ArgumentParser:
     sp.add_argument("-C", dest="dir", default=".")
 
     sp = verb("reservations", "list (or cancel) this workspace's reservations")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
     sp.add_argument("--cancel", metavar="ID", help="cancel this reservation")
     sp.add_argument("--calendar", type=int, metavar="DAYS", help="also show free and taken slots for DAYS days")
     sp.add_argument("-C", dest="dir", default=".")
 
     sp = verb("spend", "what this workspace has spent and where its budget stands")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
     sp.add_argument("--enforce", action="store_true",
                     help="at the budget, seal the workspace and release its machines")
     sp.add_argument("-C", dest="dir", default=".")
 
     sp = verb("market", "the local market: let it take a machine back, or list its machines")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
     sp.add_argument("action", choices=("lose", "list"))
     sp.add_argument("allocation", nargs="?", help="allocation id (for lose)")
 
@@ -164,6 +176,12 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
                  + (f", {res.read_objects} re-hashed" if res.read_objects else "")]
         lines += [f"error: {e}" for e in res.errors] + [f"warning: {w}" for w in res.warnings]
         return res.to_json(), "\n".join(lines), 0 if res.ok else EXIT_FAIL
+    if getattr(args, "catalog", None):
+        import os
+
+        if not os.path.isfile(args.catalog):
+            raise UsageError(f"--catalog {args.catalog}: no such file")
+        os.environ["JUPYTER_PORTABLE_CATALOG"] = os.path.abspath(args.catalog)
     if args.verb in ("offers", "market"):
         return _market(args)
     ws = Workspace.find(args.dir)
@@ -231,8 +249,10 @@ def _market(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
                 f"{o.region:<12} driver {o.driver or '?':<10} capacity {o.capacity if o.capacity is not None else '?'}"
                 for o in offers]
         rows += [f"({name}: {err})" for name, err in errors.items()]
+        failed = bool(errors) and not offers  # no provider answered: that is a failure, not "no offers"
         return ({"offers": [o.to_json() for o in offers], "errors": errors},
-                "\n".join(rows) or "no offers", 0)
+                ("no provider answered: " + "; ".join(f"{n}: {e}" for n, e in errors.items())) if failed
+                else "\n".join(rows) or "no offers", EXIT_FAIL if failed else 0)
     from .compute.local import LocalMarket, lose_allocation
 
     local = LocalMarket()

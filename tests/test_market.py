@@ -257,3 +257,19 @@ def test_spend_warns_then_seals_and_releases_at_the_budget(market_env, tmp_path:
     assert record["spend"] > 0.0001
     assert market.status(market.allocation(alloc_id)).state == "terminated"
     assert budget_report(ws)["active"] == []
+
+
+def test_the_catalog_comes_from_the_command_line(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JUPYTER_PORTABLE_CATALOG", raising=False)
+    monkeypatch.setenv("JUPYTER_PORTABLE_MARKET_DIR", str(tmp_path / "market"))
+    catalog = tmp_path / "mine.toml"
+    catalog.write_text(CATALOG)
+    offers = cli.json("offers", "--catalog", str(catalog))["offers"]
+    assert sorted(o["id"] for o in offers) == ["cheap-far", "dear-near", "sold-out"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text(CATALOG.replace("price_per_hour = 1.00", "price_per_hour = -1"))
+    proc = cli("offers", "--catalog", str(bad), "--json", check=False)
+    assert proc.returncode == 1 and "price_per_hour" in json.loads(proc.stdout)["errors"]["local"]
+    assert proc.stderr.startswith("error: no provider answered: local: ")
+    proc = cli("offers", "--catalog", str(tmp_path / "missing.toml"), check=False)
+    assert proc.returncode == 2 and "no such file" in proc.stderr
