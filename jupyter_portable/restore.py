@@ -21,7 +21,7 @@ from .core.manifest import FileEntry, Manifest
 from .core.paths import check_relpath
 from .errors import IntegrityError, ManifestError, UnsafePath, UsageError
 from .progress import Progress, human_bytes
-from .store.repo import Store, digest
+from .store.repo import Store, digest, object_key
 
 LAZY_THRESHOLD = 64 * 1024 * 1024
 
@@ -72,38 +72,51 @@ class Placer:
         if not statmod.S_ISDIR(st.st_mode):
             raise UsageError(f"{rel_dir!r} in {self.root} is a file, but the version has a folder there",
                              hint="move it away, or restore into an empty directory")
+        # Each folder is resolved for real once; its parents were checked before it.
+        real = os.path.realpath(full)
+        if real != self.real_root and not real.startswith(self.real_root + os.sep):
+            raise UnsafePath(f"{rel_dir!r} resolves outside {self.root}")
         self._dirs_ok.add(rel_dir)
 
     def target(self, rel: str) -> str:
         check_relpath(rel)
         self._ensure_dirs(rel.rpartition("/")[0])
-        full = os.path.join(self.root, rel)
-        real = os.path.realpath(os.path.dirname(full))
-        if real != self.real_root and not real.startswith(self.real_root + os.sep):
-            raise UnsafePath(f"{rel!r} resolves outside {self.root}")
-        return full
+        return os.path.join(self.root, rel)
 
     def temp_path(self) -> str:
         return str(self.tmp / f"restore-{secrets.token_hex(8)}")
 
-    def commit(self, tmp: str, entry: FileEntry) -> None:
+    def commit(self, tmp: str, entry: FileEntry, fd: int | None = None) -> None:
         """Rename a verified temp file into place with the entry's mode and mtime."""
         full = self.target(entry.path)
-        os.chmod(tmp, entry.mode & 0o777)
-        os.utime(tmp, ns=(entry.mtime_ns, entry.mtime_ns))
-        if os.path.isdir(full) and not os.path.islink(full):
+        if fd is not None:
+            os.fchmod(fd, entry.mode & 0o777)
+            os.utime(fd, ns=(entry.mtime_ns, entry.mtime_ns))
+        else:
+            os.chmod(tmp, entry.mode & 0o777)
+            os.utime(tmp, ns=(entry.mtime_ns, entry.mtime_ns))
+        try:
+            os.replace(tmp, full)
+        except (IsADirectoryError, OSError) as exc:
             os.unlink(tmp)
-            raise UsageError(f"{entry.path!r} in {self.root} is a folder, but the version has a file there")
-        os.replace(tmp, full)
+            if os.path.isdir(full) and not os.path.islink(full):
+                raise UsageError(f"{entry.path!r} in {self.root} is a folder, but the version has a file there") \
+                    from exc
+            raise
 
-    def write_verified(self, entry: FileEntry, data: bytes) -> None:
+    def write_verified(self, entry: FileEntry, data: bytes | memoryview) -> None:
         if len(data) != entry.size or digest(data) != entry.hash:
             raise IntegrityError(f"{entry.path}: the bytes from the store do not match its hash; "
                                  "nothing was written", hint="run `jupyter portable fsck --read-data`")
         tmp = self.temp_path()
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        self.commit(tmp, entry)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            self.commit(tmp, entry, fd)
+        finally:
+            os.close(fd)
 
     def link(self, entry: FileEntry) -> None:
         full = self.target(entry.path)
@@ -158,10 +171,11 @@ def fetch_large(store: Store, placer: Placer, entry: FileEntry, progress: Progre
 
         def one(part: tuple[str, int, int]) -> None:
             h, start, n = part
-            data = store.get_object(h, what=entry.path)
-            if len(data) != n:
-                raise IntegrityError(f"{entry.path}: a part has {len(data)} bytes, expected {n}")
-            os.pwrite(fd, data, start)
+            # Copied unverified: the whole file is hashed below before it is renamed into place.
+            got = store.backend.copy_to(object_key(h), fd, start)
+            if got != n:
+                raise IntegrityError(f"{entry.path}: a part has {got} bytes, expected {n}; nothing was written",
+                                     hint="run `jupyter portable fsck --read-data`")
             if progress:
                 progress.add(nbytes=n, uploaded=n)
 
@@ -176,10 +190,24 @@ def fetch_large(store: Store, placer: Placer, entry: FileEntry, progress: Progre
     if entry.size:
         whole.update_mmap(tmp)
     if whole.hexdigest() != entry.hash:
+        bad = _corrupt_parts(tmp, offsets)
         os.unlink(tmp)
-        raise IntegrityError(f"{entry.path}: the reassembled file does not match its hash; nothing was written")
+        which = f" (object {bad[0][:16]}…)" if bad else ""
+        raise IntegrityError(f"{entry.path}: the bytes from the store are corrupt{which}: the file does not match "
+                             "its hash; nothing was written", hint="run `jupyter portable fsck --read-data`")
     placer.commit(tmp, entry)
     return entry.size
+
+
+def _corrupt_parts(path: str, offsets: list[tuple[str, int, int]]) -> list[str]:
+    """Which parts of a reassembled file do not hash to their names (only read on failure)."""
+    bad = []
+    with open(path, "rb") as fh:
+        for h, start, n in offsets:
+            fh.seek(start)
+            if digest(fh.read(n)) != h:
+                bad.append(h)
+    return bad
 
 
 def _fetch_packed(store: Store, placer: Placer, pack: str, entries: list[FileEntry],
@@ -187,7 +215,7 @@ def _fetch_packed(store: Store, placer: Placer, pack: str, entries: list[FileEnt
     needed = sum(e.size for e in entries)
     pack_size = store.backend.size(f"objects/{pack[:2]}/{pack}")
     if needed * 2 >= pack_size:
-        body = store.get_object(pack, what=entries[0].path)
+        body = memoryview(store.get_object(pack, what=entries[0].path))
         for e in entries:
             assert e.pack is not None
             placer.write_verified(e, body[e.pack.offset:e.pack.offset + e.pack.length])

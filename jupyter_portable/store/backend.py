@@ -68,6 +68,17 @@ class Backend:
         """Remove an object if present (used only by tests and garbage collection)."""
         raise NotImplementedError
 
+    def copy_to(self, key: str, fd: int, offset: int) -> int:
+        """Write the whole object into open file ``fd`` at ``offset``; returns its size.
+        Unverified: the caller hashes what it wrote before using it."""
+        data = self.read(key)
+        view = memoryview(data)
+        pos = offset
+        while view:
+            n = os.pwrite(fd, view, pos)
+            view, pos = view[n:], pos + n
+        return len(data)
+
 
 class LocalBackend(Backend):
     """A folder on a local filesystem.
@@ -115,6 +126,27 @@ class LocalBackend(Backend):
 
     def exists(self, key: str) -> bool:
         return os.path.isfile(self._path(key))
+
+    def copy_to(self, key: str, fd: int, offset: int) -> int:
+        # In-kernel copy: on this kind of machine several times faster than read + write.
+        try:
+            src = os.open(self._path(key), os.O_RDONLY)
+        except FileNotFoundError as exc:
+            raise ObjectMissing(f"object {key} is missing from {self.url}", key=key) from exc
+        try:
+            size = os.fstat(src).st_size
+            done = 0
+            while done < size:
+                try:
+                    n = os.copy_file_range(src, fd, size - done, done, offset + done)
+                except OSError:
+                    return super().copy_to(key, fd, offset)  # e.g. across filesystems on old kernels
+                if n == 0:
+                    break
+                done += n
+            return done
+        finally:
+            os.close(src)
 
     def size(self, key: str) -> int:
         try:
