@@ -214,6 +214,22 @@ def _hash_large(root: str, f: Found, up: _Uploader, known_parts: set[str]) -> di
             "hash": whole.hexdigest(), "mtime_ns": f.st.st_mtime_ns, "parts": parts}
 
 
+def _all_unchanged(keys: dict[str, Any], found: list[Found]) -> bool:
+    """Every file's stat matches the cache (the hot loop of a no-change snapshot: no lists built)."""
+    get = keys.get
+    for f in found:
+        k = get(f.path)
+        if f.target is not None:
+            if k != f.target:
+                return False
+            continue
+        st = f.st
+        if (k is None or k.__class__ is not list or k[0] != st.st_size or k[1] != st.st_mtime_ns
+                or k[2] != st.st_ctime_ns or k[3] != st.st_ino):
+            return False
+    return True
+
+
 def _identity(e: dict[str, Any]) -> tuple[Any, ...]:
     return (e.get("type"), e.get("hash"), e.get("mode"), e.get("target"))
 
@@ -243,8 +259,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
     extras = extras or Extras()
     keys = copy.read_statcache(cfg.version, extras.fingerprint) if not force else None
     if keys is not None and base_version and extras.before_publish is None and not extras.allocations \
-            and len(keys) == len(found) \
-            and all(keys.get(f.path) == f.key for f in found):
+            and len(keys) == len(found) and _all_unchanged(keys, found):
         # Every file's size, mtime, ctime and inode (every link's target) are as
         # recorded for the base version: nothing changed, nothing to read.
         total = sum(f.st.st_size for f in found if f.target is None)
