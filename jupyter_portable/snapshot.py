@@ -65,7 +65,7 @@ class Extras:
     fingerprint: str | None = None
     runtime: Callable[[Manifest | None], dict[str, Any] | None] | None = None
     next_action: dict[str, Any] | None = None
-    before_publish: Callable[[dict[str, dict[str, Any]], Manifest | None],
+    before_publish: Callable[[dict[str, Any], Manifest | None],
                              tuple[list[dict[str, Any]], set[str]]] | None = None
     # Allocation records to add; one with the allocation_id of an earlier record replaces it.
     allocations: list[dict[str, Any]] = field(default_factory=list)
@@ -230,8 +230,18 @@ def _all_unchanged(keys: dict[str, Any], found: list[Found]) -> bool:
     return True
 
 
-def _identity(e: dict[str, Any]) -> tuple[Any, ...]:
+Entry = dict[str, Any] | FileEntry  # a new entry (dict) or one kept from the base version
+
+
+def _identity(e: Entry) -> tuple[Any, ...]:
+    """What makes two entries the same version of a path (mtime alone does not)."""
+    if isinstance(e, FileEntry):
+        return ("symlink", None, None, e.target) if e.target is not None else ("file", e.hash, e.mode, None)
     return (e.get("type"), e.get("hash"), e.get("mode"), e.get("target"))
+
+
+def _size(e: Entry) -> int:
+    return e.size if isinstance(e, FileEntry) else int(e.get("size", 0))
 
 
 def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: bool = False,
@@ -267,9 +277,10 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
         return SnapshotResult(ws, base_version, len(found), total, 0, False, [], 0)
     keys = keys or {}
     base_manifest = store.read_manifest(ws, base_version) if base_version else None
-    base = {e.path: e.to_json() for e in base_manifest.files} if base_manifest else {}
+    # Entries of the base version stay FileEntry objects (validated when read); new ones are dicts.
+    base: dict[str, FileEntry] = base_manifest.by_path() if base_manifest else {}
 
-    entries: dict[str, dict[str, Any]] = {}
+    entries: dict[str, Entry] = {}
     new_stats: dict[str, list[int] | str | None] = {}
     todo_small: list[Found] = []
     todo_large: list[Found] = []
@@ -279,7 +290,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
         if f.target is not None:
             entries[f.path] = {"path": f.path, "type": "symlink", "target": f.target}
             new_stats[f.path] = key
-        elif prev is not None and prev["type"] == "file" and keys.get(f.path) == key:
+        elif prev is not None and prev.target is None and keys.get(f.path) == key:
             entries[f.path] = prev
             new_stats[f.path] = key
         elif f.st.st_size < SMALL_MAX:
@@ -294,9 +305,9 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
         known_blobs: dict[str, dict[str, Any]] = {}
         known_parts: set[str] = set()
         for e in base.values():
-            if e.get("pack"):
-                known_blobs[e["hash"]] = e["pack"]
-            for h, _n in e.get("parts") or ():
+            if e.pack is not None:
+                known_blobs[e.hash] = {"id": e.pack.pack, "offset": e.pack.offset, "length": e.pack.length}
+            for h, _n in e.parts:
                 known_parts.add(h)
         progress.files_total = len(todo_small) + len(todo_large)
         progress.bytes_total = sum(f.st.st_size for f in todo_small) + sum(f.st.st_size for f in todo_large)
@@ -341,7 +352,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
         progress.set_stage("uploading")
         up.finish()
         for e in entries.values():
-            if e.get("type") == "file" and "pack" in e and e["pack"] is None:
+            if isinstance(e, dict) and "pack" in e and e["pack"] is None:
                 e["pack"] = up.packed[e["hash"]]
     else:
         up.pool.shutdown()
@@ -353,7 +364,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
     if pending_version == cfg.version:
         for e in pending:
             if e.path not in entries:
-                entries[e.path] = e.to_json()
+                entries[e.path] = e
                 new_stats[e.path] = None
     # A file that changed while read keeps its previous version, if it had one.
     for path in skipped:
@@ -372,7 +383,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
                 entries[p] = base[p]
 
     ordered = [entries[p] for p in sorted(entries)]
-    total = sum(e.get("size", 0) for e in ordered)
+    total = sum(_size(e) for e in ordered)
     unchanged = (bool(base_version) and not new_checkpoints and not extras.allocations
                  and len(ordered) == len(base)
                  and all(p in base and _identity(base[p]) == _identity(entries[p]) for p in entries))
@@ -400,7 +411,8 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
                                 hint="snapshot again")
     manifest = Manifest(
         workspace_id=ws, version=base_version + 1, created=now_iso(),
-        files=tuple(FileEntry.from_json(e) for e in ordered), parent=parent, message=message,
+        files=tuple(e if isinstance(e, FileEntry) else FileEntry.from_json(e) for e in ordered),
+        parent=parent, message=message,
         epoch=cfg.epoch,
         checkpoints=(base_manifest.checkpoints if base_manifest else ()) + tuple(new_checkpoints),
         runtime=runtime,
@@ -437,7 +449,7 @@ def _merge_allocations(old: tuple[dict[str, Any], ...], new: list[dict[str, Any]
     return tuple(out)
 
 
-def _write_cache(copy: WorkspaceCopy, version: int, entries: dict[str, dict[str, Any]],
+def _write_cache(copy: WorkspaceCopy, version: int, entries: dict[str, Entry],
                  stats: dict[str, list[int] | str | None], started_ns: int, fingerprint: str | None) -> None:
     out: dict[str, list[int] | str | None] = {}
     for path in entries:

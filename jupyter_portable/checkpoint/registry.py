@@ -77,7 +77,7 @@ class CheckpointStep:
         if not self.check.ok:
             self.record = self._record(base, status="rejected", reason=self.check.reason)
             return [self.record.to_json()], {self.rel}
-        mine = [FileEntry.from_json(e) for p, e in entries.items()
+        mine = [e if isinstance(e, FileEntry) else FileEntry.from_json(e) for p, e in entries.items()
                 if p == self.rel or p.startswith(self.rel + "/")]
         if not mine:
             self.record = self._record(base, status="rejected",

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ManifestError
+from ..errors import ManifestError, UnsafePath
 from .paths import check_link_target, check_relpath
 
 MANIFEST_FORMAT = "jupyter-portable.manifest"
@@ -23,6 +23,9 @@ SCHEMA = 1
 _HASH_RE = re.compile(r"\A[0-9a-f]{64}\Z")
 _WSID_RE = re.compile(r"\A[a-z0-9][a-z0-9-]{2,63}\Z")
 _MAX_MODE = 0o7777
+_PACKED_KEYS = frozenset({"path", "type", "size", "mode", "hash", "mtime_ns", "pack"})
+_PARTS_KEYS = frozenset({"path", "type", "size", "mode", "hash", "mtime_ns", "parts"})
+_PACK_KEYS = frozenset({"id", "offset", "length"})
 
 
 def check_hash(value: object, what: str = "hash") -> str:
@@ -123,6 +126,52 @@ class FileEntry:
 
     @classmethod
     def from_json(cls, obj: object) -> "FileEntry":
+        """A validated entry. Sound regular files take a fast path that builds no messages;
+        anything it does not accept goes through :meth:`_checked`, which names the problem."""
+        entry = cls._fast(obj)
+        return entry if entry is not None else cls._checked(obj)
+
+    @classmethod
+    def _fast(cls, obj: object) -> "FileEntry | None":
+        if type(obj) is not dict or obj.get("type") != "file":
+            return None
+        keys = obj.keys()
+        size, mode, digest, mtime_ns = obj.get("size"), obj.get("mode"), obj.get("hash"), obj.get("mtime_ns")
+        if (type(size) is not int or size < 0 or type(mode) is not int or not 0 <= mode <= _MAX_MODE
+                or type(digest) is not str or not _HASH_RE.match(digest)
+                or type(mtime_ns) is not int or mtime_ns < -(2**63)):
+            return None
+        try:
+            path = check_relpath(obj["path"])
+        except (UnsafePath, KeyError):
+            return None
+        if keys == _PACKED_KEYS:
+            p = obj["pack"]
+            if type(p) is not dict or p.keys() != _PACK_KEYS:
+                return None
+            pid, off, length = p["id"], p["offset"], p["length"]
+            if (type(pid) is not str or not _HASH_RE.match(pid) or type(off) is not int or off < 0
+                    or type(length) is not int or length != size):
+                return None
+            return cls(path, size, mode, digest, mtime_ns, pack=PackRef(pid, off, length))
+        if keys != _PARTS_KEYS or type(obj["parts"]) is not list:
+            return None
+        parts = []
+        total = 0
+        for item in obj["parts"]:
+            if type(item) is not list or len(item) != 2:
+                return None
+            h, n = item
+            if type(h) is not str or not _HASH_RE.match(h) or type(n) is not int or n < 1:
+                return None
+            parts.append((h, n))
+            total += n
+        if total != size:
+            return None
+        return cls(path, size, mode, digest, mtime_ns, parts=tuple(parts))
+
+    @classmethod
+    def _checked(cls, obj: object) -> "FileEntry":
         if not isinstance(obj, dict):
             raise ManifestError("a file entry must be a JSON object")
         kind = obj.get("type")
@@ -219,7 +268,12 @@ class Manifest:
         }
 
     def to_bytes(self) -> bytes:
-        return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True).encode()
+        """The canonical bytes (computed once: the manifest is immutable)."""
+        cached = self.__dict__.get("_bytes")
+        if cached is None:
+            cached = json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True).encode()
+            object.__setattr__(self, "_bytes", cached)
+        return cached
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "Manifest":
