@@ -1,6 +1,6 @@
 """Extract the response schemas the cloud providers' code reads, from their published API documents.
 
-    python tests/contract/schemas/extract.py /work/shared/reference/openapi
+    python tests/contract/schemas/extract.py ../shared/reference/openapi
 
 writes ``runpod.json``, ``vastai.json`` and ``lambda.json`` next to this file. Only what
 a fixture is checked against is kept: per operation and HTTP status, the response body's
@@ -149,7 +149,7 @@ def runpod_extras(ops: dict[str, Any]) -> list[str]:
         "createPod: the document's table lists 402 (insufficient balance) and 5xx; they have no entry of "
         "their own, so they take the 'default' response (ErrorResponse).",
         "deletePod 204 has no body: 'false' admits none.",
-        "graphql.*: not in the REST document. Shapes from /work/shared/reference/anchors-provider-apis.md §1 "
+        "graphql.*: not in the REST document. Shapes from ../shared/reference/anchors-provider-apis.md §1 "
         "(GraphQL gpuTypes/lowestPrice and podRentInterruptable; errors as HTTP 200 with "
         "{\"errors\":[{\"message\"}]}). The selection sets are the ones runpod.py sends, so a response "
         "has exactly these fields.",
@@ -229,4 +229,4 @@ def extract(reference: Path) -> None:
 
 
 if __name__ == "__main__":
-    extract(Path(sys.argv[1] if len(sys.argv) > 1 else "/work/shared/reference/openapi"))
+    extract(Path(sys.argv[1] if len(sys.argv) > 1 else "../shared/reference/openapi"))
