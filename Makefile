@@ -21,6 +21,7 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/ruff check jupyter_portable tests bench scripts
+	$(VENV)/bin/mypy jupyter_portable
 	$(PY) -m pytest
 
 bench: setup

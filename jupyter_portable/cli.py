@@ -159,23 +159,23 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
     if args.verb == "init":
         ws = Workspace.init(args.dir, args.store)
         cfg = ws.config
-        out = {"workspace_id": cfg.workspace_id, "store": cfg.store, "path": str(ws.root)}
-        return out, f"initialized workspace {cfg.workspace_id} in {cfg.store}", 0
+        made = {"workspace_id": cfg.workspace_id, "store": cfg.store, "path": str(ws.root)}
+        return made, f"initialized workspace {cfg.workspace_id} in {cfg.store}", 0
     if args.verb == "restore":
-        res = Workspace.restore(args.store, args.workspace, args.dest, version=args.version,
-                                lazy=args.lazy, lazy_threshold=args.lazy_threshold,
-                                delete=args.delete, progress=_stream(args))
-        return res.to_json(), "", 0
+        restored = Workspace.restore(args.store, args.workspace, args.dest, version=args.version,
+                                     lazy=args.lazy, lazy_threshold=args.lazy_threshold,
+                                     delete=args.delete, progress=_stream(args))
+        return restored.to_json(), "", 0
     if args.verb == "fsck":
         from .check import parse_subset
 
         url = args.store or Workspace.find(args.dir).config.store
         subset = parse_subset(args.read_data_subset)
-        res = fsck_store(url, read_data=args.read_data or subset is not None, subset=subset)
-        lines = [f"{'ok' if res.ok else 'FAILED'}: {res.manifests} manifests, {res.objects} objects"
-                 + (f", {res.read_objects} re-hashed" if res.read_objects else "")]
-        lines += [f"error: {e}" for e in res.errors] + [f"warning: {w}" for w in res.warnings]
-        return res.to_json(), "\n".join(lines), 0 if res.ok else EXIT_FAIL
+        checked = fsck_store(url, read_data=args.read_data or subset is not None, subset=subset)
+        lines = [f"{'ok' if checked.ok else 'FAILED'}: {checked.manifests} manifests, {checked.objects} objects"
+                 + (f", {checked.read_objects} re-hashed" if checked.read_objects else "")]
+        lines += [f"error: {e}" for e in checked.errors] + [f"warning: {w}" for w in checked.warnings]
+        return checked.to_json(), "\n".join(lines), 0 if checked.ok else EXIT_FAIL
     if getattr(args, "catalog", None):
         import os
 
@@ -193,8 +193,8 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
     if args.verb in ("routes", "settings", "reserve", "reservations"):
         return _workspace_market(args, ws)
     if args.verb == "snapshot":
-        res = ws.snapshot(args.message, force=args.force, progress=_stream(args))
-        return res.to_json(), "", 0
+        snap = ws.snapshot(args.message, force=args.force, progress=_stream(args))
+        return snap.to_json(), "", 0
     if args.verb == "log":
         versions = ws.log()
         text = "\n".join(f"{v['version']:>5}  {v['created']}  {v['files']:>7} files  {v['bytes']:>14} B  {v['message']}"
@@ -206,11 +206,11 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
         st = ws.status()
         return st, format_status(st), 0
     if args.verb == "verify":
-        res = ws.verify(args.version)
-        text = (f"ok: {res.files} files match version {res.version}" if res.ok else
-                f"MISMATCH against version {res.version}:\n"
-                + "\n".join(f"  {m['path']}: {m['reason']}" for m in res.mismatches))
-        return res.to_json(), text, 0 if res.ok else EXIT_FAIL
+        verified = ws.verify(args.version)
+        text = (f"ok: {verified.files} files match version {verified.version}" if verified.ok else
+                f"MISMATCH against version {verified.version}:\n"
+                + "\n".join(f"  {m['path']}: {m['reason']}" for m in verified.mismatches))
+        return verified.to_json(), text, 0 if verified.ok else EXIT_FAIL
     if args.verb == "checkpoint":
         if args.settle < 0 or args.timeout <= 0:
             raise UsageError("--settle must be >= 0 and --timeout > 0")
@@ -290,9 +290,9 @@ def _workspace_market(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any]
             settings = market.update_settings(ws, **changes)
         else:
             settings = market.load_settings(ws)
-        out = settings.to_json()
-        out["spent"] = market.spent_so_far(ws)
-        return out, json.dumps(out, indent=2), 0
+        shown = settings.to_json()
+        shown["spent"] = market.spent_so_far(ws)
+        return shown, json.dumps(shown, indent=2), 0
     if args.verb == "reserve":
         booking = market.reserve(ws, args.offer, args.start, args.hours, args.charge)
         b = booking.to_json()

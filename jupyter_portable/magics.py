@@ -146,9 +146,10 @@ class WorkspaceMagics(Magics):
             path = Path(args.path)
             quiet = 2.0 if args.settle is None else args.settle
             if args.save:
-                if args.save not in self.shell.user_ns:
+                user_ns = self.shell.user_ns if self.shell is not None else {}
+                if args.save not in user_ns:
                     raise UsageError(f"--save {args.save}: no variable named {args.save!r} in this kernel")
-                save_object(self.shell.user_ns[args.save], path if path.is_absolute() else Path.cwd() / path)
+                save_object(user_ns[args.save], path if path.is_absolute() else Path.cwd() / path)
                 if args.settle is None:
                     quiet = 0.2  # we wrote it ourselves, atomically: it is already still
             if quiet < 0 or args.timeout <= 0:

@@ -360,7 +360,8 @@ def acquire_for(ws: Workspace, *, hours: float | None = None, providers: dict[st
                                        allocation_id_factory=new_id, on_event=on_event,
                                        boot_timeout_s=boot_timeout_s)
     except NoCapacity as exc:
-        for attempt in exc.context.get("attempts", []):  # type: ignore[union-attr]
+        given_up: list[Any] = list(exc.context.get("attempts") or [])  # type: ignore[call-overload]
+        for attempt in given_up:
             _record_attempt(ws, attempt)
         raise
     for attempt in attempts:

@@ -351,9 +351,9 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
                 raise
         progress.set_stage("uploading")
         up.finish()
-        for e in entries.values():
-            if isinstance(e, dict) and "pack" in e and e["pack"] is None:
-                e["pack"] = up.packed[e["hash"]]
+        for new in entries.values():
+            if isinstance(new, dict) and "pack" in new and new["pack"] is None:
+                new["pack"] = up.packed[new["hash"]]
     else:
         up.pool.shutdown()
 

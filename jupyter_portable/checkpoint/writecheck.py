@@ -114,7 +114,7 @@ def _mark_in(name: str) -> str | None:
 
 def _listing(root: Path) -> tuple[str, ...]:
     """Every non-directory entry under ``root``, as sorted relative POSIX paths."""
-    found = []
+    found: list[str] = []
     for dirpath, _dirnames, filenames in os.walk(root):
         base = Path(dirpath).relative_to(root)
         found.extend((base / name).as_posix() for name in filenames)
