@@ -253,9 +253,11 @@ def reserve(ws: Workspace, offer_key: str, start: str, hours: float, charge: str
     def add(current: Any) -> Any:
         existing = [Booking.from_json(b) for b in current or []]
         reason = can_book(offer.key, when, hours, existing, capacity, now=now)
-        if reason:
+        if reason and "capacity" in reason:
             raise NoCapacity(f"cannot book {offer.key} at {start} for {hours:g} h: {reason}",
                              provider=provider.name, offer=offer.id)
+        if reason:
+            raise UsageError(f"cannot book {offer.key} at {start} for {hours:g} h: {reason}")
         return [b.to_json() for b in existing] + [booking.to_json()]
 
     try:

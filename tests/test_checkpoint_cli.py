@@ -83,6 +83,9 @@ def test_a_checkpoint_outside_or_ignored_is_a_usage_error(cli, tmp_path: Path) -
     assert proc.returncode == 2 and "excluded by .portableignore" in proc.stderr
     proc = cli("checkpoint", str(tmp_path / "elsewhere.pt"), cwd=root, check=False)
     assert proc.returncode == 2 and "outside the workspace" in proc.stderr
+    proc = cli("checkpoint", "not-saved-yet.pt", cwd=root, check=False)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    assert Workspace.find(root).log() == [], "nothing was published for a path that is not there"
 
 
 def test_lockfile_object_is_never_a_secret(tmp_path: Path) -> None:

@@ -102,6 +102,9 @@ def prepare(root: Path, path: str | os.PathLike[str], *, quiet_s: float = 2.0,
             timeout_s: float = 30.0) -> tuple[str, WriteCheck]:
     """Resolve the path and run the write check (waits for the file to hold still)."""
     rel = relative_to_workspace(root, path)
+    if not os.path.lexists(root / rel):
+        raise UsageError(f"{rel} does not exist: nothing to register",
+                         hint="save the checkpoint first, or give its path relative to this folder")
     try:
         return rel, check_checkpoint(root / rel, quiet_s=quiet_s, timeout_s=timeout_s)
     except OSError as exc:

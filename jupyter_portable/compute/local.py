@@ -177,7 +177,7 @@ def lose_allocation(state_dir: str | os.PathLike[str], allocation_id: str, reaso
         rec = data["allocations"].get(allocation_id)
         if rec is None:
             raise UsageError(f"the local market at {state.dir} has no allocation {allocation_id!r}",
-                             hint="`jupyter portable market` lists them")
+                             hint="`jupyter portable market list` lists them")
         if rec["state"] == "terminated":
             raise UsageError(f"allocation {allocation_id} was already terminated; there is nothing to lose")
         if rec["state"] == "active":
