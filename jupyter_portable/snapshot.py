@@ -18,10 +18,10 @@ from typing import Any
 import blake3
 
 from .copy import CopyConfig, WorkspaceCopy
-from .core.manifest import FileEntry, Manifest, ParentRef
+from .core.manifest import FileEntry, Manifest, PackIndex, ParentRef
 from .errors import ConflictError, FencedError, PortableError
 from .progress import Progress, human_bytes
-from .store.repo import Store, digest, index_key, now_iso, object_key
+from .store.repo import Store, digest, now_iso, object_key
 from .tree import Found, walk
 
 SMALL_MAX = 512 * 1024  # files below this are packed
@@ -130,20 +130,15 @@ class _Uploader:
     def _flush(self, blobs: list[tuple[str, bytes]]) -> None:
         body = b"".join(d for _, d in blobs)
         ph = digest(body)
-        entries, off = [], 0
+        entries: list[tuple[str, int, int]] = []
+        off = 0
         with self._lock:
             for h, d in blobs:
                 self.packed[h] = {"id": ph, "offset": off, "length": len(d)}
-                entries.append([h, off, len(d)])
+                entries.append((h, off, len(d)))
                 off += len(d)
-        self._submit(len(body), self._write_pack, ph, body, entries)
-
-    def _write_pack(self, ph: str, body: bytes, entries: list[list[Any]]) -> None:
-        from .core.manifest import PackIndex
-
-        self.store.backend.write(object_key(ph), body)
-        index = PackIndex(ph, len(body), tuple((h, o, n) for h, o, n in entries))
-        self.store.backend.write(index_key(ph), index.to_bytes())
+        index = PackIndex(ph, len(body), tuple(entries))
+        self._submit(len(body), self.store.write_pack, index, body)
 
     def add_part(self, h: str, data: bytes, known: set[str]) -> None:
         with self._lock:

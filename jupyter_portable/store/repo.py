@@ -28,8 +28,6 @@ from ..errors import (
     IntegrityError,
     ManifestError,
     ObjectMissing,
-    PortableError,
-    StoreError,
     VersionNotFound,
 )
 from . import open_backend
@@ -141,18 +139,10 @@ class Store:
         """Unverified bytes of an object; the caller hashes what it extracts."""
         return self.backend.read_range(object_key(h), start, end)
 
-    def put_pack(self, blobs: list[tuple[str, bytes]]) -> PackIndex:
-        """Store small blobs as one pack object, then its index (data before index)."""
-        offsets = []
-        off = 0
-        for h, data in blobs:
-            offsets.append((h, off, len(data)))
-            off += len(data)
-        body = b"".join(data for _, data in blobs)
-        ph = self.put_object(body)
-        index = PackIndex(ph, len(body), tuple(offsets))
-        self.backend.write(index_key(ph), index.to_bytes())
-        return index
+    def write_pack(self, index: PackIndex, body: bytes) -> None:
+        """Store a pack object, then its index (data before index)."""
+        self.backend.write(object_key(index.pack), body)
+        self.backend.write(index_key(index.pack), index.to_bytes())
 
     def read_file_range(self, entry: FileEntry, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of a stored file, fetching only the parts that hold them.
@@ -357,13 +347,6 @@ class Store:
             if len(parts) == 3 and parts[2] == "HEAD":
                 out.append(parts[1])
         return out
-
-
-def translate(exc: Exception) -> PortableError:
-    """Map an unexpected foreign error to StoreError (the CLI's last line of defence)."""
-    if isinstance(exc, PortableError):
-        return exc
-    return StoreError(f"{type(exc).__name__}: {exc}")
 
 
 __all__ = ["Store", "ObjectMissing", "digest", "object_key", "index_key", "now_iso"]
