@@ -139,6 +139,24 @@ def _build() -> argparse.ArgumentParser:
     sp.add_argument("action", choices=("lose", "list"))
     sp.add_argument("allocation", nargs="?", help="allocation id (for lose)")
 
+    sp = verb("continue", "put the workspace on a fresh, verified machine (the first one too)")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
+    sp.add_argument("--route", metavar="ID", help="the route to try first (see `routes`); the best one otherwise")
+    sp.add_argument("--hours", type=float, help="planned GPU hours for the route costs")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("stop", "seal the workspace on its machine (publish and read back), then release the machine")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("state", "the workspace's machine: its state, and whether it still answers (detects a loss)")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
+    sp.add_argument("--events", action="store_true", help="also list every state change")
+    sp.add_argument("-C", dest="dir", default=".")
+
     sp = verb("fsck", "check the store: every manifest's objects exist, heads name manifests")
     sp.add_argument("--store", help="store URL (default: this workspace's)")
     sp.add_argument("--read-data", action="store_true", help="also re-hash the objects")
@@ -192,6 +210,8 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
         return report, report["message"], 0
     if args.verb in ("routes", "settings", "reserve", "reservations"):
         return _workspace_market(args, ws)
+    if args.verb in ("continue", "stop", "state"):
+        return _orchestrate(args, ws)
     if args.verb == "snapshot":
         snap = ws.snapshot(args.message, force=args.force, progress=_stream(args))
         return snap.to_json(), "", 0
@@ -238,6 +258,36 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
         ws.fetch(args.path)
         return {"path": args.path, "fetched": True}, f"{args.path} is in place", 0
     raise UsageError("no verb given; try `jupyter portable --help`")
+
+
+def _orchestrate(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str, int]:
+    from .orchestrate import Orchestrator
+
+    def on_state(ev: dict[str, Any]) -> None:
+        if not args.quiet:
+            why = f": {ev['reason']}" if ev.get("reason") else ""
+            print(f"[{ev['state']}] {ev.get('allocation_id') or ''}{why}".rstrip(), file=sys.stderr)
+
+    def on_progress(ev: dict[str, Any]) -> None:
+        if not args.quiet:
+            print(f"  {ev['step']}: {ev['message']}", file=sys.stderr)
+
+    orch = Orchestrator(ws, on_state=on_state, on_progress=on_progress)
+    try:
+        if args.verb == "continue":
+            out = orch.continue_(args.route, hours=args.hours)
+            return out, (f"{out['state']} on {out['allocation_id']} (route {out['route']}), version "
+                         f"{out['version']}, verified"), 0
+        if args.verb == "stop":
+            out = orch.stop()
+            return out, f"sealed version {out['sealed_version']} and released the machine", 0
+        out = orch.check()
+        if args.events:
+            out["events"] = [e.to_json() for e in orch.lifecycle().events]
+        alive = {True: "answering", False: "not answering", None: "no machine"}[out["alive"]]
+        return out, f"{out['state']} {out['allocation_id'] or ''} ({alive}), version {out['version']}", 0
+    finally:
+        orch.close()
 
 
 def _market(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:

@@ -123,6 +123,21 @@ class WorkspaceCopy:
         body = json.dumps({"version": version, "env": fingerprint, "entries": entries}, separators=(",", ":"))
         atomic_write(self.meta / "statcache.json", body.encode())
 
+    def advance(self, version: int) -> None:
+        """Move this copy from ``version - 1`` to ``version``, a version with the same files."""
+        cfg = self.read_config()
+        if cfg.version != version - 1:
+            return
+        try:
+            obj = json.loads((self.meta / "statcache.json").read_bytes())
+        except (OSError, ValueError):
+            obj = None
+        cfg.version = version
+        self.write_config(cfg)
+        if isinstance(obj, dict) and obj.get("version") == version - 1:
+            obj["version"] = version
+            atomic_write(self.meta / "statcache.json", json.dumps(obj, separators=(",", ":")).encode())
+
     @property
     def pending_path(self) -> Path:
         return self.meta / "pending.json"

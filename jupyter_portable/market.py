@@ -378,7 +378,7 @@ def acquire_for(ws: Workspace, *, hours: float | None = None, providers: dict[st
             "attempts": [a.to_json() for a in attempts]}
 
 
-def _record_attempt(ws: Workspace, attempt: Any) -> None:
+def _record_attempt(ws: Workspace, attempt: Any, *, epoch: int | None = None) -> None:
     from .store.repo import now_iso
 
     provider, _, offer = attempt.offer_key.partition("/")
@@ -388,7 +388,7 @@ def _record_attempt(ws: Workspace, attempt: Any) -> None:
         "provider": provider, "offer": offer, "state": "refused" if attempt.environment_fault else "failed",
         "started": now_iso(), "stopped": now_iso(),
         "stop_reason": f"{fault}{attempt.stage}: {attempt.reason}", "spend": 0.0, "currency": "USD",
-        "failures": [attempt.reason]})
+        "failures": [attempt.reason]}, epoch=epoch)
 
 
 # -- spend and the budget ----------------------------------------------------------------

@@ -272,8 +272,12 @@ def materialize(store: Store, manifest: Manifest, root: Path, entries: Iterable[
 
 def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None = None,
             lazy: bool = False, lazy_threshold: int = LAZY_THRESHOLD, delete: bool = False,
-            progress: Progress | None = None, start_fetcher: bool = True) -> RestoreResult:
-    """Make ``dest`` a copy of ``workspace_id`` at ``version`` (default: the latest)."""
+            progress: Progress | None = None, start_fetcher: bool = True,
+            eager: Iterable[str] = ()) -> RestoreResult:
+    """Make ``dest`` a copy of ``workspace_id`` at ``version`` (default: the latest).
+
+    With ``lazy``, files of ``lazy_threshold`` bytes or more are left to a background
+    fetcher, except those at or under a path in ``eager`` (a worker's checkpoints)."""
     progress = progress or Progress("restore")
     dest = dest.resolve()
     copy = WorkspaceCopy(dest)
@@ -288,8 +292,14 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
     head, _ = store.read_head(workspace_id)
     manifest = store.read_manifest(workspace_id, version)
 
+    keep_now = tuple(eager)
+
+    def wanted_now(path: str) -> bool:
+        return any(path == p or path.startswith(p.rstrip("/") + "/") for p in keep_now)
+
     pending = [e for e in manifest.files
-               if lazy and e.target is None and e.size >= lazy_threshold and not already_there(dest, e)]
+               if lazy and e.target is None and e.size >= lazy_threshold and not wanted_now(e.path)
+               and not already_there(dest, e)]
     pending_paths = {e.path for e in pending}
     now = [e for e in manifest.files if e.path not in pending_paths]
     progress.files_total = len(now)

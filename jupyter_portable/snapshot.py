@@ -469,3 +469,37 @@ def adopt_published(copy: WorkspaceCopy, cfg: CopyConfig, head_version: int, hea
         copy.write_config(cfg)
     copy.clear_intent()
     return cfg
+
+
+def publish_records(store: Store, workspace_id: str, *, epoch: int, allocations: list[dict[str, Any]],
+                    message: str, tries: int = 8) -> int:
+    """Publish the head's files again with ``allocations`` merged into its history: a
+    version that records what happened to machines without touching any file.
+
+    Used by whoever holds the lease when no worker copy can publish (the orchestration
+    after a loss, a failed Continue or a release). Retries when another writer moved the
+    head first; FencedError when the head's epoch is newer than ``epoch``. Returns the
+    published version.
+    """
+    for _attempt in range(tries):
+        head, _ = store.read_head(workspace_id)
+        base = store.read_manifest(workspace_id, head.version) if head.version else None
+        if head.epoch > epoch:
+            raise FencedError(f"workspace {workspace_id} was claimed by a newer allocation (epoch {head.epoch}, "
+                              f"this writer holds {epoch}); it can no longer publish")
+        manifest = Manifest(
+            workspace_id=workspace_id, version=head.version + 1, created=now_iso(),
+            files=base.files if base else (), message=message, epoch=epoch,
+            parent=ParentRef(head.version, head.manifest) if base and head.manifest else None,
+            checkpoints=base.checkpoints if base else (), runtime=base.runtime if base else None,
+            next_action=base.next_action if base else None,
+            allocations=_merge_allocations(base.allocations if base else (), allocations))
+        try:
+            store.publish(manifest, expected_version=head.version, epoch=epoch)
+        except FencedError:
+            raise
+        except ConflictError:
+            continue
+        return manifest.version
+    raise ConflictError(f"workspace {workspace_id}: other writers kept moving the head; the record was not published",
+                        hint="try again")

@@ -177,15 +177,23 @@ class Workspace:
         assert hook.record is not None
         return hook.record
 
-    def record_allocation(self, record: dict[str, Any], message: str = "") -> SnapshotResult:
+    def record_allocation(self, record: dict[str, Any], message: str = "", *, epoch: int | None = None) -> int:
         """Publish a version whose allocation history holds ``record`` (validated; a record
-        with the same allocation_id replaces the earlier one)."""
+        with the same allocation_id replaces the earlier one). The files are the head's, not
+        this copy's: recording a machine's fate never publishes unsaved edits. Publishes with
+        this copy's epoch unless ``epoch`` (one the caller claimed) is given. Returns the version."""
         from .core.records import check_allocation
+        from .snapshot import publish_records
 
-        extras = self.extras()
-        extras.allocations = [check_allocation(dict(record))]
-        label = message or f"allocation {record.get('allocation_id')}: {record.get('state', '')}".strip()
-        return snapshot(self.copy, self.store, message=label, progress=None, extras=extras)
+        cfg = self.config
+        checked = check_allocation(dict(record))
+        label = message or f"allocation {checked.get('allocation_id')}: {checked.get('state', '')}".strip()
+        version = publish_records(self.store, cfg.workspace_id, epoch=cfg.epoch if epoch is None else epoch,
+                                  allocations=[checked], message=label)
+        if cfg.version == version - 1:
+            # the new version has this copy's files exactly: the copy moves up with it
+            self.copy.advance(version)
+        return version
 
     def checkpoints(self) -> list[CheckpointRecord]:
         """Every registered checkpoint of this copy's version, oldest first."""

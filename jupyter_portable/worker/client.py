@@ -1,0 +1,263 @@
+"""Starting the worker agent on an allocation, and talking to it.
+
+The agent listens on the machine's loopback only. On the local market it is reached
+directly; on an SSH host through a port forward (``SshProvider.forward_port``), one per
+process that needs it. What it takes to reach one agent (its allocation, port, PID and
+token) is an :class:`AgentRecord`, kept in the copy's ``.portable/agents/`` with mode 0600:
+the token never enters the store, an event or a log line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..compute.base import Allocation, Provider, SshEndpoint
+from ..copy import WorkspaceCopy, atomic_write
+from ..errors import ConflictError, LaunchFailed, PortableError, ProviderUnavailable, UsageError
+from .agent import READY_PREFIX
+
+AGENTS_DIR = "agents"
+
+
+def allocation_from_json(obj: dict[str, Any]) -> Allocation:
+    ssh = obj.get("ssh")
+    return Allocation(allocation_id=obj["allocation_id"], provider=obj["provider"], offer_id=obj["offer_id"],
+                      ref=obj["ref"], started=obj["started"], ssh=SshEndpoint(**ssh) if ssh else None,
+                      details=dict(obj.get("details") or {}))
+
+
+@dataclass
+class AgentRecord:
+    allocation: Allocation
+    port: int
+    pid: int
+    token: str
+    workdir: str
+
+    @property
+    def allocation_id(self) -> str:
+        return self.allocation.allocation_id
+
+    def to_json(self) -> dict[str, Any]:
+        return {"allocation": self.allocation.to_json(), "port": self.port, "pid": self.pid, "token": self.token,
+                "workdir": self.workdir}
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "AgentRecord":
+        try:
+            return cls(allocation_from_json(obj["allocation"]), int(obj["port"]), int(obj["pid"]),
+                       str(obj["token"]), str(obj["workdir"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PortableError(f"a worker agent record is malformed ({exc})") from None
+
+
+def save_record(copy: WorkspaceCopy, rec: AgentRecord) -> None:
+    folder = copy.meta / AGENTS_DIR
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / f"{rec.allocation_id}.json"
+    atomic_write(path, json.dumps(rec.to_json()).encode())
+    os.chmod(path, 0o600)
+
+
+def load_record(copy: WorkspaceCopy, allocation_id: str) -> AgentRecord | None:
+    try:
+        data = (copy.meta / AGENTS_DIR / f"{allocation_id}.json").read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return AgentRecord.from_json(json.loads(data))
+    except ValueError as exc:
+        raise PortableError(f"the worker agent record of {allocation_id} is not JSON ({exc})") from None
+
+
+def forget_record(copy: WorkspaceCopy, allocation_id: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (copy.meta / AGENTS_DIR / f"{allocation_id}.json").unlink()
+
+
+# -- starting the agent ------------------------------------------------------------------------
+
+def _store_env() -> dict[str, str]:
+    """What the worker needs to reach the store (credentials stay in memory, over stdin)."""
+    keep = ("AWS_", "JUPYTER_PORTABLE_S3", "FSSPEC_S3")
+    return {k: v for k, v in os.environ.items() if k.startswith(keep)}
+
+
+def start_agent(provider: Provider, allocation: Allocation, *, store: str, workspace_id: str, version: int,
+                epoch: int, lazy_threshold: int | None = None, timeout: float = 120) -> AgentRecord:
+    """Start the agent on ``allocation``'s machine and return how to reach it."""
+    details = allocation.details
+    config: dict[str, Any] = {"store": store, "workspace_id": workspace_id, "allocation_id": allocation.allocation_id,
+                              "version": version, "epoch": epoch, "env": _store_env()}
+    if lazy_threshold is not None:
+        config["lazy_threshold"] = lazy_threshold
+    if details.get("local"):
+        config.update(workdir=str(details["work"]), state_dir=str(Path(details["dir"]) / "agent"),
+                      machine_pid=int(details["pid"]))
+        env = dict(os.environ)
+        env["PATH"] = f"{details['bin']}{os.pathsep}{env.get('PATH', '')}"
+        pkg_root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+        env["JUPYTER_PORTABLE_ALLOCATION"] = allocation.allocation_id
+        try:
+            proc = subprocess_run([sys.executable, "-m", "jupyter_portable.worker", "--detach"], json.dumps(config),
+                                  env=env, cwd=str(details["work"]), timeout=timeout)
+        except OSError as exc:
+            raise LaunchFailed(f"cannot start the worker agent: {exc}", provider=allocation.provider) from exc
+        rc, out, err = proc
+    elif isinstance(details.get("remote_dir"), str) and hasattr(provider, "run"):
+        remote = details["remote_dir"]
+        config.update(workdir=f"{remote}/work", state_dir=f"{remote}/agent", machine_pid=int(details["pid"]))
+        python = getattr(getattr(provider, "_host")(allocation.offer_id), "python", "python3")  # noqa: B009
+        rc, out, err = provider.run(allocation, [python, "-m", "jupyter_portable.worker", "--detach"],
+                                    input=json.dumps(config), timeout=timeout)
+        if rc != 0 and "No module named jupyter_portable" in err:
+            raise LaunchFailed(f"{allocation.allocation_id}: jupyter-portable is not installed for `{python}` on the "
+                               "host", provider=allocation.provider, offer=allocation.offer_id,
+                               hint="install it there (pip install jupyter-portable), or set `python` for the host "
+                                    "in hosts.toml to an environment that has it")
+    else:
+        raise LaunchFailed(f"{allocation.provider}: starting the worker agent on this kind of machine is not "
+                           "supported yet", provider=allocation.provider, offer=allocation.offer_id,
+                           hint="use the local market or an ssh host")
+    ready = [line for line in out.splitlines() if line.startswith(READY_PREFIX)]
+    if rc != 0 or not ready:
+        raise LaunchFailed(f"{allocation.allocation_id}: the worker agent did not start: "
+                           f"{(err.strip().splitlines() or ['no output'])[-1][:400]}",
+                           provider=allocation.provider, offer=allocation.offer_id)
+    info = json.loads(ready[-1][len(READY_PREFIX):])
+    return AgentRecord(allocation, int(info["port"]), int(info["pid"]), str(info["token"]), str(config["workdir"]))
+
+
+def subprocess_run(argv: list[str], stdin: str, *, env: dict[str, str], cwd: str, timeout: float
+                   ) -> tuple[int, str, str]:
+    import subprocess
+
+    try:
+        proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return 124, "", f"timed out after {timeout:g}s"
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+# -- talking to it -----------------------------------------------------------------------------
+
+class AgentClient:
+    """HTTP to one agent, through a port forward where the machine is remote."""
+
+    def __init__(self, record: AgentRecord, provider: Provider | None = None, *, timeout: float = 30) -> None:
+        self.record = record
+        self.provider = provider
+        self._closers: list[Callable[[], None]] = []
+        port = record.port
+        if record.allocation.ssh is not None:
+            port = self.forward(record.port)
+        self.base = f"http://127.0.0.1:{port}"
+        self._http = httpx.Client(timeout=timeout, headers={"Authorization": f"token {record.token}"},
+                                  trust_env=False)
+
+    def forward(self, remote_port: int) -> int:
+        """A local port that reaches ``remote_port`` on the machine's loopback."""
+        if self.record.allocation.ssh is None:
+            return remote_port
+        forward = getattr(self.provider, "forward_port", None)
+        if forward is None:
+            raise ProviderUnavailable(f"{self.record.allocation.provider} cannot forward ports",
+                                      provider=self.record.allocation.provider)
+        port, close = forward(self.record.allocation, remote_port)
+        self._closers.append(close)
+        return int(port)
+
+    def close(self) -> None:
+        self._http.close()
+        for close in self._closers:
+            with contextlib.suppress(Exception):
+                close()
+        self._closers.clear()
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+                timeout: float | None = None) -> dict[str, Any]:
+        try:
+            resp = self._http.request(method, self.base + path, json=body,
+                                      timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT)
+        except httpx.HTTPError as exc:
+            raise ProviderUnavailable(f"the worker agent of {self.record.allocation_id} does not answer "
+                                      f"({type(exc).__name__})", provider=self.record.allocation.provider) from None
+        try:
+            obj = resp.json()
+        except ValueError:
+            obj = {"error": resp.text[:200]}
+        if resp.status_code == 409:
+            raise ConflictError(str(obj.get("error") or "conflict"), current=obj.get("current"))
+        if resp.status_code == 400:
+            raise UsageError(str(obj.get("error") or "bad request"))
+        if resp.status_code >= 300:
+            raise PortableError(f"the worker agent answered {resp.status_code}: {obj.get('error') or resp.text[:200]}")
+        if not isinstance(obj, dict):
+            raise PortableError("the worker agent's answer was not a JSON object")
+        return obj
+
+    def status(self, timeout: float | None = 5) -> dict[str, Any]:
+        return self.request("GET", "/status", timeout=timeout)
+
+    def wait(self, until: Callable[[dict[str, Any]], bool], *, timeout: float,
+             on_status: Callable[[dict[str, Any]], None] | None = None, poll: float = 0.1) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            st = self.status()
+            if on_status is not None:
+                on_status(st)
+            if until(st):
+                return st
+            if time.monotonic() > deadline:
+                raise PortableError(f"the worker agent of {self.record.allocation_id} is still {st['phase']} "
+                                    f"after {timeout:g}s")
+            time.sleep(poll)
+
+    def start_kernel(self, kernel_id: str) -> dict[str, Any]:
+        return self.request("POST", "/kernel", {"kernel_id": kernel_id}, timeout=60)
+
+    def kernel(self) -> dict[str, Any]:
+        return self.request("GET", "/kernel", timeout=5)
+
+    def signal_kernel(self, signum: int) -> dict[str, Any]:
+        return self.request("POST", "/kernel/signal", {"signum": signum})
+
+    def stop_kernel(self) -> dict[str, Any]:
+        return self.request("DELETE", "/kernel", timeout=30)
+
+    def snapshot(self, message: str = "") -> dict[str, Any]:
+        return self.request("POST", "/snapshot", {"message": message}, timeout=3600)
+
+    def put_file(self, path: str, content: bytes, base: str | None) -> dict[str, Any]:
+        import base64
+
+        return self.request("PUT", "/files", {"path": path, "content": base64.b64encode(content).decode(),
+                                              "base": base}, timeout=120)
+
+    def files(self) -> dict[str, Any]:
+        return self.request("GET", "/files")
+
+    def fetch(self, path: str) -> dict[str, Any]:
+        return self.request("POST", "/fetch", {"path": path}, timeout=3600)
+
+    def seal(self, message: str = "") -> dict[str, Any]:
+        return self.request("POST", "/seal", {"message": message}, timeout=3600)
+
+    def shutdown(self) -> None:
+        with contextlib.suppress(PortableError):
+            self.request("POST", "/shutdown", timeout=5)
+
+
+__all__ = ["AgentClient", "AgentRecord", "allocation_from_json", "forget_record", "load_record", "save_record",
+           "start_agent"]
