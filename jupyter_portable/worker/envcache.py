@@ -1,0 +1,508 @@
+"""The worker's Python environment, rebuilt from the workspace's lockfile and cached in the store.
+
+A worker on a fresh machine builds a virtual environment from the workspace's lockfile
+(:mod:`jupyter_portable.runtime.lockfile`). The first build of a lockfile is **cold**: pip
+fetches (or builds) one wheel per requirement from a package index or find-links folder,
+every wheel is stored as an object, and a *wheel index* names them. Every later build of
+the same lockfile on the same kind of interpreter is **warm**: the wheels come from the
+store alone, each hashed on the way in, and pip installs with ``--no-index`` and no pip
+configuration, so no package index is reached.
+
+Layout, beside the store's other keys::
+
+    objects/<h[:2]>/<h>           one wheel file, <h> = BLAKE3 of its bytes
+    wheels/<l>/<env>.json         wheel index of lockfile <l> for interpreter <env>
+
+``<l>`` is the BLAKE3 hash of the lockfile's exact bytes. ``<env>`` is what a wheel must
+fit, ``<implementation>-<major><minor><abiflags>-<platform>`` lowercased, e.g.
+``cpython-311-linux-x86_64``: the lockfile alone does not say which of numpy's wheels a
+machine needs, so two interpreters keep two indexes. (The same platform string also covers
+glibc versions: wheels cached on a newer glibc may not install on a much older one.)
+
+A wheel index is one JSON object with exactly these fields::
+
+    {
+      "format": "jupyter-portable.wheelindex",
+      "schema": 1,
+      "lockfile": "<l>",
+      "env": "cpython-311-linux-x86_64",
+      "wheels": [
+        {"filename": "tinypkg-1.0-py3-none-any.whl", "size": 1234, "hash": "<h>"}
+      ]
+    }
+
+``wheels`` is sorted by ``filename`` and holds one wheel for each requirement of the
+lockfile and no other (project names compared PEP 503-normalised). ``filename`` is a PEP 427
+wheel file name and one path segment; ``size`` is the wheel's length in bytes; ``hash`` names
+the object holding it. Any other format or schema, a missing or unknown field, a hash that is
+not 64 lowercase hex digits, or a ``lockfile``/``env`` other than the key's is refused with
+:class:`ManifestError`; a wheel whose bytes do not hash to its object or are not ``size``
+long, with :class:`IntegrityError`. A refused index is never repaired silently: the error
+names its key, and deleting it makes the next build cold.
+
+Write order is the store's (data before index): every wheel object; then the environment is
+installed from exactly those wheels; only then the index, created once (``write_new``). A
+worker that loses the race to create it keeps the other's. Read order: the index, then every
+object, each verified before pip sees it; the venv is created only after that.
+
+Index URLs may carry credentials (``https://user:token@host/simple``): they are never stored,
+and every message and progress line has ``user:pass@`` in URLs replaced by ``***@``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..core.manifest import check_hash
+from ..errors import ConflictError, IntegrityError, ManifestError, ObjectMissing, UsageError
+from ..runtime.lockfile import normalise, parse_lockfile
+from ..store.repo import Store, digest
+
+INDEX_FORMAT = "jupyter-portable.wheelindex"
+INDEX_SCHEMA = 1
+_INDEX_FIELDS = frozenset({"format", "schema", "lockfile", "env", "wheels"})
+_WHEEL_FIELDS = frozenset({"filename", "size", "hash"})
+# PEP 427: {distribution}-{version}(-{build})?-{python}-{abi}-{platform}.whl, in one path segment.
+_WHEEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.]*(?:-[A-Za-z0-9_.+!]+){4,5}\.whl")
+_ENV = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
+_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
+_FETCHERS = 8
+_TAIL = 60
+# Where pip names the requirement it failed on, most specific first.
+_PIP_PACKAGE = (
+    re.compile(r"No matching distribution found for (\S+)"),
+    re.compile(r"satisfies the requirement (\S+)"),
+    re.compile(r"Failed building wheel for (\S+)"),
+    re.compile(r"Failed to build (\S+)"),
+    re.compile(r"Could not build wheels for (\S+)"),
+)
+_ENV_PROBE = (
+    "import sys, sysconfig; v = sys.version_info; "
+    "print('%s-%d%d%s-%s' % (sys.implementation.name, v[0], v[1], getattr(sys, 'abiflags', ''), "
+    "sysconfig.get_platform()))"
+)
+
+Progress = Callable[[str], None]
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def redact(text: str) -> str:
+    """``text`` with the ``user:pass@`` of every URL replaced by ``***@``."""
+    return _CREDENTIALS.sub("***@", text)
+
+
+def index_key(lockhash: str, env: str) -> str:
+    """The store key of the wheel index of lockfile hash ``lockhash`` on interpreter ``env``."""
+    check_hash(lockhash, "lockfile hash")
+    if not _ENV.fullmatch(env):
+        raise ManifestError(f"interpreter tag {env!r} is not valid")
+    return f"wheels/{lockhash}/{env}.json"
+
+
+def env_tag(python: str = sys.executable) -> str:
+    """What a wheel must fit on interpreter ``python``, e.g. ``cpython-311-linux-x86_64``."""
+    try:
+        proc = subprocess.run([python, "-I", "-c", _ENV_PROBE], capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"cannot run the interpreter {python}: {exc}",
+                         hint="pass the path of a working Python 3 interpreter") from exc
+    tag = re.sub(r"[^a-z0-9._-]", "_", proc.stdout.strip().lower())
+    if proc.returncode != 0 or not _ENV.fullmatch(tag):
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"could not ask {python} what wheels it takes (exit {proc.returncode}): {last}",
+                         hint="pass the path of a working Python 3 interpreter")
+    return tag
+
+
+@dataclass(frozen=True, slots=True)
+class Wheel:
+    """One cached wheel file: its name, size and the object that holds its bytes."""
+
+    filename: str
+    size: int
+    hash: str
+
+    @property
+    def project(self) -> str:
+        """The PEP 503-normalised project name from the file name."""
+        return normalise(self.filename.split("-", 1)[0])
+
+
+@dataclass(frozen=True, slots=True)
+class WheelIndex:
+    """Which wheels build the environment of one lockfile on one kind of interpreter."""
+
+    lockfile: str
+    env: str
+    wheels: tuple[Wheel, ...]
+
+    @property
+    def key(self) -> str:
+        return index_key(self.lockfile, self.env)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({
+            "format": INDEX_FORMAT, "schema": INDEX_SCHEMA, "lockfile": self.lockfile, "env": self.env,
+            "wheels": [{"filename": w.filename, "size": w.size, "hash": w.hash}
+                       for w in sorted(self.wheels, key=lambda w: w.filename)],
+        }, indent=1).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, lockfile: str, env: str) -> "WheelIndex":
+        """Parse and strictly validate the index stored for ``lockfile`` and ``env``."""
+        key = index_key(lockfile, env)
+        where = f"wheel index {key}"
+        hint = f"delete {key} from the store; the next build is cold and writes it again"
+        try:
+            obj = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ManifestError(f"{where} is not valid JSON: {exc}", hint=hint) from exc
+        try:
+            _fields(obj, _INDEX_FIELDS, where)
+            if obj["format"] != INDEX_FORMAT or not _is_int(obj["schema"]) or obj["schema"] != INDEX_SCHEMA:
+                raise ManifestError(f"{where} has format {obj['format']!r} schema {obj['schema']!r}; this package "
+                                    f"reads {INDEX_FORMAT!r} schema {INDEX_SCHEMA}")
+            if obj["lockfile"] != lockfile or obj["env"] != env:
+                raise ManifestError(f"{where} names lockfile {str(obj['lockfile'])[:80]!r} "
+                                    f"and env {str(obj['env'])[:80]!r}, not its own")
+            if not isinstance(obj["wheels"], list):
+                raise ManifestError(f"{where}: wheels must be a list")
+            wheels = tuple(_wheel(w, where) for w in obj["wheels"])
+            names = [w.filename for w in wheels]
+            if names != sorted(set(names)):
+                raise ManifestError(f"{where}: wheels must be sorted by filename, each once")
+        except ManifestError as exc:
+            raise ManifestError(str(exc), hint=hint) from exc
+        return cls(lockfile, env, wheels)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _fields(obj: object, required: frozenset[str], what: str) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise ManifestError(f"{what} must be a JSON object")
+    if missing := required - obj.keys():
+        raise ManifestError(f"{what} lacks {', '.join(sorted(missing))}")
+    if extra := obj.keys() - required:
+        raise ManifestError(f"{what} has unknown field(s) {', '.join(sorted(map(str, extra)))[:200]}")
+    return obj
+
+
+def _wheel(obj: object, where: str) -> Wheel:
+    fields = _fields(obj, _WHEEL_FIELDS, f"a wheel of {where}")
+    name, size = fields["filename"], fields["size"]
+    if not isinstance(name, str) or not _WHEEL_NAME.fullmatch(name):
+        raise ManifestError(f"{where} names {str(name)[:80]!r}, which is not a wheel file name")
+    if not _is_int(size) or size < 0:
+        raise ManifestError(f"{where}: the size of {name} must be a non-negative integer, got {size!r}")
+    return Wheel(name, size, check_hash(fields["hash"], f"{where}: the hash of {name}"))
+
+
+def _check_covers(wheels: Iterable[Wheel], names: Iterable[str], where: str, hint: str) -> None:
+    """Exactly one wheel for each requirement of the lockfile, and no other."""
+    projects = [w.project for w in wheels]
+    wanted = set(names)
+    missing = sorted(wanted - set(projects))
+    extra = sorted(set(projects) - wanted)
+    twice = sorted({p for p in projects if projects.count(p) > 1})
+    if missing or extra or twice:
+        parts = [f"{label} {', '.join(items[:8])}" for label, items in
+                 (("no wheel for", missing), ("wheels the lockfile does not list:", extra),
+                  ("more than one wheel for", twice)) if items]
+        raise ManifestError(f"{where} does not match the lockfile: {'; '.join(parts)}", hint=hint)
+
+
+def read_index(store: Store, lockhash: str, env: str) -> WheelIndex | None:
+    """The validated wheel index of ``lockhash`` on ``env``, or None if none is cached."""
+    try:
+        data = store.backend.read(index_key(lockhash, env))
+    except ObjectMissing:
+        return None
+    return WheelIndex.from_bytes(data, lockfile=lockhash, env=env)
+
+
+@dataclass(frozen=True, slots=True)
+class EnvBuild:
+    """What :func:`build_env` did: ``kind`` is ``"cold"`` (from a package index) or ``"warm"`` (store only)."""
+
+    kind: str
+    seconds: float
+    wheels: int
+    bytes: int
+    venv: Path
+    python: Path
+    lockfile: str
+    env: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "seconds": round(self.seconds, 3), "wheels": self.wheels, "bytes": self.bytes,
+                "venv": str(self.venv), "python": str(self.python), "lockfile": self.lockfile, "env": self.env}
+
+
+def build_env(store: Store, lockfile: bytes, venv: Path, *, find_links: list[str] | None = None,
+              index_url: str | None = None, python: str = sys.executable,
+              progress: Progress | None = None) -> EnvBuild:
+    """Build a virtual environment at ``venv`` from ``lockfile``, with its wheels cached in ``store``.
+
+    Warm (the store holds this lockfile's wheels): nothing but the store is read. Cold: pip
+    gets the wheels from ``index_url``/``find_links`` (pip's own configuration otherwise).
+    pip's output goes to ``progress``. On any failure the venv is removed, never left half-built.
+    """
+    started = time.monotonic()
+    say: Progress = progress or (lambda _line: None)
+    venv = Path(venv).absolute()
+    names = sorted(parse_lockfile(lockfile))
+    if venv.is_symlink() or venv.exists() and (not venv.is_dir() or any(venv.iterdir())):
+        raise UsageError(f"{venv} already exists and is not an empty folder",
+                         hint="build the environment into a new folder, or remove that one")
+    lockhash = digest(lockfile)
+    env = env_tag(python)
+    index = read_index(store, lockhash, env)
+    if index is not None:
+        _check_covers(index.wheels, names, f"wheel index {index.key}",
+                      f"delete {index.key} from the store; the next build is cold and writes it again")
+    owned = False  # from the moment the venv may exist, a failure removes it
+    try:
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".{venv.name}-wheels-", dir=venv.parent) as tmp:
+            wheel_dir = Path(tmp) / "wheels"
+            wheel_dir.mkdir()
+            if index is not None:
+                wheels = index.wheels
+                say(f"env cache: warm: {_count(len(wheels))} ({_mib(wheels)}) of lockfile {lockhash[:12]} "
+                    f"for {env}, from {redact(store.url)}")
+                _fetch(store, index, wheel_dir)
+                owned = True
+                py = _make_venv(python, venv, say)
+            else:
+                say(f"env cache: cold: no wheels of lockfile {lockhash[:12]} for {env} in {redact(store.url)} yet")
+                owned = True
+                py = _make_venv(python, venv, say)
+                lock_path = Path(tmp) / "lockfile.txt"
+                lock_path.write_bytes(lockfile)
+                files = _download(py, lock_path, bool(names), wheel_dir, find_links, index_url, say)
+                _check_covers((Wheel(p.name, 0, "") for p in files), names, "the wheels pip fetched",
+                              "check the lockfile's requirements; pip's output above names what it got")
+                say(f"storing {_count(len(files))} in {redact(store.url)}")
+                wheels = _upload(store, files)
+            _install(py, lockfile, wheels, wheel_dir, Path(tmp), say)
+            if index is None:
+                _publish(store, WheelIndex(lockhash, env, wheels), say)
+    except BaseException as exc:
+        if owned:
+            shutil.rmtree(venv, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise UsageError(f"cannot build the environment at {venv}: {exc.strerror or exc}",
+                             hint="check that its folder is writable and has free space") from exc
+        raise
+    return EnvBuild("cold" if index is None else "warm", time.monotonic() - started, len(wheels),
+                    sum(w.size for w in wheels), venv, py, lockhash, env)
+
+
+def time_cold_and_warm(store: Store, lockfile: bytes, workdir: Path, find_links: list[str] | None, *,
+                       index_url: str | None = None, python: str = sys.executable,
+                       progress: Progress | None = None) -> dict[str, Any]:
+    """Build ``lockfile`` cold (wheels from ``find_links``/``index_url``) then warm (store only), in ``workdir``.
+
+    Returns both builds and their seconds; ``speedup`` is cold seconds over warm seconds.
+    ``store`` must not yet cache this lockfile, or the first build would not be cold.
+    """
+    env = env_tag(python)
+    if read_index(store, digest(lockfile), env) is not None:
+        raise UsageError(f"{redact(store.url)} already caches the wheels of this lockfile, so no build would be cold",
+                         hint="time against a fresh store")
+    work = Path(workdir)
+    cold = build_env(store, lockfile, work / "venv-cold", find_links=find_links, index_url=index_url,
+                     python=python, progress=progress)
+    warm = build_env(store, lockfile, work / "venv-warm", python=python, progress=progress)
+    return {
+        "cold_s": round(cold.seconds, 3), "warm_s": round(warm.seconds, 3),
+        "speedup": round(cold.seconds / warm.seconds, 2) if warm.seconds > 0 else None,
+        "wheels": cold.wheels, "bytes": cold.bytes, "cold": cold.to_json(), "warm": warm.to_json(),
+    }
+
+
+# -- the steps -------------------------------------------------------------------------------
+
+
+def _venv_python(venv: Path) -> Path:
+    return venv / "Scripts" / "python.exe" if os.name == "nt" else venv / "bin" / "python"
+
+
+def _mib(wheels: Iterable[Wheel]) -> str:
+    return f"{sum(w.size for w in wheels) / 2**20:.1f} MiB"
+
+
+def _count(n: int) -> str:
+    return f"{n} wheel" if n == 1 else f"{n} wheels"
+
+
+def _parallel(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    todo = list(items)
+    if len(todo) <= 1:
+        return [fn(i) for i in todo]
+    with ThreadPoolExecutor(min(_FETCHERS, len(todo))) as pool:
+        return list(pool.map(fn, todo))
+
+
+def _fetch(store: Store, index: WheelIndex, wheel_dir: Path) -> None:
+    """Every wheel of ``index`` into ``wheel_dir``, each verified against its hash and size first."""
+    def one(w: Wheel) -> None:
+        try:
+            data = store.get_object(w.hash, what=f"wheel {w.filename}")
+        except ObjectMissing as exc:
+            raise ObjectMissing(
+                f"wheel {w.filename} (object {w.hash[:16]}…), named by wheel index {index.key}, is missing "
+                f"from {redact(store.url)}",
+                hint=f"delete {index.key} from the store; the next build is cold and fetches it again") from exc
+        if len(data) != w.size:
+            raise IntegrityError(f"wheel {w.filename} from {redact(store.url)} has {len(data)} bytes, "
+                                 f"its index says {w.size}",
+                                 hint=f"delete {index.key} from the store; the next build is cold")
+        (wheel_dir / w.filename).write_bytes(data)
+
+    _parallel(one, index.wheels)
+
+
+def _upload(store: Store, files: list[Path]) -> tuple[Wheel, ...]:
+    def one(path: Path) -> Wheel:
+        data = path.read_bytes()
+        return Wheel(path.name, len(data), store.put_object(data))
+
+    return tuple(sorted(_parallel(one, files), key=lambda w: w.filename))
+
+
+def _publish(store: Store, index: WheelIndex, say: Progress) -> None:
+    try:
+        store.backend.write_new(index.key, index.to_bytes())
+    except ConflictError:
+        say(f"another worker cached this lockfile first; keeping its {index.key}")
+        return
+    say(f"cached {_count(len(index.wheels))} ({_mib(index.wheels)}) as {index.key}")
+
+
+def _make_venv(python: str, venv: Path, say: Progress) -> Path:
+    rc, tail = _run([python, "-m", "venv", str(venv)], say, dict(os.environ))
+    py = _venv_python(venv)
+    if rc != 0 or not py.exists():
+        reason = next((ln for ln in reversed(tail) if ln.strip()), "no output")
+        raise UsageError(f"`{python} -m venv {venv}` failed (exit {rc}): {reason}",
+                         hint="install Python's venv module (Debian: apt-get install python3-venv), "
+                              "or pass another interpreter")
+    return py
+
+
+def _download(py: Path, lock_path: Path, any_requirement: bool, wheel_dir: Path, find_links: list[str] | None,
+              index_url: str | None, say: Progress) -> list[Path]:
+    """One wheel per requirement of the lockfile into ``wheel_dir`` (built from an sdist where need be)."""
+    if not any_requirement:
+        return []
+    # --no-deps: the lockfile is already the whole closure; resolving again could only drift.
+    args = ["wheel", "--no-deps", "--disable-pip-version-check", "--no-input", "--wheel-dir", str(wheel_dir),
+            "-r", str(lock_path)]
+    if index_url:
+        args += ["--index-url", index_url]
+    for link in find_links or ():
+        args += ["--find-links", link]
+    _pip(py, args, say, dict(os.environ), "fetching the lockfile's wheels",
+         "check that {pkg} is published for this interpreter at the package index, "
+         "or pass --find-links/--index-url where it is")
+    files = sorted(p for p in wheel_dir.iterdir() if p.is_file())
+    odd = [p.name for p in files if not _WHEEL_NAME.fullmatch(p.name)]
+    if odd:
+        raise UsageError(f"pip left files that are not wheels: {', '.join(odd[:5])}",
+                         hint="check the lockfile's requirements")
+    return files
+
+
+def _install(py: Path, lockfile: bytes, wheels: Iterable[Wheel], wheel_dir: Path, tmp: Path, say: Progress) -> None:
+    """Install exactly the wheels in ``wheel_dir``, offline: no index, no pip configuration."""
+    by_project = {w.project: w for w in wheels}
+    if not by_project:
+        return
+    lines = []
+    for name, line in parse_lockfile(lockfile).items():
+        if line.startswith("-e ") or " @ " in line:
+            # A direct URL (VCS, archive, local folder) would be fetched again: point at its wheel instead.
+            lines.append(str(wheel_dir / by_project[name].filename))
+        else:
+            lines.append(line)  # NAME==VERSION: pip checks the pin against the wheel it finds
+    reqs = tmp / "install.txt"
+    reqs.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+    _pip(py, ["install", "--no-index", "--no-deps", "--only-binary", ":all:", "--find-links", str(wheel_dir),
+              "-r", str(reqs)], say, env, "installing the cached wheels",
+         "the cached wheels of {pkg} do not install on this machine; check the error above, or delete the wheel "
+         "index of this lockfile from the store so the next build is cold")
+
+
+def _pip(py: Path, args: list[str], say: Progress, env: dict[str, str], doing: str, hint: str) -> None:
+    say("$ pip " + redact(" ".join(args)))
+    rc, tail = _run([str(py), "-m", "pip", *args], say, env)
+    if rc == 0:
+        return
+    package = next((m[1].rstrip(",.;:'\"") for pattern in _PIP_PACKAGE for line in tail
+                    if (m := pattern.search(line))), None)
+    errors = [ln.removeprefix("ERROR: ") for ln in tail if ln.startswith("ERROR:")]
+    reason = errors[-1] if errors else next((ln for ln in reversed(tail) if ln.strip()), "no output")
+    where = f" for {package}" if package else ""
+    raise UsageError(f"pip failed {doing}{where} (exit {rc}): {reason}",
+                     hint=hint.format(pkg=package or "every package"), package=package, output=tail)
+
+
+def _run(cmd: list[str], say: Progress, env: dict[str, str]) -> tuple[int, list[str]]:
+    """Run ``cmd``, each output line (redacted) to ``say``; its exit status and last lines."""
+    tail: deque[str] = deque(maxlen=_TAIL)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                text=True, errors="replace", env=env)
+    except OSError as exc:
+        raise UsageError(f"cannot run {cmd[0]}: {exc.strerror or exc}",
+                         hint="pass the path of a working Python 3 interpreter") from exc
+    assert proc.stdout is not None
+    try:
+        for raw in proc.stdout:
+            line = redact(raw.rstrip())
+            tail.append(line)
+            if line:
+                say(line)
+        rc = proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        proc.stdout.close()
+    return rc, list(tail)
+
+
+__all__ = [
+    "INDEX_FORMAT",
+    "EnvBuild",
+    "Wheel",
+    "WheelIndex",
+    "build_env",
+    "env_tag",
+    "index_key",
+    "read_index",
+    "redact",
+    "time_cold_and_warm",
+]
