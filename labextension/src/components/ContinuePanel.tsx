@@ -1,0 +1,122 @@
+import { Button } from '@jupyterlab/ui-components';
+import React from 'react';
+
+import * as fmt from '../format';
+import { IStatus } from '../model';
+import { IContinueProgress, STEP_LABEL, STEPS, stepFraction } from '../progress';
+import { routeLabel } from '../routes';
+import { IPortableState, IRoute, IRoutesAnswer } from '../types';
+import { Section, StatusLine } from './common';
+
+const STATUS_WORD = { pending: 'waiting', running: 'running', done: 'done', failed: 'failed' } as const;
+
+function describe(id: string | null, answer: IRoutesAnswer | null): string {
+  if (!id) {
+    return '—';
+  }
+  const route: IRoute | undefined = answer?.routes.find(r => r.id === id);
+  return route ? routeLabel(route) : id;
+}
+
+/** Continue on the chosen route, step by step, with Cancel. */
+export function ContinuePanel(props: {
+  state: IPortableState;
+  progress: IContinueProgress;
+  routes: IRoutesAnswer | null;
+  selected: string | null;
+  canContinue: boolean;
+  busy: { continue: boolean; cancel: boolean };
+  status: { continue?: IStatus; cancel?: IStatus };
+  onContinue: () => void;
+  onCancel: () => void;
+}): JSX.Element {
+  const { progress, routes } = props;
+  const route = routes?.routes.find(r => r.id === props.selected) ?? null;
+  const running = progress.running || props.state.continuing;
+  const showSteps = running || progress.outcome !== null || progress.failovers.length > 0;
+  return (
+    <Section id="continue" title="Continue">
+      {!running ? (
+        <div className="jp-Portable-row">
+          <p className="jp-Portable-grow">
+            {route ? (
+              <>
+                On <strong>{routeLabel(route)}</strong>: {fmt.money(route.cost.total)} for {routes?.hours} h, ready in ~
+                {fmt.duration(route.time_to_ready_s)}
+              </>
+            ) : props.state.lifecycle.state === 'ACTIVE' ? (
+              'The workspace is running on a machine.'
+            ) : (
+              'No route can be taken now.'
+            )}
+          </p>
+          <Button
+            className="jp-mod-styled jp-mod-accept jp-Portable-continue"
+            disabled={!props.canContinue || !route || props.busy.continue}
+            onClick={props.onContinue}
+            aria-label={route ? `Continue on ${routeLabel(route)}` : 'Continue'}
+          >
+            Continue
+          </Button>
+        </div>
+      ) : (
+        <div className="jp-Portable-row">
+          <p className="jp-Portable-grow" role="status">
+            Continuing on <strong>{describe(progress.route, routes)}</strong> ({progress.state ?? 'starting'})
+          </p>
+          <Button
+            className="jp-mod-styled jp-mod-reject"
+            disabled={props.busy.cancel}
+            onClick={props.onCancel}
+            aria-label="Cancel the Continue"
+          >
+            Cancel
+          </Button>
+        </div>
+      )}
+      {showSteps ? (
+        <ol className="jp-Portable-steps" aria-label="Continue progress">
+          {STEPS.map(step => {
+            const s = progress.steps[step];
+            const fraction = stepFraction(s);
+            return (
+              <li key={step} className={`jp-Portable-step jp-mod-${s.status}`} data-step={step} aria-current={s.status === 'running' ? 'step' : undefined}>
+                <span className="jp-Portable-stepMark" aria-hidden="true">
+                  {s.status === 'done' ? '✓' : s.status === 'failed' ? '✗' : s.status === 'running' ? '…' : '○'}
+                </span>
+                <span className="jp-Portable-stepLabel">{STEP_LABEL[step]}</span>
+                <span className="jp-Portable-sr">: {STATUS_WORD[s.status]}</span>
+                {s.message ? <span className="jp-Portable-stepMessage">{s.message}</span> : null}
+                {s.status === 'running' && fraction !== null ? (
+                  <progress max={1} value={fraction} aria-label={`${STEP_LABEL[step]} progress`} />
+                ) : null}
+              </li>
+            );
+          })}
+        </ol>
+      ) : null}
+      {progress.failovers.length ? (
+        <ul className="jp-Portable-failovers" aria-label="routes given up">
+          {progress.failovers.map((f, i) => (
+            <li key={`${f.route}-${i}`}>
+              {describe(f.route, routes)} failed: {f.reason}
+              {f.next ? <> — trying {describe(f.next, routes)} next</> : null}
+            </li>
+          ))}
+        </ul>
+      ) : null}
+      {progress.outcome === 'ready' ? (
+        <p className="jp-Portable-status jp-Portable-status-info" role="status">
+          Ready: the new machine read the workspace back and it matched; the notebook's kernel runs there.
+        </p>
+      ) : null}
+      {progress.outcome === 'failed' ? (
+        <p className="jp-Portable-status jp-Portable-status-error" role="alert">
+          Continue failed: {progress.reason}. The workspace stays at version {props.state.lifecycle.version}.
+        </p>
+      ) : null}
+      <StatusLine status={props.status.continue} />
+      <StatusLine status={props.status.cancel} />
+    </Section>
+  );
+}

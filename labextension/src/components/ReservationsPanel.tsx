@@ -1,0 +1,279 @@
+import { Button } from '@jupyterlab/ui-components';
+import React, { useEffect, useRef, useState } from 'react';
+
+import { PortableApiError } from '../api';
+import {
+  calendarGrid,
+  canCancel,
+  chargeAt,
+  GUARANTEE_TEXT,
+  gridCells,
+  ICell,
+  inSelection,
+  ISelection,
+  listBookings,
+  localOffsetMinutes,
+  moveFocus,
+  offerKeys,
+  selectionBetween,
+  selectionProblem
+} from '../calendar';
+import * as fmt from '../format';
+import { IStatus } from '../model';
+import { ChargePolicy, IBookingRequest, IReservationsAnswer, IRoutesAnswer } from '../types';
+import { ApiErrorLine, Section, StatusLine } from './common';
+
+const STATE_WORD = {
+  free: 'free',
+  full: 'fully booked',
+  booked: 'booked by you',
+  past: 'past',
+  outside: 'not in the calendar'
+} as const;
+
+function cellLabel(dayLabel: string, c: ICell, selected: boolean): string {
+  const free = c.state === 'free' && c.free !== null ? ` (${c.free} left)` : '';
+  return `${dayLabel} ${c.label}: ${STATE_WORD[c.state]}${free}${selected ? ', selected' : ''}`;
+}
+
+/** The calendar of free and taken slots per offer type; book and cancel. */
+export function ReservationsPanel(props: {
+  answer: IReservationsAnswer | null;
+  error: PortableApiError | null;
+  routes: IRoutesAnswer | null;
+  now: number;
+  busy: { book: boolean; cancel: boolean };
+  status: { book?: IStatus; cancel?: IStatus };
+  onBook: (request: IBookingRequest) => Promise<boolean>;
+  onCancel: (id: string) => void;
+}): JSX.Element {
+  const keys = offerKeys(props.answer?.calendar ?? null);
+  const [offer, setOffer] = useState<string>('');
+  const [anchor, setAnchor] = useState<number | null>(null);
+  const [selection, setSelection] = useState<ISelection | null>(null);
+  const [focus, setFocus] = useState(0);
+  const [charge, setCharge] = useState<ChargePolicy>('before');
+  const gridRef = useRef<HTMLTableElement>(null);
+  const focusOnRender = useRef(false);
+
+  const offerKey = keys.includes(offer) ? offer : (keys[0] ?? '');
+  const calendar = props.answer?.calendar ?? null;
+  const grid = calendar && offerKey ? calendarGrid(calendar, offerKey, props.now, localOffsetMinutes(props.now)) : null;
+  const cells = grid ? gridCells(grid) : [];
+  const columns = grid?.hours.length ?? 24;
+  const problem = grid ? selectionProblem(grid, selection, props.now) : 'no calendar';
+  const route = props.routes?.routes.find(r => `${r.provider}/${r.offer}` === offerKey);
+  const estimate = route && selection ? route.price_per_hour * selection.hours : null;
+
+  useEffect(() => {
+    if (focusOnRender.current) {
+      focusOnRender.current = false;
+      gridRef.current?.querySelector<HTMLElement>('[tabindex="0"]')?.focus();
+    }
+  });
+
+  const choose = (index: number, extend: boolean) => {
+    const c = cells[index];
+    if (!c || c.state === 'outside' || c.state === 'past') {
+      return;
+    }
+    if (extend && anchor !== null) {
+      setSelection(selectionBetween(anchor, c.t));
+    } else {
+      setAnchor(c.t);
+      setSelection(selectionBetween(c.t, c.t));
+    }
+    setFocus(index);
+  };
+
+  const onKeyDown = (e: React.KeyboardEvent) => {
+    if (e.key === 'Enter' || e.key === ' ') {
+      e.preventDefault();
+      choose(focus, e.shiftKey);
+      return;
+    }
+    const next = moveFocus(focus, e.key, columns, cells.length);
+    if (next === null) {
+      return;
+    }
+    e.preventDefault();
+    focusOnRender.current = true;
+    if (e.shiftKey) {
+      choose(next, true);
+    } else {
+      setFocus(next);
+    }
+  };
+
+  const book = async () => {
+    if (!selection || !offerKey) {
+      return;
+    }
+    const ok = await props.onBook({ offer: offerKey, start: selection.start, hours: selection.hours, charge });
+    if (ok) {
+      setSelection(null);
+      setAnchor(null);
+    }
+  };
+
+  const bookings = listBookings(props.answer?.reservations ?? []);
+
+  return (
+    <Section id="reservations" title="Reservations">
+      <ApiErrorLine error={props.error} />
+      {props.answer && keys.length === 0 ? <p className="jp-Portable-empty">No offer can be reserved.</p> : null}
+      {keys.length ? (
+        <label className="jp-Portable-inline">
+          Offer
+          <select
+            className="jp-mod-styled"
+            value={offerKey}
+            aria-label="offer type"
+            onChange={e => {
+              setOffer(e.target.value);
+              setSelection(null);
+              setAnchor(null);
+            }}
+          >
+            {keys.map(k => (
+              <option key={k} value={k}>
+                {k}
+              </option>
+            ))}
+          </select>
+        </label>
+      ) : null}
+      {grid ? (
+        <>
+          <p className="jp-Portable-guarantee" data-guarantee={grid.guarantee}>
+            {GUARANTEE_TEXT[grid.guarantee]}
+            {grid.capacity !== null ? ` ${grid.capacity} per hour.` : ''}
+          </p>
+          <div className="jp-Portable-tableWrap">
+            <table
+              className="jp-Portable-calendar"
+              role="grid"
+              ref={gridRef}
+              aria-label={`Reservation calendar for ${grid.offerKey}: days by hours. Arrow keys move, Enter chooses a start, Shift extends.`}
+              onKeyDown={onKeyDown}
+            >
+              <thead>
+                <tr>
+                  <th scope="col">
+                    <span className="jp-Portable-sr">Day</span>
+                  </th>
+                  {grid.hours.map((h, i) => (
+                    <th key={h} scope="col" aria-label={h}>
+                      {i % 6 === 0 ? h.slice(0, 2) : ''}
+                    </th>
+                  ))}
+                </tr>
+              </thead>
+              <tbody>
+                {grid.days.map((day, d) => (
+                  <tr key={day.key}>
+                    <th scope="row">{day.label}</th>
+                    {day.cells.map((c, h) => {
+                      const index = d * columns + h;
+                      const selected = inSelection(selection, c.t);
+                      return (
+                        <td
+                          key={c.start}
+                          role="gridcell"
+                          tabIndex={index === focus ? 0 : -1}
+                          aria-selected={selected}
+                          aria-disabled={c.state === 'past' || c.state === 'outside'}
+                          aria-label={cellLabel(day.label, c, selected)}
+                          title={cellLabel(day.label, c, selected)}
+                          className={`jp-Portable-slot jp-mod-${c.state}${selected ? ' jp-mod-chosen' : ''}`}
+                          data-start={c.start}
+                          onClick={e => choose(index, e.shiftKey)}
+                          onFocus={() => setFocus(index)}
+                        />
+                      );
+                    })}
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
+          <ul className="jp-Portable-legend">
+            {(['free', 'full', 'booked', 'past'] as const).map(s => (
+              <li key={s}>
+                <span className={`jp-Portable-swatch jp-Portable-slot jp-mod-${s}`} aria-hidden="true" />
+                {STATE_WORD[s]}
+              </li>
+            ))}
+          </ul>
+          <fieldset className="jp-Portable-booking">
+            <legend>Book</legend>
+            <p role="status">
+              {selection
+                ? `${fmt.when(selection.start)}, ${selection.hours} h${estimate !== null ? `, about ${fmt.money(estimate)}` : ''}`
+                : 'Choose a start hour (Shift to extend).'}
+            </p>
+            <div role="radiogroup" aria-label="charge policy" className="jp-Portable-row">
+              <label>
+                <input type="radio" name="jp-Portable-charge" checked={charge === 'now'} onChange={() => setCharge('now')} />
+                charge now
+              </label>
+              <label>
+                <input
+                  type="radio"
+                  name="jp-Portable-charge"
+                  checked={charge === 'before'}
+                  onChange={() => setCharge('before')}
+                />
+                charge 2 h before start
+              </label>
+            </div>
+            {selection && !problem ? (
+              <p className="jp-Portable-hint">Charged {fmt.when(chargeAt(selection.start, charge, props.now))}.</p>
+            ) : null}
+            {selection && problem ? <p className="jp-Portable-hint">{problem}</p> : null}
+            <Button
+              className="jp-mod-styled jp-mod-accept"
+              disabled={!!problem || props.busy.book}
+              onClick={() => void book()}
+            >
+              {props.busy.book ? 'Booking…' : 'Book'}
+            </Button>
+          </fieldset>
+        </>
+      ) : null}
+      <StatusLine status={props.status.book} />
+      {bookings.length ? (
+        <ul className="jp-Portable-list jp-Portable-bookings" aria-label="your reservations">
+          {bookings.map(b => (
+            <li key={b.reservation_id} className={`jp-Portable-bookingItem jp-mod-${b.status}`} data-reservation={b.reservation_id}>
+              <div>
+                <strong>{b.offer_key}</strong> {fmt.when(b.start)}, {b.hours} h, {fmt.money(b.price)}{' '}
+                <span className="jp-Portable-tag">{b.status}</span>
+              </div>
+              <div className="jp-Portable-hint">
+                {GUARANTEE_TEXT[b.guarantee]}{' '}
+                {b.status === 'cancelled'
+                  ? b.refund
+                    ? `Refunded ${fmt.money(b.refund)}.`
+                    : 'Nothing was charged.'
+                  : `Charged ${b.charge === 'now' ? 'at booking' : '2 h before start'}: ${fmt.when(b.charge_at)}.`}
+              </div>
+              {canCancel(b, props.now) ? (
+                <Button
+                  small
+                  className="jp-mod-styled jp-mod-warn"
+                  disabled={props.busy.cancel}
+                  onClick={() => props.onCancel(b.reservation_id)}
+                  aria-label={`Cancel reservation ${b.reservation_id}`}
+                >
+                  Cancel
+                </Button>
+              ) : null}
+            </li>
+          ))}
+        </ul>
+      ) : null}
+      <StatusLine status={props.status.cancel} />
+    </Section>
+  );
+}

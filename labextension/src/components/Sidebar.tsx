@@ -1,0 +1,87 @@
+import React from 'react';
+
+import * as fmt from '../format';
+import { PortableModel } from '../model';
+import { ApiErrorLine } from './common';
+import { ContinuePanel } from './ContinuePanel';
+import { ReservationsPanel } from './ReservationsPanel';
+import { RoutesPanel } from './RoutesPanel';
+import { CheckpointsPanel, SnapshotPanel } from './SnapshotPanel';
+import { AllocationPanel, LostBanner, WorkspaceHeader } from './WorkspacePanel';
+
+/** The whole sidebar, drawn from the model. */
+export function Sidebar(props: { model: PortableModel; now: number; onOpenSettings?: () => void }): JSX.Element {
+  const { model, now } = props;
+  const state = model.state;
+  if (!state) {
+    return (
+      <div className="jp-Portable-body">
+        <h2 className="jp-Portable-title">jupyter-portable</h2>
+        {model.stateError ? <ApiErrorLine error={model.stateError} /> : <p role="status">Loading the workspace…</p>}
+      </div>
+    );
+  }
+  const settings = model.settings;
+  return (
+    <div className="jp-Portable-body" data-state={state.lifecycle.state}>
+      <h2 className="jp-Portable-title">jupyter-portable</h2>
+      <LostBanner state={state} />
+      {model.stateError ? <ApiErrorLine error={model.stateError} /> : null}
+      <WorkspaceHeader state={state} />
+      <AllocationPanel state={state} now={now} fetchedAt={model.fetchedAt} />
+      <ContinuePanel
+        state={state}
+        progress={model.progress}
+        routes={model.routes}
+        selected={model.selectedRoute}
+        canContinue={model.canContinue}
+        busy={{ continue: model.busy.has('continue'), cancel: model.busy.has('cancel') }}
+        status={{ continue: model.status.continue, cancel: model.status.cancel }}
+        onContinue={() => void model.continueWork()}
+        onCancel={() => void model.cancelContinue()}
+      />
+      <RoutesPanel
+        answer={model.routes}
+        error={model.routesError}
+        loading={model.busy.has('routes')}
+        selected={model.selectedRoute}
+        hours={model.hours}
+        disabled={!model.canContinue}
+        onSelect={id => model.selectRoute(id)}
+        onRefresh={h => void model.refreshRoutes(h)}
+      />
+      <SnapshotPanel
+        state={state}
+        now={now}
+        busy={model.busy.has('snapshot')}
+        status={model.status.snapshot}
+        progress={model.otherProgress}
+        onSnapshot={m => void model.snapshot(m)}
+      />
+      <CheckpointsPanel state={state} now={now} />
+      <ReservationsPanel
+        answer={model.reservations}
+        error={model.reservationsError}
+        routes={model.routes}
+        now={now}
+        busy={{ book: model.busy.has('book'), cancel: model.busy.has('cancel-booking') }}
+        status={{ book: model.status.book, cancel: model.status['cancel-booking'] }}
+        onBook={r => model.book(r)}
+        onCancel={id => void model.cancelBooking(id)}
+      />
+      <footer className="jp-Portable-settings" aria-label="settings">
+        <span>
+          Budget cap {settings.budgetCap !== null ? fmt.money(settings.budgetCap) : 'none'} · driver{' '}
+          {settings.pinnedDriver || 'any'} · auto-snapshot{' '}
+          {settings.autoSnapshotMinutes ? `every ${settings.autoSnapshotMinutes} min` : 'off'}
+          {settings.storeUrl ? ` · store ${settings.storeUrl}` : ''}
+        </span>
+        {props.onOpenSettings ? (
+          <button type="button" className="jp-Portable-link" onClick={props.onOpenSettings}>
+            Settings…
+          </button>
+        ) : null}
+      </footer>
+    </div>
+  );
+}

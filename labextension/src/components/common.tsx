@@ -1,0 +1,104 @@
+import React from 'react';
+
+/** A titled part of the sidebar; its heading labels it for screen readers. */
+export function Section(props: {
+  id: string;
+  title: string;
+  children?: React.ReactNode;
+  actions?: React.ReactNode;
+}): JSX.Element {
+  const headingId = `jp-Portable-${props.id}-heading`;
+  return (
+    <section
+      className={`jp-Portable-section jp-Portable-${props.id}`}
+      aria-labelledby={headingId}
+    >
+      <header className="jp-Portable-sectionHeader">
+        <h3 id={headingId}>{props.title}</h3>
+        {props.actions ? (
+          <div className="jp-Portable-sectionActions">{props.actions}</div>
+        ) : null}
+      </header>
+      {props.children}
+    </section>
+  );
+}
+
+/** Label/value rows. */
+export function Facts(props: {
+  label: string;
+  rows: Array<[string, React.ReactNode]>;
+}): JSX.Element {
+  return (
+    <dl className="jp-Portable-facts" aria-label={props.label}>
+      {props.rows.map(([k, v]) => (
+        <React.Fragment key={k}>
+          <dt>{k}</dt>
+          <dd>{v}</dd>
+        </React.Fragment>
+      ))}
+    </dl>
+  );
+}
+
+const STATE_TONE: { [state: string]: string } = {
+  ACTIVE: 'good',
+  READY: 'good',
+  LOST: 'bad',
+  FAILED: 'bad',
+  IDLE: 'neutral',
+  RELEASED: 'neutral',
+  SEALED: 'neutral',
+  DRAINING: 'busy',
+  ROUTING: 'busy',
+  ACQUIRING: 'busy',
+  PROBING: 'busy',
+  MATERIALIZING: 'busy',
+  VERIFYING: 'busy'
+};
+
+/** The lifecycle state as a coloured badge (the text says it too). */
+export function StateBadge(props: { state: string }): JSX.Element {
+  const tone = STATE_TONE[props.state] ?? 'neutral';
+  return (
+    <span
+      className={`jp-Portable-badge jp-Portable-badge-${tone}`}
+      data-state={props.state}
+      aria-label={`state: ${props.state}`}
+    >
+      {props.state}
+    </span>
+  );
+}
+
+/** The outcome of the last action of a section. */
+export function StatusLine(props: {
+  status?: { kind: 'info' | 'error'; text: string };
+}): JSX.Element | null {
+  if (!props.status) {
+    return null;
+  }
+  return (
+    <p
+      className={`jp-Portable-status jp-Portable-status-${props.status.kind}`}
+      role={props.status.kind === 'error' ? 'alert' : 'status'}
+    >
+      {props.status.text}
+    </p>
+  );
+}
+
+/** An error from the API, with its hint. */
+export function ApiErrorLine(props: {
+  error: { message: string; hint: string | null } | null;
+}): JSX.Element | null {
+  if (!props.error) {
+    return null;
+  }
+  return (
+    <div className="jp-Portable-error" role="alert">
+      <p>{props.error.message}</p>
+      {props.error.hint ? <p className="jp-Portable-hint">To fix: {props.error.hint}</p> : null}
+    </div>
+  );
+}

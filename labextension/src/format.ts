@@ -1,0 +1,84 @@
+/** Numbers as the sidebar shows them: money, durations, ages and sizes. Pure functions. */
+
+export function money(dollars: number | null | undefined): string {
+  if (dollars === null || dollars === undefined || !Number.isFinite(dollars)) {
+    return '—';
+  }
+  if (dollars !== 0 && Math.abs(dollars) < 0.01) {
+    return dollars < 0 ? '-<$0.01' : '<$0.01';
+  }
+  const sign = dollars < 0 ? '-' : '';
+  return `${sign}$${Math.abs(dollars).toFixed(2)}`;
+}
+
+export function pricePerHour(dollars: number | null | undefined): string {
+  return dollars === null || dollars === undefined ? '—' : `${money(dollars)}/h`;
+}
+
+/** "42 s", "7 min", "2.5 h", "3 d": the routing core's rounding, so both say the same. */
+export function duration(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) {
+    return '—';
+  }
+  const s = Math.max(0, seconds);
+  if (s < 90) {
+    return `${Math.round(s)} s`;
+  }
+  if (s < 5400) {
+    return `${Math.round(s / 60)} min`;
+  }
+  if (s < 72 * 3600) {
+    return `${(s / 3600).toFixed(1)} h`;
+  }
+  return `${Math.round(s / 86400)} d`;
+}
+
+/** How long ago ``iso`` was, relative to ``now`` (ms since the epoch). */
+export function age(iso: string | null | undefined, now: number): string {
+  if (!iso) {
+    return '—';
+  }
+  const then = Date.parse(iso);
+  if (Number.isNaN(then)) {
+    return '—';
+  }
+  const s = (now - then) / 1000;
+  if (s < 5) {
+    return 'just now';
+  }
+  return `${duration(s)} ago`;
+}
+
+const UNITS = ['B', 'KB', 'MB', 'GB', 'TB'];
+
+/** Decimal units, as the store format and the route costs count GB. */
+export function bytes(n: number | null | undefined): string {
+  if (n === null || n === undefined || !Number.isFinite(n)) {
+    return '—';
+  }
+  let value = n;
+  let unit = 0;
+  while (Math.abs(value) >= 1000 && unit < UNITS.length - 1) {
+    value /= 1000;
+    unit += 1;
+  }
+  return unit === 0 ? `${value} B` : `${value.toFixed(value < 10 ? 1 : 0)} ${UNITS[unit]}`;
+}
+
+/** A time as "Mon 1 Dec 14:00" in the user's zone (for bookings and charges). */
+export function when(iso: string | null | undefined): string {
+  if (!iso) {
+    return '—';
+  }
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) {
+    return iso;
+  }
+  return d.toLocaleString(undefined, {
+    weekday: 'short',
+    day: 'numeric',
+    month: 'short',
+    hour: '2-digit',
+    minute: '2-digit'
+  });
+}

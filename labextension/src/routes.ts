@@ -1,0 +1,248 @@
+/**
+ * The route table's logic: order, the best choice, why a route is blocked, which checks
+ * were done, and the stacked bars of the cost chart. Pure functions over IRoute.
+ *
+ * The server already ranks routes; the order here is the same rule (unblocked by total,
+ * ties by time to Ready, then id; blocked after), so a table sorted by the user on another
+ * column can always be put back.
+ */
+
+import {
+  CHECK_NAMES,
+  COST_TERMS,
+  CheckName,
+  CostTerm,
+  IRoute,
+  IRoutesAnswer
+} from './types';
+
+export type SortKey = 'rank' | 'total' | 'ready' | 'price' | CostTerm;
+
+function rankCompare(a: IRoute, b: IRoute): number {
+  const blocked = Number(a.blocked !== null) - Number(b.blocked !== null);
+  if (blocked !== 0) {
+    return blocked;
+  }
+  return (
+    a.cost.total - b.cost.total ||
+    a.time_to_ready_s - b.time_to_ready_s ||
+    (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
+  );
+}
+
+function sortValue(route: IRoute, key: SortKey): number {
+  switch (key) {
+    case 'total':
+    case 'rank':
+      return route.cost.total;
+    case 'ready':
+      return route.time_to_ready_s;
+    case 'price':
+      return route.price_per_hour;
+    default:
+      return route.cost[key];
+  }
+}
+
+/**
+ * The routes in table order. Blocked routes always stay below the unblocked ones, so that
+ * sorting by a column never puts a route that cannot be taken at the top.
+ */
+export function sortRoutes(
+  routes: readonly IRoute[],
+  key: SortKey = 'rank',
+  descending = false
+): IRoute[] {
+  const sign = descending ? -1 : 1;
+  return [...routes].sort((a, b) => {
+    const blocked = Number(a.blocked !== null) - Number(b.blocked !== null);
+    if (blocked !== 0) {
+      return blocked;
+    }
+    if (key !== 'rank') {
+      const diff = sign * (sortValue(a, key) - sortValue(b, key));
+      if (diff !== 0) {
+        return diff;
+      }
+    }
+    return rankCompare(a, b);
+  });
+}
+
+/** Whether the route can be chosen for Continue. */
+export function isTakeable(route: IRoute): boolean {
+  return route.blocked === null;
+}
+
+/**
+ * The route to preselect: the server's ``best`` when it names a takeable route, else the
+ * cheapest takeable one by the ranking rule, else null (every route blocked).
+ */
+export function bestRoute(answer: IRoutesAnswer | null): IRoute | null {
+  if (!answer) {
+    return null;
+  }
+  const named = answer.routes.find(r => r.id === answer.best);
+  if (named && isTakeable(named)) {
+    return named;
+  }
+  return sortRoutes(answer.routes).find(isTakeable) ?? null;
+}
+
+/**
+ * The route to keep selected after the routes are fetched again: the user's choice while
+ * it is still there and takeable, else the best one.
+ */
+export function keepSelection(
+  selected: string | null,
+  answer: IRoutesAnswer | null
+): string | null {
+  if (selected && answer) {
+    const route = answer.routes.find(r => r.id === selected);
+    if (route && isTakeable(route)) {
+      return route.id;
+    }
+  }
+  return bestRoute(answer)?.id ?? null;
+}
+
+/** What kind of thing blocks a route. */
+export type BlockCategory = 'cap' | 'admission' | 'capacity' | 'other';
+
+// The reason keys of jupyter_portable/core/routing.py and core/offers.py ``unmet``.
+const CATEGORY: { [key: string]: BlockCategory } = {
+  price_cap: 'cap',
+  price: 'cap',
+  budget: 'cap',
+  gpu: 'admission',
+  gpu_count: 'admission',
+  gpu_memory: 'admission',
+  driver: 'admission',
+  cuda: 'admission',
+  image: 'admission',
+  region: 'admission',
+  listed: 'capacity',
+  permitted: 'capacity',
+  capacity: 'capacity',
+  launched: 'capacity'
+};
+
+export const CATEGORY_LABEL: { [K in BlockCategory]: string } = {
+  cap: 'over a cap',
+  admission: 'does not meet the requirements',
+  capacity: 'not available',
+  other: 'blocked'
+};
+
+export interface IBlockReason {
+  key: string;
+  category: BlockCategory;
+  text: string;
+}
+
+/**
+ * Why a route is blocked, one line per reason, caps first, then admission, then
+ * availability. A route blocked without keyed reasons still shows its ``blocked`` text.
+ */
+export function blockReasons(route: IRoute): IBlockReason[] {
+  const order: BlockCategory[] = ['cap', 'admission', 'capacity', 'other'];
+  const out = Object.entries(route.reasons ?? {}).map(([key, text]) => ({
+    key,
+    category: CATEGORY[key] ?? 'other',
+    text
+  }));
+  out.sort(
+    (a, b) =>
+      order.indexOf(a.category) - order.indexOf(b.category) ||
+      (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)
+  );
+  if (out.length === 0 && route.blocked) {
+    out.push({ key: 'blocked', category: 'other', text: route.blocked });
+  }
+  return out;
+}
+
+/** The categories a route is blocked for, in display order, without repeats. */
+export function blockCategories(route: IRoute): BlockCategory[] {
+  return [...new Set(blockReasons(route).map(r => r.category))];
+}
+
+export type CheckStatus = 'passed' | 'failed' | 'not-done';
+
+export interface ICheckRow {
+  name: CheckName;
+  status: CheckStatus;
+  label: string;
+}
+
+const CHECK_LABEL: { [K in CheckName]: string } = {
+  listed: 'listed',
+  permitted: 'permitted',
+  capacity: 'capacity now',
+  launched: 'launched'
+};
+
+/** The four checks in order, each passed, failed or not done. */
+export function checkRows(route: IRoute): ICheckRow[] {
+  return CHECK_NAMES.map(name => {
+    const value = route.checks?.[name];
+    const status: CheckStatus =
+      value === true ? 'passed' : value === false ? 'failed' : 'not-done';
+    return { name, status, label: CHECK_LABEL[name] };
+  });
+}
+
+/** "2 of 4 checks done: listed passed, permitted passed, capacity now not done, launched not done". */
+export function checksSummary(route: IRoute): string {
+  const rows = checkRows(route);
+  const done = rows.filter(r => r.status !== 'not-done').length;
+  const parts = rows.map(
+    r => `${r.label} ${r.status === 'not-done' ? 'not done' : r.status}`
+  );
+  return `${done} of ${rows.length} checks done: ${parts.join(', ')}`;
+}
+
+export interface ISegment {
+  term: CostTerm;
+  value: number;
+  /** Offset and width as fractions of the largest total (0..1). */
+  x: number;
+  width: number;
+}
+
+export interface IBar {
+  route: IRoute;
+  total: number;
+  segments: ISegment[];
+}
+
+/**
+ * One stacked bar per route, scaled so the dearest route fills the width. Negative or
+ * missing terms count as 0; a zero-width segment is left out.
+ */
+export function costBars(routes: readonly IRoute[]): IBar[] {
+  const totals = routes.map(r =>
+    COST_TERMS.reduce((sum, t) => sum + Math.max(0, r.cost[t] ?? 0), 0)
+  );
+  const scale = Math.max(0, ...totals);
+  return routes.map((route, i) => {
+    let x = 0;
+    const segments: ISegment[] = [];
+    for (const term of COST_TERMS) {
+      const value = Math.max(0, route.cost[term] ?? 0);
+      if (value <= 0 || scale <= 0) {
+        continue;
+      }
+      const width = value / scale;
+      segments.push({ term, value, x, width });
+      x += width;
+    }
+    return { route, total: totals[i], segments };
+  });
+}
+
+/** "local · A100-SXM4-80GB x1 · local-1": a route as one line. */
+export function routeLabel(route: IRoute): string {
+  const gpu = route.gpu_count > 1 ? `${route.gpu} x${route.gpu_count}` : route.gpu;
+  return [route.provider, gpu, route.region].filter(Boolean).join(' · ');
+}
