@@ -1,0 +1,29 @@
+import { describe, expect, it } from 'vitest';
+
+import { age, bytes, duration, money } from '../format';
+
+describe('numbers as the sidebar shows them', () => {
+  it('money', () => {
+    expect(money(1.234)).toBe('$1.23');
+    expect(money(0)).toBe('$0.00');
+    expect(money(0.004)).toBe('<$0.01');
+    expect(money(null)).toBe('—');
+  });
+
+  it('durations, rounded as the routing core rounds them', () => {
+    expect(duration(42)).toBe('42 s');
+    expect(duration(600)).toBe('10 min');
+    expect(duration(9000)).toBe('2.5 h');
+    expect(duration(-3)).toBe('0 s');
+  });
+
+  it('ages and sizes', () => {
+    const now = Date.parse('2026-12-01T10:10:00Z');
+    expect(age('2026-12-01T10:00:00Z', now)).toBe('10 min ago');
+    expect(age('2026-12-01T10:09:58Z', now)).toBe('just now');
+    expect(age(null, now)).toBe('—');
+    expect(bytes(123456)).toBe('123 KB');
+    expect(bytes(1_500_000_000)).toBe('1.5 GB');
+    expect(bytes(12)).toBe('12 B');
+  });
+});
