@@ -73,6 +73,14 @@ def unload_ipython_extension(ipython: _Any) -> None:
     autosnapshot.stop_now()
 
 
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "jupyter_portable.serverext"}]
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    return [{"src": "labextension", "dest": "jupyter-portable"}]
+
+
 __all__ = [
     "CheckpointRecord",
     "ConflictError",

@@ -1,0 +1,182 @@
+"""Helpers for the end-to-end tests: a catalog, a workspace, and cells run over the
+server's real kernel websocket (the JSON protocol JupyterLab speaks)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+CATALOG = """
+version = 1
+[store]
+region = "local-a"
+egress_per_gb = 0.0
+
+[[offer]]
+id = "cheap-stale"
+gpu = "NVIDIA L4"
+gpu_count = 1
+gpu_memory_gb = 24
+driver = "550.54.15"
+actual_driver = "535.104.05"
+cuda = "12.4"
+price_per_hour = 0.10
+region = "local-a"
+capacity = 2
+boot_seconds = 0
+launch_failure_rate = 0
+reliability = 0.99
+bandwidth_mbps = 10000
+reservable = true
+
+[[offer]]
+id = "a100"
+gpu = "NVIDIA A100-SXM4-80GB"
+gpu_count = 1
+gpu_memory_gb = 80
+driver = "550.54.15"
+cuda = "12.4"
+price_per_hour = 1.50
+region = "local-a"
+capacity = 3
+boot_seconds = 0
+launch_failure_rate = 0
+reliability = 0.99
+bandwidth_mbps = 10000
+reservable = true
+"""
+
+
+def portable_env(tmp_path: Path, monkeypatch: Any, catalog: str = CATALOG) -> dict[str, Path]:
+    cat = tmp_path / "catalog.toml"
+    cat.write_text(catalog)
+    dirs = {"catalog": cat, "market": tmp_path / "market", "store": tmp_path / "store"}
+    monkeypatch.setenv("JUPYTER_PORTABLE_CATALOG", str(cat))
+    monkeypatch.setenv("JUPYTER_PORTABLE_MARKET_DIR", str(dirs["market"]))
+    monkeypatch.setenv("JUPYTER_PORTABLE_SSH_STATE", str(tmp_path / "ssh-state"))
+    monkeypatch.setenv("JUPYTER_PORTABLE_PROVIDERS", "local")
+    monkeypatch.setenv("JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES", "0")
+    return dirs
+
+
+def make_workspace(root: Path, store: Path) -> Any:
+    from jupyter_portable import Workspace
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "train.py").write_text("print('training')\n")
+    (root / "data").mkdir(exist_ok=True)
+    (root / "data" / "small.csv").write_text("a,b\n1,2\n")
+    ws = Workspace.init(root, f"file://{store}")
+    ws.snapshot("first", progress=None)
+    return ws
+
+
+async def start_session(jp_fetch: Any, path: str = "nb.ipynb") -> str:
+    resp = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
+        {"path": path, "type": "notebook", "name": path, "kernel": {"name": "portable"}}), request_timeout=180)
+    return str(json.loads(resp.body)["kernel"]["id"])
+
+
+class KernelSocket:
+    """One websocket to a kernel's channels, as a notebook keeps open."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.session = uuid.uuid4().hex
+
+    async def follow_restart(self, connect: Any, timeout: float = 60) -> None:
+        """What JupyterLab's kernel connection does when the server restarts its kernel: on the
+        "restarting" status, open a new websocket (the server refreshes its ZMQ channels, to the
+        kernel's new ports, only for a new websocket). The notebook itself stays open."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise TimeoutError("the kernel never said it was restarting")
+            raw = await asyncio.wait_for(self.ws.read_message(), left)
+            if raw is None:
+                break
+            if isinstance(raw, bytes):
+                continue
+            msg = json.loads(raw)
+            if msg.get("msg_type") == "status" and msg["content"].get("execution_state") == "restarting":
+                break
+        self.ws.close()
+        self.ws = await connect()
+
+    async def run(self, code: str, timeout: float = 120) -> tuple[str, str]:
+        """Execute ``code``; (status, everything printed)."""
+        msg_id = uuid.uuid4().hex
+        msg = {"header": {"msg_id": msg_id, "username": "test", "session": self.session, "msg_type":
+                          "execute_request", "version": "5.3", "date": ""},
+               "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+               "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
+                           "allow_stdin": False, "stop_on_error": True}}
+        await self.ws.write_message(json.dumps(msg))
+        out: list[str] = []
+        status = None
+        idle = False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not (status and idle):
+            left = deadline - loop.time()
+            if left <= 0:
+                raise TimeoutError(f"no reply to {code!r} within {timeout}s; got {''.join(out)!r}")
+            raw = await asyncio.wait_for(self.ws.read_message(), left)
+            if raw is None:
+                raise ConnectionError("the kernel websocket closed")
+            if isinstance(raw, bytes):
+                continue
+            reply = json.loads(raw)
+            if reply.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind = reply["msg_type"]
+            content = reply["content"]
+            if kind == "stream":
+                out.append(content["text"])
+            elif kind in ("execute_result", "display_data"):
+                out.append(content["data"].get("text/plain", "") + "\n")
+            elif kind == "error":
+                out.append("\n".join(content.get("traceback", [])) or content.get("evalue", ""))
+            elif kind == "execute_reply":
+                status = content["status"]
+            elif kind == "status" and content["execution_state"] == "idle":
+                idle = True
+        return status, "".join(out)
+
+
+class EventStream:
+    """The server's event bus, read from its websocket (what the sidebar listens to)."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.seen: list[dict[str, Any]] = []
+
+    async def wait_for(self, pred: Any, timeout: float = 120) -> dict[str, Any]:
+        for ev in self.seen:
+            if pred(ev):
+                return ev
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise TimeoutError(f"no such event within {timeout}s; saw {[e.get('state') for e in self.seen]}")
+            raw = await asyncio.wait_for(self.ws.read_message(), left)
+            if raw is None:
+                raise ConnectionError("the event websocket closed")
+            ev = json.loads(raw)
+            self.seen.append(ev)
+            if pred(ev):
+                return ev
+
+    def states(self) -> list[str]:
+        return [e["state"] for e in self.seen if e.get("schema_id", "").endswith("/state/v1")]
+
+
+def is_state(state: str) -> Any:
+    return lambda ev: ev.get("schema_id", "").endswith("/state/v1") and ev.get("state") == state

@@ -1,0 +1,211 @@
+"""End to end, with real parts: a Jupyter server with the extension (pytest-jupyter, every
+request authenticated), the notebook's kernel on a local-market worker, the market taking
+the machine back, Continue through every state to READY, and the same kernel id running
+the next cell on the new worker on files and a checkpoint read back with equal hashes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.jupyter_e2e import EventStream, KernelSocket, is_state, make_workspace, portable_env, start_session
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    return portable_env(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def jp_server_config() -> dict[str, Any]:
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_portable": True},
+                          "allow_unauthenticated_access": False}}
+
+
+@pytest.fixture
+def jp_root_dir(tmp_path: Path, env: dict[str, Path]) -> Path:
+    root = tmp_path / "workspace"
+    make_workspace(root, env["store"])
+    return root
+
+
+async def _events(jp_ws_fetch: Any) -> EventStream:
+    return EventStream(await jp_ws_fetch("api", "events", "subscribe"))
+
+
+async def _state(jp_fetch: Any) -> dict[str, Any]:
+    return json.loads((await jp_fetch("portable", "api", "state")).body)
+
+
+async def test_notebook_survives_a_lost_gpu(jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any,
+                                            jp_root_dir: Path, env: dict[str, Path]) -> None:
+    from jupyter_portable.compute.local import lose_allocation
+
+    events = await _events(jp_ws_fetch)
+    # The main flow: a notebook session on the portable kernel starts the first machine.
+    kernel_id = await start_session(jp_fetch)
+    state = await _state(jp_fetch)
+    assert state["lifecycle"]["state"] == "ACTIVE" and state["lifecycle"]["verified"] is True
+    worker_a = state["lifecycle"]["allocation_id"]
+    assert state["allocation"]["provider"] == "local" and state["allocation"]["allocation_id"] == worker_a
+    kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
+    status, out = await kernel.run("import os; print(os.environ['JUPYTER_PORTABLE_ALLOCATION'], os.getcwd())")
+    assert status == "ok", out
+    assert out.split()[0] == worker_a
+    assert Path(out.split()[1]) == env["market"] / "allocations" / worker_a / "work"
+    status, out = await kernel.run(
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "torch.save({'w': torch.randn(64, 64)}, 'ckpt.pt')\n"
+        "open('results.txt', 'w').write('loss 0.125\\n')\n")
+    assert status == "ok", out
+    status, out = await kernel.run("%workspace checkpoint ckpt.pt --step 7 --settle 0.2")
+    assert status == "ok" and "verified" in out, out
+    cps = json.loads((await jp_fetch("portable", "api", "checkpoints")).body)
+    assert cps["latest"]["path"] == "ckpt.pt" and cps["latest"]["step"] == 7 and cps["latest"]["verified"]
+    recorded_hash = cps["latest"]["hash"]
+
+    # Loss: the market takes worker A back; the monitor sees it and says why.
+    lose_allocation(env["market"], worker_a)
+    lost = await events.wait_for(is_state("LOST"), timeout=60)
+    assert lost["allocation_id"] == worker_a and "preempted" in lost["reason"]
+    state = await _state(jp_fetch)
+    assert state["lifecycle"]["state"] == "LOST" and "preempted" in state["lost"]["reason"]
+
+    # Continue: through each state to READY, then the kernel moves.
+    resp = await jp_fetch("portable", "api", "continue", method="POST", body="{}")
+    assert resp.code == 202
+    await events.wait_for(is_state("ACTIVE"), timeout=120)
+    states = events.states()
+    after_loss = states[states.index("LOST") + 1:]
+    for step in ("ROUTING", "ACQUIRING", "PROBING", "MATERIALIZING", "VERIFYING", "READY", "ACTIVE"):
+        assert step in after_loss, (step, after_loss)
+    ready = next(e for e in events.seen if e.get("state") == "READY")
+    assert ready["verified"] is True and set(ready["detail"]["matched"]) == {"version", "checkpoints", "runtime",
+                                                                               "path"}
+    assert ready["detail"]["checkpoints"]["ckpt.pt"] == recorded_hash
+    state = await _state(jp_fetch)
+    worker_b = state["lifecycle"]["allocation_id"]
+    assert worker_b != worker_a and state["lifecycle"]["state"] == "ACTIVE"
+
+    # The same kernel id, now on worker B, reached through the websocket the notebook kept open.
+    kernels = json.loads((await jp_fetch("api", "kernels")).body)
+    assert [k["id"] for k in kernels] == [kernel_id]
+    await kernel.follow_restart(lambda: jp_ws_fetch("api", "kernels", kernel_id, "channels"))
+    status, out = await _run_retrying(kernel, "import os, blake3\n"
+                                      "print(os.environ['JUPYTER_PORTABLE_ALLOCATION'])\n"
+                                      "print(open('results.txt').read().strip())\n"
+                                      "print(blake3.blake3(open('ckpt.pt','rb').read()).hexdigest())\n")
+    assert status == "ok", out
+    lines = out.strip().splitlines()
+    assert lines[0] == worker_b
+    assert lines[1] == "loss 0.125"
+    assert lines[2] == recorded_hash
+    status, out = await kernel.run("%workspace latest")
+    assert status == "ok" and "ckpt.pt" in out, out
+
+    # The old worker is fenced: its epoch can never publish again.
+    from jupyter_portable import Workspace
+
+    ws = Workspace.find(jp_root_dir)
+    history = ws.manifest(ws.store.read_head(ws.workspace_id)[0].version).allocations
+    by_id = {a["allocation_id"]: a for a in history}
+    assert by_id[worker_a]["state"] == "lost" and "preempted" in by_id[worker_a]["stop_reason"]
+    assert by_id[worker_b]["state"] == "active"
+
+
+async def _run_retrying(kernel: KernelSocket, code: str) -> tuple[str, str]:
+    """The first message after a restart can race the new channels' connect; a notebook retries too."""
+    import asyncio
+
+    last: Exception | None = None
+    for _ in range(3):
+        try:
+            return await kernel.run(code, timeout=40)
+        except TimeoutError as exc:
+            last = exc
+            await asyncio.sleep(1)
+    raise AssertionError(f"the kernel never answered after the move: {last}")
+
+
+async def test_every_endpoint_refuses_unauthenticated_requests(jp_serverapp: Any, jp_fetch: Any,
+                                                               jp_root_dir: Path) -> None:
+    from tornado.httpclient import HTTPClientError
+
+    for method, path, body in (("GET", "state", None), ("GET", "routes", None), ("POST", "continue", "{}"),
+                               ("POST", "stop", "{}"), ("POST", "snapshot", "{}"), ("GET", "checkpoints", None),
+                               ("GET", "reservations", None), ("POST", "reservations", "{}"),
+                               ("DELETE", "reservations/res-1", None), ("POST", "cancel", "{}"),
+                               ("GET", "files", None)):
+        with pytest.raises(HTTPClientError) as info:
+            await jp_fetch("portable", "api", *path.split("/"), method=method, body=body,
+                           headers={"Authorization": ""})
+        assert info.value.code == 403, (method, path, info.value.code)
+
+
+async def test_bad_requests_get_a_400_with_a_message(jp_serverapp: Any, jp_fetch: Any, jp_root_dir: Path) -> None:
+    from tornado.httpclient import HTTPClientError
+
+    for path, body in (("continue", "{not json"), ("continue", '{"route": 5}'), ("continue", '{"bogus": 1}'),
+                       ("continue", '{"route": "r-0000000000"}'), ("snapshot", "[1]"),
+                       ("reservations", '{"offer": "local/a100", "start": "tomorrow", "hours": 1}'),
+                       ("reservations", '{"offer": "nope", "start": "2030-01-01T10:00Z", "hours": 1}')):
+        with pytest.raises(HTTPClientError) as info:
+            await jp_fetch("portable", "api", path, method="POST", body=body)
+        assert info.value.code == 400, (path, body, info.value.code)
+        assert json.loads(info.value.response.body)["error"], (path, body)
+    with pytest.raises(HTTPClientError) as info:
+        await jp_fetch("portable", "api", "no-such-thing")
+    assert info.value.code == 400 and "unknown endpoint" in json.loads(info.value.response.body)["error"]
+    with pytest.raises(HTTPClientError) as info:
+        await jp_fetch("portable", "api", "routes", params={"hours": "many"})
+    assert info.value.code == 400
+
+
+async def test_routes_reservations_and_admission_failover(jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any,
+                                                          jp_root_dir: Path) -> None:
+    from jupyter_portable import Workspace
+    from jupyter_portable.market import update_settings
+
+    ws = Workspace.find(jp_root_dir)
+    update_settings(ws, driver="550.54.15")  # pinned: the stale listing's machine will be refused
+    routes = json.loads((await jp_fetch("portable", "api", "routes")).body)
+    assert routes["routes"][0]["offer"] == "cheap-stale" and routes["best"] == routes["routes"][0]["id"]
+    assert set(routes["routes"][0]["cost"]) >= {"gpu", "egress", "storage", "queue", "risk", "total"}
+
+    # book and cancel a reservation
+    booked = await jp_fetch("portable", "api", "reservations", method="POST", body=json.dumps(
+        {"offer": "local/a100", "start": "2030-01-01T10:00:00Z", "hours": 2, "charge": "before"}))
+    assert booked.code == 201
+    rid = json.loads(booked.body)["reservation_id"]
+    listing = json.loads((await jp_fetch("portable", "api", "reservations")).body)
+    assert [b["reservation_id"] for b in listing["reservations"]] == [rid] and listing["calendar"]
+    cancelled = json.loads((await jp_fetch("portable", "api", "reservations", rid, method="DELETE")).body)
+    assert cancelled["status"] == "cancelled"
+
+    # Continue: route 1 (wrong driver on the machine) is refused by admission, route 2 is used
+    events = EventStream(await jp_ws_fetch("api", "events", "subscribe"))
+    await jp_fetch("portable", "api", "continue", method="POST", body=json.dumps({"route": routes["best"]}))
+    await events.wait_for(is_state("ACTIVE"), timeout=120)
+    state = await _state(jp_fetch)
+    assert state["allocation"]["offer"] == "a100"
+    attempts = state["lifecycle"]["attempts"]
+    assert attempts[0]["offer"] == "local/cheap-stale" and attempts[0]["environment_fault"] is True
+    assert "535.104.05" in attempts[0]["reason"]
+    failover = [e for e in events.seen if e.get("state") == "ACQUIRING" and e.get("reason")]
+    assert failover and "cheap-stale" in failover[0]["reason"]
+    history = ws.manifest(ws.store.read_head(ws.workspace_id)[0].version).allocations
+    refused = [a for a in history if a["state"] == "refused"]
+    assert refused and refused[0]["stop_reason"].startswith("environment fault")
+
+    # stop: seal, read back, release
+    stopped = json.loads((await jp_fetch("portable", "api", "stop", method="POST", body="{}")).body)
+    assert stopped["state"] == "RELEASED"
+    head = ws.store.read_head(ws.workspace_id)[0]
+    assert head.version >= stopped["sealed_version"]
