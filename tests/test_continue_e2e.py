@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.jupyter_e2e import EventStream, KernelSocket, is_state, make_workspace, portable_env, start_session
+from jupyter_e2e import EventStream, KernelSocket, is_state, make_workspace, portable_env, start_session
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 pytestmark = pytest.mark.timeout(300)
