@@ -29,8 +29,18 @@ from . import lifecycle_store
 from .compute.base import Allocation, Provider
 from .core import lifecycle as L
 from .errors import ComputeError, ConflictError, NoCapacity, PortableError, ProviderUnavailable, UsageError
+from .store import faults
 from .store.repo import now_iso
-from .worker.client import AgentClient, AgentRecord, forget_record, load_record, save_record, start_agent
+from .worker.client import (
+    AgentClient,
+    AgentRecord,
+    forget_record,
+    load_allocation,
+    load_record,
+    save_allocation,
+    save_record,
+    start_agent,
+)
 from .workspace import Workspace
 
 StateSink = Callable[[dict[str, Any]], None]
@@ -79,6 +89,7 @@ class Orchestrator:
 
     def _move(self, to: str, **kw: Any) -> L.Lifecycle:
         lc = lifecycle_store.update(self.ws.copy, lambda cur: L.transition(cur, to, at=now_iso(), **kw))
+        faults.entered_state(to)
         if self.on_state is not None:
             ev = lc.events[-1].to_json()
             self.on_state({"workspace_id": lc.workspace_id, **ev})
@@ -262,7 +273,7 @@ class Orchestrator:
                      record_attempt: Callable[..., None]) -> dict[str, Any]:
         lc = self.lifecycle()
         epoch = lc.epoch
-        provider = self.provider_of(allocation)
+        save_allocation(self.ws.copy, allocation)
         try:
             for a in attempts:
                 record_attempt(self.ws, a, epoch=epoch)
@@ -274,14 +285,18 @@ class Orchestrator:
                  "state": "active", "spend": 0.0, "currency": "USD", "failures": [a.reason for a in attempts]},
                 epoch=epoch)
             self._move(L.MATERIALIZING, version=version)
-            self._progress("materialize", f"starting the worker on {allocation.allocation_id}")
-            rec = start_agent(provider, allocation, store=self.ws.config.store, workspace_id=self.ws.workspace_id,
-                              version=version, epoch=epoch, lazy_threshold=self.lazy_threshold)
-            save_record(self.ws.copy, rec)
-            return self._await_ready(rec)
+            return self._start_worker(allocation, version, epoch)
         except BaseException as exc:
             self._fail_with_release(allocation, exc)
             raise
+
+    def _start_worker(self, allocation: Allocation, version: int, epoch: int) -> dict[str, Any]:
+        self._progress("materialize", f"starting the worker on {allocation.allocation_id}")
+        rec = start_agent(self.provider_of(allocation), allocation, store=self.ws.config.store,
+                          workspace_id=self.ws.workspace_id, version=version, epoch=epoch,
+                          lazy_threshold=self.lazy_threshold)
+        save_record(self.ws.copy, rec)
+        return self._await_ready(rec)
 
     def _await_ready(self, rec: AgentRecord) -> dict[str, Any]:
         client = self.client(rec.allocation_id)
@@ -487,14 +502,21 @@ class Orchestrator:
             return lc
         rec = self.record(lc.allocation_id)
         if lc.state == L.MATERIALIZING:
-            if rec is None:
-                self._move(L.FAILED, reason="the server restarted before the worker started; Continue again")
+            allocation = rec.allocation if rec is not None else load_allocation(self.ws.copy, str(lc.allocation_id))
+            if allocation is None:
+                self._move(L.FAILED, reason="the server restarted before the machine was recorded; Continue again")
                 self._terminate_orphan(str(lc.allocation_id))
                 return self.lifecycle()
             try:
-                self._await_ready(rec)
+                if rec is not None and self._answers(rec):
+                    self._await_ready(rec)
+                else:  # the agent never started, or died with the server's restart: start it again
+                    if rec is not None:
+                        self._drop_client(rec.allocation_id)
+                        save_allocation(self.ws.copy, allocation)
+                    self._start_worker(allocation, lc.version, lc.epoch)
             except Exception as exc:
-                self._fail_with_release(rec.allocation, exc)
+                self._fail_with_release(allocation, exc)
             return self.lifecycle()
         if lc.state == L.READY and rec is not None:
             try:
@@ -504,9 +526,16 @@ class Orchestrator:
             return self.lifecycle()
         return lc
 
+    def _answers(self, rec: AgentRecord) -> bool:
+        try:
+            self.client(rec.allocation_id).status(timeout=5)
+            return True
+        except PortableError:
+            return False
+
     def _terminate_orphan(self, allocation_id: str) -> None:
         rec = self.record(allocation_id)
-        allocation = rec.allocation if rec is not None else None
+        allocation = rec.allocation if rec is not None else load_allocation(self.ws.copy, allocation_id)
         if allocation is None:
             local = self.providers.get("local")
             finder = getattr(local, "allocation", None)

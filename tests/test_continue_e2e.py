@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from jupyter_e2e import EventStream, KernelSocket, is_state, make_workspace, portable_env, start_session
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]

@@ -39,3 +39,23 @@ def point(label: str) -> None:
     if hit:
         os.write(2, f"fault injection: SIGKILL at step {_target} ({label})\n".encode())
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+_in_state = os.environ.get("JUPYTER_PORTABLE_KILL_IN_STATE", "")
+_entered: dict[str, int] = {}
+
+
+def entered_state(state: str) -> None:
+    """With ``JUPYTER_PORTABLE_KILL_IN_STATE=STATE`` (or ``STATE:N``), SIGKILL this process just
+    after it recorded entering STATE (the Nth time): a server dying mid-Continue (tests only)."""
+    if not _in_state:
+        return
+    name, _, nth = _in_state.partition(":")
+    if name != state:
+        return
+    with _lock:
+        _entered[state] = _entered.get(state, 0) + 1
+        hit = _entered[state] == int(nth or 1)
+    if hit:
+        os.write(2, f"fault injection: SIGKILL in {state}\n".encode())
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -80,9 +80,27 @@ def load_record(copy: WorkspaceCopy, allocation_id: str) -> AgentRecord | None:
         raise PortableError(f"the worker agent record of {allocation_id} is not JSON ({exc})") from None
 
 
+def save_allocation(copy: WorkspaceCopy, allocation: Allocation) -> None:
+    """The machine, recorded before its agent starts: a restart can start the agent itself."""
+    folder = copy.meta / AGENTS_DIR
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    atomic_write(folder / f"{allocation.allocation_id}.allocation.json", json.dumps(allocation.to_json()).encode())
+
+
+def load_allocation(copy: WorkspaceCopy, allocation_id: str) -> Allocation | None:
+    try:
+        obj = json.loads((copy.meta / AGENTS_DIR / f"{allocation_id}.allocation.json").read_bytes())
+        return allocation_from_json(obj)
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PortableError(f"the allocation record of {allocation_id} is malformed ({exc})") from None
+
+
 def forget_record(copy: WorkspaceCopy, allocation_id: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        (copy.meta / AGENTS_DIR / f"{allocation_id}.json").unlink()
+    for name in (f"{allocation_id}.json", f"{allocation_id}.allocation.json"):
+        with contextlib.suppress(FileNotFoundError):
+            (copy.meta / AGENTS_DIR / name).unlink()
 
 
 # -- starting the agent ------------------------------------------------------------------------
@@ -259,5 +277,5 @@ class AgentClient:
             self.request("POST", "/shutdown", timeout=5)
 
 
-__all__ = ["AgentClient", "AgentRecord", "allocation_from_json", "forget_record", "load_record", "save_record",
-           "start_agent"]
+__all__ = ["AgentClient", "AgentRecord", "allocation_from_json", "forget_record", "load_allocation", "load_record",
+           "save_allocation", "save_record", "start_agent"]
