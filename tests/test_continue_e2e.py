@@ -208,3 +208,50 @@ async def test_routes_reservations_and_admission_failover(jp_serverapp: Any, jp_
     assert stopped["state"] == "RELEASED"
     head = ws.store.read_head(ws.workspace_id)[0]
     assert head.version >= stopped["sealed_version"]
+
+
+async def test_files_both_ways_and_conflicts_shown(jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any,
+                                                   jp_root_dir: Path, env: dict[str, Path]) -> None:
+    events = await _events(jp_ws_fetch)
+    kernel_id = await start_session(jp_fetch)
+    state = await _state(jp_fetch)
+    worker = env["market"] / "allocations" / state["lifecycle"]["allocation_id"] / "work"
+    # an edit saved in JupyterLab reaches the worker's copy
+    await jp_fetch("api", "contents", "train.py", method="PUT", body=json.dumps(
+        {"type": "file", "format": "text", "content": "print('edited in lab')\n"}))
+    assert (worker / "train.py").read_text() == "print('edited in lab')\n"
+    # what the kernel writes there reaches the store at the next snapshot, and is listed
+    kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
+    status, out = await kernel.run("open('made-by-kernel.txt','w').write('42')\n"
+                                   "open('train.py','w').write('print(\"edited by the kernel\")\\n')")
+    assert status == "ok", out
+    snap = json.loads((await jp_fetch("portable", "api", "snapshot", method="POST", body="{}")).body)
+    listed = json.loads((await jp_fetch("portable", "api", "files")).body)
+    assert listed["version"] == snap["version"]
+    assert "made-by-kernel.txt" in {f["path"] for f in listed["files"]}
+    # both sides changed train.py: the worker's version is kept, the lab's is kept beside it, and it is shown
+    await jp_fetch("api", "contents", "train.py", method="PUT", body=json.dumps(
+        {"type": "file", "format": "text", "content": "print('edited in lab again')\n"}))
+    assert (worker / "train.py").read_text() == 'print("edited by the kernel")\n'
+    kept = list(worker.glob("train.py.conflict-lab-*"))
+    assert len(kept) == 1 and kept[0].read_text() == "print('edited in lab again')\n"
+    notice = await events.wait_for(lambda e: e.get("kind") == "conflict", timeout=30)
+    assert "train.py" in notice["message"]
+    conflicts = (await _state(jp_fetch))["conflicts"]
+    assert conflicts and conflicts[0]["path"] == "train.py"
+
+
+async def test_a_reservation_start_triggers_continue(jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any,
+                                                     jp_root_dir: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    start = (datetime.now(timezone.utc) + timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
+    booked = json.loads((await jp_fetch("portable", "api", "reservations", method="POST", body=json.dumps(
+        {"offer": "local/a100", "start": start.isoformat(), "hours": 1, "charge": "now"}))).body)
+    events = await _events(jp_ws_fetch)
+    service = jp_serverapp.web_app.settings["portable_service"]
+    assert service.start_due_reservation(now=start - timedelta(minutes=5)) is None  # not yet
+    assert service.start_due_reservation(now=start + timedelta(minutes=1)) == booked["reservation_id"]
+    await events.wait_for(is_state("ACTIVE"), timeout=120)
+    state = await _state(jp_fetch)
+    assert state["allocation"]["offer"] == "a100"
