@@ -21,10 +21,11 @@ CONFIG_NAME = "workspace.json"
 CONFIG_FORMAT = "jupyter-portable.workspace"
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, mode: int = 0o666) -> None:
+    """Write ``data`` to ``path`` whole or not at all; ``mode`` (before the umask) from the first byte."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
-    with open(tmp, "wb") as fh:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())

@@ -65,8 +65,7 @@ def save_record(copy: WorkspaceCopy, rec: AgentRecord) -> None:
     folder = copy.meta / AGENTS_DIR
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = folder / f"{rec.allocation_id}.json"
-    atomic_write(path, json.dumps(rec.to_json()).encode())
-    os.chmod(path, 0o600)
+    atomic_write(path, json.dumps(rec.to_json()).encode(), mode=0o600)  # it holds the token
 
 
 def load_record(copy: WorkspaceCopy, allocation_id: str) -> AgentRecord | None:
