@@ -69,6 +69,40 @@ CHECKPOINTS = [
 ]
 
 
+CONTINUE = [
+    new_markdown_cell(
+        "# Continue after a lost GPU\n\n"
+        "This notebook runs on the **Python (portable)** kernel: on a machine rented from the local "
+        "market (a worker process on this computer, presenting its offer's GPU), in that machine's "
+        "copy of this workspace. The first cell you run rents the best route for you."),
+    new_code_cell("import os\n"
+                  "print('running on', os.environ['JUPYTER_PORTABLE_ALLOCATION'], 'in', os.getcwd())\n"
+                  "!nvidia-smi -L"),
+    new_code_cell("import torch\n"
+                  "torch.manual_seed(0)\n"
+                  "model = torch.nn.Linear(16, 4)\n"
+                  "torch.save(model.state_dict(), 'model.pt')\n"
+                  "_ = open('notes.txt', 'w').write('trained to step 100\\n')"),
+    new_code_cell("%workspace checkpoint model.pt --step 100 --note 'before the GPU goes away'"),
+    new_markdown_cell(
+        "Now the GPU goes away: the market takes the machine back (a spot preemption). "
+        "The kernel dies with it; the sidebar and a notification say **GPU lost** and why."),
+    new_code_cell("!jupyter portable market lose $JUPYTER_PORTABLE_ALLOCATION"),
+    new_markdown_cell(
+        "Press **Continue** in the portable sidebar (or run `jupyter portable continue` in a terminal "
+        "in this folder). A fresh machine is rented, the workspace is written onto it and read back, "
+        "and this kernel restarts there with the same id. Then run the next cell: same files, same "
+        "checkpoint, new machine."),
+    new_code_cell("import os, torch\n"
+                  "print('running on', os.environ['JUPYTER_PORTABLE_ALLOCATION'])\n"
+                  "print(open('notes.txt').read().strip())\n"
+                  "model = torch.nn.Linear(16, 4)\n"
+                  "model.load_state_dict(torch.load('model.pt'))\n"
+                  "print('checkpoint loaded')"),
+    new_code_cell("%workspace latest"),
+]
+
+
 def prepare() -> None:
     from jupyter_portable import Workspace
 
@@ -81,9 +115,13 @@ def prepare() -> None:
     if not ck_path.exists():
         nbformat.write(new_notebook(cells=CHECKPOINTS, metadata={"kernelspec": {
             "name": "python3", "display_name": "Python 3", "language": "python"}}), ck_path)
+    cont_path = WORKSPACE / "continue.ipynb"
+    if not cont_path.exists():
+        nbformat.write(new_notebook(cells=CONTINUE, metadata={"kernelspec": {
+            "name": "portable", "display_name": "Python (portable)", "language": "python"}}), cont_path)
     readme = WORKSPACE / "README.md"
     if not readme.exists():
-        readme.write_text("A demo workspace. Open welcome.ipynb, then checkpoints.ipynb.\n")
+        readme.write_text("A demo workspace. Open welcome.ipynb, checkpoints.ipynb, then continue.ipynb.\n")
     if not (WORKSPACE / ".portable" / "workspace.json").exists():
         ws = Workspace.init(WORKSPACE, f"file://{STORE}")
         ws.snapshot("demo workspace created", progress=sys.stderr)

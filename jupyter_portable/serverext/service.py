@@ -192,6 +192,16 @@ class PortableService:
                           "message": f"{moved} kernel(s) now run on {record.allocation_id}",
                           "done": moved, "total": moved})
 
+    def _kernels_elsewhere(self, allocation_id: str | None) -> bool:
+        km = self.serverapp.kernel_manager
+        root = str(self.ws.root) if self.ws else None
+        for kid in list(km.list_kernel_ids()):
+            prov = getattr(km.get_kernel(kid), "provisioner", None)
+            if getattr(prov, "workspace_root", None) == root and getattr(prov, "allocation_id", None) not in (
+                    None, allocation_id) and prov is not None and prov.has_process:
+                return True
+        return False
+
     # -- the loss monitor -------------------------------------------------------------------------
 
     def _tick_check(self) -> None:
@@ -202,8 +212,14 @@ class PortableService:
         def check() -> None:
             try:
                 orch = self.orchestrator()
-                if orch.lifecycle().state in (L.ACTIVE, L.READY):
+                lc = orch.lifecycle()
+                if lc.state in (L.ACTIVE, L.READY):
                     orch.check()
+                if lc.state == L.ACTIVE and self._kernels_elsewhere(lc.allocation_id):
+                    # another process (`jupyter portable continue` in a terminal) moved the workspace
+                    record = orch.record(lc.allocation_id)
+                    if record is not None:
+                        self.reconnect(record)
             except PortableError as exc:
                 log.info("jupyter-portable: the check failed: %s", exc.one_line())
             finally:
