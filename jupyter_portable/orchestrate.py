@@ -49,6 +49,7 @@ Reconnect = Callable[[AgentRecord], None]
 
 _DOWN = ("lost", "terminated", "stopped")
 MATERIALIZE_TIMEOUT_S = 3600.0
+ENVIRONMENT_ENV = "JUPYTER_PORTABLE_ENVIRONMENT"  # "image" (default) or "lockfile"
 
 
 class Cancelled(PortableError):
@@ -61,8 +62,11 @@ class Orchestrator:
     def __init__(self, ws: Workspace, *, providers: dict[str, Provider] | None = None,
                  on_state: StateSink | None = None, on_progress: ProgressSink | None = None,
                  reconnect: Reconnect | None = None, lazy_threshold: int | None = None,
-                 boot_timeout_s: float = 120, stale_after_s: float = 10.0) -> None:
+                 boot_timeout_s: float = 120, stale_after_s: float = 10.0,
+                 environment: dict[str, Any] | None = None) -> None:
         self.ws = ws
+        mode = os.environ.get(ENVIRONMENT_ENV, "image")
+        self.environment = environment or {"mode": mode}
         self._providers = providers
         self.on_state = on_state
         self.on_progress = on_progress
@@ -294,7 +298,7 @@ class Orchestrator:
         self._progress("materialize", f"starting the worker on {allocation.allocation_id}")
         rec = start_agent(self.provider_of(allocation), allocation, store=self.ws.config.store,
                           workspace_id=self.ws.workspace_id, version=version, epoch=epoch,
-                          lazy_threshold=self.lazy_threshold)
+                          lazy_threshold=self.lazy_threshold, environment=self.environment)
         save_record(self.ws.copy, rec)
         return self._await_ready(rec)
 

@@ -88,6 +88,9 @@ class AgentState:
         self.progress: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
         self.sealed: dict[str, Any] | None = None
+        self.environment: dict[str, Any] = dict(config.get("environment") or {"mode": "image"})
+        self.kernel_python: str = sys.executable
+        self.env_build: dict[str, Any] | None = None
         self.kernel: subprocess.Popen[bytes] | None = None
         self.kernel_info: dict[str, Any] | None = None
         self.writes = threading.Lock()  # held by a write in flight (snapshot, edit)
@@ -114,7 +117,8 @@ class AgentState:
                 "version": version, "epoch": self.epoch, "workdir": str(self.workdir), "error": self.error,
                 "verification": self.verification, "progress": dict(self.progress), "timings": dict(self.timings),
                 "pending": pending, "accepting": self.accepting, "sealed": self.sealed, "heartbeat": time.time(),
-                "pid": os.getpid(), "python": sys.executable, "kernel": self.kernel_status()}
+                "pid": os.getpid(), "python": self.kernel_python, "environment": self.env_build,
+                "kernel": self.kernel_status()}
 
     def kernel_status(self) -> dict[str, Any]:
         k = self.kernel
@@ -214,10 +218,65 @@ def verify(state: AgentState) -> dict[str, Any]:
             "files_checked": len(manifest.files) - len(pending), "pending": sorted(pending)}
 
 
+def pinned_only(lockfile: bytes) -> tuple[bytes, list[str]]:
+    """The lockfile's ``NAME==VERSION`` lines (what a wheel can satisfy), and the names left out
+    (editable and direct-URL installs: local to the machine that made the lockfile)."""
+    from ..runtime.lockfile import parse_lockfile
+
+    keep: list[str] = []
+    skipped: list[str] = []
+    for name, line in sorted(parse_lockfile(lockfile).items()):
+        (keep if "==" in line and " @ " not in line and not line.startswith("-e") else skipped).append(
+            line if "==" in line else name)
+    return ("\n".join(keep) + "\n").encode(), skipped
+
+
+def build_environment(state: AgentState) -> None:
+    """With ``environment.mode == "lockfile"``: the kernel's venv from the recorded lockfile, its
+    wheels from the store when a worker built it before (warm), else from the package index (cold)."""
+    from .envcache import build_env
+
+    if state.environment.get("mode", "image") == "image":
+        state.env_build = {"mode": "image", "python": sys.executable}
+        return
+    if state.environment.get("mode") != "lockfile":
+        raise UsageError(f"unknown environment mode {state.environment.get('mode')!r} (image or lockfile)")
+    store = state.store()
+    manifest = store.read_manifest(state.workspace_id, state.version)
+    lock_hash = (manifest.runtime or {}).get("lockfile")
+    if not lock_hash:
+        raise PortableError(f"version {state.version} recorded no lockfile to build the environment from",
+                            hint="use the image's Python (environment mode 'image')")
+    lockfile, skipped = pinned_only(store.get_object(lock_hash, what="the lockfile"))
+    venv = state.state_dir / f"env-{lock_hash[:16]}"
+    started = time.monotonic()
+    built = build_env(store, lockfile, venv, find_links=state.environment.get("find_links"),
+                      index_url=state.environment.get("index_url"),
+                      progress=lambda line: state.progress.update(step="environment", message=line))
+    state.kernel_python = str(built.python)
+    state.env_build = {**built.to_json(), "mode": "lockfile", "skipped": skipped,
+                       "seconds": round(time.monotonic() - started, 3)}
+    state.timings["environment_s"] = round(time.monotonic() - started, 3)
+
+
 def prepare(state: AgentState) -> None:
-    """The work thread: materialize, verify, then fetch large files in the background."""
+    """The work thread: the environment alongside the small files and checkpoints, then verify;
+    large files go on arriving in the background."""
     try:
+        env_error: list[BaseException] = []
+
+        def env() -> None:
+            try:
+                build_environment(state)
+            except BaseException as exc:
+                env_error.append(exc)
+
+        builder = threading.Thread(target=env, daemon=True)
+        builder.start()
         materialize(state)
+        builder.join()
+        if env_error:
+            raise env_error[0]
         state.verification = verify(state)
         state.phase = "ready"
     except Exception as exc:  # reported through /status: the orchestrator decides what next
@@ -238,9 +297,13 @@ def start_kernel(state: AgentState, kernel_id: str) -> dict[str, Any]:
     fname, info = write_connection_file(str(kdir / f"kernel-{kernel_id}.json"), ip="127.0.0.1", key=key,
                                         transport="tcp", signature_scheme="hmac-sha256", kernel_name="portable")
     env = {**os.environ, "JUPYTER_PORTABLE_ALLOCATION": state.allocation_id, "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+    if state.kernel_python != sys.executable:
+        # a venv built from the lockfile: this package comes from the machine's copy of it
+        pkg_root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
     with open(state.state_dir / "kernel.log", "ab") as out:
         state.kernel = subprocess.Popen(
-            [sys.executable, "-m", "ipykernel_launcher", "-f", fname, "--IPKernelApp.extensions=jupyter_portable"],
+            [state.kernel_python, "-m", "ipykernel_launcher", "-f", fname, "--IPKernelApp.extensions=jupyter_portable"],
             cwd=state.workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
     conn: dict[str, Any] = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in dict(info).items()}
     state.kernel_info = conn
@@ -524,6 +587,9 @@ def check_config(obj: Any) -> dict[str, Any]:
     for key in ("version", "epoch"):
         if not isinstance(obj.get(key), int) or obj[key] < 0:
             raise UsageError(f"the agent's configuration needs a non-negative integer {key!r}")
+    environment = obj.get("environment") or {"mode": "image"}
+    if not isinstance(environment, dict) or environment.get("mode") not in ("image", "lockfile"):
+        raise UsageError("environment must be {\"mode\": \"image\"} or {\"mode\": \"lockfile\", ...}")
     env = obj.get("env") or {}
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise UsageError("env must map names to text")

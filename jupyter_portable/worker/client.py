@@ -111,11 +111,17 @@ def _store_env() -> dict[str, str]:
 
 
 def start_agent(provider: Provider, allocation: Allocation, *, store: str, workspace_id: str, version: int,
-                epoch: int, lazy_threshold: int | None = None, timeout: float = 120) -> AgentRecord:
-    """Start the agent on ``allocation``'s machine and return how to reach it."""
+                epoch: int, lazy_threshold: int | None = None, environment: dict[str, Any] | None = None,
+                timeout: float = 120) -> AgentRecord:
+    """Start the agent on ``allocation``'s machine and return how to reach it.
+
+    ``environment``: ``{"mode": "image"}`` (the machine's Python runs the kernel) or
+    ``{"mode": "lockfile", "find_links": [...], "index_url": ...}`` (a venv from the recorded
+    lockfile, its wheels cached in the store)."""
     details = allocation.details
     config: dict[str, Any] = {"store": store, "workspace_id": workspace_id, "allocation_id": allocation.allocation_id,
-                              "version": version, "epoch": epoch, "env": _store_env()}
+                              "version": version, "epoch": epoch, "env": _store_env(),
+                              "environment": environment or {"mode": "image"}}
     if lazy_threshold is not None:
         config["lazy_threshold"] = lazy_threshold
     if details.get("local"):
