@@ -66,7 +66,8 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
 
     @property
     def has_process(self) -> bool:
-        return self._alive
+        # a moved kernel still counts as one: its restarter must restart it (on the new machine)
+        return self._alive or self._moved
 
     # -- launch -------------------------------------------------------------------------------
 
@@ -140,8 +141,8 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             k = await asyncio.to_thread(self._client.kernel)
         except PortableError:
             return None  # the machine does not answer: a loss is the workspace's news, not a kernel exit
-        if k.get("alive"):
-            return None
+        if k.get("alive") or k.get("machine_gone"):
+            return None  # dying with its machine is a loss, for Continue to handle, not a restart here
         self._alive = False
         rc = k.get("returncode")
         return int(rc) if isinstance(rc, int) else 1

@@ -168,8 +168,10 @@ class PortableService:
             return out
 
         moving = portable()
-        for prov in moving.values():
+        for kid, prov in moving.items():
             prov.move()
+            # re-arm the kernel's restarter: after a loss it may have given up on the old machine
+            self.loop.add_callback(km.get_kernel(kid).start_restarter)
         deadline = time.monotonic() + timeout_s
         nudged = time.monotonic() + 10.0
         while moving:

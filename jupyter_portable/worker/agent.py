@@ -95,6 +95,7 @@ class AgentState:
         self.kernel_info: dict[str, Any] | None = None
         self.writes = threading.Lock()  # held by a write in flight (snapshot, edit)
         self.accepting = True
+        self.machine_gone = False
         self.lock = threading.Lock()
 
     # -- the store, opened lazily in the threads that need it --
@@ -123,9 +124,9 @@ class AgentState:
     def kernel_status(self) -> dict[str, Any]:
         k = self.kernel
         if k is None:
-            return {"alive": False, "returncode": None, "started": False}
+            return {"alive": False, "returncode": None, "started": False, "machine_gone": self.machine_gone}
         rc = k.poll()
-        return {"alive": rc is None, "returncode": rc, "started": True}
+        return {"alive": rc is None, "returncode": rc, "started": True, "machine_gone": self.machine_gone}
 
 
 # -- materialize and verify ------------------------------------------------------------------
@@ -559,6 +560,7 @@ def _heartbeat(state: AgentState, machine_pid: int | None) -> None:
         atomic_write(beat, f"{time.time():.3f}\n".encode())
         if machine_pid is not None and not _alive(machine_pid):
             log.warning("the machine's process %d is gone: stopping", machine_pid)
+            state.machine_gone = True
             stop_kernel(state, timeout=1)
             os._exit(3)
         time.sleep(1.0)
