@@ -329,17 +329,10 @@ def calendar(ws: Workspace, days: int = 7, *, providers: dict[str, Provider] | N
 
 # -- acquiring a machine for the workspace ------------------------------------------------
 
-def acquire_for(ws: Workspace, *, hours: float | None = None, providers: dict[str, Provider] | None = None,
-                route_id: str | None = None, on_event: Any = None, boot_timeout_s: float = 120) -> dict[str, Any]:
-    """Launch the best admissible route (or ``route_id``), failing over down the ranking.
-
-    Every route given up is recorded in the workspace's allocation history: an admission
-    refusal as an environment fault (the work did not run), anything else as a failure.
-    """
-    from .compute.acquire import acquire
-    from .store.repo import now_iso
-
-    providers = providers if providers is not None else enabled_providers()
+def routes_to_try(ws: Workspace, route_id: str | None = None, *, hours: float | None = None,
+                  providers: dict[str, Provider] | None = None) -> list[Route]:
+    """The open routes in the order to try them: ``route_id`` first when given, then by cost.
+    UsageError for an unknown or blocked ``route_id``; NoCapacity when every route is blocked."""
     routes, _ = compute_routes(ws, hours=hours, providers=providers)
     usable = [r for r in routes if not r.blocked]
     if route_id is not None:
@@ -351,6 +344,21 @@ def acquire_for(ws: Workspace, *, hours: float | None = None, providers: dict[st
         usable = chosen + [r for r in usable if r.id != route_id]
     if not usable:
         raise NoCapacity("no route is open: every offer is blocked", hint="see `jupyter portable routes`")
+    return usable
+
+
+def acquire_for(ws: Workspace, *, hours: float | None = None, providers: dict[str, Provider] | None = None,
+                route_id: str | None = None, on_event: Any = None, boot_timeout_s: float = 120) -> dict[str, Any]:
+    """Launch the best admissible route (or ``route_id``), failing over down the ranking.
+
+    Every route given up is recorded in the workspace's allocation history: an admission
+    refusal as an environment fault (the work did not run), anything else as a failure.
+    """
+    from .compute.acquire import acquire
+    from .store.repo import now_iso
+
+    providers = providers if providers is not None else enabled_providers()
+    usable = routes_to_try(ws, route_id, hours=hours, providers=providers)
     settings = load_settings(ws)
     by_key = {r.offer.key: r for r in usable}
 

@@ -28,7 +28,7 @@ from typing import Any
 from . import lifecycle_store
 from .compute.base import Allocation, Provider
 from .core import lifecycle as L
-from .errors import ComputeError, ConflictError, NoCapacity, PortableError, ProviderUnavailable, UsageError
+from .errors import ComputeError, ConflictError, PortableError, ProviderUnavailable, UsageError
 from .store import faults
 from .store.repo import now_iso
 from .worker.client import (
@@ -182,21 +182,10 @@ class Orchestrator:
             return self._run(route_id, hours)
 
     def _ordered_routes(self, route_id: str | None, hours: float | None) -> list[Any]:
-        from .market import compute_routes
+        from .market import routes_to_try
 
         self._progress("acquire", "ranking routes")
-        routes, _ = compute_routes(self.ws, hours=hours, providers=self.providers)
-        usable = [r for r in routes if not r.blocked]
-        if route_id is not None:
-            chosen = [r for r in routes if r.id == route_id]
-            if not chosen:
-                raise UsageError(f"no route {route_id!r}", hint="see `jupyter portable routes`")
-            if chosen[0].blocked:
-                raise UsageError(f"route {route_id} is blocked: {chosen[0].blocked}")
-            usable = chosen + [r for r in usable if r.id != route_id]
-        if not usable:
-            raise NoCapacity("no route is open: every offer is blocked", hint="see `jupyter portable routes`")
-        return usable
+        return routes_to_try(self.ws, route_id, hours=hours, providers=self.providers)
 
     def _run(self, route_id: str | None, hours: float | None) -> dict[str, Any]:
         from .compute.acquire import acquire
@@ -304,13 +293,14 @@ class Orchestrator:
 
     def _await_ready(self, rec: AgentRecord) -> dict[str, Any]:
         client = self.client(rec.allocation_id)
-        seen = {"verifying": False}
+        seen: dict[str, Any] = {"verifying": False, "last": None}
 
         def on_status(st: dict[str, Any]) -> None:
             self._check_cancel()
             prog = st.get("progress") or {}
-            if prog.get("message"):
-                self._progress("materialize" if st["phase"] == "materializing" else "verify", prog["message"])
+            if prog.get("message") and prog != seen["last"]:
+                seen["last"] = prog
+                self._progress("materialize", str(prog["message"]))
             if st["phase"] in ("verifying", "ready") and not seen["verifying"]:
                 seen["verifying"] = True
                 self._move(L.VERIFYING)

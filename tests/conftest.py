@@ -121,3 +121,11 @@ def read_tree(root: Path) -> dict[str, Any]:
 @pytest.fixture
 def tree_helpers() -> tuple[Callable[..., None], Callable[..., dict[str, Any]]]:
     return write_tree, read_tree
+
+
+@pytest.fixture
+def jp_server_config() -> dict[str, Any]:
+    """The Jupyter server of the end-to-end tests (pytest-jupyter): this extension on, and every
+    request authenticated, so an endpoint without auth fails its test."""
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_portable": True},
+                          "allow_unauthenticated_access": False}}

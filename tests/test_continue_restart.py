@@ -29,12 +29,6 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
 
 
 @pytest.fixture
-def jp_server_config() -> dict[str, Any]:
-    return {"ServerApp": {"jpserver_extensions": {"jupyter_portable": True},
-                          "allow_unauthenticated_access": False}}
-
-
-@pytest.fixture
 def jp_root_dir(tmp_path: Path, env: dict[str, Path], request: pytest.FixtureRequest) -> Path:
     root = tmp_path / "workspace"
     make_workspace(root, env["store"])
