@@ -9,6 +9,7 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import { ICommandPalette, Notification } from '@jupyterlab/apputils';
+import { NotebookActions } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 
@@ -48,18 +49,24 @@ const plugin: JupyterFrontEndPlugin<void> = {
     palette: ICommandPalette | null
   ) => {
     const showSidebar = () => app.shell.activateById('jupyter-portable-sidebar');
+    // The loss stays on screen until the work is Ready again.
+    let lostNotice: string | null = null;
     const notifier: INotifier = {
       notice(kind, message) {
         switch (kind) {
           case 'lost':
             showSidebar();
-            Notification.error(`GPU lost: ${message}`, {
+            lostNotice = Notification.error(`GPU lost: ${message}`, {
               autoClose: false,
               actions: [{ label: 'Show routes', callback: showSidebar }]
             });
             break;
           case 'ready':
-            Notification.success(`Ready: ${message}`, { autoClose: 8000 });
+            if (lostNotice) {
+              Notification.dismiss(lostNotice);
+              lostNotice = null;
+            }
+            Notification.success(message, { autoClose: 8000 });
             break;
           case 'failed':
             Notification.error(`Continue failed: ${message}`, {
@@ -112,6 +119,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
         })
         .catch(reason => console.error('jupyter-portable: cannot read settings', reason));
     }
+
+    // A cell can change the workspace without a lifecycle event (`%workspace checkpoint`,
+    // `%workspace snapshot` run on the worker): read the state once after each cell ends.
+    NotebookActions.executed.connect(() => void model.refreshState());
+    // Starting the notebook's portable kernel may start the workspace's first machine.
+    app.serviceManager.kernels.runningChanged.connect(() => void model.refreshState());
 
     void app.restored.then(() => model.start());
   }

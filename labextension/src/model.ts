@@ -50,7 +50,15 @@ export interface IEmissionSource {
   ): boolean;
 }
 
-export type Action = 'snapshot' | 'continue' | 'cancel' | 'book' | 'cancel-booking' | 'routes' | 'reservations';
+export type Action =
+  | 'snapshot'
+  | 'continue'
+  | 'cancel'
+  | 'stop'
+  | 'book'
+  | 'cancel-booking'
+  | 'routes'
+  | 'reservations';
 
 export interface IStatus {
   kind: 'info' | 'error';
@@ -198,6 +206,15 @@ export class PortableModel implements IDisposable {
     });
   }
 
+  /** Seal (publish and read back the final version), then release the machine. */
+  async stop(): Promise<void> {
+    await this._act('stop', async () => {
+      const { state, version } = await this.client.stop();
+      return `${state} at version ${version}`;
+    });
+    await Promise.all([this.refreshState(), this.refreshRoutes()]);
+  }
+
   async snapshot(message: string): Promise<void> {
     await this._act('snapshot', async () => {
       const { version, changed } = await this.client.snapshot(message);
@@ -251,6 +268,11 @@ export class PortableModel implements IDisposable {
     if (id === STATE_SCHEMA) {
       const ev = emission as unknown as IStateEvent;
       this.progress = applyStateEvent(this.progress, ev);
+      if (ev.state === 'ACTIVE' || ev.state === 'FAILED' || ev.state === 'ROUTING') {
+        // the progress now tells how the Continue went; "Continue started" is stale
+        delete this.status.continue;
+        delete this.status.cancel;
+      }
       this._emit();
       void this.refreshState();
       if (ev.state === 'LOST' || ev.state === 'FAILED' || ev.state === 'RELEASED') {

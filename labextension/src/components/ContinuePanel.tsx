@@ -5,8 +5,9 @@ import * as fmt from '../format';
 import { IStatus } from '../model';
 import { IContinueProgress, STEP_LABEL, STEPS, stepFraction } from '../progress';
 import { routeLabel } from '../routes';
-import { IPortableState, IRoute, IRoutesAnswer } from '../types';
+import { CONTINUE_FROM, IPortableState, IRoute, IRoutesAnswer } from '../types';
 import { Section, StatusLine } from './common';
+import { safeVersion } from './WorkspacePanel';
 
 const STATUS_WORD = { pending: 'waiting', running: 'running', done: 'done', failed: 'failed' } as const;
 
@@ -25,10 +26,11 @@ export function ContinuePanel(props: {
   routes: IRoutesAnswer | null;
   selected: string | null;
   canContinue: boolean;
-  busy: { continue: boolean; cancel: boolean };
-  status: { continue?: IStatus; cancel?: IStatus };
+  busy: { continue: boolean; cancel: boolean; stop: boolean };
+  status: { continue?: IStatus; cancel?: IStatus; stop?: IStatus };
   onContinue: () => void;
   onCancel: () => void;
+  onStop: () => void;
 }): JSX.Element {
   const { progress, routes } = props;
   const route = routes?.routes.find(r => r.id === props.selected) ?? null;
@@ -36,7 +38,25 @@ export function ContinuePanel(props: {
   const showSteps = running || progress.outcome !== null || progress.failovers.length > 0;
   return (
     <Section id="continue" title="Continue">
-      {!running ? (
+      {!running && !CONTINUE_FROM.has(props.state.lifecycle.state) ? (
+        <div className="jp-Portable-row">
+          <p className="jp-Portable-grow">
+            {props.state.lifecycle.state === 'ACTIVE' && props.state.allocation
+              ? `Running on ${props.state.allocation.gpu} (${props.state.allocation.provider}).`
+              : `The workspace is ${props.state.lifecycle.state}.`}
+          </p>
+          {props.state.lifecycle.state === 'ACTIVE' ? (
+            <Button
+              className="jp-mod-styled"
+              disabled={props.busy.stop}
+              onClick={props.onStop}
+              title="Seal the workspace (publish and read back its final version), then release the machine"
+            >
+              {props.busy.stop ? 'Stopping…' : 'Stop'}
+            </Button>
+          ) : null}
+        </div>
+      ) : !running ? (
         <div className="jp-Portable-row">
           <p className="jp-Portable-grow">
             {route ? (
@@ -44,8 +64,6 @@ export function ContinuePanel(props: {
                 On <strong>{routeLabel(route)}</strong>: {fmt.money(route.cost.total)} for {routes?.hours} h, ready in ~
                 {fmt.duration(route.time_to_ready_s)}
               </>
-            ) : props.state.lifecycle.state === 'ACTIVE' ? (
-              'The workspace is running on a machine.'
             ) : (
               'No route can be taken now.'
             )}
@@ -112,11 +130,12 @@ export function ContinuePanel(props: {
       ) : null}
       {progress.outcome === 'failed' ? (
         <p className="jp-Portable-status jp-Portable-status-error" role="alert">
-          Continue failed: {progress.reason}. The workspace stays at version {props.state.lifecycle.version}.
+          Continue failed: {progress.reason}. The workspace stays at version {safeVersion(props.state)}.
         </p>
       ) : null}
       <StatusLine status={props.status.continue} />
       <StatusLine status={props.status.cancel} />
+      <StatusLine status={props.status.stop} />
     </Section>
   );
 }

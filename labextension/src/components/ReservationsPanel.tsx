@@ -147,7 +147,7 @@ export function ReservationsPanel(props: {
         <>
           <p className="jp-Portable-guarantee" data-guarantee={grid.guarantee}>
             {GUARANTEE_TEXT[grid.guarantee]}
-            {grid.capacity !== null ? ` ${grid.capacity} per hour.` : ''}
+            {grid.capacity !== null ? ` Capacity: ${grid.capacity} at a time.` : ''}
           </p>
           <div className="jp-Portable-tableWrap">
             <table

@@ -35,10 +35,11 @@ export function Sidebar(props: { model: PortableModel; now: number; onOpenSettin
         routes={model.routes}
         selected={model.selectedRoute}
         canContinue={model.canContinue}
-        busy={{ continue: model.busy.has('continue'), cancel: model.busy.has('cancel') }}
-        status={{ continue: model.status.continue, cancel: model.status.cancel }}
+        busy={{ continue: model.busy.has('continue'), cancel: model.busy.has('cancel'), stop: model.busy.has('stop') }}
+        status={{ continue: model.status.continue, cancel: model.status.cancel, stop: model.status.stop }}
         onContinue={() => void model.continueWork()}
         onCancel={() => void model.cancelContinue()}
+        onStop={() => void model.stop()}
       />
       <RoutesPanel
         answer={model.routes}

@@ -21,6 +21,11 @@ export function WorkspaceHeader(props: { state: IPortableState }): JSX.Element {
   );
 }
 
+/** The last published version: the store's head, which the lifecycle may not have caught up with. */
+export function safeVersion(state: IPortableState): number {
+  return Math.max(state.snapshot?.version ?? 0, state.lifecycle.version);
+}
+
 /** The GPU is gone: a banner that cannot be missed. */
 export function LostBanner(props: { state: IPortableState }): JSX.Element | null {
   const lost = props.state.lost;
@@ -33,8 +38,8 @@ export function LostBanner(props: { state: IPortableState }): JSX.Element | null
       <span className="jp-Portable-lostReason">{lost.reason}</span>
       {lost.at ? <span className="jp-Portable-lostAt">at {fmt.when(lost.at)}</span> : null}
       <span>
-        The workspace is safe at version {props.state.lifecycle.version}. Choose a route below and
-        press Continue.
+        The workspace is safe at version {safeVersion(props.state)}. Choose a route below and press
+        Continue.
       </span>
     </div>
   );
