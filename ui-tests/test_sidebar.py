@@ -217,3 +217,23 @@ def test_settings_are_in_the_registry(page: Any, lab: Lab) -> None:
     props = schema["schema"]["properties"]
     assert {"storeUrl", "budgetCap", "pinnedDriver", "autoSnapshotMinutes"} <= set(props)
     assert json.loads(json.dumps(schema["settings"])) == {} or isinstance(schema["settings"], dict)
+
+
+def test_the_sidebar_follows_the_dark_theme(page: Any, lab: Lab) -> None:
+    sidebar = open_sidebar(page)
+
+    def background() -> list[int]:
+        rgb = sidebar.evaluate("n => getComputedStyle(n).backgroundColor")
+        return [int(x) for x in re.findall(r"\d+", rgb)[:3]]
+
+    assert sum(background()) > 600  # light
+    page.keyboard.press("Control+Shift+C")  # the command palette
+    palette = page.locator(".jp-ModalCommandPalette input")
+    expect(palette).to_be_visible()
+    palette.fill("Use Theme: JupyterLab Dark")
+    page.keyboard.press("Enter")
+    expect(page.locator("body")).to_have_attribute("data-jp-theme-name", "JupyterLab Dark")
+    page.wait_for_timeout(500)  # the theme's stylesheet settles
+    assert sum(background()) < 200  # dark, from JupyterLab's variables alone
+    sidebar.locator("table.jp-Portable-routeTable").scroll_into_view_if_needed()
+    lab.screenshot(page, "11-dark-theme")

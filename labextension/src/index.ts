@@ -87,7 +87,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const model = new PortableModel(client, app.serviceManager.events.stream, notifier);
     const openSettings = () =>
       void app.commands.execute('settingeditor:open', { query: 'jupyter-portable' });
-    const sidebar = new PortableSidebar(model, app.commands.hasCommand('settingeditor:open') ? openSettings : undefined);
+    const sidebar = new PortableSidebar(model, openSettings);
     sidebar.title.icon = portableIcon;
     sidebar.title.caption = 'jupyter-portable: workspace, GPU, routes';
     app.shell.add(sidebar, 'left', { rank: 250 });

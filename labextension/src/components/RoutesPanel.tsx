@@ -132,7 +132,7 @@ export function RoutesPanel(props: {
       ) : null}
       {routes.length ? (
         <div className="jp-Portable-tableWrap">
-          <table className="jp-Portable-routes">
+          <table className="jp-Portable-routeTable">
             <caption>
               Cost of each route for {props.answer?.hours ?? props.hours} h, in dollars.
               {blockedCount ? ` ${blockedCount} blocked.` : ''} Checks: ✓ done and passed, ✗ failed, · not done
