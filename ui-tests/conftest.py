@@ -1,14 +1,4 @@
-"""Browser tests: a real JupyterLab with the extension, started by the tests, driven by
-Playwright in Debian's Chromium (never a downloaded browser).
-
-The server runs in a fresh workspace on the local market (real worker processes on this
-machine); every request is authenticated with a token. Screenshots of each key state go
-to ``test-output/ui/``.
-
-Needs: ``apt-get install -y chromium`` and ``pip install playwright pytest-playwright``
-(``PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1``: nothing is downloaded). The tests skip, saying
-which, when either is missing.
-"""
+"""Fixtures of the browser tests (see README.md and portable_lab.py)."""
 
 from __future__ import annotations
 
@@ -17,78 +7,15 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-CHROMIUM = os.environ.get("PORTABLE_CHROMIUM", "/usr/bin/chromium")
-ROOT = Path(__file__).resolve().parent.parent
-OUTPUT = ROOT / "test-output" / "ui"
-
-# Two offers the budget allows and one over the $/h cap: the blocked route.
-CATALOG = """
-version = 1
-[store]
-region = "local-a"
-egress_per_gb = 0.0
-
-[[offer]]
-id = "l4"
-gpu = "NVIDIA L4"
-gpu_count = 1
-gpu_memory_gb = 24
-driver = "550.54.15"
-cuda = "12.4"
-price_per_hour = 0.40
-region = "local-a"
-capacity = 2
-boot_seconds = 0
-launch_failure_rate = 0
-reliability = 0.99
-bandwidth_mbps = 10000
-reservable = true
-
-[[offer]]
-id = "a100"
-gpu = "NVIDIA A100-SXM4-80GB"
-gpu_count = 1
-gpu_memory_gb = 80
-driver = "550.54.15"
-cuda = "12.4"
-price_per_hour = 1.50
-region = "local-a"
-capacity = 3
-boot_seconds = 0
-launch_failure_rate = 0
-reliability = 0.99
-bandwidth_mbps = 10000
-reservable = true
-
-[[offer]]
-id = "h100x8"
-gpu = "NVIDIA H100-SXM5-80GB"
-gpu_count = 8
-gpu_memory_gb = 80
-driver = "550.54.15"
-cuda = "12.4"
-price_per_hour = 24.00
-region = "local-a"
-capacity = 1
-boot_seconds = 0
-launch_failure_rate = 0
-reliability = 0.99
-bandwidth_mbps = 10000
-reservable = true
-"""
-PRICE_CAP = 5.0
+from portable_lab import CATALOG, CHROMIUM, OUTPUT, PRICE_CAP, Lab, free_port
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
@@ -100,8 +27,10 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     except ImportError:
         reasons.append("Playwright is not installed (pip install playwright pytest-playwright)")
     if reasons:
+        here = Path(__file__).parent
         for item in items:
-            item.add_marker(pytest.mark.skip(reason="; ".join(reasons)))
+            if Path(str(item.fspath)).is_relative_to(here):  # only ours, when run beside tests/
+                item.add_marker(pytest.mark.skip(reason="; ".join(reasons)))
 
 
 @pytest.fixture(scope="session")
@@ -113,51 +42,6 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
 @pytest.fixture(scope="session")
 def browser_context_args(browser_context_args: dict[str, Any]) -> dict[str, Any]:
     return {**browser_context_args, "viewport": {"width": 1400, "height": 1000}}
-
-
-@dataclass
-class Lab:
-    """A running JupyterLab server on one workspace."""
-
-    url: str
-    token: str
-    root: Path
-    market: Path
-    env: dict[str, str]
-    proc: subprocess.Popen[bytes]
-    log: Path
-    shots: list[Path] = field(default_factory=list)
-
-    def api(self, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
-                                     headers={"Authorization": f"token {self.token}"})
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            text = resp.read().decode()
-        return json.loads(text) if text else None
-
-    def state(self) -> dict[str, Any]:
-        return self.api("GET", "portable/api/state")  # type: ignore[no-any-return]
-
-    def portable(self, *args: str) -> str:
-        """Run the CLI against this server's workspace and market."""
-        out = subprocess.run([sys.executable, "-m", "jupyter_portable", *args], cwd=self.root, env=self.env,
-                             capture_output=True, text=True, timeout=120)
-        assert out.returncode == 0, out.stderr
-        return out.stdout
-
-    def screenshot(self, page: Any, name: str) -> Path:
-        OUTPUT.mkdir(parents=True, exist_ok=True)
-        path = OUTPUT / f"{name}.png"
-        page.screenshot(path=str(path))
-        self.shots.append(path)
-        return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +76,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     ws.snapshot("first", progress=None)
     update_settings(ws, max_price_per_hour=PRICE_CAP)
 
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     log = tmp / "jupyterlab.log"
     argv = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import OUTPUT, PRICE_CAP, Lab
+from portable_lab import OUTPUT, PRICE_CAP, Lab
 
 expect: Any = None
 try:

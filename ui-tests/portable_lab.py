@@ -1,0 +1,129 @@
+"""Shared by the browser tests: a real JupyterLab with the extension, started by the tests, driven by
+Playwright in Debian's Chromium (never a downloaded browser).
+
+The server runs in a fresh workspace on the local market (real worker processes on this
+machine); every request is authenticated with a token. Screenshots of each key state go
+to ``test-output/ui/``.
+
+Needs: ``apt-get install -y chromium`` and ``pip install playwright pytest-playwright``
+(``PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1``: nothing is downloaded). The tests skip, saying
+which, when either is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CHROMIUM = os.environ.get("PORTABLE_CHROMIUM", "/usr/bin/chromium")
+ROOT = Path(__file__).resolve().parent.parent
+OUTPUT = ROOT / "test-output" / "ui"
+
+# Two offers the budget allows and one over the $/h cap: the blocked route.
+CATALOG = """
+version = 1
+[store]
+region = "local-a"
+egress_per_gb = 0.0
+
+[[offer]]
+id = "l4"
+gpu = "NVIDIA L4"
+gpu_count = 1
+gpu_memory_gb = 24
+driver = "550.54.15"
+cuda = "12.4"
+price_per_hour = 0.40
+region = "local-a"
+capacity = 2
+boot_seconds = 0
+launch_failure_rate = 0
+reliability = 0.99
+bandwidth_mbps = 10000
+reservable = true
+
+[[offer]]
+id = "a100"
+gpu = "NVIDIA A100-SXM4-80GB"
+gpu_count = 1
+gpu_memory_gb = 80
+driver = "550.54.15"
+cuda = "12.4"
+price_per_hour = 1.50
+region = "local-a"
+capacity = 3
+boot_seconds = 0
+launch_failure_rate = 0
+reliability = 0.99
+bandwidth_mbps = 10000
+reservable = true
+
+[[offer]]
+id = "h100x8"
+gpu = "NVIDIA H100-SXM5-80GB"
+gpu_count = 8
+gpu_memory_gb = 80
+driver = "550.54.15"
+cuda = "12.4"
+price_per_hour = 24.00
+region = "local-a"
+capacity = 1
+boot_seconds = 0
+launch_failure_rate = 0
+reliability = 0.99
+bandwidth_mbps = 10000
+reservable = true
+"""
+PRICE_CAP = 5.0
+
+
+@dataclass
+class Lab:
+    """A running JupyterLab server on one workspace."""
+
+    url: str
+    token: str
+    root: Path
+    market: Path
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes]
+    log: Path
+    shots: list[Path] = field(default_factory=list)
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
+                                     headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            text = resp.read().decode()
+        return json.loads(text) if text else None
+
+    def state(self) -> dict[str, Any]:
+        return self.api("GET", "portable/api/state")  # type: ignore[no-any-return]
+
+    def portable(self, *args: str) -> str:
+        """Run the CLI against this server's workspace and market."""
+        out = subprocess.run([sys.executable, "-m", "jupyter_portable", *args], cwd=self.root, env=self.env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    def screenshot(self, page: Any, name: str) -> Path:
+        OUTPUT.mkdir(parents=True, exist_ok=True)
+        path = OUTPUT / f"{name}.png"
+        page.screenshot(path=str(path))
+        self.shots.append(path)
+        return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
