@@ -219,6 +219,28 @@ def test_settings_are_in_the_registry(page: Any, lab: Lab) -> None:
     assert json.loads(json.dumps(schema["settings"])) == {} or isinstance(schema["settings"], dict)
 
 
+def test_a_slot_can_be_booked_by_keyboard_alone(page: Any, lab: Lab) -> None:
+    sidebar = open_sidebar(page)
+    section = sidebar.locator(".jp-Portable-reservations")
+    grid = section.get_by_role("grid")
+    grid.locator('td[tabindex="0"]').focus()
+    # End of today's row, then down a day: tomorrow 23:00 (local), ahead and free.
+    for key in ("End", "ArrowDown", "Enter", "Shift+ArrowLeft", "Shift+ArrowLeft"):
+        page.keyboard.press(key)
+    chosen = grid.locator('td[aria-selected="true"]')
+    expect(chosen).to_have_count(3)
+    expect(section.get_by_role("status").filter(has_text=", 3 h")).to_be_visible()
+    book = section.get_by_role("button", name="Book", exact=True)
+    book.focus()
+    page.keyboard.press("Enter")
+    booked = section.locator(".jp-Portable-bookingItem", has_text="3 h").first
+    expect(booked).to_contain_text("booked")
+    lab.screenshot(page, "10a-booked-by-keyboard")
+    booked.get_by_role("button", name=re.compile("^Cancel reservation")).focus()
+    page.keyboard.press("Enter")
+    expect(booked).to_contain_text("cancelled")
+
+
 def test_the_sidebar_follows_the_dark_theme(page: Any, lab: Lab) -> None:
     sidebar = open_sidebar(page)
 
