@@ -121,8 +121,9 @@ export interface ICheckpoint {
 
 export interface IBudget {
   spent: number;
-  cap: number | null;
+  cap?: number | null;
   state: string;
+  message?: string | null;
 }
 
 export interface IConflict {

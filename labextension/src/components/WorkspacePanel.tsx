@@ -86,7 +86,8 @@ export function AllocationPanel(props: {
       {budget ? (
         <p className={`jp-Portable-budget jp-Portable-budget-${budget.state}`}>
           Spent {fmt.money(budget.spent)}
-          {budget.cap !== null ? ` of ${fmt.money(budget.cap)} budget` : ''} ({budget.state})
+          {typeof budget.cap === 'number' ? ` of ${fmt.money(budget.cap)} budget` : ''} ({budget.state})
+          {budget.message ? `: ${budget.message}` : ''}
         </p>
       ) : null}
       {state.conflicts.length ? (
