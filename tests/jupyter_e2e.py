@@ -62,6 +62,28 @@ def portable_env(tmp_path: Path, monkeypatch: Any, catalog: str = CATALOG) -> di
     return dirs
 
 
+def release_all(providers: tuple[str, ...] = ("local",)) -> None:
+    """Terminate every machine the test's markets still run: no worker outlives its test."""
+    from jupyter_portable.compute.base import Allocation
+    from jupyter_portable.compute.local import LocalMarket
+
+    if "local" in providers:
+        market = LocalMarket()
+        for rec in market.list_allocations():
+            if rec["state"] not in ("terminated", "lost"):
+                market.terminate(market.allocation(rec["allocation_id"]))
+    if "ssh" in providers:
+        from jupyter_portable.compute.ssh import SshProvider
+
+        ssh = SshProvider()
+        state = ssh.state_dir / "allocations.json"
+        table = json.loads(state.read_text()) if state.exists() else {}
+        for aid, rec in table.items():
+            if rec.get("state") == "running":
+                ssh.terminate(Allocation(aid, "ssh", rec["host"], "", rec.get("started", ""),
+                                         details={"pid": rec["pid"], "remote_dir": rec["remote_dir"]}))
+
+
 def make_workspace(root: Path, store: Path) -> Any:
     from jupyter_portable import Workspace
 

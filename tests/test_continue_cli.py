@@ -5,18 +5,20 @@ with no admissible route, and the seal's read-back before release."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_e2e import CATALOG, make_workspace, portable_env
+from jupyter_e2e import CATALOG, make_workspace, portable_env, release_all
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
-    return portable_env(tmp_path, monkeypatch)
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Path]]:
+    yield portable_env(tmp_path, monkeypatch)
+    release_all()
 
 
 @pytest.fixture

@@ -6,19 +6,21 @@ the next cell on the new worker on files and a checkpoint read back with equal h
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_e2e import EventStream, KernelSocket, is_state, make_workspace, portable_env, start_session
+from jupyter_e2e import EventStream, KernelSocket, is_state, make_workspace, portable_env, release_all, start_session
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
-    return portable_env(tmp_path, monkeypatch)
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Path]]:
+    yield portable_env(tmp_path, monkeypatch)
+    release_all()
 
 
 @pytest.fixture

@@ -11,11 +11,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_e2e import make_workspace, portable_env
+from jupyter_e2e import make_workspace, portable_env, release_all
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 pytestmark = pytest.mark.timeout(300)
@@ -24,8 +25,9 @@ KILL_POINTS = ["ACQUIRING:2", "PROBING", "MATERIALIZING", "VERIFYING", "READY"]
 
 
 @pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
-    return portable_env(tmp_path, monkeypatch)
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Path]]:
+    yield portable_env(tmp_path, monkeypatch)
+    release_all()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from fakegpu import H100, install_fake_nvidia_smi
-from jupyter_e2e import EventStream, KernelSocket, is_state, make_workspace, start_session
+from jupyter_e2e import EventStream, KernelSocket, is_state, make_workspace, release_all, start_session
 from sshd import Sshd, running_sshd, unavailable
 
 from jupyter_portable.compute.hosts import ENV_HOSTS
@@ -58,7 +58,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
 
 
 @pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sshd: Sshd) -> dict[str, Path]:
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sshd: Sshd) -> Iterator[dict[str, Path]]:
     hosts = tmp_path / "hosts.toml"
     hosts.write_text("".join(HOST.format(name=name, port=sshd.port, user=sshd.user, key=sshd.client_key,
                                          python=sys.executable, workdir=tmp_path / f"remote-{name}", price=price)
@@ -68,7 +68,8 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sshd: Sshd) -> dict[str
     monkeypatch.setenv("JUPYTER_PORTABLE_PROVIDERS", "ssh")
     monkeypatch.setenv("JUPYTER_PORTABLE_MARKET_DIR", str(tmp_path / "market"))
     monkeypatch.setenv("JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES", "0")
-    return {"store": tmp_path / "store", "remote": tmp_path}
+    yield {"store": tmp_path / "store", "remote": tmp_path}
+    release_all(("ssh",))
 
 
 @pytest.fixture

@@ -123,6 +123,18 @@ def cuda_runtime_from(packages: Mapping[str, str], environ: Mapping[str, str] | 
     return _major_minor(env.get("CUDA_VERSION", ""))
 
 
+def _canonical_executable(exe: str) -> str:
+    """``bin/python3`` and ``bin/python`` of one environment are one interpreter: name it one way,
+    so that a script whose shebang says the other does not record a runtime change."""
+    plain = os.path.join(os.path.dirname(exe), "python")
+    try:
+        if plain != exe and os.path.samefile(plain, exe):
+            return plain
+    except OSError:
+        pass
+    return exe
+
+
 def probe_runtime(python: str | None = None, nvidia_smi: str = "nvidia-smi") -> RuntimeProbe:
     """Record the runtime of interpreter ``python`` (default: this one) on this machine."""
     info = inspect_environment(python)
@@ -133,7 +145,7 @@ def probe_runtime(python: str | None = None, nvidia_smi: str = "nvidia-smi") -> 
         "schema": RUNTIME_SCHEMA,
         "python": str(info.get("python")),
         "implementation": str(info.get("implementation")),
-        "executable": str(info.get("executable")),
+        "executable": _canonical_executable(str(info.get("executable"))),
         "platform": str(info.get("platform")),
         "machine": str(info.get("machine")),
         "packages": len(packages),
