@@ -393,6 +393,8 @@ class Orchestrator:
             provider = self.provider_of(rec.allocation)
             with contextlib.suppress(PortableError):
                 spend = float(provider.status(rec.allocation).spend or 0.0)
+            with contextlib.suppress(PortableError):
+                self.client(rec.allocation_id).shutdown()  # the agent goes first, then its machine
             provider.terminate(rec.allocation)  # only after SEALED (invariant 6)
         lc = self._move(L.RELEASED)
         if rec is not None:

@@ -77,7 +77,7 @@ def release_all(providers: tuple[str, ...] = ("local",)) -> None:
 
         ssh = SshProvider()
         state = ssh.state_dir / "allocations.json"
-        table = json.loads(state.read_text()) if state.exists() else {}
+        table = json.loads(state.read_text())["allocations"] if state.exists() else {}
         for aid, rec in table.items():
             if rec.get("state") == "running":
                 ssh.terminate(Allocation(aid, "ssh", rec["host"], "", rec.get("started", ""),

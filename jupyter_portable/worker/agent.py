@@ -93,6 +93,7 @@ class AgentState:
         self.env_build: dict[str, Any] | None = None
         self.kernel: subprocess.Popen[bytes] | None = None
         self.kernel_info: dict[str, Any] | None = None
+        self.prestarted = False
         self.writes = threading.Lock()  # held by a write in flight (snapshot, edit)
         self.accepting = True
         self.machine_gone = False
@@ -150,8 +151,25 @@ def materialize(state: AgentState) -> None:
     eager = [r.path for r in records(manifest) if r.verified]
     started = time.monotonic()
     restore(store, state.workspace_id, state.workdir, version=state.version, lazy=True,
-            lazy_threshold=state.lazy_threshold, eager=eager, progress=_progress_sink(state, "materialize"))
+            lazy_threshold=state.lazy_threshold, eager=eager, progress=_progress_sink(state, "materialize"),
+            start_fetcher=False)
     state.timings["materialize_s"] = round(time.monotonic() - started, 3)
+
+
+def fetch_in_background(state: AgentState) -> None:
+    """Large files, smallest first, in this process: they stop when the machine's agent does.
+    A file asked for (``/fetch``) jumps the queue: the fetcher and the request share per-file locks."""
+    from ..lazy import fetch_pending
+
+    copy = WorkspaceCopy(state.workdir)
+    started = time.monotonic()
+    try:
+        while fetch_pending(copy) is not None:
+            pass
+        state.timings["background_s"] = round(time.monotonic() - started, 3)
+    except Exception as exc:  # the files stay pending; /fetch and a later Continue try again
+        state.error = f"background fetch: {exc.one_line() if isinstance(exc, PortableError) else exc}"
+        log.error("%s", state.error)
 
 
 def _hash_file(path: Path) -> str:
@@ -189,10 +207,10 @@ def verify(state: AgentState) -> dict[str, Any]:
     for rec in records(manifest):
         if not rec.verified:
             continue
+        # the files themselves were hashed on disk by verify_dir above
         mine = [e for p, e in entries.items() if p == rec.path or p.startswith(rec.path + "/")]
-        for e in mine:
-            if e.target is None and _hash_file(state.workdir / e.path) != e.hash:
-                problems.append(f"checkpoints: {e.path} does not hash as recorded")
+        if any(e.path in pending for e in mine):
+            problems.append(f"checkpoints: {rec.path} is not all on disk")
         got = mine[0].hash if len(mine) == 1 and mine[0].path == rec.path else listing_hash(mine, rec.path)
         if got != rec.hash:
             problems.append(f"checkpoints: {rec.path} hashes to {str(got)[:16]}, recorded {str(rec.hash)[:16]}")
@@ -278,19 +296,37 @@ def prepare(state: AgentState) -> None:
         builder.join()
         if env_error:
             raise env_error[0]
+        warm = threading.Thread(target=prestart_kernel, args=(state,), daemon=True)
+        warm.start()  # no user code runs in it before READY: it only has to come up
         state.verification = verify(state)
+        warm.join()
         state.phase = "ready"
     except Exception as exc:  # reported through /status: the orchestrator decides what next
         state.error = exc.one_line() if isinstance(exc, PortableError) else f"{type(exc).__name__}: {exc}"
         state.phase = "failed"
+        stop_kernel(state)
         log.error("prepare failed: %s", state.error)
+        return
+    threading.Thread(target=fetch_in_background, args=(state,), daemon=True).start()
 
 
 # -- the kernel --------------------------------------------------------------------------------
 
+def prestart_kernel(state: AgentState) -> None:
+    try:
+        start_kernel(state, "prestarted")
+        state.prestarted = True
+    except Exception as exc:  # the kernel is then started on request, as usual
+        log.warning("could not start a kernel ahead: %s", exc)
+
+
 def start_kernel(state: AgentState, kernel_id: str) -> dict[str, Any]:
     from jupyter_client.connect import write_connection_file
 
+    if state.prestarted and state.kernel is not None and state.kernel.poll() is None and state.kernel_info:
+        state.prestarted = False  # handed over once; a restart gets a fresh kernel
+        return dict(state.kernel_info)
+    state.prestarted = False
     stop_kernel(state)
     kdir = state.state_dir / "kernels"
     kdir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -557,7 +593,14 @@ def make_app(state: AgentState) -> web.Application:
 def _heartbeat(state: AgentState, machine_pid: int | None) -> None:
     beat = state.state_dir / "heartbeat"
     while True:
-        atomic_write(beat, f"{time.time():.3f}\n".encode())
+        try:
+            atomic_write(beat, f"{time.time():.3f}\n".encode())
+        except OSError:
+            if not state.state_dir.exists():  # the machine's folder is gone: so is the machine
+                log.warning("the allocation's folder %s is gone: stopping", state.state_dir)
+                state.machine_gone = True
+                stop_kernel(state, timeout=1)
+                os._exit(3)
         if machine_pid is not None and not _alive(machine_pid):
             log.warning("the machine's process %d is gone: stopping", machine_pid)
             state.machine_gone = True
@@ -612,7 +655,7 @@ def serve(config: dict[str, Any], ready_out: Any) -> int:
     atomic_write(state.state_dir / "agent.json",
                  json.dumps({"pid": os.getpid(), "port": port, "allocation_id": state.allocation_id}).encode())
     ready_out.write(READY_PREFIX + json.dumps({"port": port, "pid": os.getpid(), "token": state.token}) + "\n")
-    ready_out.flush()
+    ready_out.close()  # whoever started the agent reads to the end of this pipe
     threading.Thread(target=_heartbeat, args=(state, config.get("machine_pid")), daemon=True).start()
     threading.Thread(target=prepare, args=(state,), daemon=True).start()
 

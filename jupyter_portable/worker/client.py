@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import selectors
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -133,11 +135,10 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
         env["JUPYTER_PORTABLE_ALLOCATION"] = allocation.allocation_id
         try:
-            proc = subprocess_run([sys.executable, "-m", "jupyter_portable.worker", "--detach"], json.dumps(config),
-                                  env=env, cwd=str(details["work"]), timeout=timeout)
+            rc, out, err = _start_local(json.dumps(config), env=env, cwd=str(details["work"]), timeout=timeout,
+                                        log=Path(config["state_dir"]) / "agent.log")
         except OSError as exc:
             raise LaunchFailed(f"cannot start the worker agent: {exc}", provider=allocation.provider) from exc
-        rc, out, err = proc
     elif isinstance(details.get("remote_dir"), str) and hasattr(provider, "run"):
         remote = details["remote_dir"]
         config.update(workdir=f"{remote}/work", state_dir=f"{remote}/agent", machine_pid=int(details["pid"]))
@@ -162,15 +163,39 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
     return AgentRecord(allocation, int(info["port"]), int(info["pid"]), str(info["token"]), str(config["workdir"]))
 
 
-def subprocess_run(argv: list[str], stdin: str, *, env: dict[str, str], cwd: str, timeout: float
-                   ) -> tuple[int, str, str]:
-    import subprocess
+_LOCAL_AGENTS: list[subprocess.Popen[bytes]] = []
 
-    try:
-        proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return 124, "", f"timed out after {timeout:g}s"
-    return proc.returncode, proc.stdout, proc.stderr
+
+def _start_local(config: str, *, env: dict[str, str], cwd: str, timeout: float, log: Path) -> tuple[int, str, str]:
+    """Start a local agent in a session of its own and read its ready line: (0, line, "") or a failure."""
+    _LOCAL_AGENTS[:] = [p for p in _LOCAL_AGENTS if p.poll() is None]  # reap the ones that ended
+    proc = subprocess.Popen([sys.executable, "-m", "jupyter_portable.worker"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=cwd,
+                            start_new_session=True)
+    _LOCAL_AGENTS.append(proc)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(config.encode())
+    proc.stdin.close()
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        buf = b""
+        while READY_PREFIX.encode() not in buf or not buf.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                proc.kill()
+                return 124, "", f"the agent wrote no ready line within {timeout:g}s"
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            buf += chunk
+    proc.stdout.close()
+    if READY_PREFIX.encode() not in buf:
+        tail = ""
+        with contextlib.suppress(OSError):
+            tail = log.read_text(errors="replace").strip().splitlines()[-1]
+        return 1, "", tail or f"the agent exited with status {proc.poll()}"
+    return 0, buf.decode(errors="replace"), ""
 
 
 # -- talking to it -----------------------------------------------------------------------------
@@ -234,7 +259,7 @@ class AgentClient:
         return self.request("GET", "/status", timeout=timeout)
 
     def wait(self, until: Callable[[dict[str, Any]], bool], *, timeout: float,
-             on_status: Callable[[dict[str, Any]], None] | None = None, poll: float = 0.1) -> dict[str, Any]:
+             on_status: Callable[[dict[str, Any]], None] | None = None, poll: float = 0.05) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
             st = self.status()
