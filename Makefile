@@ -20,8 +20,9 @@ demo: setup
 	$(PY) scripts/demo.py --start
 
 test: setup
-	$(VENV)/bin/ruff check jupyter_portable tests bench scripts
+	$(VENV)/bin/ruff check jupyter_portable tests ui-tests bench scripts
 	$(VENV)/bin/mypy jupyter_portable
+	cd labextension && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" jlpm test
 	$(PY) -m pytest
 
 bench: setup

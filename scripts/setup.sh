@@ -5,9 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 
-# Debian packages the test suite needs: a real sshd on loopback for the ssh provider;
-# the browser tests will add chromium here.
-APT_PACKAGES=(openssh-server openssh-client)
+# Debian packages the test suite needs: a real sshd on loopback for the ssh provider, and
+# Chromium for the browser tests (Playwright drives Debian's Chromium; it downloads no browser).
+APT_PACKAGES=(openssh-server openssh-client chromium)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
@@ -25,5 +25,6 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 .venv/bin/python -m pip install -q -e ".[test]"
 echo "set-up done: .venv"
