@@ -419,7 +419,9 @@ def budget_report(ws: Workspace, *, providers: dict[str, Provider] | None = None
 
     now = now or datetime.now(timezone.utc)
     providers = providers if providers is not None else enabled_providers()
-    manifest = ws.manifest()
+    head, _ = ws.store.read_head(ws.workspace_id)
+    # the head, not this copy's version: machines record their fate there while this copy stays put
+    manifest = ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
     spent, price, active = 0.0, 0.0, []
     for a in manifest.allocations if manifest else ():
         if a.get("state") != "active":

@@ -18,7 +18,9 @@ the user's choice (the sidebar's routes, or ``jupyter portable continue``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,7 @@ from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 
 from .core import lifecycle as L
-from .errors import PortableError, UsageError
+from .errors import ConflictError, PortableError, UsageError
 from .worker.client import AgentClient, AgentRecord
 
 WORKSPACE_ENV = "JUPYTER_PORTABLE_WORKSPACE"
@@ -83,18 +85,43 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         kwargs.setdefault("cmd", list(self.kernel_spec.argv))
         return kwargs
 
-    def _current_record(self, ws: Any) -> AgentRecord:
+    def _current_record(self, ws: Any, wait_s: float = 900.0) -> AgentRecord:
         from .orchestrate import Orchestrator
 
-        orch = Orchestrator(ws)
+        service = None
+        try:
+            from .serverext.service import service_for
+
+            service = service_for(ws.root)
+        except ImportError:  # no Jupyter server here
+            service = None
+        # in a server, its orchestrator: the sidebar then hears of everything this start does
+        orch = service.orchestrator() if service is not None else Orchestrator(ws)
         try:
             lc = orch.lifecycle()
             if lc.state == L.IDLE:
-                orch.continue_()  # the first machine; on the best route
+                if service is not None:  # the first machine, on the best route, as a Continue of the server's
+                    with contextlib.suppress(ConflictError):
+                        service.start_continue(None)
+                else:
+                    orch.continue_()
+                lc = orch.lifecycle()
+            deadline = time.monotonic() + wait_s
+
+            def under_way(lc: L.Lifecycle) -> bool:
+                # READY: the machine was verified, the kernel may start there (the Continue waits for it)
+                if lc.state in L.CONTINUE_STATES and lc.state != L.READY:
+                    return True
+                return lc.state == L.IDLE and service is not None and service.is_continuing()
+
+            while under_way(lc):
+                if time.monotonic() > deadline:
+                    raise UsageError(f"workspace {ws.workspace_id} is still {lc.state} after {wait_s:g}s")
+                time.sleep(0.1)  # a Continue is under way: the kernel starts on its machine
                 lc = orch.lifecycle()
             if lc.state not in (L.ACTIVE, L.READY):
                 why = ""
-                if lc.state == L.LOST and lc.events:
+                if lc.state in (L.LOST, L.FAILED) and lc.events and lc.events[-1].reason:
                     why = f" ({lc.events[-1].reason})"
                 raise UsageError(f"workspace {ws.workspace_id} has no machine: it is {lc.state}{why}",
                                  hint="press Continue in the portable sidebar, or run `jupyter portable continue`")
@@ -104,7 +131,8 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                                  hint="run `jupyter portable continue` to get a fresh machine")
             return record
         finally:
-            orch.close()
+            if service is None:
+                orch.close()
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
         assert self._record is not None

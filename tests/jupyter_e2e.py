@@ -178,8 +178,9 @@ class EventStream:
         self.ws = ws
         self.seen: list[dict[str, Any]] = []
 
-    async def wait_for(self, pred: Any, timeout: float = 120) -> dict[str, Any]:
-        for ev in self.seen:
+    async def wait_for(self, pred: Any, timeout: float = 120, *, after: int = 0) -> dict[str, Any]:
+        """The first event matching ``pred``, among those from the ``after``-th seen on."""
+        for ev in self.seen[after:]:
             if pred(ev):
                 return ev
         loop = asyncio.get_running_loop()

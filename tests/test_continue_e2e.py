@@ -45,9 +45,12 @@ async def test_notebook_survives_a_lost_gpu(jp_serverapp: Any, jp_fetch: Any, jp
     events = await _events(jp_ws_fetch)
     # The main flow: a notebook session on the portable kernel starts the first machine.
     kernel_id = await start_session(jp_fetch)
+    # the first machine, started for the kernel, is told on the event bus like any Continue
+    first_active = await events.wait_for(is_state("ACTIVE"), timeout=60)
     state = await _state(jp_fetch)
     assert state["lifecycle"]["state"] == "ACTIVE" and state["lifecycle"]["verified"] is True
     worker_a = state["lifecycle"]["allocation_id"]
+    assert first_active["allocation_id"] == worker_a
     assert state["allocation"]["provider"] == "local" and state["allocation"]["allocation_id"] == worker_a
     kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
     status, out = await kernel.run("import os; print(os.environ['JUPYTER_PORTABLE_ALLOCATION'], os.getcwd())")
@@ -62,6 +65,10 @@ async def test_notebook_survives_a_lost_gpu(jp_serverapp: Any, jp_fetch: Any, jp
     assert status == "ok", out
     status, out = await kernel.run("%workspace checkpoint ckpt.pt --step 7 --settle 0.2")
     assert status == "ok" and "verified" in out, out
+    # a version published on the worker is news for the sidebar too
+    published = await events.wait_for(lambda e: e.get("step") == "snapshot" and "checkpoint" in e["message"],
+                                      timeout=30)
+    assert published["done"] >= 2
     cps = json.loads((await jp_fetch("portable", "api", "checkpoints")).body)
     assert cps["latest"]["path"] == "ckpt.pt" and cps["latest"]["step"] == 7 and cps["latest"]["verified"]
     recorded_hash = cps["latest"]["hash"]
@@ -74,14 +81,15 @@ async def test_notebook_survives_a_lost_gpu(jp_serverapp: Any, jp_fetch: Any, jp
     assert state["lifecycle"]["state"] == "LOST" and "preempted" in state["lost"]["reason"]
 
     # Continue: through each state to READY, then the kernel moves.
+    mark = len(events.seen)
     resp = await jp_fetch("portable", "api", "continue", method="POST", body="{}")
     assert resp.code == 202
-    await events.wait_for(is_state("ACTIVE"), timeout=120)
+    await events.wait_for(is_state("ACTIVE"), timeout=120, after=mark)
     states = events.states()
     after_loss = states[states.index("LOST") + 1:]
     for step in ("ROUTING", "ACQUIRING", "PROBING", "MATERIALIZING", "VERIFYING", "READY", "ACTIVE"):
         assert step in after_loss, (step, after_loss)
-    ready = next(e for e in events.seen if e.get("state") == "READY")
+    ready = next(e for e in events.seen[mark:] if e.get("state") == "READY")
     assert ready["verified"] is True and set(ready["detail"]["matched"]) == {"version", "checkpoints", "runtime",
                                                                                "path"}
     assert ready["detail"]["checkpoints"]["ckpt.pt"] == recorded_hash
@@ -251,3 +259,21 @@ async def test_a_reservation_start_triggers_continue(jp_serverapp: Any, jp_fetch
     await events.wait_for(is_state("ACTIVE"), timeout=120)
     state = await _state(jp_fetch)
     assert state["allocation"]["offer"] == "a100"
+
+
+async def test_settings_read_and_changed(jp_serverapp: Any, jp_fetch: Any, jp_root_dir: Path) -> None:
+    from tornado.httpclient import HTTPClientError
+
+    before = json.loads((await jp_fetch("portable", "api", "settings")).body)
+    assert before["requirements"]["driver"] is None
+    after = json.loads((await jp_fetch("portable", "api", "settings", method="PUT", body=json.dumps(
+        {"driver": "550.54.15", "budget_total": 25, "hours": 4}))).body)
+    assert after["requirements"]["driver"] == "550.54.15" and after["budget"]["total"] == 25 and after["hours"] == 4
+    state = await _state(jp_fetch)
+    assert state["budget"]["cap"] == 25
+    for body in ('{"driver": 5}', '{"nope": 1}', '{"hours": "many"}'):
+        with pytest.raises(HTTPClientError) as info:
+            await jp_fetch("portable", "api", "settings", method="PUT", body=body)
+        assert info.value.code == 400, body
+    cleared = json.loads((await jp_fetch("portable", "api", "settings", method="PUT", body='{"driver": ""}')).body)
+    assert cleared["requirements"]["driver"] is None

@@ -110,8 +110,9 @@ async def test_continue_over_ssh(jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: 
     lost = await events.wait_for(is_state("LOST"), timeout=90)
     assert lost["allocation_id"] == first
 
+    mark = len(events.seen)
     await jp_fetch("portable", "api", "continue", method="POST", body="{}")
-    await events.wait_for(is_state("ACTIVE"), timeout=150)
+    await events.wait_for(is_state("ACTIVE"), timeout=150, after=mark)
     state = json.loads((await jp_fetch("portable", "api", "state")).body)
     second = state["lifecycle"]["allocation_id"]
     assert second != first and state["allocation"]["provider"] == "ssh"

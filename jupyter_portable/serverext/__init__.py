@@ -142,7 +142,8 @@ def workspace_state(service: PortableService) -> dict[str, Any]:
     checkpoints = [_checkpoint(r) for r in records(manifest)]
     try:
         budget = budget_report(ws, providers=orch.providers)
-        budget_view = {k: budget.get(k) for k in ("spent", "budget", "state", "message")}
+        budget_view = {"spent": budget.get("spent"), "cap": budget.get("total"), "left": budget.get("left"),
+                       "state": budget.get("state"), "message": budget.get("message")}
     except PortableError as exc:
         budget_view = {"state": "unknown", "message": exc.one_line()}
     return {
@@ -347,6 +348,48 @@ class ReservationHandler(_Base):
         self.reply(booking.to_json())
 
 
+_TEXT_SETTINGS = {"driver", "min_cuda", "image"}
+_LIST_SETTINGS = {"gpus", "regions"}
+_NUMBER_SETTINGS = {"gpu_count", "min_gpu_memory_gb", "max_price_per_hour", "budget_total", "budget_warn_fraction",
+                    "hours"}
+SETTING_FIELDS = _TEXT_SETTINGS | _LIST_SETTINGS | _NUMBER_SETTINGS
+
+
+def _check_settings(body: dict[str, Any]) -> None:
+    """Types first: a number where text belongs is a 400 here, never a value stored."""
+    for key, value in body.items():
+        if value is None or value == "":
+            continue
+        if key in _TEXT_SETTINGS and not isinstance(value, str):
+            raise web.HTTPError(400, reason=f"{key} must be text")
+        if key in _LIST_SETTINGS and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise web.HTTPError(400, reason=f"{key} must be a list of text")
+        if key in _NUMBER_SETTINGS and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                        or value < 0):
+            raise web.HTTPError(400, reason=f"{key} must be a non-negative number")
+
+
+class SettingsHandler(_Base):
+    """What the workspace needs and may spend (kept with it in its store): GET, and PUT to change
+    fields (a field left out stays as it is; "" clears it)."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        from ..market import load_settings
+
+        self.reply((await self.blocking(load_settings, self.workspace())).to_json())
+
+    @web.authenticated
+    async def put(self) -> None:
+        from ..market import update_settings
+
+        ws = self.workspace()
+        body = self.json_body(SETTING_FIELDS)
+        _check_settings(body)
+        settings = await self.blocking(update_settings, ws, **body)
+        self.reply(settings.to_json())
+
+
 class NotFoundHandler(_Base):
     @web.authenticated
     def get(self, path: str) -> None:
@@ -377,6 +420,7 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
         (url_path_join(base, "snapshot"), SnapshotHandler),
         (url_path_join(base, "checkpoints"), CheckpointsHandler),
         (url_path_join(base, "files"), FilesHandler),
+        (url_path_join(base, "settings"), SettingsHandler),
         (url_path_join(base, "reservations"), ReservationsHandler),
         (url_path_join(base, r"reservations/([A-Za-z0-9_.-]{1,80})"), ReservationHandler),
         (url_path_join(base, r"(.*)"), NotFoundHandler),

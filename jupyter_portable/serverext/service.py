@@ -33,6 +33,12 @@ NOTICE_SCHEMA = "https://events.jupyter-portable.org/notice/v1"
 SCHEMAS = (("state.yaml", STATE_SCHEMA), ("progress.yaml", PROGRESS_SCHEMA), ("notice.yaml", NOTICE_SCHEMA))
 
 log = logging.getLogger("jupyter_portable.server")
+_SERVICES: dict[str, "PortableService"] = {}
+
+
+def service_for(root: Path | str) -> "PortableService | None":
+    """The running server's service for the workspace at ``root`` (None outside a server)."""
+    return _SERVICES.get(str(Path(root).resolve()))
 
 
 class PortableService:
@@ -51,6 +57,9 @@ class PortableService:
         self.started_reservations: set[str] = set()
         self._checking = False
         self._lock = threading.Lock()
+        self._head_version: int | None = None
+        if ws is not None:
+            _SERVICES[str(ws.root)] = self
         self._timers = [PeriodicCallback(self._tick_check, check_interval_s * 1000),
                         PeriodicCallback(self._tick_reservations, reservation_interval_s * 1000)]
 
@@ -114,6 +123,8 @@ class PortableService:
         return summary
 
     def stop_timers(self) -> None:
+        if self.ws is not None and _SERVICES.get(str(self.ws.root)) is self:
+            del _SERVICES[str(self.ws.root)]
         for t in self._timers:
             t.stop()
         if self.orch is not None:
@@ -163,7 +174,9 @@ class PortableService:
             out = {}
             for kid in list(km.list_kernel_ids()):
                 prov = getattr(km.get_kernel(kid), "provisioner", None)
-                if getattr(prov, "workspace_root", None) == root and hasattr(prov, "move"):
+                # a kernel still starting asks for the workspace's machine itself, once it is ready
+                running = getattr(prov, "has_process", False)
+                if getattr(prov, "workspace_root", None) == root and hasattr(prov, "move") and running:
                     out[kid] = prov
             return out
 
@@ -194,6 +207,17 @@ class PortableService:
                           "message": f"{moved} kernel(s) now run on {record.allocation_id}",
                           "done": moved, "total": moved})
 
+    def _watch_head(self) -> None:
+        """A version published on the worker (a snapshot, a checkpoint) is news for the sidebar."""
+        assert self.ws is not None
+        head, _ = self.ws.store.read_head(self.ws.workspace_id)
+        if self._head_version is not None and head.version != self._head_version:
+            m = self.ws.store.read_manifest(self.ws.workspace_id, head.version)
+            self.on_progress({"workspace_id": self.ws.workspace_id, "step": "snapshot",
+                              "message": f"version {head.version}: {m.message}"[:500],
+                              "done": head.version, "total": head.version})
+        self._head_version = head.version
+
     def _kernels_elsewhere(self, allocation_id: str | None) -> bool:
         km = self.serverapp.kernel_manager
         root = str(self.ws.root) if self.ws else None
@@ -217,6 +241,7 @@ class PortableService:
                 lc = orch.lifecycle()
                 if lc.state in (L.ACTIVE, L.READY):
                     orch.check()
+                self._watch_head()
                 if lc.state == L.ACTIVE and self._kernels_elsewhere(lc.allocation_id):
                     # another process (`jupyter portable continue` in a terminal) moved the workspace
                     record = orch.record(lc.allocation_id)
@@ -314,4 +339,5 @@ def find_workspace(root_dir: str) -> Workspace | None:
     return None
 
 
-__all__ = ["NOTICE_SCHEMA", "PROGRESS_SCHEMA", "SCHEMAS", "STATE_SCHEMA", "PortableService", "find_workspace"]
+__all__ = ["NOTICE_SCHEMA", "PROGRESS_SCHEMA", "SCHEMAS", "STATE_SCHEMA", "PortableService", "find_workspace",
+           "service_for"]
