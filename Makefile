@@ -24,6 +24,8 @@ test: setup
 	$(VENV)/bin/mypy jupyter_portable
 	cd labextension && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" jlpm test
 	$(PY) -m pytest
+	# the browser tests: a pytest run of their own (their conftest is not the one of tests/)
+	$(PY) -m pytest ui-tests
 
 bench: setup
 	$(PY) bench/snapshot.py
