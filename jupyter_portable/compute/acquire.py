@@ -57,23 +57,40 @@ class _BootTimeout(LaunchFailed):
     """Internal: the machine did not come up in time (recorded as error "Timeout")."""
 
 
-def cloud_ssh_run(allocation: Allocation, key: str | None = None) -> Callable[..., tuple[int, str, str]]:
-    """Run commands on a cloud machine the same way as on an ``ssh`` host: its endpoint,
-    the key given to it at launch (``JUPYTER_PORTABLE_SSH_KEY``, else ``~/.ssh/id_ed25519``)."""
+REMOTE_PYTHON_ENV = "JUPYTER_PORTABLE_REMOTE_PYTHON"
+REMOTE_WORKDIR_ENV = "JUPYTER_PORTABLE_REMOTE_WORKDIR"
+
+
+def cloud_ssh(allocation: Allocation, key: str | None = None) -> tuple[Any, Allocation]:
+    """A cloud machine reached the same way as an ``ssh`` host: an :class:`~.ssh.SshProvider` for
+    its endpoint alone, and the allocation as that provider knows it. The key is the one given to
+    the machine at launch (``JUPYTER_PORTABLE_SSH_KEY``, else ``~/.ssh/id_ed25519``); its Python is
+    ``JUPYTER_PORTABLE_REMOTE_PYTHON`` (else ``python3``, the image's); its allocations go under
+    ``JUPYTER_PORTABLE_REMOTE_WORKDIR`` (else ``~/.jupyter-portable``) on the machine."""
     import os
+    from dataclasses import replace
     from pathlib import Path
 
     from .hosts import Host
     from .ssh import SshProvider
 
-    assert allocation.ssh is not None
+    if allocation.ssh is None:
+        raise NotSupported(f"{allocation.provider} gave no SSH endpoint for {allocation.allocation_id}",
+                           provider=allocation.provider, offer=allocation.offer_id)
     key_path = Path(key or os.environ.get("JUPYTER_PORTABLE_SSH_KEY") or "~/.ssh/id_ed25519").expanduser()
     host = Host(name=allocation.allocation_id, host=allocation.ssh.host, port=allocation.ssh.port,
-                user=allocation.ssh.user, key=key_path if key_path.exists() else None)
-    ssh = SshProvider(hosts=[host])
+                user=allocation.ssh.user, key=key_path if key_path.exists() else None,
+                python=os.environ.get(REMOTE_PYTHON_ENV) or "python3",
+                workdir=os.environ.get(REMOTE_WORKDIR_ENV) or "~/.jupyter-portable")
+    return SshProvider(hosts=[host]), replace(allocation, offer_id=host.name)
+
+
+def cloud_ssh_run(allocation: Allocation, key: str | None = None) -> Callable[..., tuple[int, str, str]]:
+    """Run commands on a cloud machine the same way as on an ``ssh`` host (see :func:`cloud_ssh`)."""
+    ssh, shim = cloud_ssh(allocation, key)
 
     def run(target: Allocation, argv: list[str]) -> tuple[int, str, str]:
-        return ssh.run(host.name, argv)
+        return ssh.run(shim, argv)  # type: ignore[no-any-return]
 
     return run
 

@@ -78,8 +78,8 @@ class AgentState:
         self.store_url: str = config["store"]
         self.version: int = int(config["version"])
         self.epoch: int = int(config["epoch"])
-        self.workdir = Path(config["workdir"]).resolve()
-        self.state_dir = Path(config["state_dir"]).resolve()
+        self.workdir = Path(config["workdir"]).expanduser().resolve()
+        self.state_dir = Path(config["state_dir"]).expanduser().resolve()
         self.lazy_threshold = int(config.get("lazy_threshold", 64 * 2**20))
         self.token: str = secrets.token_urlsafe(32)
         self.phase = "starting"
@@ -681,12 +681,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"jupyter-portable worker: bad configuration: {exc}", file=sys.stderr)
         return 2
     if args.detach:
-        return _detach(raw, Path(config["state_dir"]))
+        return _detach(raw, Path(config["state_dir"]).expanduser())
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     # the ready line goes to the parent's pipe; everything after it to the log
     ready = os.fdopen(os.dup(1), "w")
-    Path(config["state_dir"]).mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(Path(config["state_dir"]) / "agent.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    state_dir = Path(config["state_dir"]).expanduser()
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(state_dir / "agent.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)

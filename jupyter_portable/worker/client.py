@@ -139,21 +139,27 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
                                         log=Path(config["state_dir"]) / "agent.log")
         except OSError as exc:
             raise LaunchFailed(f"cannot start the worker agent: {exc}", provider=allocation.provider) from exc
-    elif isinstance(details.get("remote_dir"), str) and hasattr(provider, "run"):
-        remote = details["remote_dir"]
-        config.update(workdir=f"{remote}/work", state_dir=f"{remote}/agent", machine_pid=int(details["pid"]))
-        python = getattr(getattr(provider, "_host")(allocation.offer_id), "python", "python3")  # noqa: B009
-        rc, out, err = provider.run(allocation, [python, "-m", "jupyter_portable.worker", "--detach"],
-                                    input=json.dumps(config), timeout=timeout)
-        if rc != 0 and "No module named jupyter_portable" in err:
-            raise LaunchFailed(f"{allocation.allocation_id}: jupyter-portable is not installed for `{python}` on the "
-                               "host", provider=allocation.provider, offer=allocation.offer_id,
-                               hint="install it there (pip install jupyter-portable), or set `python` for the host "
-                                    "in hosts.toml to an environment that has it")
+    elif allocation.ssh is not None:
+        # an ssh host (the stub runs in remote_dir) or a cloud machine (the machine is the allocation)
+        ssh, target = ssh_route(provider, allocation)
+        host = ssh._host(target.offer_id)
+        if isinstance(details.get("remote_dir"), str):
+            remote = details["remote_dir"]
+            config.update(workdir=f"{remote}/work", state_dir=f"{remote}/agent", machine_pid=int(details["pid"]))
+        else:
+            remote = f"{host.workdir}/allocations/{allocation.allocation_id}"
+            config.update(workdir=f"{remote}/work", state_dir=f"{remote}/agent")
+        rc, out, err = ssh.run(target, [host.python, "-m", "jupyter_portable.worker", "--detach"],
+                               input=json.dumps(config), timeout=timeout)
+        if rc != 0 and "No module named" in err and "jupyter_portable" in err:
+            raise LaunchFailed(f"{allocation.allocation_id}: jupyter-portable is not installed for `{host.python}` "
+                               "on the machine", provider=allocation.provider, offer=allocation.offer_id,
+                               hint="install it there (pip install jupyter-portable) or in the image; for an ssh host "
+                                    "set `python` in hosts.toml, for a cloud machine JUPYTER_PORTABLE_REMOTE_PYTHON, "
+                                    "to a Python that has it")
     else:
-        raise LaunchFailed(f"{allocation.provider}: starting the worker agent on this kind of machine is not "
-                           "supported yet", provider=allocation.provider, offer=allocation.offer_id,
-                           hint="use the local market or an ssh host")
+        raise LaunchFailed(f"{allocation.provider} gave no way to reach {allocation.allocation_id} (no SSH endpoint)",
+                           provider=allocation.provider, offer=allocation.offer_id)
     ready = [line for line in out.splitlines() if line.startswith(READY_PREFIX)]
     if rc != 0 or not ready:
         raise LaunchFailed(f"{allocation.allocation_id}: the worker agent did not start: "
@@ -161,6 +167,17 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
                            provider=allocation.provider, offer=allocation.offer_id)
     info = json.loads(ready[-1][len(READY_PREFIX):])
     return AgentRecord(allocation, int(info["port"]), int(info["pid"]), str(info["token"]), str(config["workdir"]))
+
+
+def ssh_route(provider: Provider | None, allocation: Allocation) -> tuple[Any, Allocation]:
+    """The SSH provider that reaches ``allocation``, and the allocation as it knows it: the ``ssh``
+    provider itself for its hosts, an endpoint-only one for a cloud machine."""
+    if provider is not None and callable(getattr(provider, "forward_port", None)) \
+            and isinstance(allocation.details.get("remote_dir"), str):
+        return provider, allocation
+    from ..compute.acquire import cloud_ssh
+
+    return cloud_ssh(allocation)
 
 
 _LOCAL_AGENTS: list[subprocess.Popen[bytes]] = []
@@ -207,6 +224,7 @@ class AgentClient:
         self.record = record
         self.provider = provider
         self._closers: list[Callable[[], None]] = []
+        self._ssh: tuple[Any, Allocation] | None = None
         port = record.port
         if record.allocation.ssh is not None:
             port = self.forward(record.port)
@@ -218,11 +236,10 @@ class AgentClient:
         """A local port that reaches ``remote_port`` on the machine's loopback."""
         if self.record.allocation.ssh is None:
             return remote_port
-        forward = getattr(self.provider, "forward_port", None)
-        if forward is None:
-            raise ProviderUnavailable(f"{self.record.allocation.provider} cannot forward ports",
-                                      provider=self.record.allocation.provider)
-        port, close = forward(self.record.allocation, remote_port)
+        if self._ssh is None:
+            self._ssh = ssh_route(self.provider, self.record.allocation)
+        ssh, target = self._ssh
+        port, close = ssh.forward_port(target, remote_port)
         self._closers.append(close)
         return int(port)
 
