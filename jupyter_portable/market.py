@@ -10,6 +10,7 @@ hosts file exists). Cloud providers are opt-in, so no API is called unless asked
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -80,24 +81,31 @@ class Settings:
     requirements: Requirements = field(default_factory=Requirements)
     budget: Budget = field(default_factory=Budget)
     hours: float = DEFAULT_HOURS
+    # the kernel's auto-snapshot on the worker, in minutes (0: off); None: the machine's default
+    autosnapshot_minutes: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"requirements": self.requirements.to_json(), "budget": self.budget.to_json(), "hours": self.hours}
+        return {"requirements": self.requirements.to_json(), "budget": self.budget.to_json(), "hours": self.hours,
+                "autosnapshot_minutes": self.autosnapshot_minutes}
 
     @classmethod
     def from_json(cls, obj: Any) -> "Settings":
         if obj is None:
             return cls()
-        if not isinstance(obj, dict) or set(obj) - {"requirements", "budget", "hours"}:
+        if not isinstance(obj, dict) or set(obj) - {"requirements", "budget", "hours", "autosnapshot_minutes"}:
             raise UsageError("the workspace settings document is malformed")
         b = obj.get("budget") or {}
         try:
             budget = Budget(max_price_per_hour=b.get("max_price_per_hour"), total=b.get("total"),
                             warn_fraction=b.get("warn_fraction", 0.8))
             hours = float(obj.get("hours", DEFAULT_HOURS))
+            auto = obj.get("autosnapshot_minutes")
+            auto = None if auto is None else float(auto)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"the workspace settings are malformed: {exc}") from exc
-        return cls(Requirements.from_json(obj.get("requirements")), budget, hours)
+        if auto is not None and not (auto >= 0 and math.isfinite(auto)):
+            raise UsageError(f"autosnapshot_minutes must be 0 (off) or more, got {auto}")
+        return cls(Requirements.from_json(obj.get("requirements")), budget, hours, auto)
 
 
 def load_settings(ws: Workspace) -> Settings:
@@ -110,7 +118,7 @@ def update_settings(ws: Workspace, **changes: Any) -> Settings:
                   "regions"}
     budget_fields = {"budget_max_price_per_hour": "max_price_per_hour", "budget_total": "total",
                      "budget_warn_fraction": "warn_fraction"}
-    unknown = set(changes) - req_fields - set(budget_fields) - {"hours"}
+    unknown = set(changes) - req_fields - set(budget_fields) - {"hours", "autosnapshot_minutes"}
     if unknown:
         raise UsageError(f"unknown setting(s): {', '.join(sorted(unknown))}")
 
@@ -125,7 +133,7 @@ def update_settings(ws: Workspace, **changes: Any) -> Settings:
             elif key in budget_fields:
                 s["budget"][budget_fields[key]] = value
             else:
-                s["hours"] = value
+                s[key] = value
         Settings.from_json(s)  # validate before it is written
         return s
 

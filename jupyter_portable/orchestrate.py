@@ -284,10 +284,13 @@ class Orchestrator:
             raise
 
     def _start_worker(self, allocation: Allocation, version: int, epoch: int) -> dict[str, Any]:
+        from .market import load_settings
+
         self._progress("materialize", f"starting the worker on {allocation.allocation_id}")
         rec = start_agent(self.provider_of(allocation), allocation, store=self.ws.config.store,
                           workspace_id=self.ws.workspace_id, version=version, epoch=epoch,
-                          lazy_threshold=self.lazy_threshold, environment=self.environment)
+                          lazy_threshold=self.lazy_threshold, environment=self.environment,
+                          autosnapshot_minutes=load_settings(self.ws).autosnapshot_minutes)
         save_record(self.ws.copy, rec)
         return self._await_ready(rec)
 

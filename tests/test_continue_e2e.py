@@ -261,7 +261,8 @@ async def test_a_reservation_start_triggers_continue(jp_serverapp: Any, jp_fetch
     assert state["allocation"]["offer"] == "a100"
 
 
-async def test_settings_read_and_changed(jp_serverapp: Any, jp_fetch: Any, jp_root_dir: Path) -> None:
+async def test_settings_read_and_changed(jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any,
+                                         jp_root_dir: Path) -> None:
     from tornado.httpclient import HTTPClientError
 
     before = json.loads((await jp_fetch("portable", "api", "settings")).body)
@@ -277,3 +278,11 @@ async def test_settings_read_and_changed(jp_serverapp: Any, jp_fetch: Any, jp_ro
         assert info.value.code == 400, body
     cleared = json.loads((await jp_fetch("portable", "api", "settings", method="PUT", body='{"driver": ""}')).body)
     assert cleared["requirements"]["driver"] is None
+    # the auto-snapshot interval reaches the kernel on the next machine
+    auto = json.loads((await jp_fetch("portable", "api", "settings", method="PUT",
+                                      body='{"autosnapshot_minutes": 0.5}')).body)
+    assert auto["autosnapshot_minutes"] == 0.5
+    kernel_id = await start_session(jp_fetch)
+    kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
+    status, out = await kernel.run("import os; print(os.environ['JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES'])")
+    assert status == "ok" and out.strip() == "0.5", out

@@ -351,7 +351,7 @@ class ReservationHandler(_Base):
 _TEXT_SETTINGS = {"driver", "min_cuda", "image"}
 _LIST_SETTINGS = {"gpus", "regions"}
 _NUMBER_SETTINGS = {"gpu_count", "min_gpu_memory_gb", "max_price_per_hour", "budget_total", "budget_warn_fraction",
-                    "hours"}
+                    "hours", "autosnapshot_minutes"}
 SETTING_FIELDS = _TEXT_SETTINGS | _LIST_SETTINGS | _NUMBER_SETTINGS
 
 

@@ -334,6 +334,9 @@ def start_kernel(state: AgentState, kernel_id: str) -> dict[str, Any]:
     fname, info = write_connection_file(str(kdir / f"kernel-{kernel_id}.json"), ip="127.0.0.1", key=key,
                                         transport="tcp", signature_scheme="hmac-sha256", kernel_name="portable")
     env = {**os.environ, "JUPYTER_PORTABLE_ALLOCATION": state.allocation_id, "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+    auto = state.config.get("autosnapshot_minutes")
+    if isinstance(auto, (int, float)) and not isinstance(auto, bool) and auto >= 0:
+        env["JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES"] = f"{auto:g}"  # the workspace's setting
     if state.kernel_python != sys.executable:
         # a venv built from the lockfile: this package comes from the machine's copy of it
         pkg_root = str(Path(__file__).resolve().parents[2])

@@ -114,7 +114,7 @@ def _store_env() -> dict[str, str]:
 
 def start_agent(provider: Provider, allocation: Allocation, *, store: str, workspace_id: str, version: int,
                 epoch: int, lazy_threshold: int | None = None, environment: dict[str, Any] | None = None,
-                timeout: float = 120) -> AgentRecord:
+                autosnapshot_minutes: float | None = None, timeout: float = 120) -> AgentRecord:
     """Start the agent on ``allocation``'s machine and return how to reach it.
 
     ``environment``: ``{"mode": "image"}`` (the machine's Python runs the kernel) or
@@ -126,6 +126,8 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
                               "environment": environment or {"mode": "image"}}
     if lazy_threshold is not None:
         config["lazy_threshold"] = lazy_threshold
+    if autosnapshot_minutes is not None:
+        config["autosnapshot_minutes"] = autosnapshot_minutes
     if details.get("local"):
         config.update(workdir=str(details["work"]), state_dir=str(Path(details["dir"]) / "agent"),
                       machine_pid=int(details["pid"]))
