@@ -107,6 +107,8 @@ def _build() -> argparse.ArgumentParser:
     sp.add_argument("--max-price", type=float, metavar="USD_PER_HOUR", help="cap on $/h")
     sp.add_argument("--budget", type=float, metavar="USD", help="total budget for this workspace")
     sp.add_argument("--hours", type=float, help="planned GPU hours for route costs")
+    sp.add_argument("--autosnapshot", type=float, metavar="MINUTES",
+                    help="the kernel on the machine snapshots this often (0: off)")
     sp.add_argument("-C", dest="dir", default=".")
 
     sp = verb("reserve", "book GPU time ahead for an offer type")
@@ -335,7 +337,8 @@ def _workspace_market(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any]
     if args.verb == "settings":
         changes = {"gpus": args.gpus, "gpu_count": args.gpu_count, "min_gpu_memory_gb": args.min_gpu_memory,
                    "driver": args.driver, "min_cuda": args.min_cuda, "image": args.image, "regions": args.regions,
-                   "budget_max_price_per_hour": args.max_price, "budget_total": args.budget, "hours": args.hours}
+                   "budget_max_price_per_hour": args.max_price, "budget_total": args.budget, "hours": args.hours,
+                   "autosnapshot_minutes": args.autosnapshot}
         if any(v is not None for v in changes.values()):
             settings = market.update_settings(ws, **changes)
         else:
