@@ -1,11 +1,13 @@
 """The sidebar in a real JupyterLab, as a researcher uses it: the main flow on the portable
-kernel, losing the GPU and continuing on another machine, a route over the cap, and a
-reservation booked and cancelled. The tests run in order on one server and one page."""
+kernel, losing the GPU and continuing on another machine, a route over the cap, a
+reservation booked and cancelled, and a setting applied to the workspace. The tests run in
+order on one server and one page."""
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -217,6 +219,46 @@ def test_settings_are_in_the_registry(page: Any, lab: Lab) -> None:
     props = schema["schema"]["properties"]
     assert {"storeUrl", "budgetCap", "pinnedDriver", "autoSnapshotMinutes"} <= set(props)
     assert json.loads(json.dumps(schema["settings"])) == {} or isinstance(schema["settings"], dict)
+
+
+def wait_for(what: str, check: Any, timeout: float = 30.0) -> Any:
+    """Poll ``check()`` until it returns something truthy; fail saying ``what`` otherwise."""
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.25)
+    return value
+
+
+def test_a_pinned_driver_applies_to_the_workspace_and_blocks_its_routes(page: Any, lab: Lab) -> None:
+    driver = "999.99.99"  # no offer of the catalog lists it
+    sidebar = open_sidebar(page)
+    sidebar.get_by_role("button", name="Settings…").click()
+    # The form's field: its title is a heading, its input follows it.
+    heading = page.get_by_role("heading", name="Pinned GPU driver", exact=True)
+    field = page.locator(".form-group.small-field", has=heading).get_by_role("textbox")
+    expect(field).to_be_visible()
+    field.fill(driver)
+
+    # The Settings Editor saves; the sidebar sends it to the workspace and prices the routes again.
+    wait_for("the driver in the workspace's settings",
+             lambda: lab.api("GET", "portable/api/settings")["requirements"]["driver"] == driver)
+    expect(sidebar.locator(".jp-Portable-settings")).to_contain_text(f"driver {driver}")
+    rows = sidebar.locator("tr.jp-Portable-route")
+    expect(rows.first).to_be_visible()
+    expect(sidebar.locator("tr.jp-Portable-route:not(.jp-mod-blocked)")).to_have_count(0)
+    why = sidebar.locator('tr.jp-Portable-blockedRow li[data-reason="driver"]')
+    expect(why).to_have_count(rows.count())
+    expect(why.first).to_contain_text(f"lists driver 550.54.15, {driver} is pinned")
+    sidebar.locator("table.jp-Portable-routeTable").scroll_into_view_if_needed()
+    lab.screenshot(page, "10b-pinned-driver-blocks-routes")
+
+    # Cleared in the editor, cleared in the workspace: the routes are open again.
+    field.fill("")
+    wait_for("the driver cleared", lambda: lab.api("GET", "portable/api/settings")["requirements"]["driver"] is None)
+    expect(sidebar.locator(".jp-Portable-settings")).to_contain_text("driver any")
+    expect(sidebar.locator('tr.jp-Portable-blockedRow li[data-reason="driver"]')).to_have_count(0)
+    page.get_by_role("tab", name=re.compile("Settings")).get_by_title(re.compile("Close")).click()
 
 
 def test_a_slot_can_be_booked_by_keyboard_alone(page: Any, lab: Lab) -> None:

@@ -14,6 +14,7 @@ import {
   IReservationsAnswer,
   IRoutesAnswer
 } from './types';
+import { ISettingsBody, IWorkspaceSettings } from './workspaceSettings';
 
 export const API_ROOT = 'portable/api';
 
@@ -129,6 +130,14 @@ export class PortableClient {
 
   snapshot(message: string): Promise<{ version: number; changed: boolean }> {
     return this.call('snapshot', post({ message }));
+  }
+
+  workspaceSettings(): Promise<IWorkspaceSettings> {
+    return this.call('settings');
+  }
+
+  putWorkspaceSettings(body: ISettingsBody): Promise<IWorkspaceSettings> {
+    return this.call('settings', { method: 'PUT', body: JSON.stringify(body) });
   }
 
   reservations(days: number): Promise<IReservationsAnswer> {

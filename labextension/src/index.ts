@@ -113,7 +113,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
       settingRegistry
         .load(PLUGIN_ID)
         .then(settings => {
-          const apply = () => model.setSettings(readSettings(settings.composite as { [key: string]: unknown }));
+          const apply = () =>
+            void model
+              .applySettings(readSettings(settings.composite as { [key: string]: unknown }))
+              .catch(reason => console.error('jupyter-portable: cannot apply settings', reason));
           apply();
           settings.changed.connect(apply);
         })

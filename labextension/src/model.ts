@@ -31,6 +31,14 @@ import {
   PROGRESS_SCHEMA,
   STATE_SCHEMA
 } from './types';
+import {
+  changedKeys,
+  fromWorkspace,
+  keysToSendOnLoad,
+  toBody,
+  workspaceFields,
+  WorkspaceKey
+} from './workspaceSettings';
 
 /** How the model tells the user something once (JupyterLab's notifications in the app). */
 export interface INotifier {
@@ -58,7 +66,8 @@ export type Action =
   | 'book'
   | 'cancel-booking'
   | 'routes'
-  | 'reservations';
+  | 'reservations'
+  | 'settings';
 
 export interface IStatus {
   kind: 'info' | 'error';
@@ -107,12 +116,68 @@ export class PortableModel implements IDisposable {
     await Promise.all([this.refreshRoutes(), this.refreshReservations()]);
   }
 
-  setSettings(settings: IPortableSettings): void {
+  /**
+   * The user's settings, from the registry on load and on each change. The workspace's
+   * fields among them go to the server (which ones and when: workspaceSettings.ts), and
+   * the sidebar shows what the workspace answers. Calls run one at a time, in order.
+   */
+  applySettings(registry: IPortableSettings): Promise<void> {
+    const run = this._settingsQueue.then(() => this._applySettings(registry));
+    // A failure is the caller's to report; the next change still runs.
+    this._settingsQueue = run.catch(() => undefined);
+    return run;
+  }
+
+  private async _applySettings(registry: IPortableSettings): Promise<void> {
+    const previous = this._registry;
+    this._registry = registry;
+    let send: WorkspaceKey[];
+    if (previous === null) {
+      try {
+        const current = fromWorkspace(await this.client.workspaceSettings());
+        send = keysToSendOnLoad(workspaceFields(registry), current);
+        this._showSettings({ ...registry, ...current });
+      } catch (error) {
+        // Without the workspace's settings, nothing is sent: show the user's and say why.
+        this.status.settings = {
+          kind: 'error',
+          text: `Cannot read the workspace's settings: ${asApiError(error).full}`
+        };
+        this._showSettings(registry);
+        return;
+      }
+    } else {
+      send = changedKeys(workspaceFields(previous), workspaceFields(registry));
+      this._showSettings({ ...this.settings, storeUrl: registry.storeUrl });
+    }
+    if (send.length === 0) {
+      return;
+    }
+    let applied = false;
+    await this._run('settings', async () => {
+      try {
+        const answer = await this.client.putWorkspaceSettings(toBody(workspaceFields(registry), send));
+        this.status.settings = { kind: 'info', text: 'Settings applied to the workspace' };
+        this._showSettings({ ...registry, ...fromWorkspace(answer) });
+        applied = true;
+      } catch (error) {
+        const text = `Workspace settings not applied: ${asApiError(error).full}`;
+        this.status.settings = { kind: 'error', text };
+        this.notifier.error(text);
+      }
+    });
+    if (applied) {
+      // The routes depend on the driver, the cap and the hours; the budget is in the state.
+      await Promise.all([this.refreshState(), this.refreshRoutes()]);
+    }
+  }
+
+  private _showSettings(settings: IPortableSettings): void {
     const hoursChanged = settings.plannedHours !== this.settings.plannedHours;
     this.settings = settings;
     if (hoursChanged) {
       this.hours = settings.plannedHours;
-      if (this.state) {
+      if (this.state && !this.busy.has('settings')) {
         void this.refreshRoutes();
       }
     }
@@ -331,6 +396,9 @@ export class PortableModel implements IDisposable {
   private _disposed = false;
   private _stateFetch: Promise<void> | null = null;
   private _stateAgain = false;
+  /** The registry's settings as last applied; null before the first. */
+  private _registry: IPortableSettings | null = null;
+  private _settingsQueue: Promise<void> = Promise.resolve();
 }
 
 function asApiError(error: unknown): PortableApiError {

@@ -6,15 +6,18 @@ function num(value: unknown, fallback: number, min: number): number {
   return typeof value === 'number' && Number.isFinite(value) && value >= min ? value : fallback;
 }
 
+function optionalNum(value: unknown): number | null {
+  return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : null;
+}
+
 /** The settings from the registry's composite; anything malformed falls back to its default. */
 export function readSettings(composite: { [key: string]: unknown }): IPortableSettings {
-  const cap = composite['budgetCap'];
   return {
     storeUrl: typeof composite['storeUrl'] === 'string' ? (composite['storeUrl'] as string) : DEFAULT_SETTINGS.storeUrl,
-    budgetCap: typeof cap === 'number' && Number.isFinite(cap) && cap >= 0 ? cap : null,
+    budgetCap: optionalNum(composite['budgetCap']),
     pinnedDriver:
-      typeof composite['pinnedDriver'] === 'string' ? (composite['pinnedDriver'] as string) : DEFAULT_SETTINGS.pinnedDriver,
-    autoSnapshotMinutes: num(composite['autoSnapshotMinutes'], DEFAULT_SETTINGS.autoSnapshotMinutes, 0),
+      typeof composite['pinnedDriver'] === 'string' ? (composite['pinnedDriver'] as string).trim() : DEFAULT_SETTINGS.pinnedDriver,
+    autoSnapshotMinutes: optionalNum(composite['autoSnapshotMinutes']),
     plannedHours: num(composite['plannedHours'], DEFAULT_SETTINGS.plannedHours, 0.1)
   };
 }

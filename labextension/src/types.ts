@@ -277,7 +277,8 @@ export interface IPortableSettings {
   storeUrl: string;
   budgetCap: number | null;
   pinnedDriver: string;
-  autoSnapshotMinutes: number;
+  /** 0: off; null: the machine's default. */
+  autoSnapshotMinutes: number | null;
   plannedHours: number;
 }
 
@@ -285,6 +286,6 @@ export const DEFAULT_SETTINGS: IPortableSettings = {
   storeUrl: '',
   budgetCap: null,
   pinnedDriver: '',
-  autoSnapshotMinutes: 0,
+  autoSnapshotMinutes: null,
   plannedHours: 8
 };

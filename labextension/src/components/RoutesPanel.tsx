@@ -197,7 +197,7 @@ export function RoutesPanel(props: {
                           <span className="jp-Portable-sr">Blocked: </span>
                           <ul className="jp-Portable-reasons">
                             {reasons.map(r => (
-                              <li key={r.key} data-category={r.category}>
+                              <li key={r.key} data-category={r.category} data-reason={r.key}>
                                 <span className={`jp-Portable-tag jp-Portable-tag-${r.category}`}>
                                   {CATEGORY_LABEL[r.category]}
                                 </span>{' '}

@@ -2,7 +2,7 @@ import React from 'react';
 
 import * as fmt from '../format';
 import { PortableModel } from '../model';
-import { ApiErrorLine } from './common';
+import { ApiErrorLine, StatusLine } from './common';
 import { ContinuePanel } from './ContinuePanel';
 import { ReservationsPanel } from './ReservationsPanel';
 import { RoutesPanel } from './RoutesPanel';
@@ -74,7 +74,11 @@ export function Sidebar(props: { model: PortableModel; now: number; onOpenSettin
         <span>
           Budget cap {settings.budgetCap !== null ? fmt.money(settings.budgetCap) : 'none'} · driver{' '}
           {settings.pinnedDriver || 'any'} · auto-snapshot{' '}
-          {settings.autoSnapshotMinutes ? `every ${settings.autoSnapshotMinutes} min` : 'off'}
+          {settings.autoSnapshotMinutes === null
+            ? "the machine's default"
+            : settings.autoSnapshotMinutes
+              ? `every ${settings.autoSnapshotMinutes} min`
+              : 'off'}
           {settings.storeUrl ? ` · store ${settings.storeUrl}` : ''}
         </span>
         {props.onOpenSettings ? (
@@ -82,6 +86,7 @@ export function Sidebar(props: { model: PortableModel; now: number; onOpenSettin
             Settings…
           </button>
         ) : null}
+        <StatusLine status={model.status.settings} />
       </footer>
     </div>
   );

@@ -1,0 +1,118 @@
+import { describe, expect, it } from 'vitest';
+
+import { readSettings } from '../settings';
+import { DEFAULT_SETTINGS } from '../types';
+import {
+  changedKeys,
+  fromWorkspace,
+  IWorkspaceFields,
+  IWorkspaceSettings,
+  keysToSendOnLoad,
+  toBody,
+  workspaceFields
+} from '../workspaceSettings';
+
+const DEFAULTS: IWorkspaceFields = workspaceFields(DEFAULT_SETTINGS);
+
+/** GET settings of a workspace nobody has configured. */
+function answer(overrides: Partial<IWorkspaceSettings> = {}): IWorkspaceSettings {
+  return {
+    requirements: { gpus: [], gpu_count: 1, driver: null, max_price_per_hour: null },
+    budget: { max_price_per_hour: null, total: null, warn_fraction: 0.8 },
+    hours: 8,
+    autosnapshot_minutes: null,
+    ...overrides
+  };
+}
+
+describe("the workspace's settings in the registry's terms", () => {
+  it('an unconfigured workspace reads as the schema defaults', () => {
+    expect(fromWorkspace(answer())).toEqual(DEFAULTS);
+  });
+
+  it('set fields come through, 0 minutes (off) included', () => {
+    const ws = answer({
+      requirements: { driver: '535.1' },
+      budget: { total: 40 },
+      hours: 3,
+      autosnapshot_minutes: 0
+    });
+    expect(fromWorkspace(ws)).toEqual({
+      pinnedDriver: '535.1',
+      budgetCap: 40,
+      plannedHours: 3,
+      autoSnapshotMinutes: 0
+    });
+  });
+});
+
+describe('which fields changed, and the PUT body for them', () => {
+  it('only the changed fields are listed', () => {
+    expect(changedKeys(DEFAULTS, DEFAULTS)).toEqual([]);
+    expect(changedKeys(DEFAULTS, { ...DEFAULTS, pinnedDriver: '1.2.3', plannedHours: 2 })).toEqual([
+      'pinnedDriver',
+      'plannedHours'
+    ]);
+  });
+
+  it('maps each field to its API name', () => {
+    const fields = { pinnedDriver: '550.54.15', budgetCap: 25, plannedHours: 4, autoSnapshotMinutes: 15 };
+    expect(toBody(fields, ['pinnedDriver', 'budgetCap', 'plannedHours', 'autoSnapshotMinutes'])).toEqual({
+      driver: '550.54.15',
+      budget_total: 25,
+      hours: 4,
+      autosnapshot_minutes: 15
+    });
+  });
+
+  it('sends only the keys asked for', () => {
+    expect(toBody({ ...DEFAULTS, pinnedDriver: 'x', budgetCap: 9 }, ['budgetCap'])).toEqual({ budget_total: 9 });
+  });
+
+  it('an emptied field is cleared on the server with ""', () => {
+    expect(toBody(DEFAULTS, ['pinnedDriver', 'budgetCap', 'autoSnapshotMinutes'])).toEqual({
+      driver: '',
+      budget_total: '',
+      autosnapshot_minutes: ''
+    });
+  });
+
+  it('0 minutes turns auto-snapshot off rather than clearing it', () => {
+    expect(toBody({ ...DEFAULTS, autoSnapshotMinutes: 0 }, ['autoSnapshotMinutes'])).toEqual({
+      autosnapshot_minutes: 0
+    });
+  });
+});
+
+describe('on load, the schema defaults never overwrite the workspace', () => {
+  const configured = fromWorkspace(
+    answer({ requirements: { driver: '535.1' }, budget: { total: 40 }, hours: 3, autosnapshot_minutes: 5 })
+  );
+
+  it('registry defaults adopt the workspace values: nothing is sent', () => {
+    expect(keysToSendOnLoad(DEFAULTS, configured)).toEqual([]);
+  });
+
+  it("a value the user set is sent when the workspace's differs", () => {
+    const registry = { ...DEFAULTS, pinnedDriver: '550.54.15', budgetCap: 40 };
+    expect(keysToSendOnLoad(registry, configured)).toEqual(['pinnedDriver']);
+  });
+
+  it('nothing is sent when they agree', () => {
+    expect(keysToSendOnLoad(configured, configured)).toEqual([]);
+  });
+});
+
+describe('reading the registry', () => {
+  it('empty and malformed values read as unset', () => {
+    const s = readSettings({ budgetCap: null, autoSnapshotMinutes: 'often', pinnedDriver: ' 550.54.15 ' });
+    expect(s.budgetCap).toBeNull();
+    expect(s.autoSnapshotMinutes).toBeNull();
+    expect(s.pinnedDriver).toBe('550.54.15');
+    expect(readSettings({})).toEqual(DEFAULT_SETTINGS);
+  });
+
+  it('0 minutes is kept (off)', () => {
+    expect(readSettings({ autoSnapshotMinutes: 0 }).autoSnapshotMinutes).toBe(0);
+  });
+});

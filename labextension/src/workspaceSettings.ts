@@ -1,0 +1,93 @@
+/**
+ * The sidebar's settings that belong to the workspace (driver, budget cap, planned hours,
+ * auto-snapshot) and the server's `/portable/api/settings`: which of them changed, and the
+ * PUT body that applies them. Plain functions: no JupyterLab, no network.
+ *
+ * The registry is the user's, shared by every workspace they open; the server's settings
+ * are the workspace's, kept in its store. So on load a registry value left at its schema
+ * default says nothing, and the workspace keeps its own value (nothing is sent); a value
+ * the user set that the workspace lacks is sent. From then on, every field the user changes
+ * in the Settings Editor is sent. The sidebar shows the workspace's values, the ones in effect.
+ */
+
+import { DEFAULT_SETTINGS, IPortableSettings } from './types';
+
+/** The registry fields kept with the workspace. */
+export const WORKSPACE_KEYS = ['pinnedDriver', 'budgetCap', 'plannedHours', 'autoSnapshotMinutes'] as const;
+
+export type WorkspaceKey = (typeof WORKSPACE_KEYS)[number];
+
+export type IWorkspaceFields = Pick<IPortableSettings, WorkspaceKey>;
+
+/** What GET and PUT `settings` answer (the parts the sidebar reads). */
+export interface IWorkspaceSettings {
+  requirements: { driver?: string | null; [key: string]: unknown };
+  budget: { total?: number | null; [key: string]: unknown };
+  hours: number;
+  autosnapshot_minutes?: number | null;
+}
+
+/** A PUT `settings` body; `""` clears a field on the server. */
+export interface ISettingsBody {
+  driver?: string;
+  budget_total?: number | '';
+  hours?: number;
+  autosnapshot_minutes?: number | '';
+}
+
+/** The workspace's settings in the registry's terms (null/absent -> the registry's "unset"). */
+export function fromWorkspace(answer: IWorkspaceSettings): IWorkspaceFields {
+  const auto = answer.autosnapshot_minutes;
+  const total = answer.budget?.total;
+  return {
+    pinnedDriver: answer.requirements?.driver ?? '',
+    budgetCap: typeof total === 'number' ? total : null,
+    plannedHours: typeof answer.hours === 'number' && answer.hours > 0 ? answer.hours : DEFAULT_SETTINGS.plannedHours,
+    autoSnapshotMinutes: typeof auto === 'number' ? auto : null
+  };
+}
+
+/** The fields whose values differ between ``a`` and ``b``, in WORKSPACE_KEYS order. */
+export function changedKeys(a: IWorkspaceFields, b: IWorkspaceFields): WorkspaceKey[] {
+  return WORKSPACE_KEYS.filter(key => a[key] !== b[key]);
+}
+
+/** The PUT body setting ``keys`` to their values in ``fields``; an unset value clears. */
+export function toBody(fields: IWorkspaceFields, keys: readonly WorkspaceKey[]): ISettingsBody {
+  const body: ISettingsBody = {};
+  for (const key of keys) {
+    switch (key) {
+      case 'pinnedDriver':
+        body.driver = fields.pinnedDriver;
+        break;
+      case 'budgetCap':
+        body.budget_total = fields.budgetCap ?? '';
+        break;
+      case 'plannedHours':
+        body.hours = fields.plannedHours;
+        break;
+      case 'autoSnapshotMinutes':
+        body.autosnapshot_minutes = fields.autoSnapshotMinutes ?? '';
+        break;
+    }
+  }
+  return body;
+}
+
+/**
+ * On load, the fields to send: a registry field at its schema default is no choice of the
+ * user's, so the workspace keeps its own value; any other field is sent if the workspace's differs.
+ */
+export function keysToSendOnLoad(registry: IWorkspaceFields, workspace: IWorkspaceFields): WorkspaceKey[] {
+  return WORKSPACE_KEYS.filter(key => registry[key] !== DEFAULT_SETTINGS[key] && registry[key] !== workspace[key]);
+}
+
+/** The registry's workspace fields out of all its settings. */
+export function workspaceFields(settings: IPortableSettings): IWorkspaceFields {
+  return {
+    pinnedDriver: settings.pinnedDriver,
+    budgetCap: settings.budgetCap,
+    plannedHours: settings.plannedHours,
+    autoSnapshotMinutes: settings.autoSnapshotMinutes
+  };
+}
