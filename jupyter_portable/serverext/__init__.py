@@ -135,6 +135,15 @@ def workspace_state(service: PortableService) -> dict[str, Any]:
                           "offer": rec.get("offer"), "gpu": rec.get("gpu"), "region": rec.get("region"),
                           "driver": _driver(service, rec), "price_per_hour": price,
                           "spend": round(price * (uptime or 0) / 3600, 4), "started": started, "uptime_s": uptime}
+    if allocation is None and lc.allocation_id and lc.state in L.CONTINUE_STATES:
+        # the machine being launched: what is known of it so far
+        from ..worker.client import load_allocation
+
+        launched = load_allocation(ws.copy, lc.allocation_id)
+        allocation = {"allocation_id": lc.allocation_id, "launching": True,
+                      "provider": launched.provider if launched else None,
+                      "offer": launched.offer_id if launched else None, "gpu": None, "region": None,
+                      "driver": None, "price_per_hour": None, "spend": None, "started": None, "uptime_s": None}
     lost = None
     if lc.state == L.LOST:
         ev = lc.events[-1]
