@@ -380,10 +380,10 @@ def acquire_for(ws: Workspace, *, hours: float | None = None, providers: dict[st
     except NoCapacity as exc:
         given_up: list[Any] = list(exc.context.get("attempts") or [])  # type: ignore[call-overload]
         for attempt in given_up:
-            _record_attempt(ws, attempt)
+            record_attempt(ws, attempt)
         raise
     for attempt in attempts:
-        _record_attempt(ws, attempt)
+        record_attempt(ws, attempt)
     offer = by_key[f"{allocation.provider}/{allocation.offer_id}"].offer
     ws.record_allocation({"allocation_id": allocation.allocation_id, "provider": allocation.provider,
                           "offer": allocation.offer_id, "gpu": offer.gpu, "region": offer.region,
@@ -394,7 +394,7 @@ def acquire_for(ws: Workspace, *, hours: float | None = None, providers: dict[st
             "attempts": [a.to_json() for a in attempts]}
 
 
-def _record_attempt(ws: Workspace, attempt: Any, *, epoch: int | None = None) -> None:
+def record_attempt(ws: Workspace, attempt: Any, *, epoch: int | None = None) -> None:
     from .store.repo import now_iso
 
     provider, _, offer = attempt.offer_key.partition("/")

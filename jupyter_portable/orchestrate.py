@@ -189,7 +189,7 @@ class Orchestrator:
 
     def _run(self, route_id: str | None, hours: float | None) -> dict[str, Any]:
         from .compute.acquire import acquire
-        from .market import _record_attempt, load_settings
+        from .market import load_settings
 
         store, wsid = self.ws.store, self.ws.workspace_id
         try:
@@ -243,7 +243,7 @@ class Orchestrator:
             given_up = list(exc.context.get("attempts") or [])  # type: ignore[call-overload]
             lc = self.lifecycle()
             extra = [current["failure"]] if current["failure"] and current["failure"] not in lc.attempts else []
-            self._publish_attempts(given_up, _record_attempt)
+            self._publish_attempts(given_up)
             self._move(L.FAILED, reason=exc.one_line(), attempts=[*lc.attempts, *extra])
             raise
         except BaseException as exc:
@@ -252,9 +252,11 @@ class Orchestrator:
                 self._move(L.FAILED, reason=f"the Continue stopped: {type(exc).__name__}: {exc}")
             raise
         route = by_key[f"{allocation.provider}/{allocation.offer_id}"]
-        return self._materialize(allocation, route, attempts, _record_attempt)
+        return self._materialize(allocation, route, attempts)
 
-    def _publish_attempts(self, attempts: list[Any], record_attempt: Callable[..., None]) -> None:
+    def _publish_attempts(self, attempts: list[Any]) -> None:
+        from .market import record_attempt
+
         if not attempts:
             return
         epoch = self.ws.store.claim_epoch(self.ws.workspace_id)
@@ -262,8 +264,9 @@ class Orchestrator:
             with contextlib.suppress(PortableError):
                 record_attempt(self.ws, a, epoch=epoch)
 
-    def _materialize(self, allocation: Allocation, route: Any, attempts: list[Any],
-                     record_attempt: Callable[..., None]) -> dict[str, Any]:
+    def _materialize(self, allocation: Allocation, route: Any, attempts: list[Any]) -> dict[str, Any]:
+        from .market import record_attempt
+
         lc = self.lifecycle()
         epoch = lc.epoch
         save_allocation(self.ws.copy, allocation)
@@ -274,6 +277,7 @@ class Orchestrator:
             version = self.ws.record_allocation(
                 {"allocation_id": allocation.allocation_id, "provider": allocation.provider,
                  "offer": allocation.offer_id, "gpu": offer.gpu, "region": offer.region, "ref": allocation.ref,
+                 "driver": offer.driver,
                  "price_per_hour": offer.price_per_hour, "started": allocation.started or now_iso(),
                  "state": "active", "spend": 0.0, "currency": "USD", "failures": [a.reason for a in attempts]},
                 epoch=epoch)

@@ -120,7 +120,8 @@ def check_next_action(obj: object) -> dict[str, Any] | None:
 
 
 ALLOCATION_FIELDS = {"allocation_id", "provider", "offer", "gpu", "region", "started", "stopped",
-                     "stop_reason", "spend", "currency", "failures", "epoch", "state", "ref", "price_per_hour"}
+                     "stop_reason", "spend", "currency", "failures", "epoch", "state", "ref", "price_per_hour",
+                     "driver"}
 
 
 def check_allocation(obj: object) -> dict[str, Any]:
@@ -132,7 +133,8 @@ def check_allocation(obj: object) -> dict[str, Any]:
         raise ManifestError(f"allocation record has unknown field(s) {', '.join(sorted(extra))}")
     if not isinstance(obj.get("allocation_id"), str) or not obj["allocation_id"]:
         raise ManifestError("an allocation record needs its allocation_id")
-    for key in ("provider", "offer", "gpu", "region", "started", "stopped", "stop_reason", "currency", "state", "ref"):
+    for key in ("provider", "offer", "gpu", "region", "started", "stopped", "stop_reason", "currency", "state", "ref",
+                "driver"):
         _opt(obj, key, str, "allocation")
     _opt(obj, "spend", (int, float), "allocation")
     _opt(obj, "price_per_hour", (int, float), "allocation")

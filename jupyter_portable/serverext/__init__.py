@@ -133,7 +133,7 @@ def workspace_state(service: PortableService) -> dict[str, Any]:
             price = float(rec.get("price_per_hour") or 0.0)
             allocation = {"allocation_id": lc.allocation_id, "provider": rec.get("provider"),
                           "offer": rec.get("offer"), "gpu": rec.get("gpu"), "region": rec.get("region"),
-                          "driver": _driver(service, rec), "price_per_hour": price,
+                          "driver": rec.get("driver"), "price_per_hour": price,
                           "spend": round(price * (uptime or 0) / 3600, 4), "started": started, "uptime_s": uptime}
     if allocation is None and lc.allocation_id and lc.state in L.CONTINUE_STATES:
         # the machine being launched: what is known of it so far
@@ -166,20 +166,6 @@ def workspace_state(service: PortableService) -> dict[str, Any]:
                                                    "message": manifest.message},
         "checkpoints": checkpoints, "budget": budget_view, "conflicts": list(service.conflicts),
     }
-
-
-def _driver(service: PortableService, rec: dict[str, Any]) -> str | None:
-    orch = service.orchestrator()
-    provider = orch.providers.get(str(rec.get("provider")))
-    if provider is None:
-        return None
-    try:
-        for o in provider.offers():
-            if o.id == rec.get("offer"):
-                return o.driver
-    except PortableError:
-        return None
-    return None
 
 
 def _checkpoint(r: Any) -> dict[str, Any]:

@@ -168,19 +168,8 @@ class PortableService:
         notebook reconnect. A kernel whose manager does not auto-restart is restarted here."""
         km = self.serverapp.kernel_manager
         assert self.ws is not None
-        root = str(self.ws.root)
 
-        def portable() -> dict[str, Any]:
-            out = {}
-            for kid in list(km.list_kernel_ids()):
-                prov = getattr(km.get_kernel(kid), "provisioner", None)
-                # a kernel still starting asks for the workspace's machine itself, once it is ready
-                running = getattr(prov, "has_process", False)
-                if getattr(prov, "workspace_root", None) == root and hasattr(prov, "move") and running:
-                    out[kid] = prov
-            return out
-
-        moving = portable()
+        moving = self._portable_kernels(running_only=True)
         for kid, prov in moving.items():
             prov.move()
             # re-arm the kernel's restarter: after a loss it may have given up on the old machine
@@ -202,7 +191,7 @@ class PortableService:
             if time.monotonic() > deadline:
                 raise PortableError(f"kernel(s) {', '.join(moving)} did not restart on {record.allocation_id}")
             time.sleep(0.1)
-        moved = len(portable())
+        moved = len(self._portable_kernels(running_only=True))
         self.on_progress({"workspace_id": self.ws.workspace_id, "step": "reconnect",
                           "message": f"{moved} kernel(s) now run on {record.allocation_id}",
                           "done": moved, "total": moved})
@@ -218,15 +207,24 @@ class PortableService:
                               "done": head.version, "total": head.version})
         self._head_version = head.version
 
-    def _kernels_elsewhere(self, allocation_id: str | None) -> bool:
+    def _portable_kernels(self, *, running_only: bool) -> dict[str, Any]:
+        """Kernel id -> provisioner, for this workspace's portable kernels (a kernel still starting
+        asks for the workspace's machine itself, once one is ready)."""
         km = self.serverapp.kernel_manager
         root = str(self.ws.root) if self.ws else None
+        out = {}
         for kid in list(km.list_kernel_ids()):
             prov = getattr(km.get_kernel(kid), "provisioner", None)
-            if getattr(prov, "workspace_root", None) == root and getattr(prov, "allocation_id", None) not in (
-                    None, allocation_id) and prov is not None and prov.has_process:
-                return True
-        return False
+            if getattr(prov, "workspace_root", None) != root or not hasattr(prov, "move"):
+                continue
+            if running_only and not getattr(prov, "has_process", False):
+                continue
+            out[kid] = prov
+        return out
+
+    def _kernels_elsewhere(self, allocation_id: str | None) -> bool:
+        return any(prov.allocation_id not in (None, allocation_id)
+                   for prov in self._portable_kernels(running_only=True).values())
 
     # -- the loss monitor -------------------------------------------------------------------------
 
