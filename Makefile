@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTHON ?= python3
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test checks test-load bench clean
 
 setup: $(STAMP)
 
@@ -20,12 +20,20 @@ demo: setup
 	$(PY) scripts/demo.py --start
 
 test: setup
+	$(MAKE) --no-print-directory checks
+
+# every check of `make test`, without the set-up step
+checks:
 	$(VENV)/bin/ruff check jupyter_portable tests ui-tests bench scripts
 	$(VENV)/bin/mypy jupyter_portable
 	cd labextension && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" jlpm test
 	$(PY) -m pytest
 	# the browser tests: a pytest run of their own (their conftest is not the one of tests/)
 	$(PY) -m pytest ui-tests
+
+# the whole suite 5 times in a row beside one busy loop per core; it must pass 5/5 (RUNS=n for fewer)
+test-load: setup
+	scripts/test-load.sh
 
 bench: setup
 	$(PY) bench/snapshot.py

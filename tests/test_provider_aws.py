@@ -29,7 +29,8 @@ from jupyter_portable.errors import (
     QuotaExceeded,
 )
 
-NOW = datetime.now(timezone.utc)
+# A fixed clock: the provider judges an instance's age against it, never the wall clock.
+NOW = datetime(2026, 11, 3, 10, 0, tzinfo=timezone.utc)
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests worker@test"
 
 
@@ -43,7 +44,7 @@ def ec2() -> Iterator[tuple[Any, Stubber]]:
 
 
 def provider(client: Any, **kw: Any) -> AwsProvider:
-    return AwsProvider(client=client, **kw)
+    return AwsProvider(client=client, clock=lambda: NOW, **kw)
 
 
 def offer(offer_id: str = "g5.xlarge@us-east-1a", **kw: Any) -> Offer:

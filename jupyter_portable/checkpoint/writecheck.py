@@ -159,22 +159,24 @@ def _describe_change(before: _Snapshot | None, after: _Snapshot | None) -> str:
     return f"{what}modification time changed"
 
 
-def wait_quiet(path: Path, *, quiet_s: float = 2.0, timeout_s: float = 30.0, poll_s: float = 0.2) -> str | None:
+def wait_quiet(path: Path, *, quiet_s: float = 2.0, timeout_s: float = 30.0, poll_s: float = 0.2,
+               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> str | None:
     """None once ``path`` (size, mtime, and for a directory its set of files) holds still for
-    ``quiet_s``; otherwise why not. A quiet window must begin within ``timeout_s``."""
+    ``quiet_s``; otherwise why not. A quiet window must begin within ``timeout_s``. ``clock``
+    and ``sleep`` are passed in so that tests measure the bound on their own clock."""
     path = Path(path)
-    deadline = time.monotonic() + timeout_s
+    deadline = clock() + timeout_s
     previous = _snapshot(path)
-    quiet_since = time.monotonic()
+    quiet_since = clock()
     while True:
-        remaining = quiet_since + quiet_s - time.monotonic()
+        remaining = quiet_since + quiet_s - clock()
         if remaining <= 0:
             return None
-        time.sleep(min(poll_s, remaining))
+        sleep(min(poll_s, remaining))
         current = _snapshot(path)
         if current != previous:
             change = _describe_change(previous, current)
-            previous, quiet_since = current, time.monotonic()
+            previous, quiet_since = current, clock()
             if quiet_since > deadline:
                 return (f"still being written: {change} during the quiet window; it did not hold "
                         f"still for {quiet_s:g} s within {timeout_s:g} s")

@@ -27,7 +27,7 @@ botocore errors are translated at this boundary (see ``_translate``)::
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -65,6 +65,10 @@ _VISIBILITY_WINDOW = timedelta(minutes=5)
 _MAX_BLOCK_DAYS = 182
 
 
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 class AwsProvider(Provider):
     """GPU instances on EC2 in one region.
 
@@ -80,8 +84,11 @@ class AwsProvider(Provider):
     def __init__(self, *, region: str | None = None, profile: str | None = None, client: Any = None,
                  image: str = DLAMI_IMAGE, key_name: str | None = None, security_group_ids: Sequence[str] = (),
                  subnets: Mapping[str, str] | None = None, ssh_user: str = "ubuntu", spot: bool = True,
-                 shapes: Mapping[str, gpu_catalog.MachineShape] | None = None) -> None:
+                 shapes: Mapping[str, gpu_catalog.MachineShape] | None = None,
+                 clock: Callable[[], datetime] = _utcnow) -> None:
         self._region = region
+        # EC2's eventual consistency is judged against this clock; tests pass a fixed one.
+        self.clock = clock
         self._profile = profile
         self._client = client
         self.image = image
@@ -152,7 +159,7 @@ class AwsProvider(Provider):
             if self.spot:
                 for row in self._pages("describe_spot_price_history", "SpotPriceHistory",
                                        InstanceTypes=sorted(zones), ProductDescriptions=["Linux/UNIX"],
-                                       StartTime=datetime.now(timezone.utc)):
+                                       StartTime=self.clock()):
                     key = (row["InstanceType"], row["AvailabilityZone"])
                     if key not in spot or row["Timestamp"] > spot[key][0]:
                         spot[key] = (row["Timestamp"], float(row["SpotPrice"]))
@@ -218,7 +225,7 @@ class AwsProvider(Provider):
             resp = self.client.run_instances(**params)
         instance = resp["Instances"][0]
         machine, zone, spot = parse_zone_offer_id(offer.id, "AWS")
-        started = instance.get("LaunchTime") or datetime.now(timezone.utc)
+        started = instance.get("LaunchTime") or self.clock()
         return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id,
                           ref=instance["InstanceId"], started=started.isoformat(),
                           details={"instance_type": machine, "availability_zone": zone, "region": self.region,
@@ -267,7 +274,7 @@ class AwsProvider(Provider):
             except ClientError as exc:
                 if _code(exc) != "InvalidInstanceID.NotFound":
                     raise
-                if _recent(allocation.started):
+                if _recent(allocation.started, self.clock()):
                     return AllocationStatus("pending", reason="launched, not visible in EC2 yet")
                 return AllocationStatus("terminated", reason=f"instance {allocation.ref} no longer exists")
         instances = [i for r in resp.get("Reservations", []) for i in r.get("Instances", [])]
@@ -370,9 +377,9 @@ def _parse_time(text: str) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
-def _recent(started: str) -> bool:
+def _recent(started: str, now: datetime) -> bool:
     try:
-        return datetime.now(timezone.utc) - _parse_time(started) < _VISIBILITY_WINDOW
+        return now - _parse_time(started) < _VISIBILITY_WINDOW
     except UsageError:
         return False
 

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -197,11 +197,14 @@ class LocalMarket(Provider):
 
     def __init__(self, catalog_path: str | os.PathLike[str] | None = None,
                  state_dir: str | os.PathLike[str] | None = None, *, heartbeat_timeout_s: float = 10.0,
-                 stop_grace_s: float = 10.0) -> None:
+                 stop_grace_s: float = 10.0, clock: Callable[[], float] = time.time) -> None:
         self.catalog_path = Path(catalog_path) if catalog_path else default_catalog_path()
         self.state_dir = Path(state_dir) if state_dir else default_market_dir()
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.stop_grace_s = stop_grace_s
+        # boot delays, heartbeats and spend are judged on this clock (seconds since the
+        # epoch, as the workers' heartbeats are written); tests pass one they control
+        self.clock = clock
         self._state = _State(self.state_dir)
         self._catalog: Catalog | None = None
         self._catalog_key: tuple[int, int] | None = None
@@ -249,7 +252,7 @@ class LocalMarket(Provider):
         return "lost", reason
 
     def _in_use(self, data: dict[str, Any], offer_id: str) -> int:
-        now = time.time()
+        now = self.clock()
         return sum(1 for rec in data["allocations"].values()
                    if rec["offer_id"] == offer_id and self._observe(rec, now)[0] not in ("lost", "terminated"))
 
@@ -356,7 +359,7 @@ class LocalMarket(Provider):
             child_env[IMAGE_ENV] = image
         else:
             child_env.pop(IMAGE_ENV, None)
-        started = time.time()
+        started = self.clock()
         with open(folder / "agent.log", "ab") as log:
             try:
                 proc = subprocess.Popen(
@@ -386,12 +389,11 @@ class LocalMarket(Provider):
             rec = data["allocations"].get(allocation.allocation_id)
             if rec is None:
                 return AllocationStatus(state="lost", reason="the local market does not know this allocation")
-            state, reason = self._observe(rec, time.time())
+            state, reason = self._observe(rec, self.clock())
             return AllocationStatus(state=state, reason=reason, spend=self._spend(rec))
 
-    @staticmethod
-    def _spend(rec: dict[str, Any]) -> float:
-        end = rec["ended_at"] or time.time()
+    def _spend(self, rec: dict[str, Any]) -> float:
+        end = rec["ended_at"] or self.clock()
         return round(rec["price_per_hour"] * max(0.0, end - rec["started_at"]) / 3600, 6)
 
     def terminate(self, allocation: Allocation) -> None:
@@ -402,7 +404,7 @@ class LocalMarket(Provider):
             if rec is None:
                 return
             if rec["state"] == "active":
-                rec.update(state="terminated", stop_reason="terminated on request", ended_at=time.time())
+                rec.update(state="terminated", stop_reason="terminated on request", ended_at=self.clock())
             pid = rec["pid"]
         _stop(pid, allocation.allocation_id, grace=self.stop_grace_s)
 
@@ -455,7 +457,7 @@ class LocalMarket(Provider):
         """Every allocation the market recorded, oldest first, with its state now and spend."""
         out = []
         with self._state.locked() as data:
-            now = time.time()
+            now = self.clock()
             for rec in data["allocations"].values():
                 state, reason = self._observe(rec, now)
                 out.append({"allocation_id": rec["allocation_id"], "offer_id": rec["offer_id"], "pid": rec["pid"],
