@@ -173,7 +173,7 @@ class Bench:
         return statistics.median(xs) if xs else None
 
     def orchestrator(self, threshold: int, on_state: Callable[[dict[str, Any]], None] | None = None) -> Any:
-        from jupyter_portable.orchestrate import Orchestrator
+        from jupyter_portable.orchestration.orchestrator import Orchestrator
 
         return Orchestrator(self.ws, providers={"local": self.market}, on_state=on_state, lazy_threshold=threshold)
 
@@ -277,8 +277,8 @@ class Bench:
     # -- baselines --
 
     def baseline_restore(self, name: str, *, lazy: bool, threshold: int) -> None:
-        from jupyter_portable.progress import Progress
-        from jupyter_portable.restore import restore
+        from jupyter_portable.engine.progress import Progress
+        from jupyter_portable.engine.restore import restore
 
         store, wsid = self.ws.store, self.ws.workspace_id
         version = store.read_head(wsid)[0].version

@@ -12,8 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any as _Any
 
-from .core.records import CheckpointRecord
-from .errors import (
+from jupyter_portable.core.errors import (
     ConflictError,
     FencedError,
     IntegrityError,
@@ -23,7 +22,8 @@ from .errors import (
     UnsafePath,
     UsageError,
 )
-from .workspace import Workspace
+from jupyter_portable.core.records import CheckpointRecord
+from jupyter_portable.engine.workspace import Workspace
 
 __version__ = "0.1.0"
 
@@ -49,16 +49,16 @@ def checkpoints() -> list[CheckpointRecord]:
 
 def panel() -> _Any:
     """The ipywidgets panel of the workspace around the current folder."""
-    from .panel import panel as make_panel
+    from jupyter_portable.interfaces.kernel.panel import panel as make_panel
 
     return make_panel(_here())
 
 
 def load_ipython_extension(ipython: _Any) -> None:
     """``%load_ext jupyter_portable``: the magics, next-action recording, auto-snapshot."""
-    from . import autosnapshot
-    from .magics import WorkspaceMagics
-    from .recorder import CellRecorder
+    from jupyter_portable.interfaces.kernel import autosnapshot
+    from jupyter_portable.interfaces.kernel.cell_recorder import CellRecorder
+    from jupyter_portable.interfaces.kernel.magics import WorkspaceMagics
 
     ipython.register_magics(WorkspaceMagics)
     CellRecorder.install(ipython)
@@ -66,15 +66,15 @@ def load_ipython_extension(ipython: _Any) -> None:
 
 
 def unload_ipython_extension(ipython: _Any) -> None:
-    from . import autosnapshot
-    from .recorder import CellRecorder
+    from jupyter_portable.interfaces.kernel import autosnapshot
+    from jupyter_portable.interfaces.kernel.cell_recorder import CellRecorder
 
     CellRecorder.uninstall(ipython)
     autosnapshot.stop_now()
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
-    return [{"module": "jupyter_portable.serverext"}]
+    return [{"module": "jupyter_portable.interfaces.serverext"}]
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:

@@ -1,3 +1,3 @@
-from .cli import main
+from jupyter_portable.interfaces.cli.commands import main
 
 raise SystemExit(main())

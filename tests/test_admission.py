@@ -25,9 +25,9 @@ from jupyter_portable.compute.admission import (
 )
 from jupyter_portable.compute.base import Allocation
 from jupyter_portable.compute.fake_nvidia_smi import write_fake_nvidia_smi
+from jupyter_portable.compute.gpus import Gpu
+from jupyter_portable.core.errors import AdmissionRefused, NoCapacity
 from jupyter_portable.core.offers import Requirements
-from jupyter_portable.errors import AdmissionRefused, NoCapacity
-from jupyter_portable.runtime.gpu import Gpu
 
 H100 = Gpu(name="NVIDIA H100 80GB HBM3", driver="580.95.05", memory_mb=81559, uuid="GPU-1", index=0)
 

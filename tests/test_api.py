@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import jupyter_portable
-from jupyter_portable import errors
+from jupyter_portable.core import errors
 
 
 def test_all_is_exact() -> None:

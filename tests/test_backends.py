@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import make_bucket
 
-from jupyter_portable.errors import ConflictError, ObjectMissing, PortableError, StoreError
+from jupyter_portable.core.errors import ConflictError, ObjectMissing, PortableError, StoreError
 from jupyter_portable.store import open_backend
 from jupyter_portable.store.backend import Backend
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from jupyter_portable.core.calendar import Booking, can_book, cancel, charge_time, slots
-from jupyter_portable.errors import UsageError
+from jupyter_portable.core.errors import UsageError
 
 NOW = datetime(2026, 11, 3, 10, 0, tzinfo=timezone.utc)
 DAY = datetime(2026, 11, 4, 0, 0, tzinfo=timezone.utc)  # tomorrow, midnight UTC

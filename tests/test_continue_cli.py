@@ -36,7 +36,7 @@ def _market() -> Any:
 def test_continue_state_stop_and_fencing(env: dict[str, Path], root: Path, cli: Any) -> None:
     from jupyter_portable import FencedError, Workspace
     from jupyter_portable.compute.local import lose_allocation
-    from jupyter_portable.copy import WorkspaceCopy
+    from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
     out = cli.json("continue", cwd=root)
     assert set(out) == {"state", "allocation_id", "route", "version", "verified"}

@@ -48,7 +48,7 @@ async def test_restart_mid_continue_ends_consistent(kill_at: str, jp_serverapp: 
     from jupyter_portable import Workspace
     from jupyter_portable.compute.local import LocalMarket
     from jupyter_portable.core.lifecycle import Lifecycle
-    from jupyter_portable.lifecycle_store import lifecycle_path
+    from jupyter_portable.workdir.lifecycle_file import lifecycle_path
 
     state: dict[str, Any] = {}
     for _ in range(600):

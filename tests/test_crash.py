@@ -16,7 +16,7 @@ import pytest
 from conftest import read_tree, write_tree
 
 from jupyter_portable import Workspace
-from jupyter_portable.check import fsck
+from jupyter_portable.engine.verify import fsck
 from jupyter_portable.store.repo import Store
 
 V1 = {f"src/m{i}.py": f"print({i})\n" for i in range(12)} | {"data/big.bin": os.urandom(20 * 1024 * 1024)}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_portable.errors import IntegrityError, ManifestError, UsageError
+from jupyter_portable.core.errors import IntegrityError, ManifestError, UsageError
 from jupyter_portable.store.repo import Store, digest, object_key
 from jupyter_portable.worker.envcache import build_env, env_tag, index_key, time_cold_and_warm
 

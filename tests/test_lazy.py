@@ -9,7 +9,7 @@ from pathlib import Path
 from conftest import read_tree, write_tree
 
 from jupyter_portable import Workspace
-from jupyter_portable.restore import restore
+from jupyter_portable.engine.restore import restore
 from jupyter_portable.store.repo import Store
 
 
@@ -63,7 +63,7 @@ def test_background_fetch_completes(file_store: str, tmp_path: Path, cli) -> Non
 
 
 def test_a_byte_range_reads_only_the_parts_that_hold_it(store_url: str, tmp_path: Path) -> None:
-    from jupyter_portable.snapshot import PART_SIZE
+    from jupyter_portable.engine.snapshot import PART_SIZE
 
     src = tmp_path / "src"
     data = os.urandom(2 * PART_SIZE + 1000)

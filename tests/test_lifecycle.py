@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_portable import lifecycle_store
-from jupyter_portable.copy import CopyConfig, WorkspaceCopy
+from jupyter_portable.core.errors import ConflictError, ManifestError
 from jupyter_portable.core.lifecycle import (
     ACQUIRING,
     ACTIVE,
@@ -38,7 +37,8 @@ from jupyter_portable.core.lifecycle import (
     recover,
     transition,
 )
-from jupyter_portable.errors import ConflictError, ManifestError
+from jupyter_portable.workdir import lifecycle_file as lifecycle_store
+from jupyter_portable.workdir.workcopy import CopyConfig, WorkspaceCopy
 
 WS = "ws-lifecycle"
 T0 = "2026-05-01T10:00:00Z"

@@ -140,9 +140,11 @@ def test_auto_snapshot_runs_in_the_background(workspace: Workspace) -> None:
     try:
         assert k.run("%load_ext jupyter_portable").error is None
         k.run("open('notes.txt', 'w').write('autosaved')")
-        out = k.run("import time\nfor _ in range(100):\n    time.sleep(0.1)\n"
-                    "    if 'version' in __import__('jupyter_portable.autosnapshot').autosnapshot.describe(): break\n"
-                    "print(__import__('jupyter_portable.autosnapshot').autosnapshot.describe())")
+        out = k.run("import importlib, time\n"
+                    "auto = importlib.import_module('jupyter_portable.interfaces.kernel.autosnapshot')\n"
+                    "for _ in range(100):\n    time.sleep(0.1)\n"
+                    "    if 'version' in auto.describe(): break\n"
+                    "print(auto.describe())")
         assert "version" in out.stdout, out
     finally:
         k.close()

@@ -19,8 +19,7 @@ from botocore.stub import ANY, Stubber
 from jupyter_portable.compute import gpu_catalog
 from jupyter_portable.compute.aws import DLAMI_IMAGE, AwsProvider, block_hours
 from jupyter_portable.compute.base import Allocation, Reservation
-from jupyter_portable.core.offers import Offer, Requirements
-from jupyter_portable.errors import (
+from jupyter_portable.core.errors import (
     AuthError,
     LaunchFailed,
     NoCapacity,
@@ -28,6 +27,7 @@ from jupyter_portable.errors import (
     ProviderUnavailable,
     QuotaExceeded,
 )
+from jupyter_portable.core.offers import Offer, Requirements
 
 # A fixed clock: the provider judges an instance's age against it, never the wall clock.
 NOW = datetime(2026, 11, 3, 10, 0, tzinfo=timezone.utc)

@@ -27,8 +27,8 @@ from google.cloud.compute_v1.services.zone_operations.transports.base import Zon
 
 from jupyter_portable.compute.base import Allocation
 from jupyter_portable.compute.gcp import ALLOCATION_LABEL, GcpProvider, instance_name
+from jupyter_portable.core.errors import AuthError, LaunchFailed, NoCapacity, ProviderUnavailable, QuotaExceeded
 from jupyter_portable.core.offers import Offer, Requirements
-from jupyter_portable.errors import AuthError, LaunchFailed, NoCapacity, ProviderUnavailable, QuotaExceeded
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests worker@test"
 

@@ -23,8 +23,7 @@ from jupyter_portable.compute.base import Allocation, SshEndpoint
 from jupyter_portable.compute.lambdalabs import LambdaProvider
 from jupyter_portable.compute.runpod import RunPodProvider
 from jupyter_portable.compute.vastai import VastProvider
-from jupyter_portable.core.offers import Offer, Requirements
-from jupyter_portable.errors import (
+from jupyter_portable.core.errors import (
     AuthError,
     ComputeError,
     LaunchFailed,
@@ -33,6 +32,7 @@ from jupyter_portable.errors import (
     ProviderUnavailable,
     QuotaExceeded,
 )
+from jupyter_portable.core.offers import Offer, Requirements
 
 CONTRACT = Path(__file__).parent / "contract"
 FIXTURES = CONTRACT / "fixtures"

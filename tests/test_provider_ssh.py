@@ -24,10 +24,10 @@ from sshd import Sshd, keygen, running_sshd, unavailable
 
 from jupyter_portable.compute.admission import probe_machine
 from jupyter_portable.compute.base import Allocation, SshEndpoint
+from jupyter_portable.compute.gpus import QUERY_ARGS, parse_query_csv
 from jupyter_portable.compute.hosts import ENV_HOSTS, load_hosts, parse_hosts
 from jupyter_portable.compute.ssh import ENV_STATE, SshProvider, ssh_runner
-from jupyter_portable.errors import AuthError, LaunchFailed, NoCapacity, ProviderUnavailable, UsageError
-from jupyter_portable.runtime.gpu import QUERY_ARGS, parse_query_csv
+from jupyter_portable.core.errors import AuthError, LaunchFailed, NoCapacity, ProviderUnavailable, UsageError
 
 pytestmark = pytest.mark.timeout(120)
 DRIVER = "550.54.15"

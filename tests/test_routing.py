@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from jupyter_portable.core.errors import UsageError
 from jupyter_portable.core.offers import Checks, Offer, Requirements
 from jupyter_portable.core.routing import (
     DEFAULT_QUEUE_S,
@@ -19,7 +20,6 @@ from jupyter_portable.core.routing import (
     rank_routes,
     route_id,
 )
-from jupyter_portable.errors import UsageError
 
 GB = 10**9
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from fakegpu import FIXTURES, H100, calls, install_fake_nvidia_smi, render_q, render_query, render_table
 
-from jupyter_portable.errors import ManifestError, UsageError
-from jupyter_portable.runtime import (
+from jupyter_portable.core.errors import ManifestError, UsageError
+from jupyter_portable.engine.runtime import (
     RUNTIME_SCHEMA,
     Gpu,
     conda_explicit,
@@ -32,8 +32,8 @@ from jupyter_portable.runtime import (
     rebuild_commands,
     validate_runtime,
 )
-from jupyter_portable.runtime.lockfile import format_lockfile
-from jupyter_portable.runtime.probe import cuda_runtime_from, detect_image
+from jupyter_portable.engine.runtime.lockfile import format_lockfile
+from jupyter_portable.engine.runtime.probe import cuda_runtime_from, detect_image
 
 FAILED = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
 A100 = {"name": "NVIDIA A100-SXM4-80GB", "memory_mb": 81920}

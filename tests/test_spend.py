@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from jupyter_portable.core.errors import UsageError
 from jupyter_portable.core.spend import Budget, admits_price, budget_state, spend_of
-from jupyter_portable.errors import UsageError
 
 T0 = datetime(2026, 11, 3, 10, 0, tzinfo=timezone.utc)
 

@@ -26,9 +26,9 @@ from typing import Any
 import blake3
 import pytest
 
-from jupyter_portable.copy import CopyConfig
 from jupyter_portable.core.manifest import FileEntry, Head, Manifest, PackIndex
 from jupyter_portable.store.repo import Store
+from jupyter_portable.workdir.workcopy import CopyConfig
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "store-format.md"
 
@@ -129,7 +129,7 @@ def test_every_json_example_is_valid() -> None:
 
 def test_validators_refuse_what_the_document_forbids() -> None:
     """A few rules of section 5, checked against the package (the doc says 'MUST refuse')."""
-    from jupyter_portable.errors import ManifestError
+    from jupyter_portable.core.errors import ManifestError
 
     manifest = next(json.loads(r) for r in fenced_blocks("json") if MANIFEST in r)
     bad_paths = ["", "/etc/passwd", "a/../b", "./a", "a//b", "a/", ".portable/x", "a\\b", "a\x00b"]
@@ -247,7 +247,7 @@ def test_worked_example_is_consistent() -> None:
 
 
 def test_documented_constants_match_the_code() -> None:
-    from jupyter_portable.snapshot import PACK_TARGET, PART_SIZE, SMALL_MAX
+    from jupyter_portable.engine.snapshot import PACK_TARGET, PART_SIZE, SMALL_MAX
 
     text = doc_text()
     assert SMALL_MAX == 512 * 1024 and "512 KiB (524288 bytes)" in text

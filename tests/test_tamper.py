@@ -9,7 +9,7 @@ import pytest
 from conftest import write_tree
 
 from jupyter_portable import IntegrityError, Workspace
-from jupyter_portable.check import fsck
+from jupyter_portable.engine.verify import fsck
 from jupyter_portable.store.repo import object_key
 
 FILES = {"notes.txt": "hello\n", "src/a.py": "a = 1\n", "src/b.py": "b = 2\n",

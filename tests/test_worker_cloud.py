@@ -35,7 +35,7 @@ def test_a_cloud_machine_runs_the_worker_over_ssh(sshd: Sshd, tmp_path: Path, mo
     from jupyter_client import BlockingKernelClient
 
     from jupyter_portable.compute.base import Allocation, SshEndpoint
-    from jupyter_portable.errors import LaunchFailed
+    from jupyter_portable.core.errors import LaunchFailed
     from jupyter_portable.worker.client import AgentClient, start_agent
 
     monkeypatch.setenv("JUPYTER_PORTABLE_SSH_KEY", str(sshd.client_key))

@@ -33,7 +33,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, P
 def test_lockfile_environment_cold_then_warm(env: dict[str, Path], tmp_path: Path) -> None:
     from jupyter_portable.compute.local import lose_allocation
     from jupyter_portable.core.manifest import ParentRef
-    from jupyter_portable.orchestrate import Orchestrator
+    from jupyter_portable.orchestration.orchestrator import Orchestrator
 
     ws = make_workspace(tmp_path / "ws", env["store"])
     # the version records a lockfile (one pinned package, and an editable install no wheel can give)

@@ -22,7 +22,8 @@ import safetensors.numpy
 import torch
 import torch.distributed.checkpoint as dcp
 
-from jupyter_portable.checkpoint.writecheck import (
+from jupyter_portable.core.errors import UsageError
+from jupyter_portable.engine.checkpoint.writecheck import (
     WriteCheck,
     check_checkpoint,
     check_format,
@@ -30,7 +31,6 @@ from jupyter_portable.checkpoint.writecheck import (
     has_temp_mark,
     wait_quiet,
 )
-from jupyter_portable.errors import UsageError
 
 
 def truncated_copy(src: Path, dst: Path, size: int) -> Path:

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.offers import Checks, Offer, Requirements
-from ..errors import (
+from jupyter_portable.compute.admission import Runner, admit, local_runner, probe_machine
+from jupyter_portable.compute.base import Allocation, Provider
+from jupyter_portable.core.errors import (
     AdmissionRefused,
     ComputeError,
     LaunchFailed,
@@ -24,8 +25,7 @@ from ..errors import (
     PortableError,
     ProviderUnavailable,
 )
-from .admission import Runner, admit, local_runner, probe_machine
-from .base import Allocation, Provider
+from jupyter_portable.core.offers import Checks, Offer, Requirements
 
 EventSink = Callable[[dict[str, Any]], None]
 _UP = ("running", "reachable")
@@ -71,8 +71,8 @@ def cloud_ssh(allocation: Allocation, key: str | None = None) -> tuple[Any, Allo
     from dataclasses import replace
     from pathlib import Path
 
-    from .hosts import Host
-    from .ssh import SshProvider
+    from jupyter_portable.compute.hosts import Host
+    from jupyter_portable.compute.ssh import SshProvider
 
     if allocation.ssh is None:
         raise NotSupported(f"{allocation.provider} gave no SSH endpoint for {allocation.allocation_id}",

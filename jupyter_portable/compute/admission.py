@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.offers import Requirements, version_tuple
-from ..errors import AdmissionRefused
-from ..runtime.gpu import QUERY_ARGS, Gpu, parse_cuda_version, parse_query_csv
-from .base import Allocation
+from jupyter_portable.compute.base import Allocation
+from jupyter_portable.compute.gpus import QUERY_ARGS, Gpu, parse_cuda_version, parse_query_csv
+from jupyter_portable.core.errors import AdmissionRefused
+from jupyter_portable.core.offers import Requirements, version_tuple
 
 Runner = Callable[[list[str]], tuple[int, str, str]]
 """Runs argv on the allocation; returns (exit status, stdout, stderr). Never raises: a
@@ -86,7 +86,7 @@ def _first_line(rc: int, out: str, err: str) -> str:
 
 
 def _probe_gpus(runner: Runner) -> tuple[list[Gpu], str | None, str | None]:
-    """(GPUs, CUDA, note): :func:`~jupyter_portable.runtime.gpu.query_gpus`'s rules, through a runner."""
+    """(GPUs, CUDA, note): :func:`~jupyter_portable.compute.gpus.query_gpus`'s rules, through a runner."""
     rc, out, err = runner(["nvidia-smi", *QUERY_ARGS])
     if rc == 127:
         return [], None, f"no GPU: nvidia-smi not found ({_first_line(rc, out, err)})"

@@ -32,8 +32,10 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ..core.offers import Offer, Requirements
-from ..errors import (
+from jupyter_portable.compute import gpu_catalog
+from jupyter_portable.compute.base import Allocation, AllocationStatus, Provider, Reservation, SshEndpoint
+from jupyter_portable.compute.cloudinit import cloud_config, parse_zone_offer_id
+from jupyter_portable.core.errors import (
     AuthError,
     ComputeError,
     LaunchFailed,
@@ -43,9 +45,7 @@ from ..errors import (
     QuotaExceeded,
     UsageError,
 )
-from . import gpu_catalog
-from .base import Allocation, AllocationStatus, Provider, Reservation, SshEndpoint
-from .cloudinit import cloud_config, parse_zone_offer_id
+from jupyter_portable.core.offers import Offer, Requirements
 
 # EC2 resolves ``resolve:ssm:`` image ids at launch, so the default follows AWS's own
 # "latest Deep Learning Base AMI" parameter instead of an AMI id that ages per region.

@@ -1,7 +1,7 @@
 """The provider interface. Its docstrings are the contract; ``tests/test_providers_contract.py``
 runs one suite against every provider (local, ssh, and each cloud's fixtures).
 
-Every method raises only :mod:`jupyter_portable.errors` (``NoCapacity``, ``QuotaExceeded``,
+Every method raises only :mod:`jupyter_portable.core.errors` (``NoCapacity``, ``QuotaExceeded``,
 ``AuthError``, ``LaunchFailed``, ``ProviderUnavailable``, ``NotSupported``); foreign errors
 (httpx, botocore, google-api-core, OpenSSH) are translated where they enter. Credentials
 come from the environment or configuration and never appear in a message, an event or
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.offers import Offer, Requirements
-from ..errors import NotSupported
+from jupyter_portable.core.errors import NotSupported
+from jupyter_portable.core.offers import Offer, Requirements
 
 STATES = ("pending", "running", "reachable", "stopped", "lost", "terminated")
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.offers import Offer
-from ..errors import UsageError
+from jupyter_portable.core.errors import UsageError
+from jupyter_portable.core.offers import Offer
 
 if sys.version_info >= (3, 11):
     import tomllib

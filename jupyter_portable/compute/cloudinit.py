@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import UsageError
+from jupyter_portable.core.errors import UsageError
 
 ENV_FILE = "/etc/jupyter-portable/env"
 _ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")

@@ -2,7 +2,7 @@
 
 The demo's machines are processes on this computer, which has no GPU. Each gets its own
 ``bin/nvidia-smi`` (this module writes it) that answers in the formats of NVIDIA's tool, so
-the real probe (:func:`jupyter_portable.runtime.gpu.query_gpus`) and admission run
+the real probe (:func:`jupyter_portable.compute.gpus.query_gpus`) and admission run
 unchanged against it. Answered: the default table, ``-q`` (abridged), ``-L``,
 ``--version``, and ``--query-gpu=FIELDS --format=csv[,noheader][,nounits]`` with ``-i``.
 With ``count=0`` it says "No devices were found" and exits 6, as a pod without GPUs does.

@@ -38,8 +38,10 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-from ..core.offers import Offer, Requirements
-from ..errors import (
+from jupyter_portable.compute import gpu_catalog
+from jupyter_portable.compute.base import Allocation, AllocationStatus, Provider, SshEndpoint
+from jupyter_portable.compute.cloudinit import cloud_config, parse_zone_offer_id
+from jupyter_portable.core.errors import (
     AuthError,
     ComputeError,
     LaunchFailed,
@@ -48,9 +50,7 @@ from ..errors import (
     QuotaExceeded,
     UsageError,
 )
-from . import gpu_catalog
-from .base import Allocation, AllocationStatus, Provider, SshEndpoint
-from .cloudinit import cloud_config, parse_zone_offer_id
+from jupyter_portable.core.offers import Offer, Requirements
 
 # A Deep Learning VM image family (Ubuntu, CUDA, NVIDIA driver); check the current families
 # with `gcloud compute images list --project deeplearning-platform-release`.

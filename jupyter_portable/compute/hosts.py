@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.offers import Offer
-from ..errors import UsageError
+from jupyter_portable.core.errors import UsageError
+from jupyter_portable.core.offers import Offer
 
 ENV_HOSTS = "JUPYTER_PORTABLE_HOSTS"
 _NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")

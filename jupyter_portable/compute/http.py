@@ -2,7 +2,7 @@
 
 Every provider module talks to its API through :class:`ApiClient`. It adds the bearer
 key to each request (never to the URL), retries only idempotent GETs, parses JSON, and
-turns whatever goes wrong into :mod:`jupyter_portable.errors`::
+turns whatever goes wrong into :mod:`jupyter_portable.core.errors`::
 
     httpx.TimeoutException, httpx.TransportError  -> ProviderUnavailable (GETs retried first)
     body that is not JSON, or not the shape read  -> ProviderUnavailable
@@ -30,9 +30,9 @@ from typing import Any
 
 import httpx
 
-from ..core.offers import Offer
-from ..errors import AuthError, ComputeError, LaunchFailed, ProviderUnavailable, UsageError
-from .base import Provider
+from jupyter_portable.compute.base import Provider
+from jupyter_portable.core.errors import AuthError, ComputeError, LaunchFailed, ProviderUnavailable, UsageError
+from jupyter_portable.core.offers import Offer
 
 # GETs are retried on these: the request changed nothing, so asking again is safe.
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})

@@ -21,11 +21,9 @@ from urllib.parse import quote
 
 import httpx
 
-from ..core.offers import Offer, Requirements
-from ..errors import AuthError, ComputeError, LaunchFailed, NoCapacity, ProviderUnavailable, QuotaExceeded
-from .base import Allocation, AllocationStatus, SshEndpoint
-from .cloudinit import cloud_config
-from .http import (
+from jupyter_portable.compute.base import Allocation, AllocationStatus, SshEndpoint
+from jupyter_portable.compute.cloudinit import cloud_config
+from jupyter_portable.compute.http import (
     NUMBER,
     ApiClient,
     ErrorInfo,
@@ -38,6 +36,15 @@ from .http import (
     now_iso,
     opt,
 )
+from jupyter_portable.core.errors import (
+    AuthError,
+    ComputeError,
+    LaunchFailed,
+    NoCapacity,
+    ProviderUnavailable,
+    QuotaExceeded,
+)
+from jupyter_portable.core.offers import Offer, Requirements
 
 API = "https://cloud.lambda.ai"
 KEY_ENV = "LAMBDA_API_KEY"

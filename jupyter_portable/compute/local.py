@@ -30,12 +30,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..core.offers import Offer, Requirements
-from ..errors import LaunchFailed, NoCapacity, NotSupported, QuotaExceeded, UsageError
-from .admission import IMAGE_ENV
-from .base import Allocation, AllocationStatus, Provider, Reservation
-from .catalog import Catalog, default_catalog_path, load_catalog
-from .fake_nvidia_smi import write_fake_nvidia_smi
+from jupyter_portable.compute.admission import IMAGE_ENV
+from jupyter_portable.compute.base import Allocation, AllocationStatus, Provider, Reservation
+from jupyter_portable.compute.catalog import Catalog, default_catalog_path, load_catalog
+from jupyter_portable.compute.fake_nvidia_smi import write_fake_nvidia_smi
+from jupyter_portable.core.errors import LaunchFailed, NoCapacity, NotSupported, QuotaExceeded, UsageError
+from jupyter_portable.core.offers import Offer, Requirements
 
 MARKET_DIR_ENV = "JUPYTER_PORTABLE_MARKET_DIR"
 SEED_ENV = "JUPYTER_PORTABLE_MARKET_SEED"

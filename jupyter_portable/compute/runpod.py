@@ -18,10 +18,8 @@ from urllib.parse import quote
 
 import httpx
 
-from ..core.offers import Offer, Requirements, version_tuple
-from ..errors import AuthError, ComputeError, LaunchFailed, NoCapacity, ProviderUnavailable, QuotaExceeded
-from .base import Allocation, AllocationStatus, SshEndpoint
-from .http import (
+from jupyter_portable.compute.base import Allocation, AllocationStatus, SshEndpoint
+from jupyter_portable.compute.http import (
     NUMBER,
     ApiClient,
     ErrorInfo,
@@ -35,6 +33,15 @@ from .http import (
     opt,
     slug,
 )
+from jupyter_portable.core.errors import (
+    AuthError,
+    ComputeError,
+    LaunchFailed,
+    NoCapacity,
+    ProviderUnavailable,
+    QuotaExceeded,
+)
+from jupyter_portable.core.offers import Offer, Requirements, version_tuple
 
 API = "https://api.runpod.io"
 KEY_ENV = "RUNPOD_API_KEY"

@@ -41,8 +41,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from ..core.offers import Offer, Requirements
-from ..errors import (
+from jupyter_portable.compute import agent_stub
+from jupyter_portable.compute.admission import Runner
+from jupyter_portable.compute.base import Allocation, AllocationStatus, Provider, SshEndpoint
+from jupyter_portable.compute.hosts import Host, load_hosts
+from jupyter_portable.core.errors import (
     AuthError,
     ComputeError,
     LaunchFailed,
@@ -51,10 +54,7 @@ from ..errors import (
     ProviderUnavailable,
     UsageError,
 )
-from . import agent_stub
-from .admission import Runner
-from .base import Allocation, AllocationStatus, Provider, SshEndpoint
-from .hosts import Host, load_hosts
+from jupyter_portable.core.offers import Offer, Requirements
 
 try:
     import fcntl

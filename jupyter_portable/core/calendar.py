@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ..errors import UsageError
+from jupyter_portable.core.errors import UsageError
 
 BOOKING_SCHEMA = 1
 CHARGE_POLICIES = ("now", "before")  # "before": charged automatically CHARGE_LEAD before the start

@@ -55,8 +55,8 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import ManifestError
-from .manifest import check_workspace_id
+from jupyter_portable.core.errors import ManifestError
+from jupyter_portable.core.manifest import check_workspace_id
 
 LIFECYCLE_FORMAT = "jupyter-portable.lifecycle"
 SCHEMA = 1

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ManifestError, UnsafePath
-from .paths import check_link_target, check_relpath
+from jupyter_portable.core.errors import ManifestError, UnsafePath
+from jupyter_portable.core.paths import check_link_target, check_relpath
 
 MANIFEST_FORMAT = "jupyter-portable.manifest"
 HEAD_FORMAT = "jupyter-portable.head"
@@ -327,7 +327,7 @@ class Manifest:
         for name in ("runtime", "next_action"):
             if obj[name] is not None and not isinstance(obj[name], dict):
                 raise ManifestError(f"manifest {name} must be an object or null")
-        from .records import CheckpointRecord, check_allocation, check_next_action
+        from jupyter_portable.core.records import CheckpointRecord, check_allocation, check_next_action
 
         ids = [CheckpointRecord.from_json(c).id for c in obj["checkpoints"]]
         if len(set(ids)) != len(ids):

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..errors import UsageError
+from jupyter_portable.core.errors import UsageError
 
 _ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}\Z")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import posixpath
 
-from ..errors import UnsafePath
+from jupyter_portable.core.errors import UnsafePath
 
 _RESERVED_TOP = ".portable"
 

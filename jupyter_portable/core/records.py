@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ManifestError
-from .manifest import check_hash
-from .paths import check_relpath
+from jupyter_portable.core.errors import ManifestError
+from jupyter_portable.core.manifest import check_hash
+from jupyter_portable.core.paths import check_relpath
 
 CHECKPOINT_STATUSES = ("verified", "rejected")
 CHECKPOINT_KINDS = ("file", "directory")

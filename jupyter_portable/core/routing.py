@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import UsageError
-from .offers import Checks, Offer, Requirements, unmet
+from jupyter_portable.core.errors import UsageError
+from jupyter_portable.core.offers import Checks, Offer, Requirements, unmet
 
 LOCAL_PROVIDER = "local"  # the local market: workers are processes on this machine
 HOURS_PER_MONTH = 730.0  # storage is priced per GB-month; 8760 h / 12

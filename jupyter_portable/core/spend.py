@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..errors import UsageError
+from jupyter_portable.core.errors import UsageError
 
 BUDGET_STATES = ("ok", "warn", "exhausted")
 LOW_HOURS = 1.0  # under this many hours left at the current price, warn whatever the fraction

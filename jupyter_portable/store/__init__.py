@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from urllib.parse import unquote, urlparse
 
-from ..errors import UnsupportedStore, UsageError
-from .backend import Backend, LocalBackend
+from jupyter_portable.core.errors import UnsupportedStore, UsageError
+from jupyter_portable.store.backend import Backend, LocalBackend
 
 
 def default_store_url() -> str:
@@ -27,7 +27,7 @@ def open_backend(url: str) -> Backend:
             raise UsageError(f"file:// URL {url!r} names a host; use file:///absolute/path")
         return LocalBackend(os.path.expanduser(path))
     if parsed.scheme in ("s3", "s3a"):
-        from .s3 import S3Backend
+        from jupyter_portable.store.s3 import S3Backend
 
         return S3Backend(parsed.netloc, parsed.path)
     raise UnsupportedStore(

@@ -16,12 +16,12 @@ from contextlib import contextmanager
 
 import blake3
 
-from ..errors import ConflictError, ObjectMissing, StoreError
-from . import faults
+from jupyter_portable.core.errors import ConflictError, ObjectMissing, StoreError
+from jupyter_portable.store import faults
 
 
 class Backend:
-    """Byte storage under a root. Every method raises only :mod:`jupyter_portable.errors`."""
+    """Byte storage under a root. Every method raises only :mod:`jupyter_portable.core.errors`."""
 
     url: str
 

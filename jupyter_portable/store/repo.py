@@ -21,8 +21,7 @@ from typing import Any
 
 import blake3
 
-from ..core.manifest import FileEntry, Head, Manifest, PackIndex, check_hash, check_workspace_id
-from ..errors import (
+from jupyter_portable.core.errors import (
     ConflictError,
     FencedError,
     IntegrityError,
@@ -30,8 +29,9 @@ from ..errors import (
     ObjectMissing,
     VersionNotFound,
 )
-from . import open_backend
-from .backend import Backend
+from jupyter_portable.core.manifest import FileEntry, Head, Manifest, PackIndex, check_hash, check_workspace_id
+from jupyter_portable.store import open_backend
+from jupyter_portable.store.backend import Backend
 
 STORE_FORMAT = "jupyter-portable.store"
 STORE_SCHEMA = 1

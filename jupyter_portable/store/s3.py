@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ConflictError, ObjectMissing, StoreError
-from . import faults
-from .backend import Backend
+from jupyter_portable.core.errors import ConflictError, ObjectMissing, StoreError
+from jupyter_portable.store import faults
+from jupyter_portable.store.backend import Backend
 
 _CONFLICT_CODES = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
 

@@ -1,3 +1,3 @@
-from .agent import main
+from jupyter_portable.worker.agent import main
 
 raise SystemExit(main())

@@ -57,9 +57,9 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
 
-from ..copy import WorkspaceCopy, atomic_write
-from ..core.paths import check_relpath
-from ..errors import ConflictError, PortableError, UnsafePath, UsageError
+from jupyter_portable.core.errors import ConflictError, PortableError, UnsafePath, UsageError
+from jupyter_portable.core.paths import check_relpath
+from jupyter_portable.workdir.workcopy import WorkspaceCopy, atomic_write
 
 log = logging.getLogger("jupyter_portable.worker")
 
@@ -101,7 +101,7 @@ class AgentState:
 
     # -- the store, opened lazily in the threads that need it --
     def store(self) -> Any:
-        from ..store.repo import Store
+        from jupyter_portable.store.repo import Store
 
         return Store.open(self.store_url)
 
@@ -109,7 +109,7 @@ class AgentState:
         pending: list[str] = []
         if self.phase not in ("starting", "materializing"):
             with contextlib.suppress(PortableError, OSError):
-                from ..lazy import pending_paths
+                from jupyter_portable.engine.lazy import pending_paths
 
                 pending = pending_paths(WorkspaceCopy(self.workdir))
         version = self.version
@@ -133,7 +133,7 @@ class AgentState:
 # -- materialize and verify ------------------------------------------------------------------
 
 def _progress_sink(state: AgentState, step: str) -> Any:
-    from ..progress import Progress
+    from jupyter_portable.engine.progress import Progress
 
     def sink(line: str) -> None:
         state.progress = {"step": step, "message": line}
@@ -142,8 +142,8 @@ def _progress_sink(state: AgentState, step: str) -> Any:
 
 
 def materialize(state: AgentState) -> None:
-    from ..checkpoint.registry import records
-    from ..restore import restore
+    from jupyter_portable.engine.checkpoint.registry import records
+    from jupyter_portable.engine.restore import restore
 
     state.phase = "materializing"
     store = state.store()
@@ -159,7 +159,7 @@ def materialize(state: AgentState) -> None:
 def fetch_in_background(state: AgentState) -> None:
     """Large files, smallest first, in this process: they stop when the machine's agent does.
     A file asked for (``/fetch``) jumps the queue: the fetcher and the request share per-file locks."""
-    from ..lazy import fetch_pending
+    from jupyter_portable.engine.lazy import fetch_pending
 
     copy = WorkspaceCopy(state.workdir)
     started = time.monotonic()
@@ -181,9 +181,9 @@ def _hash_file(path: Path) -> str:
 
 def verify(state: AgentState) -> dict[str, Any]:
     """Read the durable record back and compare it with the copy: the four checks of READY."""
-    from ..check import verify_dir
-    from ..checkpoint.registry import listing_hash, records
-    from ..lazy import pending_paths
+    from jupyter_portable.engine.checkpoint.registry import listing_hash, records
+    from jupyter_portable.engine.lazy import pending_paths
+    from jupyter_portable.engine.verify import verify_dir
 
     state.phase = "verifying"
     started = time.monotonic()
@@ -240,7 +240,7 @@ def verify(state: AgentState) -> dict[str, Any]:
 def pinned_only(lockfile: bytes) -> tuple[bytes, list[str]]:
     """The lockfile's ``NAME==VERSION`` lines (what a wheel can satisfy), and the names left out
     (editable and direct-URL installs: local to the machine that made the lockfile)."""
-    from ..runtime.lockfile import parse_lockfile
+    from jupyter_portable.engine.runtime.lockfile import parse_lockfile
 
     keep: list[str] = []
     skipped: list[str] = []
@@ -253,7 +253,7 @@ def pinned_only(lockfile: bytes) -> tuple[bytes, list[str]]:
 def build_environment(state: AgentState) -> None:
     """With ``environment.mode == "lockfile"``: the kernel's venv from the recorded lockfile, its
     wheels from the store when a worker built it before (warm), else from the package index (cold)."""
-    from .envcache import build_env
+    from jupyter_portable.worker.envcache import build_env
 
     if state.environment.get("mode", "image") == "image":
         state.env_build = {"mode": "image", "python": sys.executable}
@@ -365,7 +365,7 @@ def stop_kernel(state: AgentState, timeout: float = 5.0) -> None:
 # -- writes: snapshots, edits, the seal -------------------------------------------------------
 
 def take_snapshot(state: AgentState, message: str) -> dict[str, Any]:
-    from ..workspace import Workspace
+    from jupyter_portable.engine.workspace import Workspace
 
     if not state.accepting:
         raise ConflictError("this worker is sealing: it takes no new writes")
@@ -376,7 +376,7 @@ def take_snapshot(state: AgentState, message: str) -> dict[str, Any]:
 
 def put_file(state: AgentState, rel: str, content: bytes, base: str | None) -> dict[str, Any]:
     """Write an edit saved in JupyterLab; refuse it (409) if the worker's copy changed since ``base``."""
-    from ..restore import Placer
+    from jupyter_portable.engine.restore import Placer
 
     if not state.accepting:
         raise ConflictError("this worker is sealing: it takes no new writes")
@@ -401,8 +401,8 @@ def put_file(state: AgentState, rel: str, content: bytes, base: str | None) -> d
 
 
 def list_files(state: AgentState) -> dict[str, Any]:
-    from ..lazy import pending_paths
-    from ..tree import walk
+    from jupyter_portable.engine.lazy import pending_paths
+    from jupyter_portable.engine.scan import walk
 
     copy = WorkspaceCopy(state.workdir)
     files = [{"path": f.path, "size": f.st.st_size} for f in walk(state.workdir, warn=False) if f.target is None]
@@ -411,7 +411,7 @@ def list_files(state: AgentState) -> dict[str, Any]:
 
 def seal(state: AgentState, message: str) -> dict[str, Any]:
     """Stop new writes, let the write in flight finish, stop the kernel, publish, read back."""
-    from ..workspace import Workspace
+    from jupyter_portable.engine.workspace import Workspace
 
     state.accepting = False
     state.phase = "sealing"
@@ -552,7 +552,7 @@ class FilesHandler(_Handler):
 
 class FetchHandler(_Handler):
     async def post(self) -> None:
-        from ..lazy import ensure
+        from jupyter_portable.engine.lazy import ensure
 
         rel = self.body().get("path")
         if not isinstance(rel, str):

@@ -23,10 +23,10 @@ from typing import Any
 
 import httpx
 
-from ..compute.base import Allocation, Provider, SshEndpoint
-from ..copy import WorkspaceCopy, atomic_write
-from ..errors import ConflictError, LaunchFailed, PortableError, ProviderUnavailable, UsageError
-from .agent import READY_PREFIX
+from jupyter_portable.compute.base import Allocation, Provider, SshEndpoint
+from jupyter_portable.core.errors import ConflictError, LaunchFailed, PortableError, ProviderUnavailable, UsageError
+from jupyter_portable.workdir.workcopy import WorkspaceCopy, atomic_write
+from jupyter_portable.worker.agent import READY_PREFIX
 
 AGENTS_DIR = "agents"
 
@@ -177,7 +177,7 @@ def ssh_route(provider: Provider | None, allocation: Allocation) -> tuple[Any, A
     if provider is not None and callable(getattr(provider, "forward_port", None)) \
             and isinstance(allocation.details.get("remote_dir"), str):
         return provider, allocation
-    from ..compute.acquire import cloud_ssh
+    from jupyter_portable.compute.acquire import cloud_ssh
 
     return cloud_ssh(allocation)
 

@@ -1,7 +1,7 @@
 """The worker's Python environment, rebuilt from the workspace's lockfile and cached in the store.
 
 A worker on a fresh machine builds a virtual environment from the workspace's lockfile
-(:mod:`jupyter_portable.runtime.lockfile`). The first build of a lockfile is **cold**: pip
+(:mod:`jupyter_portable.engine.runtime.lockfile`). The first build of a lockfile is **cold**: pip
 fetches (or builds) one wheel per requirement from a package index or find-links folder,
 every wheel is stored as an object, and a *wheel index* names them. Every later build of
 the same lockfile on the same kind of interpreter is **warm**: the wheels come from the
@@ -66,10 +66,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..core.manifest import check_hash
-from ..errors import ConflictError, IntegrityError, ManifestError, ObjectMissing, UsageError
-from ..runtime.lockfile import normalise, parse_lockfile
-from ..store.repo import Store, digest
+from jupyter_portable.core.errors import ConflictError, IntegrityError, ManifestError, ObjectMissing, UsageError
+from jupyter_portable.core.manifest import check_hash
+from jupyter_portable.engine.runtime.lockfile import normalise, parse_lockfile
+from jupyter_portable.store.repo import Store, digest
 
 INDEX_FORMAT = "jupyter-portable.wheelindex"
 INDEX_SCHEMA = 1

@@ -1,0 +1,119 @@
+"""Registering a checkpoint: write check, upload, read-back, then "verified" (invariant 3).
+
+The checkpoint's bytes travel in an ordinary snapshot of the workspace; before that
+version is published they are read back from the store and hashed. Only a checkpoint
+that passed every step is published as verified; a rejected one is published with its
+reason, its files left at their previous version, and "latest" never moves to it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import blake3
+
+from jupyter_portable.core.errors import IntegrityError, StoreError, UsageError
+from jupyter_portable.core.manifest import FileEntry, Manifest
+from jupyter_portable.core.records import CheckpointRecord, latest_verified
+from jupyter_portable.engine.checkpoint.writecheck import WriteCheck, check_checkpoint
+from jupyter_portable.engine.scan import ignore_spec
+from jupyter_portable.store import faults
+from jupyter_portable.store.repo import Store, now_iso, object_key
+
+
+def relative_to_workspace(root: Path, path: str | os.PathLike[str]) -> str:
+    """``path`` (absolute, or relative to the current folder) as a workspace-relative path."""
+    full = Path(path)
+    if not full.is_absolute():
+        full = Path.cwd() / full
+    full = Path(os.path.abspath(full))
+    try:
+        rel = full.relative_to(root)
+    except ValueError as exc:
+        raise UsageError(f"{path} is outside the workspace {root}",
+                         hint="save checkpoints inside the workspace folder") from exc
+    text = rel.as_posix()
+    if text in ("", "."):
+        raise UsageError("the workspace folder itself cannot be a checkpoint")
+    if text.split("/")[0] == ".portable":
+        raise UsageError(f"{path} is inside .portable")
+    spec = ignore_spec(root)
+    if spec.match_file(text) or spec.match_file(text + "/"):
+        raise UsageError(f"{text} is excluded by .portableignore, so it would never reach the store",
+                         hint="remove the pattern that matches it from .portableignore")
+    return text
+
+
+def listing_hash(entries: list[FileEntry], prefix: str) -> str:
+    """A directory checkpoint's hash: BLAKE3 over its sorted "relative path NUL hash LF" lines."""
+    h = blake3.blake3()
+    for e in sorted(entries, key=lambda e: e.path):
+        h.update(f"{e.path[len(prefix) + 1:]}\0{e.hash or e.target}\n".encode())
+    return h.hexdigest()
+
+
+class CheckpointStep:
+    """The ``before_publish`` step of a checkpoint's snapshot: read-back, then the record."""
+
+    def __init__(self, store: Store, rel: str, check: WriteCheck, step: int | None, note: str) -> None:
+        self.store = store
+        self.rel = rel
+        self.check = check
+        self.step = step
+        self.note = note
+        self.is_dir = False
+        self.record: CheckpointRecord | None = None
+
+    def _record(self, base: Manifest | None, **fields: Any) -> CheckpointRecord:
+        ids = [c.get("id", 0) for c in (base.checkpoints if base else ())]
+        version = (base.version if base else 0) + 1
+        return CheckpointRecord(id=max(ids, default=0) + 1, path=self.rel, created=now_iso(), step=self.step,
+                                note=self.note, format=self.check.format,
+                                kind="directory" if self.is_dir else "file", version=version, **fields)
+
+    def __call__(self, entries: dict[str, dict[str, Any]], base: Manifest | None) -> tuple[list[dict], set[str]]:
+        if not self.check.ok:
+            self.record = self._record(base, status="rejected", reason=self.check.reason)
+            return [self.record.to_json()], {self.rel}
+        mine = [e if isinstance(e, FileEntry) else FileEntry.from_json(e) for p, e in entries.items()
+                if p == self.rel or p.startswith(self.rel + "/")]
+        if not mine:
+            self.record = self._record(base, status="rejected",
+                                       reason="it changed while it was being uploaded; register it again when "
+                                              "the writer has finished")
+            return [self.record.to_json()], {self.rel}
+        faults.corrupt_readback(self.store, [object_key(h) for e in mine for h in e.object_keys()])
+        try:
+            for e in mine:
+                self.store.verify_file(e)
+        except (IntegrityError, StoreError) as exc:
+            self.record = self._record(base, status="rejected", reason=f"read-back from the store failed: {exc}")
+            return [self.record.to_json()], {self.rel}
+        single = len(mine) == 1 and mine[0].path == self.rel
+        digest = mine[0].hash if single else listing_hash(mine, self.rel)
+        self.record = self._record(base, status="verified", hash=digest, size=sum(e.size for e in mine),
+                                   files=len(mine))
+        return [self.record.to_json()], set()
+
+
+def prepare(root: Path, path: str | os.PathLike[str], *, quiet_s: float = 2.0,
+            timeout_s: float = 30.0) -> tuple[str, WriteCheck]:
+    """Resolve the path and run the write check (waits for the file to hold still)."""
+    rel = relative_to_workspace(root, path)
+    if not os.path.lexists(root / rel):
+        raise UsageError(f"{rel} does not exist: nothing to register",
+                         hint="save the checkpoint first, or give its path relative to this folder")
+    try:
+        return rel, check_checkpoint(root / rel, quiet_s=quiet_s, timeout_s=timeout_s)
+    except OSError as exc:
+        return rel, WriteCheck(False, "file", f"could not be read: {exc.strerror or exc}", ())
+
+
+def records(manifest: Manifest | None) -> list[CheckpointRecord]:
+    return [CheckpointRecord.from_json(c) for c in (manifest.checkpoints if manifest else ())]
+
+
+def latest(manifest: Manifest | None) -> CheckpointRecord | None:
+    return latest_verified(records(manifest))

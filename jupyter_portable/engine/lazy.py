@@ -1,0 +1,106 @@
+"""Lazy restore: large files fetched in the background, any file asked for first.
+
+``restore --lazy`` leaves files above a threshold in ``.portable/pending.json`` and starts
+``python -m jupyter_portable.engine.lazy DIR``. :func:`fetch_pending` is shared by that process
+and by whoever asks for one file now (``jupyter portable fetch PATH``): a per-file lock
+makes sure each file is fetched once, and the asker never waits behind the queue.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from jupyter_portable.core.errors import UsageError
+from jupyter_portable.engine.progress import Progress
+from jupyter_portable.engine.restore import Placer, already_there, fetch_large, read_pending, write_pending
+from jupyter_portable.store.repo import Store
+from jupyter_portable.workdir.workcopy import WorkspaceCopy
+
+
+@contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def pending_paths(copy: WorkspaceCopy) -> list[str]:
+    return [e.path for e in read_pending(copy)[1]]
+
+
+def fetch_pending(copy: WorkspaceCopy, path: str | None = None, progress: Progress | None = None) -> str | None:
+    """Fetch one pending file (``path``, or the smallest left); return its path or None."""
+    _, entries = read_pending(copy)
+    if path is not None:
+        chosen = [e for e in entries if e.path == path]
+        if not chosen:
+            return None  # already fetched (or never pending)
+    else:
+        chosen = sorted(entries, key=lambda e: e.size)[:1]
+        if not chosen:
+            return None
+    entry = chosen[0]
+    cfg = copy.read_config()
+    store = Store.open(cfg.store)
+    with _flock(copy.meta / "locks" / f"{entry.hash}.lock"):
+        version, entries = read_pending(copy)
+        if entry.path not in {e.path for e in entries}:
+            return entry.path  # another process placed it while we waited
+        manifest = store.read_manifest(cfg.workspace_id, version)
+        if not already_there(copy.root, entry):
+            fetch_large(store, Placer(copy.root), entry, progress)
+        with _flock(copy.meta / "pending.lock"):
+            version, entries = read_pending(copy)
+            rest = [e for e in entries if e.path != entry.path]
+            if rest:
+                write_pending(copy, version, rest)
+            else:
+                copy.pending_path.unlink(missing_ok=True)
+            cache = copy.read_statcache(manifest.version)
+            if cache is not None:
+                st = os.stat(copy.root / entry.path)
+                cache[entry.path] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+                copy.write_statcache(manifest.version, cache)
+    return entry.path
+
+
+def ensure(copy: WorkspaceCopy, path: str, progress: Progress | None = None) -> None:
+    """Make sure ``path`` is materialized, fetching it now if it is still pending."""
+    if path in pending_paths(copy):
+        fetch_pending(copy, path, progress)
+    elif not (copy.root / path).exists():
+        raise UsageError(f"{path!r} is neither in this copy nor pending")
+
+
+def start_background_fetch(root: Path) -> int:
+    """Start the detached fetcher for ``root``; its log is ``.portable/lazy.log``."""
+    log = open(root / ".portable" / "lazy.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "jupyter_portable.engine.lazy", str(root)],
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    log.close()
+    return proc.pid
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    copy = WorkspaceCopy(Path(args[0]))
+    with _flock(copy.meta / "fetcher.lock"):  # one background fetcher per copy
+        while True:
+            done = fetch_pending(copy)
+            if done is None:
+                return 0
+            print(f"fetched {done}", flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

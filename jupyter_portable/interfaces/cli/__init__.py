@@ -1,0 +1,1 @@
+"""The ``jupyter portable`` command."""

@@ -1,0 +1,394 @@
+"""``jupyter portable <verb>``: parses arguments, calls :class:`Workspace`, prints.
+
+With ``--json`` each verb prints one JSON object on stdout. Progress goes to stderr.
+A failure exits non-zero with a one-line reason on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from jupyter_portable.core.errors import PortableError, UsageError
+
+EXIT_FAIL = 1
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _build() -> argparse.ArgumentParser:
+    p = _Parser(prog="jupyter portable", description="A durable workspace for notebooks on rented GPUs.")
+    sub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+
+    def verb(name: str, help: str) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help)
+        sp.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        sp.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+        return sp
+
+    sp = verb("init", "make a directory a new workspace")
+    sp.add_argument("dir", nargs="?", default=".", help="the directory (default: here)")
+    sp.add_argument("--store", help="store URL: file:///path (default: your data dir) or s3://bucket/prefix")
+
+    sp = verb("snapshot", "publish the workspace's files as a new version")
+    sp.add_argument("-m", "--message", default="", help="a note for the log")
+    sp.add_argument("--force", action="store_true",
+                    help="publish on top of a head that moved on since this copy's version")
+    sp.add_argument("-C", dest="dir", default=".", help="the workspace directory (default: here)")
+
+    sp = verb("log", "list the workspace's versions, newest first")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("status", "which workspace, store and version this copy is, and what is pending")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("restore", "materialize a version into a directory")
+    sp.add_argument("dest", help="destination directory (empty, or a copy of the same workspace)")
+    sp.add_argument("--store", required=True, help="store URL")
+    sp.add_argument("--workspace", required=True, help="workspace id")
+    sp.add_argument("--version", type=int, help="version (default: the latest)")
+    sp.add_argument("--lazy", action="store_true", help="fetch large files in the background")
+    sp.add_argument("--lazy-threshold", type=int, metavar="BYTES",
+                    help="files at least this big are fetched lazily (default 64 MiB)")
+    sp.add_argument("--delete", action="store_true", help="remove files the version does not have")
+
+    sp = verb("verify", "compare this copy byte for byte with a version and the store")
+    sp.add_argument("--version", type=int, help="version (default: the one this copy is based on)")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("fetch", "fetch a file still pending from a lazy restore, now")
+    sp.add_argument("path", help="workspace-relative path")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("checkpoint", "register a checkpoint: write check, upload, read-back, verified or rejected")
+    sp.add_argument("path", help="a checkpoint file or directory inside the workspace")
+    sp.add_argument("--step", type=int, help="the training step it was saved at")
+    sp.add_argument("--note", default="", help="a note to keep with it")
+    sp.add_argument("--settle", type=float, default=2.0, metavar="S",
+                    help="seconds it must hold still before it is checked (default 2)")
+    sp.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                    help="give up waiting for it to hold still after this long (default 30)")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("checkpoints", "list the registered checkpoints, oldest first")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("diff", "what changed between two versions: files, packages, driver, GPU")
+    sp.add_argument("a", type=int, help="version A")
+    sp.add_argument("b", type=int, help="version B")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("offers", "what the enabled providers list")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
+    sp.add_argument("--gpu", help="only offers whose GPU model contains this")
+
+    sp = verb("routes", "every offer as a route to this workspace, ranked by whole cost")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
+    sp.add_argument("--hours", type=float, help="planned GPU hours (default: the workspace setting, 8)")
+    sp.add_argument("--gpu", help="only offers whose GPU model contains this")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("settings", "show or change what this workspace needs and may spend (kept with it)")
+    sp.add_argument("--gpu", action="append", dest="gpus", metavar="MODEL", help="acceptable GPU model (repeat)")
+    sp.add_argument("--gpu-count", type=int)
+    sp.add_argument("--min-gpu-memory", type=float, metavar="GB")
+    sp.add_argument("--driver", help="pin an exact driver version ('' to unpin)")
+    sp.add_argument("--min-cuda")
+    sp.add_argument("--image")
+    sp.add_argument("--region", action="append", dest="regions", metavar="REGION")
+    sp.add_argument("--max-price", type=float, metavar="USD_PER_HOUR", help="cap on $/h")
+    sp.add_argument("--budget", type=float, metavar="USD", help="total budget for this workspace")
+    sp.add_argument("--hours", type=float, help="planned GPU hours for route costs")
+    sp.add_argument("--autosnapshot", type=float, metavar="MINUTES",
+                    help="the kernel on the machine snapshots this often (0: off)")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("reserve", "book GPU time ahead for an offer type")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
+    sp.add_argument("offer", help="provider/offer-id, as `offers` shows")
+    sp.add_argument("--start", required=True, help="ISO time with a zone, on the hour: 2026-12-01T09:00Z")
+    sp.add_argument("--hours", type=float, required=True)
+    sp.add_argument("--charge", choices=("now", "before"), default="before",
+                    help="charge at booking, or automatically 2 h before the start (default)")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("reservations", "list (or cancel) this workspace's reservations")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
+    sp.add_argument("--cancel", metavar="ID", help="cancel this reservation")
+    sp.add_argument("--calendar", type=int, metavar="DAYS", help="also show free and taken slots for DAYS days")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("spend", "what this workspace has spent and where its budget stands")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
+    sp.add_argument("--enforce", action="store_true",
+                    help="at the budget, seal the workspace and release its machines")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("market", "the local market: let it take a machine back, or list its machines")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
+    sp.add_argument("action", choices=("lose", "list"))
+    sp.add_argument("allocation", nargs="?", help="allocation id (for lose)")
+
+    sp = verb("continue", "put the workspace on a fresh, verified machine (the first one too)")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
+    sp.add_argument("--route", metavar="ID", help="the route to try first (see `routes`); the best one otherwise")
+    sp.add_argument("--hours", type=float, help="planned GPU hours for the route costs")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("stop", "seal the workspace on its machine (publish and read back), then release the machine")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("state", "the workspace's machine: its state, and whether it still answers (detects a loss)")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
+    sp.add_argument("--events", action="store_true", help="also list every state change")
+    sp.add_argument("-C", dest="dir", default=".")
+
+    sp = verb("fsck", "check the store: every manifest's objects exist, heads name manifests")
+    sp.add_argument("--store", help="store URL (default: this workspace's)")
+    sp.add_argument("--read-data", action="store_true", help="also re-hash the objects")
+    sp.add_argument("--read-data-subset", metavar="FRACTION",
+                    help="re-hash only a random sample: 10%%, 1/10 or 0.1 (implies --read-data)")
+    sp.add_argument("-C", dest="dir", default=".")
+    return p
+
+
+def _stream(args: argparse.Namespace) -> Any:
+    return None if args.quiet else sys.stderr
+
+
+def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
+    """Do the verb; return its JSON, its human text and the exit status."""
+    from jupyter_portable.engine.workspace import Workspace, fsck_store
+
+    if args.verb == "init":
+        ws = Workspace.init(args.dir, args.store)
+        cfg = ws.config
+        made = {"workspace_id": cfg.workspace_id, "store": cfg.store, "path": str(ws.root)}
+        return made, f"initialized workspace {cfg.workspace_id} in {cfg.store}", 0
+    if args.verb == "restore":
+        restored = Workspace.restore(args.store, args.workspace, args.dest, version=args.version,
+                                     lazy=args.lazy, lazy_threshold=args.lazy_threshold,
+                                     delete=args.delete, progress=_stream(args))
+        return restored.to_json(), "", 0
+    if args.verb == "fsck":
+        from jupyter_portable.engine.verify import parse_subset
+
+        url = args.store or Workspace.find(args.dir).config.store
+        subset = parse_subset(args.read_data_subset)
+        checked = fsck_store(url, read_data=args.read_data or subset is not None, subset=subset)
+        lines = [f"{'ok' if checked.ok else 'FAILED'}: {checked.manifests} manifests, {checked.objects} objects"
+                 + (f", {checked.read_objects} re-hashed" if checked.read_objects else "")]
+        lines += [f"error: {e}" for e in checked.errors] + [f"warning: {w}" for w in checked.warnings]
+        return checked.to_json(), "\n".join(lines), 0 if checked.ok else EXIT_FAIL
+    if getattr(args, "catalog", None):
+        import os
+
+        if not os.path.isfile(args.catalog):
+            raise UsageError(f"--catalog {args.catalog}: no such file")
+        os.environ["JUPYTER_PORTABLE_CATALOG"] = os.path.abspath(args.catalog)
+    if args.verb in ("offers", "market"):
+        return _market(args)
+    ws = Workspace.find(args.dir)
+    if args.verb == "spend":
+        from jupyter_portable.orchestration import market
+
+        report = market.enforce_budget(ws) if args.enforce else market.budget_report(ws)
+        return report, report["message"], 0
+    if args.verb in ("routes", "settings", "reserve", "reservations"):
+        return _workspace_market(args, ws)
+    if args.verb in ("continue", "stop", "state"):
+        return _orchestrate(args, ws)
+    if args.verb == "snapshot":
+        snap = ws.snapshot(args.message, force=args.force, progress=_stream(args))
+        return snap.to_json(), "", 0
+    if args.verb == "log":
+        versions = ws.log()
+        text = "\n".join(f"{v['version']:>5}  {v['created']}  {v['files']:>7} files  {v['bytes']:>14} B  {v['message']}"
+                         for v in versions) or "no versions yet"
+        return {"workspace_id": ws.workspace_id, "versions": versions}, text, 0
+    if args.verb == "status":
+        from jupyter_portable.interfaces.report import format_status
+
+        st = ws.status()
+        return st, format_status(st), 0
+    if args.verb == "verify":
+        verified = ws.verify(args.version)
+        text = (f"ok: {verified.files} files match version {verified.version}" if verified.ok else
+                f"MISMATCH against version {verified.version}:\n"
+                + "\n".join(f"  {m['path']}: {m['reason']}" for m in verified.mismatches))
+        return verified.to_json(), text, 0 if verified.ok else EXIT_FAIL
+    if args.verb == "checkpoint":
+        if args.settle < 0 or args.timeout <= 0:
+            raise UsageError("--settle must be >= 0 and --timeout > 0")
+        import os
+
+        path = args.path if os.path.isabs(args.path) else os.path.join(os.getcwd(), args.path)
+        rec = ws.checkpoint(path, step=args.step, note=args.note, quiet_s=args.settle, timeout_s=args.timeout,
+                            progress=_stream(args))
+        out = {"path": rec.path, "step": rec.step, "status": rec.status, "reason": rec.reason,
+               "hash": rec.hash, "version": rec.version, "format": rec.format}
+        text = (f"verified: {rec.path} in version {rec.version}" if rec.verified
+                else f"REJECTED: {rec.path}: {rec.reason}")
+        return out, text, 0 if rec.verified else EXIT_FAIL
+    if args.verb == "checkpoints":
+        from jupyter_portable.interfaces.report import format_checkpoints
+
+        recs = ws.checkpoints()
+        latest = ws.latest_checkpoint()
+        return ({"checkpoints": [r.to_json() for r in recs], "latest": latest.to_json() if latest else None},
+                format_checkpoints(recs), 0)
+    if args.verb == "diff":
+        d = ws.diff(args.a, args.b)
+        return d, ws.format_diff(d), 0
+    if args.verb == "fetch":
+        ws.fetch(args.path)
+        return {"path": args.path, "fetched": True}, f"{args.path} is in place", 0
+    raise UsageError("no verb given; try `jupyter portable --help`")
+
+
+def _orchestrate(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str, int]:
+    from jupyter_portable.orchestration.orchestrator import Orchestrator
+
+    def on_state(ev: dict[str, Any]) -> None:
+        if not args.quiet:
+            why = f": {ev['reason']}" if ev.get("reason") else ""
+            print(f"[{ev['state']}] {ev.get('allocation_id') or ''}{why}".rstrip(), file=sys.stderr)
+
+    def on_progress(ev: dict[str, Any]) -> None:
+        if not args.quiet:
+            print(f"  {ev['step']}: {ev['message']}", file=sys.stderr)
+
+    orch = Orchestrator(ws, on_state=on_state, on_progress=on_progress)
+    try:
+        if args.verb == "continue":
+            out = orch.continue_(args.route, hours=args.hours)
+            return out, (f"{out['state']} on {out['allocation_id']} (route {out['route']}), version "
+                         f"{out['version']}, verified"), 0
+        if args.verb == "stop":
+            out = orch.stop()
+            return out, f"sealed version {out['sealed_version']} and released the machine", 0
+        out = orch.check()
+        if args.events:
+            out["events"] = [e.to_json() for e in orch.lifecycle().events]
+        alive = {True: "answering", False: "not answering", None: "no machine"}[out["alive"]]
+        return out, f"{out['state']} {out['allocation_id'] or ''} ({alive}), version {out['version']}", 0
+    finally:
+        orch.close()
+
+
+def _market(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
+    from jupyter_portable.orchestration import market
+
+    if args.verb == "offers":
+        offers, errors = market.list_offers(market.enabled_providers(), gpu=args.gpu)
+        rows = [f"{o.key:<28} {o.gpu_count} x {o.gpu:<24} {o.gpu_memory_gb:>5g} GB  ${o.price_per_hour:>6.2f}/h  "
+                f"{o.region:<12} driver {o.driver or '?':<10} capacity {o.capacity if o.capacity is not None else '?'}"
+                for o in offers]
+        rows += [f"({name}: {err})" for name, err in errors.items()]
+        failed = bool(errors) and not offers  # no provider answered: that is a failure, not "no offers"
+        return ({"offers": [o.to_json() for o in offers], "errors": errors},
+                ("no provider answered: " + "; ".join(f"{n}: {e}" for n, e in errors.items())) if failed
+                else "\n".join(rows) or "no offers", EXIT_FAIL if failed else 0)
+    from jupyter_portable.compute.local import LocalMarket, lose_allocation
+
+    local = LocalMarket()
+    if args.action == "list":
+        allocs = local.list_allocations()
+        return ({"allocations": allocs},
+                "\n".join(f"{a.get('allocation_id')}  {a.get('offer_id')}  {a.get('state')}" for a in allocs)
+                or "no machines", 0)
+    if not args.allocation:
+        raise UsageError("market lose needs an ALLOCATION id (see `jupyter portable market list`)")
+    lose_allocation(local.state_dir, args.allocation)
+    return ({"allocation_id": args.allocation, "state": "lost"},
+            f"the market took {args.allocation} back", 0)
+
+
+def _workspace_market(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str, int]:
+    from jupyter_portable.orchestration import market
+
+    if args.verb == "routes":
+        routes, errors = market.compute_routes(ws, hours=args.hours, gpu=args.gpu)
+        lines = []
+        for i, r in enumerate(routes, 1):
+            c = r.cost
+            head = (f"{i:>2}. {r.offer.key:<28} {r.offer.gpu_count} x {r.offer.gpu:<22} total ${c.total:>8.2f}  "
+                    f"(gpu {c.gpu:.2f}, egress {c.egress:.2f}, storage {c.storage:.2f}, queue {c.queue:.2f}, "
+                    f"risk {c.risk:.2f})  ready in {r.time_to_ready_s:.0f} s")
+            lines.append(head + (f"\n      BLOCKED: {r.blocked}" if r.blocked else ""))
+        lines += [f"({name}: {err})" for name, err in errors.items()]
+        return {"routes": [r.to_json() for r in routes], "errors": errors}, "\n".join(lines) or "no routes", 0
+    if args.verb == "settings":
+        changes = {"gpus": args.gpus, "gpu_count": args.gpu_count, "min_gpu_memory_gb": args.min_gpu_memory,
+                   "driver": args.driver, "min_cuda": args.min_cuda, "image": args.image, "regions": args.regions,
+                   "budget_max_price_per_hour": args.max_price, "budget_total": args.budget, "hours": args.hours,
+                   "autosnapshot_minutes": args.autosnapshot}
+        if any(v is not None for v in changes.values()):
+            settings = market.update_settings(ws, **changes)
+        else:
+            settings = market.load_settings(ws)
+        shown = settings.to_json()
+        shown["spent"] = market.spent_so_far(ws)
+        return shown, json.dumps(shown, indent=2), 0
+    if args.verb == "reserve":
+        booking = market.reserve(ws, args.offer, args.start, args.hours, args.charge)
+        b = booking.to_json()
+        return b, (f"booked {b['reservation_id']}: {b['offer_key']} from {b['start']} for {b['hours']:g} h, "
+                   f"${b['price']:.2f}, charged {'now' if b['charge'] == 'now' else 'at ' + b['charge_at']}; "
+                   f"guarantee: {b['guarantee']}"), 0
+    if args.cancel:
+        booking = market.cancel_reservation(ws, args.cancel)
+        return booking.to_json(), f"cancelled {booking.reservation_id}", 0
+    books = market.reservations(ws)
+    out: dict[str, Any] = {"reservations": [b.to_json() for b in books]}
+    if args.calendar:
+        out["calendar"] = market.calendar(ws, args.calendar)
+    text = "\n".join(f"{b.reservation_id}  {b.offer_key:<26} {b.start.isoformat()}  {b.hours:g} h  ${b.price:.2f}  "
+                     f"{b.status:<9} {b.guarantee}  charge {b.charge}" for b in books) or "no reservations"
+    return out, text, 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _build()
+    try:
+        args = parser.parse_args(argv)
+        if not args.verb:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        out, text, code = _run(args)
+    except UsageError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        return EXIT_USAGE
+    except PortableError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        return EXIT_FAIL
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing was published", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return EXIT_FAIL
+    if args.json:
+        print(json.dumps(out))
+        if code != 0 and text:
+            print(f"error: {text.splitlines()[0]}", file=sys.stderr)
+    elif text:
+        print(text)
+    return code
+

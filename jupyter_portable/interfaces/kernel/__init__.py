@@ -1,0 +1,1 @@
+"""Inside the kernel: ``%workspace`` magics, the ipywidgets panel, auto-snapshots and the cell recorder."""

@@ -1,0 +1,105 @@
+"""Auto-snapshot from the kernel: every N minutes in a background thread.
+
+It never blocks a cell: it runs beside the kernel, and a file being written while it
+reads is left for the next snapshot. A verified checkpoint (itself a snapshot) restarts
+the timer. ``JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES`` sets the interval (default 10, 0 off).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+DEFAULT_MINUTES = 10.0
+
+
+class _State:
+    def __init__(self) -> None:
+        self.thread: threading.Thread | None = None
+        self.stop = threading.Event()
+        self.reset = threading.Event()
+        self.minutes = 0.0
+        self.root: str | None = None
+        self.last_version: int | None = None
+        self.last_time: float | None = None
+        self.last_error: str | None = None
+        self.runs = 0
+
+
+STATE = _State()
+
+
+def default_minutes() -> float:
+    raw = os.environ.get("JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES", "")
+    try:
+        return max(0.0, float(raw)) if raw else DEFAULT_MINUTES
+    except ValueError:
+        return DEFAULT_MINUTES
+
+
+def _loop(state: _State, stop: threading.Event) -> None:
+    from jupyter_portable.engine.workspace import Workspace
+    from jupyter_portable.interfaces.kernel.magics import OPERATION_LOCK
+
+    while not stop.is_set():
+        state.reset.clear()
+        deadline = time.monotonic() + state.minutes * 60
+        while time.monotonic() < deadline and not stop.is_set():
+            if state.reset.wait(timeout=min(1.0, max(0.0, deadline - time.monotonic()))):
+                deadline = time.monotonic() + state.minutes * 60
+                state.reset.clear()
+        if stop.is_set():
+            return
+        try:
+            with OPERATION_LOCK:
+                result = Workspace.find(state.root or ".").snapshot("auto-snapshot", progress=None)
+            state.last_version = result.version
+            state.last_error = None
+        except Exception as exc:  # noqa: BLE001 - shown in status; the kernel must go on
+            state.last_error = f"{type(exc).__name__}: {exc}"
+        state.last_time = time.time()
+        state.runs += 1
+
+
+def start(shell: Any, minutes: float) -> None:
+    """(Re)start the timer with ``minutes`` (0 turns it off)."""
+    stop_now()
+    STATE.minutes = minutes
+    STATE.root = os.getcwd()
+    if minutes <= 0:
+        return
+    STATE.stop = threading.Event()
+    STATE.thread = threading.Thread(target=_loop, args=(STATE, STATE.stop), name="portable-autosnapshot",
+                                    daemon=True)
+    STATE.thread.start()
+
+
+def stop_now() -> None:
+    STATE.stop.set()
+    if STATE.thread is not None:
+        STATE.thread.join(timeout=5)
+    STATE.thread = None
+
+
+def checkpoint_verified() -> None:
+    """A verified checkpoint just published everything: start the interval again."""
+    STATE.reset.set()
+
+
+def describe() -> str:
+    if STATE.minutes <= 0 or STATE.thread is None:
+        return "auto-snapshot is off"
+    text = f"auto-snapshot every {STATE.minutes:g} min"
+    if STATE.last_time is not None:
+        ago = time.time() - STATE.last_time
+        text += f"; last {ago:.0f} s ago" + (f" (version {STATE.last_version})" if STATE.last_version else "")
+    if STATE.last_error:
+        text += f"; last attempt failed: {STATE.last_error}"
+    return text
+
+
+def info() -> dict[str, Any]:
+    return {"minutes": STATE.minutes if STATE.thread is not None else 0, "runs": STATE.runs,
+            "last_version": STATE.last_version, "last_error": STATE.last_error}

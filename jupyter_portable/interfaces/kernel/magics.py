@@ -1,0 +1,210 @@
+"""``%workspace``: the workspace from inside a notebook (``%load_ext jupyter_portable``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import secrets
+import shlex
+import threading
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.display import display
+
+from jupyter_portable.core.errors import PortableError
+from jupyter_portable.engine.workspace import Workspace
+
+# One workspace operation at a time per kernel: the auto-snapshot waits for a cell's.
+OPERATION_LOCK = threading.RLock()
+
+USAGE = """\
+%workspace status                       where this workspace stands
+%workspace snapshot [-m MSG]            publish the files as a new version
+%workspace checkpoint PATH [--step N] [--note TEXT] [--save VAR] [--settle S] [--timeout S]
+                                        register a checkpoint (write check, upload, read-back)
+%workspace checkpoints                  every registered checkpoint
+%workspace latest                       the last verified checkpoint's path (returned)
+%workspace next TEXT                    say what comes next
+%workspace log                          versions, newest first
+%workspace diff A B                     what changed between versions A and B
+%workspace panel                        the workspace panel
+%workspace autosnapshot [MINUTES|off]   show or set the auto-snapshot interval"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"%workspace {self.prog.split()[-1]}: {message}\n\n{USAGE}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]
+        raise UsageError(message or USAGE)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="%workspace", add_help=False)
+    sub = p.add_subparsers(dest="verb", parser_class=_Parser)
+    sub.add_parser("status")
+    sp = sub.add_parser("snapshot")
+    sp.add_argument("-m", "--message", default="")
+    sp = sub.add_parser("checkpoint")
+    sp.add_argument("path")
+    sp.add_argument("--step", type=int)
+    sp.add_argument("--note", default="")
+    sp.add_argument("--save", metavar="VAR")
+    sp.add_argument("--settle", type=float, default=None, metavar="S",
+                    help="seconds the file must hold still (default 2; 0.2 with --save)")
+    sp.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                    help="give up waiting for the file to hold still after this long")
+    sub.add_parser("checkpoints")
+    sub.add_parser("latest")
+    sp = sub.add_parser("next")
+    sp.add_argument("text", nargs="+")
+    sub.add_parser("log")
+    sp = sub.add_parser("diff")
+    sp.add_argument("a", type=int)
+    sp.add_argument("b", type=int)
+    sub.add_parser("panel")
+    sp = sub.add_parser("autosnapshot")
+    sp.add_argument("minutes", nargs="?")
+    return p
+
+
+class CellProgress:
+    """Progress lines shown in the running cell, updated in place."""
+
+    def __init__(self) -> None:
+        self.handle: Any = None
+        self._lock = threading.Lock()
+
+    def __call__(self, text: str) -> None:
+        with self._lock:
+            if self.handle is None:
+                self.handle = display({"text/plain": text}, raw=True, display_id=True)
+            else:
+                self.handle.update({"text/plain": text}, raw=True)
+
+
+def save_object(obj: Any, path: Path) -> None:
+    """Write a kernel object atomically: temp file, fsync, rename (torch.save for state_dicts)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.saving-{secrets.token_hex(4)}")
+    try:
+        with open(tmp, "wb") as fh:
+            if hasattr(obj, "state_dict"):
+                import torch
+
+                torch.save(obj.state_dict(), fh)
+            else:
+                pickle.dump(obj, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@magics_class
+class WorkspaceMagics(Magics):
+    """The ``%workspace`` line magic."""
+
+    def _workspace(self) -> Workspace:
+        try:
+            return Workspace.find(os.getcwd())
+        except PortableError as exc:
+            raise UsageError(exc.one_line()) from exc
+
+    @line_magic
+    def workspace(self, line: str) -> Any:
+        try:
+            argv = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"%workspace: {exc} (check your quotes)") from exc
+        if not argv:
+            raise UsageError(USAGE)
+        args = _parser().parse_args(argv)
+        try:
+            with OPERATION_LOCK:
+                return self._run(args)
+        except PortableError as exc:
+            raise UsageError(exc.one_line()) from exc
+
+    def _run(self, args: argparse.Namespace) -> Any:
+        from jupyter_portable.interfaces.kernel import autosnapshot
+        from jupyter_portable.interfaces.report import format_checkpoints, format_log, format_status
+
+        ws = self._workspace()
+        if args.verb == "status":
+            print(format_status(ws.status()))
+            return None
+        if args.verb == "snapshot":
+            res = ws.snapshot(args.message, progress=None, sink=CellProgress())
+            return None if res is None else None
+        if args.verb == "checkpoint":
+            path = Path(args.path)
+            quiet = 2.0 if args.settle is None else args.settle
+            if args.save:
+                user_ns = self.shell.user_ns if self.shell is not None else {}
+                if args.save not in user_ns:
+                    raise UsageError(f"--save {args.save}: no variable named {args.save!r} in this kernel")
+                save_object(user_ns[args.save], path if path.is_absolute() else Path.cwd() / path)
+                if args.settle is None:
+                    quiet = 0.2  # we wrote it ourselves, atomically: it is already still
+            if quiet < 0 or args.timeout <= 0:
+                raise UsageError("--settle must be >= 0 and --timeout > 0")
+            record = ws.checkpoint(path, step=args.step, note=args.note, quiet_s=quiet, timeout_s=args.timeout,
+                                   progress=None, sink=CellProgress())
+            if record.verified:
+                print(f"verified: {record.path}" + (f" (step {record.step})" if record.step is not None else "")
+                      + f", version {record.version}, blake3 {record.hash[:16] if record.hash else ''}…")
+                autosnapshot.checkpoint_verified()
+            else:
+                print(f"REJECTED: {record.path}: {record.reason}")
+            return None
+        if args.verb == "checkpoints":
+            print(format_checkpoints(ws.checkpoints()))
+            return None
+        if args.verb == "latest":
+            latest = ws.latest_checkpoint()
+            if latest is None:
+                print("no verified checkpoint yet")
+                return None
+            print(latest.path)
+            return latest.path
+        if args.verb == "next":
+            from jupyter_portable.workdir.next_action import update_next_action
+
+            update_next_action(ws.copy, text=" ".join(args.text))
+            print(f"next: {' '.join(args.text)}")
+            return None
+        if args.verb == "log":
+            print(format_log(ws.log()))
+            return None
+        if args.verb == "diff":
+            print(ws.diff_text(args.a, args.b))
+            return None
+        if args.verb == "panel":
+            from jupyter_portable.interfaces.kernel.panel import panel
+
+            return panel(ws)
+        if args.verb == "autosnapshot":
+            if args.minutes is None:
+                print(autosnapshot.describe())
+                return None
+            minutes = 0.0 if args.minutes == "off" else _minutes(args.minutes)
+            autosnapshot.start(self.shell, minutes)
+            print(autosnapshot.describe())
+            return None
+        raise UsageError(USAGE)
+
+
+def _minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise UsageError(f"autosnapshot takes minutes or 'off', not {text!r}") from exc
+    if value < 0:
+        raise UsageError("autosnapshot minutes must not be negative")
+    return value

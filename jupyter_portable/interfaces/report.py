@@ -1,0 +1,59 @@
+"""Human text for workspace state, shared by the CLI, the magics and the panel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_portable.core.records import CheckpointRecord
+from jupyter_portable.engine.progress import human_bytes
+
+
+def format_checkpoint(c: CheckpointRecord) -> str:
+    step = f"step {c.step}" if c.step is not None else "no step"
+    if c.verified:
+        return f"  #{c.id} verified  {c.path} ({step}, {human_bytes(c.size)}, v{c.version}) {c.created}"
+    return f"  #{c.id} REJECTED  {c.path} ({step}): {c.reason}"
+
+
+def format_checkpoints(records: list[CheckpointRecord]) -> str:
+    if not records:
+        return "no checkpoints registered yet"
+    return "\n".join(format_checkpoint(c) for c in records)
+
+
+def format_log(versions: list[dict[str, Any]]) -> str:
+    return "\n".join(f"{v['version']:>5}  {v['created']}  {v['files']:>7} files  {v['bytes']:>14} B  {v['message']}"
+                     for v in versions) or "no versions yet"
+
+
+def format_gpus(runtime: dict[str, Any] | None) -> str:
+    if not runtime:
+        return "unknown"
+    gpus = runtime.get("gpus") or []
+    if not gpus:
+        return runtime.get("gpu_note") or "no GPU"
+    first = gpus[0]
+    cuda = f", CUDA {runtime['cuda_driver']}" if runtime.get("cuda_driver") else ""
+    return f"{len(gpus)} x {first.get('name')} ({first.get('memory_mb')} MB), driver {first.get('driver')}{cuda}"
+
+
+def format_status(st: dict[str, Any]) -> str:
+    lines = [f"workspace {st['workspace_id']} in {st['store']}",
+             f"this copy: version {st['version']} (latest: {st['head_version']})"]
+    if st.get("fenced"):
+        lines.append("FENCED: a newer allocation owns this workspace; this copy cannot publish")
+    latest = st.get("latest_checkpoint")
+    lines.append("latest verified checkpoint: " + (
+        f"{latest['path']}" + (f" (step {latest['step']})" if latest.get("step") is not None else "")
+        if latest else "none"))
+    runtime = st.get("runtime")
+    if runtime:
+        lines.append(f"python {runtime.get('python')}; GPU: {format_gpus(runtime)}")
+    nxt = st.get("next_action")
+    if nxt:
+        where = " ".join(x for x in (nxt.get("notebook"), f"cell {nxt['execution_count']}"
+                                     if nxt.get("execution_count") is not None else None, nxt.get("state")) if x)
+        lines.append(f"next action: {nxt.get('text') or ''}" + (f" [{where}]" if where else ""))
+    if st.get("pending"):
+        lines.append(f"pending (lazy restore): {len(st['pending'])} file(s)\n  " + "\n  ".join(st["pending"]))
+    return "\n".join(lines)

@@ -1,0 +1,438 @@
+"""The Jupyter server extension: thin handlers over the workspace and the orchestrator.
+
+Every handler is ``@web.authenticated`` (the server refuses anything else when
+``allow_unauthenticated_access`` is off); bad JSON or bad values get a 400 with a one-line
+message. The API and its events are documented in ``docs/api.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+from jupyter_portable.core import lifecycle as L
+from jupyter_portable.core.errors import (
+    ComputeError,
+    ConflictError,
+    ManifestError,
+    PortableError,
+    UnsafePath,
+    UsageError,
+    WorkspaceNotFound,
+)
+from jupyter_portable.orchestration.monitor import SCHEMAS, PortableService, find_workspace
+
+API = "portable/api"
+KERNELS_DIR = Path(__file__).resolve().parents[2] / "data"
+
+
+class _Base(APIHandler):  # type: ignore[misc]
+    @property
+    def service(self) -> PortableService:
+        return self.settings["portable_service"]  # type: ignore[no-any-return]
+
+    def json_body(self, allowed: set[str]) -> dict[str, Any]:
+        raw = self.request.body or b"{}"
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            raise web.HTTPError(400, reason="the body is not valid JSON") from None
+        if not isinstance(obj, dict):
+            raise web.HTTPError(400, reason="the body must be a JSON object")
+        unknown = set(obj) - allowed
+        if unknown:
+            raise web.HTTPError(400, reason=f"unknown field(s): {', '.join(sorted(unknown))}")
+        return obj
+
+    def reply(self, obj: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(obj, default=str))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        hint = None
+        if isinstance(exc, PortableError):
+            message, hint = str(exc), exc.hint
+        elif isinstance(exc, web.HTTPError) and exc.reason:
+            message = exc.reason
+        else:
+            message = self._reason
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"error": message, "hint": hint}))
+
+    def _handle_request_exception(self, e: BaseException) -> None:
+        # Our typed errors become status codes; anything else stays a 500 with its traceback logged.
+        if isinstance(e, (UsageError, ManifestError, UnsafePath)) and not self._finished:
+            self.send_error(400, exc_info=(type(e), e, e.__traceback__))
+            return
+        if isinstance(e, WorkspaceNotFound) and not self._finished:
+            self.send_error(404, exc_info=(type(e), e, e.__traceback__))
+            return
+        if isinstance(e, (ConflictError, ComputeError)) and not self._finished:
+            self.send_error(409, exc_info=(type(e), e, e.__traceback__))
+            return
+        super()._handle_request_exception(e)
+
+    async def blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        from tornado.ioloop import IOLoop
+
+        return await IOLoop.current().run_in_executor(self.service.pool, lambda: fn(*args, **kwargs))
+
+    def workspace(self) -> Any:
+        ws = self.service.ws
+        if ws is None:
+            raise WorkspaceNotFound("this server was not started in a workspace",
+                                    hint="start JupyterLab inside a workspace folder")
+        return ws
+
+
+def _number(value: str | None, what: str, default: float, lo: float, hi: float) -> float:
+    if value is None:
+        return default
+    try:
+        n = float(value)
+    except ValueError:
+        raise web.HTTPError(400, reason=f"{what} must be a number") from None
+    if not lo <= n <= hi:
+        raise web.HTTPError(400, reason=f"{what} must be within {lo:g}..{hi:g}")
+    return n
+
+
+def workspace_state(service: PortableService) -> dict[str, Any]:
+    """What the sidebar shows, in one answer (docs/api.md, "State")."""
+    from jupyter_portable.engine.checkpoint.registry import records
+    from jupyter_portable.orchestration.market import budget_report
+
+    ws = service.ws
+    assert ws is not None
+    orch = service.orchestrator()
+    lc = orch.lifecycle()
+    cfg = ws.config
+    head, _ = ws.store.read_head(ws.workspace_id)
+    manifest = ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
+    allocation = None
+    history = list(manifest.allocations) if manifest else []
+    if lc.allocation_id and lc.state in (L.ACTIVE, L.READY, L.DRAINING, L.SEALED, *L.CONTINUE_STATES):
+        rec = next((a for a in reversed(history) if a.get("allocation_id") == lc.allocation_id), None)
+        if rec is not None:
+            started = rec.get("started")
+            uptime = None
+            if started:
+                try:
+                    t0 = datetime.fromisoformat(str(started).replace("Z", "+00:00"))
+                    uptime = max(0.0, (datetime.now(timezone.utc) - t0).total_seconds())
+                except ValueError:
+                    uptime = None
+            price = float(rec.get("price_per_hour") or 0.0)
+            allocation = {"allocation_id": lc.allocation_id, "provider": rec.get("provider"),
+                          "offer": rec.get("offer"), "gpu": rec.get("gpu"), "region": rec.get("region"),
+                          "driver": rec.get("driver"), "price_per_hour": price,
+                          "spend": round(price * (uptime or 0) / 3600, 4), "started": started, "uptime_s": uptime}
+    if allocation is None and lc.allocation_id and lc.state in L.CONTINUE_STATES:
+        # the machine being launched: what is known of it so far
+        from jupyter_portable.worker.client import load_allocation
+
+        launched = load_allocation(ws.copy, lc.allocation_id)
+        allocation = {"allocation_id": lc.allocation_id, "launching": True,
+                      "provider": launched.provider if launched else None,
+                      "offer": launched.offer_id if launched else None, "gpu": None, "region": None,
+                      "driver": None, "price_per_hour": None, "spend": None, "started": None, "uptime_s": None}
+    lost = None
+    if lc.state == L.LOST:
+        ev = lc.events[-1]
+        lost = {"reason": ev.reason, "at": ev.at, "allocation_id": ev.allocation_id}
+    checkpoints = [_checkpoint(r) for r in records(manifest)]
+    try:
+        budget = budget_report(ws, providers=orch.providers)
+        budget_view = {"spent": budget.get("spent"), "cap": budget.get("total"), "left": budget.get("left"),
+                       "state": budget.get("state"), "message": budget.get("message")}
+    except PortableError as exc:
+        budget_view = {"state": "unknown", "message": exc.one_line()}
+    return {
+        "workspace": {"id": ws.workspace_id, "name": ws.root.name, "store": cfg.store, "path": str(ws.root)},
+        "lifecycle": {"state": lc.state, "allocation_id": lc.allocation_id, "route": lc.route, "version": lc.version,
+                      "verified": lc.verified, "epoch": lc.epoch, "updated": lc.updated,
+                      "attempts": list(lc.attempts), "events": [e.to_json() for e in lc.events[-50:]]},
+        "allocation": allocation, "lost": lost, "continuing": service.is_continuing(),
+        "snapshot": None if manifest is None else {"version": manifest.version, "created": manifest.created,
+                                                   "files": len(manifest.files), "bytes": manifest.total_bytes,
+                                                   "message": manifest.message},
+        "checkpoints": checkpoints, "budget": budget_view, "conflicts": list(service.conflicts),
+    }
+
+
+def _checkpoint(r: Any) -> dict[str, Any]:
+    return {"path": r.path, "step": r.step, "note": r.note, "hash": r.hash, "size": r.size, "format": r.format,
+            "verified": r.verified, "status": r.status, "reason": r.reason, "version": r.version,
+            "created": r.created}
+
+
+class StateHandler(_Base):
+    @web.authenticated
+    async def get(self) -> None:
+        self.workspace()
+        self.reply(await self.blocking(workspace_state, self.service))
+
+
+class RoutesHandler(_Base):
+    @web.authenticated
+    async def get(self) -> None:
+        from jupyter_portable.orchestration.market import compute_routes
+
+        ws = self.workspace()
+        hours = _number(self.get_argument("hours", None), "hours", 0, 0.01, 24 * 365) or None
+        orch = self.service.orchestrator()
+        routes, errors = await self.blocking(compute_routes, ws, hours=hours, providers=orch.providers)
+        best = next((r.id for r in routes if not r.blocked), None)
+        self.reply({"routes": [r.to_json() for r in routes], "best": best, "errors": errors, "hours": hours})
+
+
+class ContinueHandler(_Base):
+    @web.authenticated
+    async def post(self) -> None:
+        self.workspace()
+        body = self.json_body({"route"})
+        route = body.get("route")
+        if route is not None and (not isinstance(route, str) or not route.startswith("r-") or len(route) > 40):
+            raise web.HTTPError(400, reason="route must be a route id such as r-0123456789, or null")
+        if route is not None:
+            from jupyter_portable.orchestration.market import compute_routes
+
+            routes, _ = await self.blocking(compute_routes, self.workspace(),
+                                            providers=self.service.orchestrator().providers)
+            match = [r for r in routes if r.id == route]
+            if not match:
+                raise web.HTTPError(400, reason=f"no route {route}")
+            if match[0].blocked:
+                raise ConflictError(f"route {route} is blocked: {match[0].blocked}")
+        await self.blocking(self.service.start_continue, route)
+        self.reply({"started": True, "state": self.service.orchestrator().lifecycle().state}, 202)
+
+
+class CancelHandler(_Base):
+    @web.authenticated
+    async def post(self) -> None:
+        self.json_body(set())
+        running = self.service.is_continuing()
+        if running:
+            self.service.orchestrator().cancel()
+        self.reply({"cancelled": running})
+
+
+class StopHandler(_Base):
+    @web.authenticated
+    async def post(self) -> None:
+        self.workspace()
+        self.json_body(set())
+        out = await self.blocking(self.service.orchestrator().stop)
+        self.reply(out)
+
+
+class SnapshotHandler(_Base):
+    @web.authenticated
+    async def post(self) -> None:
+        ws = self.workspace()
+        body = self.json_body({"message"})
+        message = body.get("message") or ""
+        if not isinstance(message, str) or len(message) > 1000:
+            raise web.HTTPError(400, reason="message must be text (at most 1000 characters)")
+        orch = self.service.orchestrator()
+        self.service.on_progress({"workspace_id": ws.workspace_id, "step": "snapshot", "message": "publishing",
+                                  "done": None, "total": None})
+        if orch.lifecycle().state == L.ACTIVE:
+            out = await self.blocking(lambda: orch.client().snapshot(message))  # straight from the worker
+        else:
+            res = await self.blocking(ws.snapshot, message, progress=None)
+            out = {"version": res.version, "changed": res.changed}
+        self.service.on_progress({"workspace_id": ws.workspace_id, "step": "snapshot",
+                                  "message": f"version {out['version']}", "done": 1, "total": 1})
+        self.reply(out)
+
+
+class CheckpointsHandler(_Base):
+    @web.authenticated
+    async def get(self) -> None:
+        from jupyter_portable.engine.checkpoint.registry import latest, records
+
+        ws = self.workspace()
+
+        def read() -> dict[str, Any]:
+            head, _ = ws.store.read_head(ws.workspace_id)
+            m = ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
+            best = latest(m)
+            return {"checkpoints": [_checkpoint(r) for r in records(m)],
+                    "latest": _checkpoint(best) if best else None}
+
+        self.reply(await self.blocking(read))
+
+
+class FilesHandler(_Base):
+    @web.authenticated
+    async def get(self) -> None:
+        ws = self.workspace()
+        orch = self.service.orchestrator()
+
+        def read() -> dict[str, Any]:
+            head, _ = ws.store.read_head(ws.workspace_id)
+            m = ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
+            out: dict[str, Any] = {"version": head.version, "conflicts": list(self.service.conflicts),
+                                   "files": [{"path": e.path, "size": e.size, "hash": e.hash}
+                                             for e in (m.files if m else ())], "pending": [], "worker": None}
+            if orch.lifecycle().state == L.ACTIVE:
+                try:
+                    w = orch.client().files()
+                    out["pending"], out["worker"] = w.get("pending", []), w
+                except PortableError as exc:
+                    out["worker"] = {"error": exc.one_line()}
+            return out
+
+        self.reply(await self.blocking(read))
+
+
+class ReservationsHandler(_Base):
+    @web.authenticated
+    async def get(self) -> None:
+        from jupyter_portable.orchestration.market import calendar, reservations
+
+        ws = self.workspace()
+        days = int(_number(self.get_argument("days", None), "days", 7, 1, 31))
+        orch = self.service.orchestrator()
+        books = await self.blocking(reservations, ws)
+        cal = await self.blocking(calendar, ws, days, providers=orch.providers)
+        self.reply({"reservations": [b.to_json() for b in books], "calendar": cal})
+
+    @web.authenticated
+    async def post(self) -> None:
+        from jupyter_portable.orchestration.market import reserve
+
+        ws = self.workspace()
+        body = self.json_body({"offer", "start", "hours", "charge"})
+        offer, start, hours = body.get("offer"), body.get("start"), body.get("hours")
+        charge = body.get("charge", "before")
+        if not isinstance(offer, str) or "/" not in offer:
+            raise web.HTTPError(400, reason="offer must be provider/offer-id")
+        if not isinstance(start, str):
+            raise web.HTTPError(400, reason="start must be an ISO 8601 time")
+        if isinstance(hours, bool) or not isinstance(hours, (int, float)):
+            raise web.HTTPError(400, reason="hours must be a number")
+        if charge not in ("now", "before"):
+            raise web.HTTPError(400, reason="charge must be 'now' or 'before'")
+        booking = await self.blocking(reserve, ws, offer, start, float(hours), charge,
+                                      providers=self.service.orchestrator().providers)
+        self.reply(booking.to_json(), 201)
+
+
+class ReservationHandler(_Base):
+    @web.authenticated
+    async def delete(self, reservation_id: str) -> None:
+        from jupyter_portable.orchestration.market import cancel_reservation, reservations
+
+        ws = self.workspace()
+        known = {b.reservation_id for b in await self.blocking(reservations, ws)}
+        if reservation_id not in known:
+            raise web.HTTPError(404, reason=f"no reservation {reservation_id}")
+        booking = await self.blocking(cancel_reservation, ws, reservation_id,
+                                      providers=self.service.orchestrator().providers)
+        self.reply(booking.to_json())
+
+
+_TEXT_SETTINGS = {"driver", "min_cuda", "image"}
+_LIST_SETTINGS = {"gpus", "regions"}
+_NUMBER_SETTINGS = {"gpu_count", "min_gpu_memory_gb", "max_price_per_hour", "budget_total", "budget_warn_fraction",
+                    "hours", "autosnapshot_minutes"}
+SETTING_FIELDS = _TEXT_SETTINGS | _LIST_SETTINGS | _NUMBER_SETTINGS
+
+
+def _check_settings(body: dict[str, Any]) -> None:
+    """Types first: a number where text belongs is a 400 here, never a value stored."""
+    for key, value in body.items():
+        if value is None or value == "":
+            continue
+        if key in _TEXT_SETTINGS and not isinstance(value, str):
+            raise web.HTTPError(400, reason=f"{key} must be text")
+        if key in _LIST_SETTINGS and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise web.HTTPError(400, reason=f"{key} must be a list of text")
+        if key in _NUMBER_SETTINGS and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                        or value < 0):
+            raise web.HTTPError(400, reason=f"{key} must be a non-negative number")
+
+
+class SettingsHandler(_Base):
+    """What the workspace needs and may spend (kept with it in its store): GET, and PUT to change
+    fields (a field left out stays as it is; "" clears it)."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        from jupyter_portable.orchestration.market import load_settings
+
+        self.reply((await self.blocking(load_settings, self.workspace())).to_json())
+
+    @web.authenticated
+    async def put(self) -> None:
+        from jupyter_portable.orchestration.market import update_settings
+
+        ws = self.workspace()
+        body = self.json_body(SETTING_FIELDS)
+        _check_settings(body)
+        settings = await self.blocking(update_settings, ws, **body)
+        self.reply(settings.to_json())
+
+
+class NotFoundHandler(_Base):
+    @web.authenticated
+    def get(self, path: str) -> None:
+        raise web.HTTPError(400, reason=f"unknown endpoint portable/api/{path}")
+
+    post = put = delete = get
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    ws = find_workspace(serverapp.root_dir)
+    service = PortableService(serverapp, ws)
+    for name, _schema_id in SCHEMAS:
+        serverapp.event_logger.register_event_schema(Path(__file__).parent / "events" / name)
+    ksm = serverapp.kernel_spec_manager
+    if str(KERNELS_DIR / "kernels") not in ksm.kernel_dirs:
+        ksm.kernel_dirs.insert(0, str(KERNELS_DIR / "kernels"))
+    if ws is not None:
+        serverapp.contents_manager.register_post_save_hook(service.post_save)
+    web_app = serverapp.web_app
+    base = url_path_join(web_app.settings["base_url"], API)
+    web_app.settings["portable_service"] = service
+    web_app.add_handlers(".*$", [
+        (url_path_join(base, "state"), StateHandler),
+        (url_path_join(base, "routes"), RoutesHandler),
+        (url_path_join(base, "continue"), ContinueHandler),
+        (url_path_join(base, "cancel"), CancelHandler),
+        (url_path_join(base, "stop"), StopHandler),
+        (url_path_join(base, "snapshot"), SnapshotHandler),
+        (url_path_join(base, "checkpoints"), CheckpointsHandler),
+        (url_path_join(base, "files"), FilesHandler),
+        (url_path_join(base, "settings"), SettingsHandler),
+        (url_path_join(base, "reservations"), ReservationsHandler),
+        (url_path_join(base, r"reservations/([A-Za-z0-9_.-]{1,80})"), ReservationHandler),
+        (url_path_join(base, r"(.*)"), NotFoundHandler),
+    ])
+    service.start()
+    serverapp.log.info("jupyter-portable: serving %s", f"workspace {ws.workspace_id} at {ws.root}" if ws
+                       else "no workspace (start the server inside one)")
+
+
+def _unload_jupyter_server_extension(serverapp: Any) -> None:
+    service = serverapp.web_app.settings.get("portable_service")
+    if service is not None:
+        service.stop_timers()
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "jupyter_portable.interfaces.serverext"}]
+
+
+__all__ = ["workspace_state"]

@@ -1,0 +1,341 @@
+"""What the server extension does besides answering requests: the workspace it serves,
+Continue in the background, the loss monitor, reservations that start, files saved in
+JupyterLab forwarded to the worker, and the events that tell the sidebar about all of it.
+
+Blocking work (the orchestrator, the store) runs on threads; events are emitted on the
+server's IO loop, where jupyter_events' listeners live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import blake3
+from tornado.ioloop import IOLoop, PeriodicCallback
+
+from jupyter_portable.core import lifecycle as L
+from jupyter_portable.core.errors import ConflictError, PortableError
+from jupyter_portable.engine.workspace import Workspace
+from jupyter_portable.orchestration.orchestrator import Orchestrator
+
+STATE_SCHEMA = "https://events.jupyter-portable.org/state/v1"
+PROGRESS_SCHEMA = "https://events.jupyter-portable.org/progress/v1"
+NOTICE_SCHEMA = "https://events.jupyter-portable.org/notice/v1"
+SCHEMAS = (("state.yaml", STATE_SCHEMA), ("progress.yaml", PROGRESS_SCHEMA), ("notice.yaml", NOTICE_SCHEMA))
+
+log = logging.getLogger("jupyter_portable.server")
+_SERVICES: dict[str, "PortableService"] = {}
+
+
+def service_for(root: Path | str) -> "PortableService | None":
+    """The running server's service for the workspace at ``root`` (None outside a server)."""
+    return _SERVICES.get(str(Path(root).resolve()))
+
+
+class PortableService:
+    """One per server: the workspace copy the server was started in."""
+
+    def __init__(self, serverapp: Any, ws: Workspace | None, *, check_interval_s: float = 2.0,
+                 reservation_interval_s: float = 30.0) -> None:
+        self.serverapp = serverapp
+        self.ws = ws
+        self.loop = IOLoop.current()
+        self.pool = ThreadPoolExecutor(4, thread_name_prefix="portable")
+        self.continuing: Future[Any] | None = None
+        self.orch: Orchestrator | None = None
+        self.conflicts: list[dict[str, Any]] = []
+        self.synced: dict[str, str] = {}  # path -> the hash both sides agreed on last
+        self.started_reservations: set[str] = set()
+        self._checking = False
+        self._lock = threading.Lock()
+        self._head_version: int | None = None
+        if ws is not None:
+            _SERVICES[str(ws.root)] = self
+        self._timers = [PeriodicCallback(self._tick_check, check_interval_s * 1000),
+                        PeriodicCallback(self._tick_reservations, reservation_interval_s * 1000)]
+
+    # -- events -----------------------------------------------------------------------------
+
+    def emit(self, schema: str, data: dict[str, Any]) -> None:
+        def go() -> None:
+            try:
+                self.serverapp.event_logger.emit(schema_id=schema, data=data)
+            except Exception:
+                log.exception("jupyter-portable: could not emit %s", schema)
+
+        self.loop.add_callback(go)
+
+    def on_state(self, ev: dict[str, Any]) -> None:
+        data = {k: ev.get(k) for k in ("workspace_id", "seq", "state", "previous", "reason", "allocation_id",
+                                       "route", "version", "epoch", "at")}
+        data["verified"] = ev["state"] in L.VERIFIED_STATES
+        data["detail"] = ev.get("detail") or {}
+        self.emit(STATE_SCHEMA, data)
+        kind = {L.LOST: "lost", L.ACTIVE: "ready", L.FAILED: "failed"}.get(ev["state"])
+        if kind:
+            text = {"lost": f"The GPU machine {ev.get('allocation_id')} was lost: {ev.get('reason')}",
+                    "ready": f"Ready on {ev.get('allocation_id')}, verified at version {ev.get('version')}",
+                    "failed": f"Continue failed: {ev.get('reason')}"}[kind]
+            self.notice(kind, text)
+
+    def on_progress(self, ev: dict[str, Any]) -> None:
+        self.emit(PROGRESS_SCHEMA, ev)
+
+    def notice(self, kind: str, message: str) -> None:
+        if self.ws is not None:
+            self.emit(NOTICE_SCHEMA, {"workspace_id": self.ws.workspace_id, "kind": kind, "message": message[:1000]})
+
+    # -- the orchestrator -----------------------------------------------------------------------
+
+    def orchestrator(self) -> Orchestrator:
+        if self.ws is None:
+            raise PortableError("this server was not started in a workspace",
+                                hint="start JupyterLab inside a workspace folder (`jupyter portable init`)")
+        if self.orch is None:
+            self.orch = Orchestrator(self.ws, on_state=self.on_state, on_progress=self.on_progress,
+                                     reconnect=self.reconnect)
+        return self.orch
+
+    def start(self) -> None:
+        if self.ws is None:
+            return
+        for t in self._timers:
+            t.start()
+        # a server restarted mid-Continue finishes or rolls back what was in flight
+        lc = self.orchestrator().lifecycle()
+        if lc.state not in L.CONTINUE_FROM and lc.state != L.ACTIVE:
+            self.continuing = self.pool.submit(self._resume_then_go_on)
+
+    def _resume_then_go_on(self) -> Any:
+        orch = self.orchestrator()
+        summary = orch.resume()
+        if summary["state"] == L.ROUTING:
+            return orch.continue_()
+        return summary
+
+    def stop_timers(self) -> None:
+        if self.ws is not None and _SERVICES.get(str(self.ws.root)) is self:
+            del _SERVICES[str(self.ws.root)]
+        for t in self._timers:
+            t.stop()
+        if self.orch is not None:
+            self.orch.cancel()
+            self.orch.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def is_continuing(self) -> bool:
+        return self.continuing is not None and not self.continuing.done()
+
+    def start_continue(self, route: str | None) -> None:
+        orch = self.orchestrator()
+        with self._lock:
+            if self.is_continuing():
+                raise ConflictError("a Continue is already running", hint="wait for it, or cancel it")
+            lc = orch.lifecycle()
+            if lc.state == L.ACTIVE:
+                # the machine may have just gone: look once before refusing
+                orch.check()
+                lc = orch.lifecycle()
+            if lc.state not in L.CONTINUE_FROM:
+                raise ConflictError(f"the workspace is {lc.state} on {lc.allocation_id}",
+                                    hint="stop it first" if lc.state == L.ACTIVE else "wait for it to finish")
+
+            def run() -> Any:
+                try:
+                    return orch.continue_(route)
+                except PortableError as exc:
+                    log.warning("jupyter-portable: Continue failed: %s", exc.one_line())
+                    raise
+
+            self.continuing = self.pool.submit(run)
+
+    # -- reconnecting the notebook's kernels ------------------------------------------------------
+
+    def reconnect(self, record: Any, timeout_s: float = 120.0) -> None:
+        """Move every portable kernel of this workspace to the new worker, keeping its id.
+
+        Each kernel's provisioner reports its kernel gone; the server's restarter restarts it
+        (on the new worker, on new ports) and sends the "restarting" status that makes an open
+        notebook reconnect. A kernel whose manager does not auto-restart is restarted here."""
+        km = self.serverapp.kernel_manager
+        assert self.ws is not None
+
+        moving = self._portable_kernels(running_only=True)
+        for kid, prov in moving.items():
+            prov.move()
+            # re-arm the kernel's restarter: after a loss it may have given up on the old machine
+            self.loop.add_callback(km.get_kernel(kid).start_restarter)
+        deadline = time.monotonic() + timeout_s
+        nudged = time.monotonic() + 10.0
+        while moving:
+            for kid, prov in list(moving.items()):
+                if prov.allocation_id == record.allocation_id and prov.has_process and not prov._moved:
+                    del moving[kid]
+            if not moving:
+                break
+            if time.monotonic() > nudged:
+                nudged = float("inf")
+                for kid in moving:  # no restarter picked it up: restart it ourselves
+                    if not getattr(km.get_kernel(kid), "autorestart", True):
+                        asyncio.run_coroutine_threadsafe(km.restart_kernel(kid),
+                                                         self.loop.asyncio_loop)  # type: ignore[attr-defined]
+            if time.monotonic() > deadline:
+                raise PortableError(f"kernel(s) {', '.join(moving)} did not restart on {record.allocation_id}")
+            time.sleep(0.1)
+        moved = len(self._portable_kernels(running_only=True))
+        self.on_progress({"workspace_id": self.ws.workspace_id, "step": "reconnect",
+                          "message": f"{moved} kernel(s) now run on {record.allocation_id}",
+                          "done": moved, "total": moved})
+
+    def _watch_head(self) -> None:
+        """A version published on the worker (a snapshot, a checkpoint) is news for the sidebar."""
+        assert self.ws is not None
+        head, _ = self.ws.store.read_head(self.ws.workspace_id)
+        if self._head_version is not None and head.version != self._head_version:
+            m = self.ws.store.read_manifest(self.ws.workspace_id, head.version)
+            self.on_progress({"workspace_id": self.ws.workspace_id, "step": "snapshot",
+                              "message": f"version {head.version}: {m.message}"[:500],
+                              "done": head.version, "total": head.version})
+        self._head_version = head.version
+
+    def _portable_kernels(self, *, running_only: bool) -> dict[str, Any]:
+        """Kernel id -> provisioner, for this workspace's portable kernels (a kernel still starting
+        asks for the workspace's machine itself, once one is ready)."""
+        km = self.serverapp.kernel_manager
+        root = str(self.ws.root) if self.ws else None
+        out = {}
+        for kid in list(km.list_kernel_ids()):
+            prov = getattr(km.get_kernel(kid), "provisioner", None)
+            if getattr(prov, "workspace_root", None) != root or not hasattr(prov, "move"):
+                continue
+            if running_only and not getattr(prov, "has_process", False):
+                continue
+            out[kid] = prov
+        return out
+
+    def _kernels_elsewhere(self, allocation_id: str | None) -> bool:
+        return any(prov.allocation_id not in (None, allocation_id)
+                   for prov in self._portable_kernels(running_only=True).values())
+
+    # -- the loss monitor -------------------------------------------------------------------------
+
+    def _tick_check(self) -> None:
+        if self._checking or self.is_continuing() or self.ws is None:
+            return
+        self._checking = True
+
+        def check() -> None:
+            try:
+                orch = self.orchestrator()
+                lc = orch.lifecycle()
+                if lc.state in (L.ACTIVE, L.READY):
+                    orch.check()
+                self._watch_head()
+                if lc.state == L.ACTIVE and self._kernels_elsewhere(lc.allocation_id):
+                    # another process (`jupyter portable continue` in a terminal) moved the workspace
+                    record = orch.record(lc.allocation_id)
+                    if record is not None:
+                        self.reconnect(record)
+            except PortableError as exc:
+                log.info("jupyter-portable: the check failed: %s", exc.one_line())
+            finally:
+                self._checking = False
+
+        self.pool.submit(check)
+
+    # -- reservations: a slot's start triggers a Continue on it ----------------------------------
+
+    def _tick_reservations(self) -> None:
+        if self.ws is None or self.is_continuing():
+            return
+        self.pool.submit(self.start_due_reservation)
+
+    def start_due_reservation(self, now: datetime | None = None) -> str | None:
+        """Continue on the offer of a booked slot that has started; the reservation id, or None."""
+        from datetime import timedelta
+
+        from jupyter_portable.core.routing import route_id
+        from jupyter_portable.orchestration.market import reservations
+
+        assert self.ws is not None
+        now = now or datetime.now(timezone.utc)
+        orch = self.orchestrator()
+        for b in reservations(self.ws):
+            end = b.start + timedelta(hours=b.hours)
+            if b.status != "booked" or not (b.start <= now < end) or b.reservation_id in self.started_reservations:
+                continue
+            if orch.lifecycle().state not in L.CONTINUE_FROM:
+                return None
+            self.started_reservations.add(b.reservation_id)
+            provider, _, offer_id = b.offer_key.partition("/")
+            offers = [o for o in orch.providers[provider].offers() if o.id == offer_id] \
+                if provider in orch.providers else []
+            if not offers:
+                self.notice("failed", f"reservation {b.reservation_id}: {b.offer_key} is no longer offered")
+                return None
+            self.notice("ready", f"reservation {b.reservation_id} started: continuing on {b.offer_key}")
+            self.start_continue(route_id(offers[0]))
+            return b.reservation_id
+        return None
+
+    # -- files saved in JupyterLab go to the worker -------------------------------------------------
+
+    def post_save(self, model: Any = None, os_path: str | None = None, contents_manager: Any = None,
+                  **_: Any) -> None:
+        if self.ws is None or not os_path:
+            return
+        root = self.ws.root
+        try:
+            rel = Path(os_path).resolve().relative_to(root).as_posix()
+        except ValueError:
+            return  # not in the workspace
+        if rel.startswith(".portable/") or rel.startswith(".ipynb_checkpoints/") or "/.ipynb_checkpoints/" in rel:
+            return
+        orch = self.orchestrator()
+        if orch.lifecycle().state != L.ACTIVE:
+            return  # no worker: the edit stays here and goes to the next worker with the next Continue
+        data = Path(os_path).read_bytes()
+        base = self.synced.get(rel) or self._published_hash(rel)
+        try:
+            client = orch.client()
+            client.put_file(rel, data, base)
+            self.synced[rel] = blake3.blake3(data).hexdigest()
+        except ConflictError:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            kept = f"{rel}.conflict-lab-{stamp}"
+            with contextlib.suppress(PortableError):
+                orch.client().put_file(kept, data, None)
+            self.conflicts.append({"path": rel, "at": datetime.now(timezone.utc).isoformat(), "kept": kept})
+            self.notice("conflict", f"{rel} changed on the worker too: the worker's version was kept, yours "
+                                    f"is saved there as {kept}")
+        except PortableError as exc:
+            log.warning("jupyter-portable: %s was not forwarded to the worker: %s", rel, exc.one_line())
+
+    def _published_hash(self, rel: str) -> str | None:
+        assert self.ws is not None
+        lc = self.orchestrator().lifecycle()
+        with contextlib.suppress(PortableError):
+            m = self.ws.store.read_manifest(self.ws.workspace_id, lc.version or None)
+            e = m.by_path().get(rel)
+            return e.hash if e is not None else None
+        return None
+
+
+def find_workspace(root_dir: str) -> Workspace | None:
+    start = os.environ.get("JUPYTER_PORTABLE_WORKSPACE") or root_dir
+    with contextlib.suppress(PortableError):
+        return Workspace.find(start)
+    return None
+
+
+__all__ = ["NOTICE_SCHEMA", "PROGRESS_SCHEMA", "SCHEMAS", "STATE_SCHEMA", "PortableService", "find_workspace",
+           "service_for"]

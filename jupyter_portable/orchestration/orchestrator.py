@@ -1,0 +1,554 @@
+"""The Continue, Stop and Loss protocols, driving the persisted state machine.
+
+``core.lifecycle`` says which moves are legal; this module makes them happen, in order,
+on real machines, and records each one (``lifecycle_store``) before acting on it, so a
+process killed at any point leaves a record that :meth:`Orchestrator.resume` can finish
+or roll back. The CLI (``jupyter portable continue/stop``) and the server extension both
+drive an :class:`Orchestrator`; the server adds a ``reconnect`` hook that restarts the
+notebook's kernels on the new worker.
+
+Who publishes what: the worker publishes the workspace's files (snapshots, checkpoints,
+the seal) from its own copy. The orchestrator publishes only allocation records, with the
+epoch it claimed for that allocation (``Workspace.record_allocation``): the failed attempts
+and the new allocation before the worker materializes, a loss (after claiming a fresh
+epoch, which fences the lost worker for good), and a release after the seal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from jupyter_portable.compute.base import Allocation, Provider
+from jupyter_portable.core import lifecycle as L
+from jupyter_portable.core.errors import ComputeError, ConflictError, PortableError, ProviderUnavailable, UsageError
+from jupyter_portable.engine.workspace import Workspace
+from jupyter_portable.store import faults
+from jupyter_portable.store.repo import now_iso
+from jupyter_portable.workdir import lifecycle_file as lifecycle_store
+from jupyter_portable.worker.client import (
+    AgentClient,
+    AgentRecord,
+    forget_record,
+    load_allocation,
+    load_record,
+    save_allocation,
+    save_record,
+    start_agent,
+)
+
+StateSink = Callable[[dict[str, Any]], None]
+ProgressSink = Callable[[dict[str, Any]], None]
+Reconnect = Callable[[AgentRecord], None]
+
+_DOWN = ("lost", "terminated", "stopped")
+MATERIALIZE_TIMEOUT_S = 3600.0
+ENVIRONMENT_ENV = "JUPYTER_PORTABLE_ENVIRONMENT"  # "image" (default) or "lockfile"
+
+
+class Cancelled(PortableError):
+    """The user cancelled the Continue."""
+
+
+class Orchestrator:
+    """Continue, stop and loss for one workspace copy (the user's side, never the worker)."""
+
+    def __init__(self, ws: Workspace, *, providers: dict[str, Provider] | None = None,
+                 on_state: StateSink | None = None, on_progress: ProgressSink | None = None,
+                 reconnect: Reconnect | None = None, lazy_threshold: int | None = None,
+                 boot_timeout_s: float = 120, stale_after_s: float = 10.0,
+                 environment: dict[str, Any] | None = None) -> None:
+        self.ws = ws
+        mode = os.environ.get(ENVIRONMENT_ENV, "image")
+        self.environment = environment or {"mode": mode}
+        self._providers = providers
+        self.on_state = on_state
+        self.on_progress = on_progress
+        self.reconnect = reconnect
+        self.lazy_threshold = lazy_threshold
+        self.boot_timeout_s = boot_timeout_s
+        self.stale_after_s = stale_after_s
+        self._cancel = threading.Event()
+        self._silent_since: float | None = None
+        self._clients: dict[str, AgentClient] = {}
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    @property
+    def providers(self) -> dict[str, Provider]:
+        if self._providers is None:
+            from jupyter_portable.orchestration.market import enabled_providers
+
+            self._providers = enabled_providers()
+        return self._providers
+
+    def lifecycle(self) -> L.Lifecycle:
+        return lifecycle_store.load(self.ws.copy)
+
+    def _move(self, to: str, **kw: Any) -> L.Lifecycle:
+        lc = lifecycle_store.update(self.ws.copy, lambda cur: L.transition(cur, to, at=now_iso(), **kw))
+        faults.entered_state(to)
+        if self.on_state is not None:
+            ev = lc.events[-1].to_json()
+            self.on_state({"workspace_id": lc.workspace_id, **ev})
+        return lc
+
+    def _progress(self, step: str, message: str, done: float | None = None, total: float | None = None) -> None:
+        if self.on_progress is not None:
+            self.on_progress({"workspace_id": self.ws.workspace_id, "step": step, "message": message,
+                              "done": done, "total": total})
+
+    def provider_of(self, allocation: Allocation) -> Provider:
+        provider = self.providers.get(allocation.provider)
+        if provider is None:
+            raise ProviderUnavailable(f"provider {allocation.provider!r} is not enabled here",
+                                      provider=allocation.provider,
+                                      hint="add it to JUPYTER_PORTABLE_PROVIDERS")
+        return provider
+
+    def record(self, allocation_id: str | None = None) -> AgentRecord | None:
+        aid = allocation_id or self.lifecycle().allocation_id
+        return load_record(self.ws.copy, aid) if aid else None
+
+    def client(self, allocation_id: str | None = None) -> AgentClient:
+        rec = self.record(allocation_id)
+        if rec is None:
+            raise UsageError("no worker serves this workspace now",
+                             hint="`jupyter portable continue` starts one")
+        cached = self._clients.get(rec.allocation_id)
+        if cached is None or cached.record.token != rec.token:
+            cached = AgentClient(rec, self.provider_of(rec.allocation))
+            self._clients[rec.allocation_id] = cached
+        return cached
+
+    def close(self) -> None:
+        for c in self._clients.values():
+            c.close()
+        self._clients.clear()
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """One Continue or Stop at a time per copy, across processes (the lock dies with its holder)."""
+        self.ws.copy.meta.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.ws.copy.meta / "continue.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ConflictError("a Continue or Stop of this workspace is already running",
+                                    hint="wait for it, or cancel it") from None
+            yield
+        finally:
+            os.close(fd)
+
+    def cancel(self) -> None:
+        """Stop a running Continue at its next step (its machine is released)."""
+        self._cancel.set()
+
+    def _check_cancel(self) -> None:
+        if self._cancel.is_set():
+            raise Cancelled("cancelled by the user")
+
+    def summary(self, lc: L.Lifecycle | None = None) -> dict[str, Any]:
+        lc = lc or self.lifecycle()
+        return {"state": lc.state, "allocation_id": lc.allocation_id, "route": lc.route, "version": lc.version,
+                "verified": lc.verified}
+
+    # -- Continue ---------------------------------------------------------------------------------
+
+    def continue_(self, route_id: str | None = None, *, hours: float | None = None) -> dict[str, Any]:
+        """Take the workspace to ACTIVE on a fresh, verified machine (the first one too)."""
+        self._cancel.clear()
+        with self._exclusive():
+            lc = self.lifecycle()
+            if lc.state == L.ACTIVE:
+                self.check()
+                lc = self.lifecycle()
+                if lc.state == L.ACTIVE:
+                    raise ConflictError(f"allocation {lc.allocation_id} is active and answering",
+                                        hint="`jupyter portable stop` seals and releases it first")
+            if lc.state not in L.CONTINUE_FROM:
+                lc = self._resume_locked(lc)
+                if lc.state == L.ACTIVE:
+                    return self.summary(lc)
+            if lc.state != L.ROUTING:
+                self._move(L.ROUTING)
+            return self._run(route_id, hours)
+
+    def _ordered_routes(self, route_id: str | None, hours: float | None) -> list[Any]:
+        from jupyter_portable.orchestration.market import routes_to_try
+
+        self._progress("acquire", "ranking routes")
+        return routes_to_try(self.ws, route_id, hours=hours, providers=self.providers)
+
+    def _run(self, route_id: str | None, hours: float | None) -> dict[str, Any]:
+        from jupyter_portable.compute.acquire import acquire
+        from jupyter_portable.orchestration.market import load_settings
+
+        store, wsid = self.ws.store, self.ws.workspace_id
+        try:
+            usable = self._ordered_routes(route_id, hours)
+        except PortableError as exc:
+            self._move(L.FAILED, reason=exc.one_line())
+            raise
+        by_key = {r.offer.key: r for r in usable}
+        current: dict[str, Any] = {"route": None, "failure": None}
+
+        def new_allocation() -> str:
+            self._check_cancel()
+            epoch = store.claim_epoch(wsid)  # every writer of an older epoch is fenced from here on
+            aid = f"al-{uuid.uuid4().hex[:12]}"
+            # write-ahead: a restarted server knows which machine to look for
+            self._move(L.ACQUIRING, route=current["route"], allocation_id=aid, epoch=epoch)
+            return aid
+
+        def on_event(ev: dict[str, Any]) -> None:
+            st = ev["state"]
+            route = by_key[ev["offer"]].id
+            if st == "ACQUIRING":
+                self._check_cancel()
+                lc = self.lifecycle()
+                current["route"] = route
+                if lc.state == L.ROUTING:
+                    self._move(L.ACQUIRING, route=route)
+                else:
+                    fail = current["failure"] or {}
+                    self._move(L.ACQUIRING, route=route, attempts=[*lc.attempts, fail],
+                               reason=f"failing over to {ev['offer']}: {fail.get('offer')} "
+                                      f"{fail.get('stage')}: {fail.get('reason')}",
+                               detail={"given_up": fail.get("offer"), "why": fail.get("reason")})
+                self._progress("acquire", f"launching {ev['offer']}")
+            elif st == "PROBING":
+                self._move(L.PROBING)
+                self._progress("probe", f"checking image, GPU and driver on {ev.get('allocation_id')}")
+            elif st in ("REFUSED", "FAILED"):
+                current["failure"] = {"offer": ev["offer"], "stage": ev.get("stage"), "error": ev.get("error"),
+                                      "reason": ev.get("reason"), "checks": ev.get("checks") or {},
+                                      "environment_fault": bool(ev.get("environment_fault")),
+                                      "allocation_id": ev.get("allocation_id")}
+                self._progress("acquire", f"{ev['offer']} {st.lower()}: {ev.get('reason')}")
+
+        settings = load_settings(self.ws)
+        try:
+            allocation, attempts = acquire([r.offer for r in usable], self.providers, settings.requirements,
+                                           allocation_id_factory=new_allocation, on_event=on_event,
+                                           boot_timeout_s=self.boot_timeout_s)
+        except (ComputeError, Cancelled) as exc:
+            given_up = list(exc.context.get("attempts") or [])  # type: ignore[call-overload]
+            lc = self.lifecycle()
+            extra = [current["failure"]] if current["failure"] and current["failure"] not in lc.attempts else []
+            self._publish_attempts(given_up)
+            self._move(L.FAILED, reason=exc.one_line(), attempts=[*lc.attempts, *extra])
+            raise
+        except BaseException as exc:
+            lc = self.lifecycle()
+            if lc.state in L.CONTINUE_STATES:
+                self._move(L.FAILED, reason=f"the Continue stopped: {type(exc).__name__}: {exc}")
+            raise
+        route = by_key[f"{allocation.provider}/{allocation.offer_id}"]
+        return self._materialize(allocation, route, attempts)
+
+    def _publish_attempts(self, attempts: list[Any]) -> None:
+        from jupyter_portable.orchestration.market import record_attempt
+
+        if not attempts:
+            return
+        epoch = self.ws.store.claim_epoch(self.ws.workspace_id)
+        for a in attempts:
+            with contextlib.suppress(PortableError):
+                record_attempt(self.ws, a, epoch=epoch)
+
+    def _materialize(self, allocation: Allocation, route: Any, attempts: list[Any]) -> dict[str, Any]:
+        from jupyter_portable.orchestration.market import record_attempt
+
+        lc = self.lifecycle()
+        epoch = lc.epoch
+        save_allocation(self.ws.copy, allocation)
+        try:
+            for a in attempts:
+                record_attempt(self.ws, a, epoch=epoch)
+            offer = route.offer
+            version = self.ws.record_allocation(
+                {"allocation_id": allocation.allocation_id, "provider": allocation.provider,
+                 "offer": allocation.offer_id, "gpu": offer.gpu, "region": offer.region, "ref": allocation.ref,
+                 "driver": offer.driver,
+                 "price_per_hour": offer.price_per_hour, "started": allocation.started or now_iso(),
+                 "state": "active", "spend": 0.0, "currency": "USD", "failures": [a.reason for a in attempts]},
+                epoch=epoch)
+            self._move(L.MATERIALIZING, version=version)
+            return self._start_worker(allocation, version, epoch)
+        except BaseException as exc:
+            self._fail_with_release(allocation, exc)
+            raise
+
+    def _start_worker(self, allocation: Allocation, version: int, epoch: int) -> dict[str, Any]:
+        from jupyter_portable.orchestration.market import load_settings
+
+        self._progress("materialize", f"starting the worker on {allocation.allocation_id}")
+        rec = start_agent(self.provider_of(allocation), allocation, store=self.ws.config.store,
+                          workspace_id=self.ws.workspace_id, version=version, epoch=epoch,
+                          lazy_threshold=self.lazy_threshold, environment=self.environment,
+                          autosnapshot_minutes=load_settings(self.ws).autosnapshot_minutes)
+        save_record(self.ws.copy, rec)
+        return self._await_ready(rec)
+
+    def _await_ready(self, rec: AgentRecord) -> dict[str, Any]:
+        client = self.client(rec.allocation_id)
+        seen: dict[str, Any] = {"verifying": False, "last": None}
+
+        def on_status(st: dict[str, Any]) -> None:
+            self._check_cancel()
+            prog = st.get("progress") or {}
+            if prog.get("message") and prog != seen["last"]:
+                seen["last"] = prog
+                self._progress("materialize", str(prog["message"]))
+            if st["phase"] in ("verifying", "ready") and not seen["verifying"]:
+                seen["verifying"] = True
+                self._move(L.VERIFYING)
+
+        st = client.wait(lambda s: s["phase"] in ("ready", "failed"), timeout=MATERIALIZE_TIMEOUT_S,
+                         on_status=on_status)
+        if st["phase"] == "failed":
+            raise PortableError(f"the worker could not get ready: {st.get('error')}")
+        if not seen["verifying"]:
+            self._move(L.VERIFYING)
+        verification = st["verification"] or {}
+        lc = self._move(L.READY, verified=True, version=int(verification["version"]),
+                        detail={"matched": list(verification.get("matched") or []),
+                                "checkpoints": verification.get("checkpoints") or {},
+                                "pending": verification.get("pending") or [],
+                                "path": verification.get("path")})
+        self._progress("verify", f"read back version {lc.version}: version, checkpoints, runtime and path match")
+        return self._activate(rec)
+
+    def _activate(self, rec: AgentRecord) -> dict[str, Any]:
+        self._progress("reconnect", "restarting the notebook's kernel on the new worker")
+        if self.reconnect is not None:
+            try:
+                self.reconnect(rec)
+            except Exception as exc:
+                self._fail_with_release(rec.allocation, exc)
+                raise
+        lc = self._move(L.ACTIVE)
+        return self.summary(lc)
+
+    def _fail_with_release(self, allocation: Allocation, exc: BaseException) -> None:
+        """A Continue that cannot reach READY (or ACTIVE): release its machine, then FAILED."""
+        reason = exc.one_line() if isinstance(exc, PortableError) else f"{type(exc).__name__}: {exc}"
+        with contextlib.suppress(Exception):
+            self.client(allocation.allocation_id).shutdown()
+        released = True
+        try:
+            self.provider_of(allocation).terminate(allocation)
+        except PortableError as term:
+            released = False
+            reason += f" (releasing {allocation.allocation_id} failed: {term})"
+        self._drop_client(allocation.allocation_id)
+        lc = self.lifecycle()
+        if lc.state in L.CONTINUE_STATES:
+            self._move(L.FAILED, reason=reason, detail={"released": released})
+        with contextlib.suppress(PortableError):
+            epoch = self.ws.store.claim_epoch(self.ws.workspace_id)
+            self.ws.record_allocation({"allocation_id": allocation.allocation_id, "provider": allocation.provider,
+                                       "offer": allocation.offer_id, "ref": allocation.ref,
+                                       "started": allocation.started or now_iso(), "stopped": now_iso(),
+                                       "state": "failed", "stop_reason": reason[:500], "spend": 0.0,
+                                       "currency": "USD", "failures": [reason[:500]]}, epoch=epoch)
+
+    def _drop_client(self, allocation_id: str) -> None:
+        c = self._clients.pop(allocation_id, None)
+        if c is not None:
+            c.close()
+        forget_record(self.ws.copy, allocation_id)
+
+    # -- Stop (seal) ------------------------------------------------------------------------------
+
+    def stop(self, reason: str = "stopped by the user") -> dict[str, Any]:
+        """Seal, read back, release: the allocation ends with nothing unpublished."""
+        with self._exclusive():
+            lc = self.lifecycle()
+            if lc.state not in (L.ACTIVE, L.DRAINING, L.SEALED):
+                raise UsageError(f"nothing to stop: the workspace is {lc.state}")
+            return self._stop_locked(lc, reason)
+
+    def _stop_locked(self, lc: L.Lifecycle, reason: str) -> dict[str, Any]:
+        rec = self.record(lc.allocation_id)
+        if lc.state == L.ACTIVE:
+            lc = self._move(L.DRAINING, reason=reason)
+        if lc.state == L.DRAINING:
+            self._progress("seal", "no new writes; publishing the final version")
+            try:
+                if rec is None:
+                    raise PortableError(f"no record of how to reach the worker of {lc.allocation_id}")
+                sealed = self.client(rec.allocation_id).seal(f"sealed: {reason}")
+            except ProviderUnavailable as exc:
+                # the machine went away mid-seal: the last published version is the truth
+                self._lost(lc, f"lost while sealing: {exc}")
+                raise
+            except PortableError as exc:
+                self._move(L.ACTIVE, reason=f"the seal failed, writes are open again: {exc.one_line()}")
+                raise
+            lc = self._move(L.SEALED, version=int(sealed["version"]))
+        spend = 0.0
+        if rec is not None:
+            provider = self.provider_of(rec.allocation)
+            with contextlib.suppress(PortableError):
+                spend = float(provider.status(rec.allocation).spend or 0.0)
+            with contextlib.suppress(PortableError):
+                self.client(rec.allocation_id).shutdown()  # the agent goes first, then its machine
+            provider.terminate(rec.allocation)  # only after SEALED (invariant 6)
+        lc = self._move(L.RELEASED)
+        if rec is not None:
+            self._close_record(rec, state="released", reason=reason, spend=spend, epoch=lc.epoch)
+            self._drop_client(rec.allocation_id)
+        return {**self.summary(lc), "sealed_version": lc.version}
+
+    def _close_record(self, rec: AgentRecord, *, state: str, reason: str, spend: float, epoch: int,
+                      failures: list[str] | None = None) -> None:
+        a = rec.allocation
+        mine = [x for x in self._history() if x.get("allocation_id") == a.allocation_id]
+        prior: dict[str, Any] = mine[-1] if mine else {}
+        record = {**prior, "allocation_id": a.allocation_id, "provider": a.provider, "offer": a.offer_id,
+                  "ref": a.ref, "started": prior.get("started") or a.started or now_iso(), "stopped": now_iso(),
+                  "state": state, "stop_reason": reason[:500], "spend": round(spend, 6), "currency": "USD",
+                  "failures": list(prior.get("failures") or []) + list(failures or [])}
+        with contextlib.suppress(PortableError):
+            self.ws.record_allocation(record, epoch=epoch)
+
+    def _history(self) -> list[dict[str, Any]]:
+        head, _ = self.ws.store.read_head(self.ws.workspace_id)
+        if not head.version:
+            return []
+        return list(self.ws.store.read_manifest(self.ws.workspace_id, head.version).allocations)
+
+    # -- Loss -------------------------------------------------------------------------------------
+
+    def check(self) -> dict[str, Any]:
+        """Look at the active machine once: its provider's status and the agent's heartbeat.
+        LOST (recorded, with the reason) when the provider says it is gone, or the agent has not
+        answered for ``stale_after_s`` seconds."""
+        lc = self.lifecycle()
+        if lc.state not in (L.ACTIVE, L.READY):
+            return {**self.summary(lc), "alive": None}
+        rec = self.record(lc.allocation_id)
+        if rec is None:
+            self._lost(lc, "no record of how to reach the worker is left on this machine")
+            return {**self.summary(), "alive": False}
+        status = None
+        with contextlib.suppress(PortableError):
+            status = self.provider_of(rec.allocation).status(rec.allocation)
+        if status is not None and status.state in _DOWN:
+            self._lost(lc, status.reason or f"the provider says the machine is {status.state}",
+                       spend=status.spend or 0.0)
+            return {**self.summary(), "alive": False}
+        try:
+            self.client(rec.allocation_id).status(timeout=5)
+            self._silent_since = None
+            return {**self.summary(lc), "alive": True}
+        except PortableError as exc:
+            now = time.monotonic()
+            self._silent_since = self._silent_since or now
+            if now - self._silent_since >= self.stale_after_s:
+                self._lost(lc, f"heartbeats stopped: {exc}", spend=(status.spend or 0.0) if status else 0.0)
+                return {**self.summary(), "alive": False}
+            return {**self.summary(lc), "alive": False}
+
+    def _lost(self, lc: L.Lifecycle, reason: str, *, spend: float = 0.0) -> None:
+        current = self.lifecycle()
+        if current.state not in (L.ACTIVE, L.READY, L.DRAINING) or current.allocation_id != lc.allocation_id:
+            return
+        if current.state == L.READY:
+            # never ACTIVE: the Continue that reached READY fails, its machine is gone
+            self._move(L.FAILED, reason=f"lost before the kernel moved: {reason}")
+        else:
+            self._move(L.LOST, reason=reason)
+        rec = self.record(lc.allocation_id)
+        # a fresh epoch: the lost worker can never publish again, even if it comes back
+        with contextlib.suppress(PortableError):
+            epoch = self.ws.store.claim_epoch(self.ws.workspace_id)
+            if rec is not None:
+                self._close_record(rec, state="lost", reason=reason, spend=spend, epoch=epoch, failures=[reason])
+        if rec is not None:
+            with contextlib.suppress(PortableError):
+                self.provider_of(rec.allocation).terminate(rec.allocation)
+            self._drop_client(rec.allocation_id)
+
+    # -- after a restart --------------------------------------------------------------------------
+
+    def resume(self) -> dict[str, Any]:
+        """What a restarted server does first: finish or roll back whatever was in flight."""
+        with self._exclusive():
+            lc = self._resume_locked(self.lifecycle())
+            return self.summary(lc)
+
+    def _resume_locked(self, lc: L.Lifecycle) -> L.Lifecycle:
+        if lc.state in L.CONTINUE_FROM or lc.state == L.ACTIVE:
+            return lc
+        if lc.state in (L.DRAINING, L.SEALED):
+            self._stop_locked(lc, "resumed after a restart")
+            return self.lifecycle()
+        new, _action = L.recover(lc, at=now_iso())
+        if new is not lc:
+            lc = lifecycle_store.update(self.ws.copy, lambda cur: L.recover(cur, at=now_iso())[0])
+            if self.on_state is not None:
+                self.on_state({"workspace_id": lc.workspace_id, **lc.events[-1].to_json()})
+        if lc.state == L.ROUTING:
+            orphan = (lc.events[-1].detail or {}).get("orphan")
+            if orphan:
+                self._terminate_orphan(str(orphan["allocation_id"]))
+            return lc
+        rec = self.record(lc.allocation_id)
+        if lc.state == L.MATERIALIZING:
+            allocation = rec.allocation if rec is not None else load_allocation(self.ws.copy, str(lc.allocation_id))
+            if allocation is None:
+                self._move(L.FAILED, reason="the server restarted before the machine was recorded; Continue again")
+                self._terminate_orphan(str(lc.allocation_id))
+                return self.lifecycle()
+            try:
+                if rec is not None and self._answers(rec):
+                    self._await_ready(rec)
+                else:  # the agent never started, or died with the server's restart: start it again
+                    if rec is not None:
+                        self._drop_client(rec.allocation_id)
+                        save_allocation(self.ws.copy, allocation)
+                    self._start_worker(allocation, lc.version, lc.epoch)
+            except Exception as exc:
+                self._fail_with_release(allocation, exc)
+            return self.lifecycle()
+        if lc.state == L.READY and rec is not None:
+            try:
+                self._activate(rec)
+            except PortableError:
+                pass
+            return self.lifecycle()
+        return lc
+
+    def _answers(self, rec: AgentRecord) -> bool:
+        try:
+            self.client(rec.allocation_id).status(timeout=5)
+            return True
+        except PortableError:
+            return False
+
+    def _terminate_orphan(self, allocation_id: str) -> None:
+        rec = self.record(allocation_id)
+        allocation = rec.allocation if rec is not None else load_allocation(self.ws.copy, allocation_id)
+        if allocation is None:
+            local = self.providers.get("local")
+            finder = getattr(local, "allocation", None)
+            if finder is not None:
+                with contextlib.suppress(PortableError):
+                    allocation = finder(allocation_id)
+        if allocation is not None:
+            with contextlib.suppress(PortableError):
+                self.provider_of(allocation).terminate(allocation)
+            self._drop_client(allocation_id)
+
+
+__all__ = ["Cancelled", "Orchestrator"]

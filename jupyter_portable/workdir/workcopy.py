@@ -1,0 +1,166 @@
+"""A workspace copy on disk: ``DIR/.portable/`` with its config, stat cache and pending list.
+
+Nothing here talks to the store. Every file is replaced atomically (temp, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from jupyter_portable.core.errors import ManifestError, UsageError, WorkspaceNotFound
+from jupyter_portable.core.manifest import check_workspace_id
+
+PORTABLE_DIR = ".portable"
+CONFIG_NAME = "workspace.json"
+CONFIG_FORMAT = "jupyter-portable.workspace"
+
+
+def atomic_write(path: Path, data: bytes, mode: int = 0o666) -> None:
+    """Write ``data`` to ``path`` whole or not at all; ``mode`` (before the umask) from the first byte."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def check_store_url(url: str) -> str:
+    """Refuse store URLs that carry credentials: they would be written to disk."""
+    parsed = urlparse(url)
+    if parsed.password or (parsed.username and parsed.scheme not in ("", "file")):
+        raise UsageError(
+            "the store URL carries credentials, which would be saved in .portable/workspace.json",
+            hint="put credentials in the environment or an AWS profile, not in the URL",
+        )
+    return url
+
+
+@dataclass
+class CopyConfig:
+    """What ``.portable/workspace.json`` says: which workspace, where, at which version."""
+
+    workspace_id: str
+    store: str
+    version: int = 0
+    epoch: int = 0
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"format": CONFIG_FORMAT, "schema": 1, "workspace_id": self.workspace_id,
+                           "store": self.store, "version": self.version, "epoch": self.epoch},
+                          indent=2).encode() + b"\n"
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: Path) -> "CopyConfig":
+        try:
+            obj = json.loads(data)
+        except ValueError as exc:
+            raise ManifestError(f"{where} is not valid JSON: {exc}") from exc
+        if not isinstance(obj, dict) or obj.get("format") != CONFIG_FORMAT or obj.get("schema") != 1:
+            raise ManifestError(f"{where} is not a jupyter-portable workspace file")
+        ws, store = obj.get("workspace_id"), obj.get("store")
+        version, epoch = obj.get("version", 0), obj.get("epoch", 0)
+        if not isinstance(store, str) or not isinstance(version, int) or not isinstance(epoch, int) \
+                or version < 0 or epoch < 0:
+            raise ManifestError(f"{where} has a bad store, version or epoch")
+        return cls(check_workspace_id(ws), check_store_url(store), version, epoch)
+
+
+class WorkspaceCopy:
+    """The local files of one workspace copy rooted at ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.meta = self.root / PORTABLE_DIR
+
+    @classmethod
+    def find(cls, start: str | os.PathLike[str] = ".") -> "WorkspaceCopy":
+        here = Path(start).resolve()
+        for folder in (here, *here.parents):
+            if (folder / PORTABLE_DIR / CONFIG_NAME).is_file():
+                return cls(folder)
+        raise WorkspaceNotFound(f"no workspace at {here} or above it")
+
+    @property
+    def config_path(self) -> Path:
+        return self.meta / CONFIG_NAME
+
+    def exists(self) -> bool:
+        return self.config_path.is_file()
+
+    def read_config(self) -> CopyConfig:
+        try:
+            data = self.config_path.read_bytes()
+        except FileNotFoundError as exc:
+            raise WorkspaceNotFound(f"no workspace at {self.root}") from exc
+        return CopyConfig.from_bytes(data, self.config_path)
+
+    def write_config(self, config: CopyConfig) -> None:
+        atomic_write(self.config_path, config.to_bytes())
+
+    # The stat cache: path -> [size, mtime_ns, ctime_ns, inode] for a file whose bytes
+    # are those of the version's entry, the target for a symlink, or None (re-read it).
+    def read_statcache(self, version: int, fingerprint: str | None = None) -> dict[str, Any] | None:
+        """The cache if it was written for ``version`` (and, if given, environment ``fingerprint``)."""
+        try:
+            obj = json.loads((self.meta / "statcache.json").read_bytes())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(obj, dict) or obj.get("version") != version:
+            return None
+        if fingerprint is not None and obj.get("env") != fingerprint:
+            return None
+        entries = obj.get("entries")
+        return entries if isinstance(entries, dict) else None
+
+    def write_statcache(self, version: int, entries: dict[str, Any], fingerprint: str | None = None) -> None:
+        body = json.dumps({"version": version, "env": fingerprint, "entries": entries}, separators=(",", ":"))
+        atomic_write(self.meta / "statcache.json", body.encode())
+
+    def advance(self, version: int) -> None:
+        """Move this copy from ``version - 1`` to ``version``, a version with the same files."""
+        cfg = self.read_config()
+        if cfg.version != version - 1:
+            return
+        try:
+            obj = json.loads((self.meta / "statcache.json").read_bytes())
+        except (OSError, ValueError):
+            obj = None
+        cfg.version = version
+        self.write_config(cfg)
+        if isinstance(obj, dict) and obj.get("version") == version - 1:
+            obj["version"] = version
+            atomic_write(self.meta / "statcache.json", json.dumps(obj, separators=(",", ":")).encode())
+
+    @property
+    def pending_path(self) -> Path:
+        return self.meta / "pending.json"
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.meta / "tmp"
+
+    # The publish intent: the version and manifest hash a snapshot is about to publish.
+    @property
+    def intent_path(self) -> Path:
+        return self.meta / "publishing.json"
+
+    def write_intent(self, version: int, manifest: str) -> None:
+        atomic_write(self.intent_path, json.dumps({"version": version, "manifest": manifest}).encode())
+
+    def read_intent(self) -> tuple[int, str] | None:
+        try:
+            obj = json.loads(self.intent_path.read_bytes())
+            return int(obj["version"]), str(obj["manifest"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def clear_intent(self) -> None:
+        self.intent_path.unlink(missing_ok=True)
