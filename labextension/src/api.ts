@@ -10,11 +10,18 @@ import { ServerConnection } from '@jupyterlab/services';
 import {
   IBooking,
   IBookingRequest,
+  ICancelAnswer,
+  IContinueAnswer,
+  IContinueRequest,
   IPortableState,
   IReservationsAnswer,
-  IRoutesAnswer
+  IRoutesAnswer,
+  ISettingsBody,
+  ISnapshotAnswer,
+  ISnapshotRequest,
+  IStopAnswer,
+  IWorkspaceSettings
 } from './types';
-import { ISettingsBody, IWorkspaceSettings } from './workspaceSettings';
 
 export const API_ROOT = 'portable/api';
 
@@ -116,20 +123,20 @@ export class PortableClient {
     return this.call(`routes?hours=${encodeURIComponent(String(hours))}`);
   }
 
-  continue(route: string | null): Promise<{ started: boolean; state: string }> {
-    return this.call('continue', post({ route }));
+  continue(route: string | null): Promise<IContinueAnswer> {
+    return this.call('continue', post({ route } satisfies IContinueRequest));
   }
 
-  cancel(): Promise<{ cancelled: boolean }> {
+  cancel(): Promise<ICancelAnswer> {
     return this.call('cancel', post({}));
   }
 
-  stop(): Promise<{ state: string; version: number }> {
+  stop(): Promise<IStopAnswer> {
     return this.call('stop', post({}));
   }
 
-  snapshot(message: string): Promise<{ version: number; changed: boolean }> {
-    return this.call('snapshot', post({ message }));
+  snapshot(message: string): Promise<ISnapshotAnswer> {
+    return this.call('snapshot', post({ message } satisfies ISnapshotRequest));
   }
 
   workspaceSettings(): Promise<IWorkspaceSettings> {

@@ -12,25 +12,21 @@ import { keepSelection } from './routes';
 import {
   applyProgressEvent,
   applyStateEvent,
+  CONTINUE_FROM,
   idleProgress,
   IContinueProgress,
   progressFromLifecycle
 } from './progress';
 import {
-  CONTINUE_FROM,
-  DEFAULT_SETTINGS,
-  IBookingRequest,
   INoticeEvent,
-  IPortableSettings,
-  IPortableState,
   IProgressEvent,
-  IReservationsAnswer,
-  IRoutesAnswer,
   IStateEvent,
   NOTICE_SCHEMA,
   PROGRESS_SCHEMA,
   STATE_SCHEMA
-} from './types';
+} from './events';
+import { DEFAULT_SETTINGS, IPortableSettings } from './settings';
+import { IBookingRequest, IPortableState, IReservationsAnswer, IRoutesAnswer } from './types';
 import {
   changedKeys,
   fromWorkspace,

@@ -5,13 +5,26 @@
  * events, so a reload in the middle of a Continue shows where it is.
  */
 
-import {
-  CONTINUE_FROM,
-  ILifecycle,
-  ILifecycleEvent,
-  IProgressEvent,
-  LifecycleState
-} from './types';
+import { IProgressEvent } from './events';
+import { ILifecycle, ILifecycleEvent, LifecycleState } from './types';
+
+/** The states a Continue may begin from. */
+export const CONTINUE_FROM: ReadonlySet<string> = new Set<LifecycleState>([
+  'IDLE',
+  'LOST',
+  'RELEASED',
+  'FAILED'
+]);
+
+/** The states of a Continue in flight. */
+export const CONTINUE_STATES: ReadonlySet<string> = new Set<LifecycleState>([
+  'ROUTING',
+  'ACQUIRING',
+  'PROBING',
+  'MATERIALIZING',
+  'VERIFYING',
+  'READY'
+]);
 
 export const STEPS = [
   'acquire',

@@ -7,14 +7,15 @@
  * column can always be put back.
  */
 
-import {
-  CHECK_NAMES,
-  COST_TERMS,
-  CheckName,
-  CostTerm,
-  IRoute,
-  IRoutesAnswer
-} from './types';
+import { IChecks, ICost, IRoute, IRoutesAnswer } from './types';
+
+/** The cost terms, in dollars, in the order the table and the chart show them. */
+export const COST_TERMS = ['gpu', 'egress', 'storage', 'queue', 'risk'] as const satisfies readonly (keyof ICost)[];
+export type CostTerm = (typeof COST_TERMS)[number];
+
+/** The four separate checks: true or false when done, null when not done. */
+export const CHECK_NAMES = ['listed', 'permitted', 'capacity', 'launched'] as const satisfies readonly (keyof IChecks)[];
+export type CheckName = (typeof CHECK_NAMES)[number];
 
 export type SortKey = 'rank' | 'total' | 'ready' | 'price' | CostTerm;
 

@@ -1,6 +1,22 @@
 /** Reading the user's settings (schema/plugin.json) into a typed, validated object. */
 
-import { DEFAULT_SETTINGS, IPortableSettings } from './types';
+/** The user's settings (schema/plugin.json). */
+export interface IPortableSettings {
+  storeUrl: string;
+  budgetCap: number | null;
+  pinnedDriver: string;
+  /** 0: off; null: the machine's default. */
+  autoSnapshotMinutes: number | null;
+  plannedHours: number;
+}
+
+export const DEFAULT_SETTINGS: IPortableSettings = {
+  storeUrl: '',
+  budgetCap: null,
+  pinnedDriver: '',
+  autoSnapshotMinutes: null,
+  plannedHours: 8
+};
 
 function num(value: unknown, fallback: number, min: number): number {
   return typeof value === 'number' && Number.isFinite(value) && value >= min ? value : fallback;

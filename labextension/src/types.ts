@@ -1,11 +1,29 @@
 /**
- * The shapes the server extension answers with (docs/api.md), as the sidebar reads them.
+ * The shapes of the server extension's REST API (docs/api.md), as the sidebar reads them.
  *
- * Plain types only: nothing here imports JupyterLab, so the logic modules that use them
- * run under vitest in node.
+ * GENERATED from the JSON Schemas in jupyter_portable/interfaces/serverext/schemas/:
+ *   cancel.json
+ *   checkpoints.json
+ *   continue-request.json
+ *   continue.json
+ *   error.json
+ *   files.json
+ *   reservation-request.json
+ *   reservation.json
+ *   reservations.json
+ *   routes.json
+ *   settings-request.json
+ *   settings.json
+ *   snapshot-request.json
+ *   snapshot.json
+ *   state.json
+ *   stop.json
+ * Do not edit: change a schema, then run `jlpm gen:types` in labextension/.
  */
 
-/** Every state of the Continue state machine (jupyter_portable/core/lifecycle.py). */
+/**
+ * Every state of the Continue state machine (jupyter_portable/core/lifecycle.py).
+ */
 export type LifecycleState =
   | 'IDLE'
   | 'ACTIVE'
@@ -20,148 +38,205 @@ export type LifecycleState =
   | 'VERIFYING'
   | 'READY'
   | 'FAILED';
-
-/** The states a Continue may begin from. */
-export const CONTINUE_FROM: ReadonlySet<string> = new Set([
-  'IDLE',
-  'LOST',
-  'RELEASED',
-  'FAILED'
-]);
-
-/** The states of a Continue in flight. */
-export const CONTINUE_STATES: ReadonlySet<string> = new Set([
-  'ROUTING',
-  'ACQUIRING',
-  'PROBING',
-  'MATERIALIZING',
-  'VERIFYING',
-  'READY'
-]);
-
-export interface IWorkspaceInfo {
-  id: string;
-  name: string;
-  store: string;
-  path: string;
+/**
+ * now: charged at booking; before: charged automatically 2 h before the start.
+ */
+export type ChargePolicy = 'now' | 'before';
+export type Guarantee = 'provider' | 'capacity-checked' | 'best-effort';
+/**
+ * POST /portable/api/cancel: whether a running Continue was told to stop at its next step.
+ */
+export interface ICancelAnswer {
+  cancelled: boolean;
 }
-
-/** One lifecycle transition, as stored and as emitted on the state/v1 schema. */
-export interface ILifecycleEvent {
-  seq: number;
-  state: LifecycleState;
-  previous: LifecycleState | null;
-  reason: string | null;
-  allocation_id: string | null;
-  route: string | null;
-  version: number;
-  verified: boolean;
-  at: string;
-  detail?: { [key: string]: unknown } | null;
+/**
+ * GET /portable/api/checkpoints: the head version's checkpoints and the latest verified one.
+ */
+export interface ICheckpointsAnswer {
+  checkpoints: ICheckpoint[];
+  latest: ICheckpoint | null;
 }
-
-/** A route given up on in this Continue: at least its reason. */
-export interface IAttempt {
-  reason: string;
-  route?: string | null;
-  [key: string]: unknown;
-}
-
-export interface ILifecycle {
-  state: LifecycleState;
-  allocation_id: string | null;
-  route: string | null;
-  version: number;
-  verified: boolean;
-  epoch: number;
-  updated: string;
-  attempts: IAttempt[];
-  events: ILifecycleEvent[];
-}
-
-export interface IAllocation {
-  allocation_id: string;
-  provider: string;
-  offer: string;
-  gpu: string;
-  gpu_count: number;
-  driver: string | null;
-  region: string | null;
-  price_per_hour: number;
-  spend: number;
-  started: string | null;
-  uptime_s: number | null;
-}
-
-export interface ILost {
-  reason: string;
-  at: string | null;
-}
-
-export interface ISnapshotInfo {
-  version: number;
-  created: string;
-  files: number;
-  bytes: number;
-  message: string | null;
-}
-
+/**
+ * One registered checkpoint and the outcome of its write check.
+ */
 export interface ICheckpoint {
   path: string;
   step: number | null;
-  note: string | null;
+  note: string;
   hash: string | null;
-  size: number | null;
+  size: number;
   format: string | null;
   verified: boolean;
+  status: 'verified' | 'rejected';
+  /**
+   * Why it was rejected.
+   */
   reason: string | null;
+  /**
+   * The version that published it.
+   */
   version: number | null;
-  created: string | null;
+  created: string;
 }
-
-export interface IBudget {
-  spent: number;
-  cap?: number | null;
-  state: string;
-  message?: string | null;
+/**
+ * POST /portable/api/continue: the route to take first; null or absent: the best.
+ */
+export interface IContinueRequest {
+  route?: string | null;
 }
-
+/**
+ * 202 to POST /portable/api/continue: the Continue started; its progress comes as events.
+ */
+export interface IContinueAnswer {
+  started: boolean;
+  state: LifecycleState;
+}
+/**
+ * The body of every 4xx answer: a one-line error and, where there is one, how to fix it.
+ */
+export interface IErrorAnswer {
+  error: string;
+  hint: string | null;
+}
+/**
+ * GET /portable/api/files: the head version's files; while ACTIVE, what the worker has not published yet.
+ */
+export interface IFilesAnswer {
+  /**
+   * The head version; 0 before the first snapshot.
+   */
+  version: number;
+  files: IFileEntry[];
+  pending: string[];
+  conflicts: IConflict[];
+  /**
+   * The worker's own answer (or {error}); null unless ACTIVE.
+   */
+  worker: {
+    [k: string]: unknown;
+  } | null;
+}
+export interface IFileEntry {
+  path: string;
+  size: number;
+  hash: string;
+}
+/**
+ * A file both sides changed; the user's side is kept beside it.
+ */
 export interface IConflict {
   path: string;
   at: string;
   kept: string;
 }
-
-/** GET /portable/api/state */
-export interface IPortableState {
-  workspace: IWorkspaceInfo;
-  lifecycle: ILifecycle;
-  allocation: IAllocation | null;
-  lost: ILost | null;
-  continuing: boolean;
-  snapshot: ISnapshotInfo | null;
-  checkpoints: ICheckpoint[];
-  budget: IBudget | null;
-  conflicts: IConflict[];
+/**
+ * POST /portable/api/reservations: book a slot of an offer type; charge defaults to before.
+ */
+export interface IBookingRequest {
+  /**
+   * provider/offer-id, e.g. local/a100-80
+   */
+  offer: string;
+  /**
+   * An ISO 8601 time.
+   */
+  start: string;
+  hours: number;
+  charge?: ChargePolicy;
 }
-
-/** The cost terms, in dollars, in the order the table and the chart show them. */
-export const COST_TERMS = ['gpu', 'egress', 'storage', 'queue', 'risk'] as const;
-export type CostTerm = (typeof COST_TERMS)[number];
-
-export type ICost = { [K in CostTerm]: number } & { total: number };
-
-/** The four separate checks: true or false when done, null when not done. */
-export const CHECK_NAMES = [
-  'listed',
-  'permitted',
-  'capacity',
-  'launched'
-] as const;
-export type CheckName = (typeof CHECK_NAMES)[number];
-export type IChecks = { [K in CheckName]: boolean | null };
-
-/** One route, as `jupyter portable routes --json` prints it. */
+/**
+ * A reservation (jupyter_portable/core/calendar.py Booking.to_json): 201 to POST /portable/api/reservations, and the answer to DELETE /portable/api/reservations/<id>.
+ */
+export interface IBooking {
+  /**
+   * The booking record's format.
+   */
+  schema?: 1;
+  reservation_id: string;
+  /**
+   * provider/offer-id
+   */
+  offer_key: string;
+  start: string;
+  hours: number;
+  charge: ChargePolicy;
+  guarantee: Guarantee;
+  /**
+   * The whole slot's price in dollars.
+   */
+  price: number;
+  status: 'booked' | 'cancelled' | 'charged';
+  created: string;
+  /**
+   * When the price is (or was) charged; null when it will not be.
+   */
+  charge_at?: string | null;
+  /**
+   * On a cancelled booking, the dollars given back; null when nothing had been charged.
+   */
+  refund: number | null;
+}
+/**
+ * GET /portable/api/reservations?days=7: the workspace's bookings and the calendar of slots.
+ */
+export interface IReservationsAnswer {
+  reservations: IBooking[];
+  calendar: ICalendar;
+}
+export interface ICalendar {
+  start: string;
+  days: number;
+  slot_hours: number;
+  /**
+   * One row of slots per offer key.
+   */
+  offers: {
+    [k: string]: ICalendarOffer;
+  };
+}
+export interface ICalendarOffer {
+  capacity: number | null;
+  guarantee: Guarantee;
+  slots: ICalendarSlot[];
+}
+export interface ICalendarSlot {
+  start: string;
+  /**
+   * Capacity left in the slot; null where capacity is unknown (best-effort).
+   */
+  free: number | null;
+  /**
+   * The most bookings held at once in the slot.
+   */
+  taken: number;
+  /**
+   * The reservation ids in the slot.
+   */
+  mine: string[];
+}
+/**
+ * GET /portable/api/routes?hours=8: every route, ranked.
+ */
+export interface IRoutesAnswer {
+  routes: IRoute[];
+  /**
+   * The id of the best open route; null when every route is blocked.
+   */
+  best: string | null;
+  /**
+   * The providers that could not list their offers, with why.
+   */
+  errors?: {
+    [k: string]: string;
+  };
+  /**
+   * The hours the routes are priced for; null: the workspace's own.
+   */
+  hours: number | null;
+}
+/**
+ * One route, as `jupyter portable routes --json` prints it.
+ */
 export interface IRoute {
   id: string;
   provider: string;
@@ -173,119 +248,263 @@ export interface IRoute {
   cost: ICost;
   time_to_ready_s: number;
   checks: IChecks;
+  /**
+   * Why the route is blocked; null when it is open.
+   */
   blocked: string | null;
-  reasons: { [key: string]: string };
+  reasons: {
+    [k: string]: string;
+  };
   breakdown?: string[];
 }
-
-/** GET /portable/api/routes */
-export interface IRoutesAnswer {
-  routes: IRoute[];
-  best: string | null;
+/**
+ * A route's cost in dollars, term by term.
+ */
+export interface ICost {
+  gpu: number;
+  egress: number;
+  storage: number;
+  queue: number;
+  risk: number;
+  total: number;
+}
+/**
+ * The four separate checks: true or false when done, null when not done.
+ */
+export interface IChecks {
+  listed: boolean | null;
+  permitted: boolean | null;
+  capacity: boolean | null;
+  launched: boolean | null;
+}
+/**
+ * PUT /portable/api/settings: the fields to change. A field left out or null stays as it is; "" clears it.
+ */
+export interface ISettingsBody {
+  gpus?: string[] | '' | null;
+  gpu_count?: number | '' | null;
+  min_gpu_memory_gb?: number | '' | null;
+  driver?: string | null;
+  min_cuda?: string | null;
+  image?: string | null;
+  max_price_per_hour?: number | '' | null;
+  regions?: string[] | '' | null;
+  budget_total?: number | '' | null;
+  budget_warn_fraction?: number | '' | null;
+  hours?: number | '' | null;
+  autosnapshot_minutes?: number | '' | null;
+}
+/**
+ * GET and PUT /portable/api/settings: what the workspace needs and may spend, kept with it in its store.
+ */
+export interface IWorkspaceSettings {
+  requirements: IRequirements;
+  budget: IBudgetSettings;
+  /**
+   * The hours routes are priced for.
+   */
   hours: number;
+  /**
+   * The kernel's auto-snapshot on the worker, in minutes (0: off); null: the machine's default.
+   */
+  autosnapshot_minutes: number | null;
 }
-
-export type ChargePolicy = 'now' | 'before';
-export type Guarantee = 'provider' | 'capacity-checked' | 'best-effort';
-
-/** A reservation (jupyter_portable/core/calendar.py Booking.to_json). */
-export interface IBooking {
-  reservation_id: string;
-  offer_key: string;
-  start: string;
-  hours: number;
-  charge: ChargePolicy;
-  guarantee: Guarantee;
-  price: number;
-  status: 'booked' | 'cancelled' | 'charged';
-  created: string;
-  charge_at: string;
-  refund: number | null;
+/**
+ * What the work needs; an empty list or null admits anything.
+ */
+export interface IRequirements {
+  /**
+   * Acceptable GPU models, matched as substrings.
+   */
+  gpus: string[];
+  gpu_count: number;
+  min_gpu_memory_gb: number;
+  /**
+   * An exact driver version, e.g. 550.54.15.
+   */
+  driver: string | null;
+  min_cuda: string | null;
+  image: string | null;
+  max_price_per_hour: number | null;
+  regions: string[];
 }
-
-export interface ICalendarSlot {
-  start: string;
-  /** Capacity left in the slot; null where capacity is unknown (best-effort). */
-  free: number | null;
-  taken: number;
-  /** The reservation ids in the slot. */
-  mine: string[];
-}
-
-export interface ICalendarOffer {
-  capacity: number | null;
-  guarantee: Guarantee;
-  slots: ICalendarSlot[];
-}
-
-export interface ICalendar {
-  start: string;
-  days: number;
-  slot_hours: number;
-  offers: { [offerKey: string]: ICalendarOffer };
-}
-
-/** GET /portable/api/reservations */
-export interface IReservationsAnswer {
-  reservations: IBooking[];
-  calendar: ICalendar;
-}
-
-/** POST /portable/api/reservations */
-export interface IBookingRequest {
-  offer: string;
-  start: string;
-  hours: number;
-  charge: ChargePolicy;
-}
-
-export const STATE_SCHEMA = 'https://events.jupyter-portable.org/state/v1';
-export const PROGRESS_SCHEMA = 'https://events.jupyter-portable.org/progress/v1';
-export const NOTICE_SCHEMA = 'https://events.jupyter-portable.org/notice/v1';
-
-export interface IStateEvent extends ILifecycleEvent {
-  workspace_id: string;
-}
-
-export type ProgressStep =
-  | 'acquire'
-  | 'probe'
-  | 'materialize'
-  | 'verify'
-  | 'reconnect'
-  | 'snapshot'
-  | 'seal';
-
-export interface IProgressEvent {
-  workspace_id: string;
-  step: ProgressStep;
-  message: string;
-  done: number | null;
+/**
+ * A $/h ceiling for any one offer, a total for the workspace, and when to warn.
+ */
+export interface IBudgetSettings {
+  max_price_per_hour: number | null;
   total: number | null;
+  warn_fraction: number;
 }
-
-export type NoticeKind = 'lost' | 'ready' | 'failed' | 'conflict' | 'budget';
-
-export interface INoticeEvent {
-  workspace_id: string;
-  kind: NoticeKind;
-  message: string;
+/**
+ * POST /portable/api/snapshot: the new version's message.
+ */
+export interface ISnapshotRequest {
+  message?: string | null;
 }
-
-/** The user's settings (schema/plugin.json). */
-export interface IPortableSettings {
-  storeUrl: string;
-  budgetCap: number | null;
-  pinnedDriver: string;
-  /** 0: off; null: the machine's default. */
-  autoSnapshotMinutes: number | null;
-  plannedHours: number;
+/**
+ * POST /portable/api/snapshot: the version published; changed is false when nothing had changed.
+ */
+export interface ISnapshotAnswer {
+  version: number;
+  changed: boolean;
 }
-
-export const DEFAULT_SETTINGS: IPortableSettings = {
-  storeUrl: '',
-  budgetCap: null,
-  pinnedDriver: '',
-  autoSnapshotMinutes: null,
-  plannedHours: 8
-};
+/**
+ * GET /portable/api/state: what the sidebar shows, in one answer.
+ */
+export interface IPortableState {
+  workspace: IWorkspaceInfo;
+  lifecycle: ILifecycle;
+  /**
+   * The machine serving the workspace, or being launched for it; null when there is none.
+   */
+  allocation: IAllocation | null;
+  /**
+   * Why and when the machine was lost; null unless the state is LOST.
+   */
+  lost: ILost | null;
+  /**
+   * A Continue is running in this server.
+   */
+  continuing: boolean;
+  /**
+   * A Continue may be started now.
+   */
+  can_continue?: boolean;
+  /**
+   * The running Continue may be cancelled now.
+   */
+  can_cancel?: boolean;
+  /**
+   * The head version; null before the first snapshot.
+   */
+  snapshot: ISnapshotInfo | null;
+  checkpoints: ICheckpoint[];
+  budget: IBudget;
+  conflicts: IConflict[];
+}
+export interface IWorkspaceInfo {
+  id: string;
+  name: string;
+  /**
+   * The store's URL.
+   */
+  store: string;
+  /**
+   * The workspace's folder on the server.
+   */
+  path: string;
+}
+export interface ILifecycle {
+  state: LifecycleState;
+  allocation_id: string | null;
+  route: string | null;
+  /**
+   * The version the machine was verified at.
+   */
+  version: number;
+  verified: boolean;
+  epoch: number;
+  updated: string;
+  attempts: IAttempt[];
+  /**
+   * The last 50 events.
+   */
+  events: ILifecycleEvent[];
+}
+/**
+ * A route given up on in this Continue: at least its reason.
+ */
+export interface IAttempt {
+  reason: string;
+  /**
+   * The offer's key, provider/offer-id.
+   */
+  offer?: string;
+  stage?: string;
+  error?: string;
+  checks?: IChecks;
+  environment_fault?: boolean;
+  allocation_id?: string | null;
+  [k: string]: unknown;
+}
+/**
+ * One lifecycle transition, as stored and as emitted on the state/v1 schema.
+ */
+export interface ILifecycleEvent {
+  seq: number;
+  at: string;
+  state: LifecycleState;
+  previous: LifecycleState | null;
+  reason: string | null;
+  route: string | null;
+  allocation_id: string | null;
+  epoch?: number;
+  /**
+   * The version the workspace stands on after this change.
+   */
+  version: number;
+  /**
+   * Sent on the state/v1 events only.
+   */
+  verified?: boolean;
+  /**
+   * For a failover {given_up, why}; for READY {matched, checkpoints, pending, path}.
+   */
+  detail?: {
+    [k: string]: unknown;
+  } | null;
+}
+/**
+ * The machine serving the workspace. While a Continue launches one, `launching` is true and what is not known yet is null.
+ */
+export interface IAllocation {
+  allocation_id: string;
+  launching?: boolean;
+  provider: string | null;
+  offer: string | null;
+  gpu: string | null;
+  gpu_count?: number;
+  driver: string | null;
+  region: string | null;
+  price_per_hour: number | null;
+  /**
+   * Dollars spent on it so far.
+   */
+  spend: number | null;
+  started: string | null;
+  uptime_s: number | null;
+}
+export interface ILost {
+  reason: string | null;
+  at: string | null;
+  allocation_id?: string | null;
+}
+export interface ISnapshotInfo {
+  version: number;
+  created: string;
+  files: number;
+  bytes: number;
+  message: string | null;
+}
+/**
+ * Where the budget stands; only `state` ("unknown") and `message` when it cannot be told.
+ */
+export interface IBudget {
+  spent?: number;
+  cap?: number | null;
+  left?: number | null;
+  state: 'ok' | 'warn' | 'exhausted' | 'unknown';
+  message?: string | null;
+}
+/**
+ * POST /portable/api/stop: sealed, read back and released.
+ */
+export interface IStopAnswer {
+  state: LifecycleState;
+  version: number;
+  sealed_version?: number;
+  allocation_id?: string | null;
+  route?: string | null;
+  verified?: boolean;
+}

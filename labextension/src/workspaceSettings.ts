@@ -10,7 +10,8 @@
  * in the Settings Editor is sent. The sidebar shows the workspace's values, the ones in effect.
  */
 
-import { DEFAULT_SETTINGS, IPortableSettings } from './types';
+import { DEFAULT_SETTINGS, IPortableSettings } from './settings';
+import { ISettingsBody, IWorkspaceSettings } from './types';
 
 /** The registry fields kept with the workspace. */
 export const WORKSPACE_KEYS = ['pinnedDriver', 'budgetCap', 'plannedHours', 'autoSnapshotMinutes'] as const;
@@ -18,22 +19,6 @@ export const WORKSPACE_KEYS = ['pinnedDriver', 'budgetCap', 'plannedHours', 'aut
 export type WorkspaceKey = (typeof WORKSPACE_KEYS)[number];
 
 export type IWorkspaceFields = Pick<IPortableSettings, WorkspaceKey>;
-
-/** What GET and PUT `settings` answer (the parts the sidebar reads). */
-export interface IWorkspaceSettings {
-  requirements: { driver?: string | null; [key: string]: unknown };
-  budget: { total?: number | null; [key: string]: unknown };
-  hours: number;
-  autosnapshot_minutes?: number | null;
-}
-
-/** A PUT `settings` body; `""` clears a field on the server. */
-export interface ISettingsBody {
-  driver?: string;
-  budget_total?: number | '';
-  hours?: number;
-  autosnapshot_minutes?: number | '';
-}
 
 /** The workspace's settings in the registry's terms (null/absent -> the registry's "unset"). */
 export function fromWorkspace(answer: IWorkspaceSettings): IWorkspaceFields {

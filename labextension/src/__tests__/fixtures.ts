@@ -1,4 +1,11 @@
-import { ICalendar, ICalendarSlot, IRoute } from '../types';
+import {
+  IBudgetSettings,
+  ICalendar,
+  ICalendarSlot,
+  IRequirements,
+  IRoute,
+  IWorkspaceSettings
+} from '../types';
 
 /** A route as the server prints one, with the given overrides. */
 export function route(over: Partial<IRoute> & { id: string }): IRoute {
@@ -48,4 +55,32 @@ export function calendar(
     };
   }
   return out;
+}
+
+/** GET settings of a workspace nobody has configured, with the given fields set. */
+export function settingsAnswer(
+  over: {
+    requirements?: Partial<IRequirements>;
+    budget?: Partial<IBudgetSettings>;
+    hours?: number;
+    autosnapshot_minutes?: number | null;
+  } = {}
+): IWorkspaceSettings {
+  return {
+    hours: 8,
+    autosnapshot_minutes: null,
+    ...over,
+    requirements: {
+      gpus: [],
+      gpu_count: 1,
+      min_gpu_memory_gb: 0,
+      driver: null,
+      min_cuda: null,
+      image: null,
+      max_price_per_hour: null,
+      regions: [],
+      ...over.requirements
+    },
+    budget: { max_price_per_hour: null, total: null, warn_fraction: 0.8, ...over.budget }
+  };
 }

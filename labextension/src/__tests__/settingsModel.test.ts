@@ -2,17 +2,17 @@ import { describe, expect, it } from 'vitest';
 
 import { PortableApiError, PortableClient } from '../api';
 import { PortableModel } from '../model';
-import { DEFAULT_SETTINGS, IPortableSettings } from '../types';
-import { ISettingsBody, IWorkspaceSettings } from '../workspaceSettings';
+import { DEFAULT_SETTINGS, IPortableSettings } from '../settings';
+import { ISettingsBody, IWorkspaceSettings } from '../types';
+import { settingsAnswer } from './fixtures';
 
 /** A server holding one workspace's settings; it refuses what `refuse` says. */
 class FakeServer {
-  settings: IWorkspaceSettings = {
+  settings: IWorkspaceSettings = settingsAnswer({
     requirements: { driver: '535.1' },
     budget: { total: 40 },
-    hours: 3,
-    autosnapshot_minutes: null
-  };
+    hours: 3
+  });
   puts: ISettingsBody[] = [];
   routeFetches: number[] = [];
   refuse: string | null = null;
@@ -29,7 +29,7 @@ class FakeServer {
         const clear = <T>(v: T | '') => (v === '' ? null : v);
         if (body.driver !== undefined) s.requirements.driver = clear(body.driver);
         if (body.budget_total !== undefined) s.budget.total = clear(body.budget_total);
-        if (body.hours !== undefined) s.hours = body.hours;
+        if (typeof body.hours === 'number') s.hours = body.hours;
         if (body.autosnapshot_minutes !== undefined) s.autosnapshot_minutes = clear(body.autosnapshot_minutes);
         this.settings = s;
         return s;

@@ -1,12 +1,11 @@
 import { describe, expect, it } from 'vitest';
 
-import { readSettings } from '../settings';
-import { DEFAULT_SETTINGS } from '../types';
+import { DEFAULT_SETTINGS, readSettings } from '../settings';
+import { settingsAnswer } from './fixtures';
 import {
   changedKeys,
   fromWorkspace,
   IWorkspaceFields,
-  IWorkspaceSettings,
   keysToSendOnLoad,
   toBody,
   workspaceFields
@@ -14,16 +13,7 @@ import {
 
 const DEFAULTS: IWorkspaceFields = workspaceFields(DEFAULT_SETTINGS);
 
-/** GET settings of a workspace nobody has configured. */
-function answer(overrides: Partial<IWorkspaceSettings> = {}): IWorkspaceSettings {
-  return {
-    requirements: { gpus: [], gpu_count: 1, driver: null, max_price_per_hour: null },
-    budget: { max_price_per_hour: null, total: null, warn_fraction: 0.8 },
-    hours: 8,
-    autosnapshot_minutes: null,
-    ...overrides
-  };
-}
+const answer = settingsAnswer;
 
 describe("the workspace's settings in the registry's terms", () => {
   it('an unconfigured workspace reads as the schema defaults', () => {

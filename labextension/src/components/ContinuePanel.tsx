@@ -3,9 +3,9 @@ import React from 'react';
 
 import * as fmt from '../format';
 import { IStatus } from '../model';
-import { IContinueProgress, STEP_LABEL, STEPS, stepFraction } from '../progress';
+import { CONTINUE_FROM, IContinueProgress, STEP_LABEL, STEPS, stepFraction } from '../progress';
 import { routeLabel } from '../routes';
-import { CONTINUE_FROM, IPortableState, IRoute, IRoutesAnswer } from '../types';
+import { IPortableState, IRoute, IRoutesAnswer } from '../types';
 import { Section, StatusLine } from './common';
 import { safeVersion } from './WorkspacePanel';
 

@@ -1,8 +1,8 @@
 import React from 'react';
 
 import * as fmt from '../format';
-import { costBars, routeLabel } from '../routes';
-import { COST_TERMS, IRoute } from '../types';
+import { COST_TERMS, costBars, routeLabel } from '../routes';
+import { IRoute } from '../types';
 
 /**
  * The routes' costs as stacked bars on one scale (the dearest route fills the width), in

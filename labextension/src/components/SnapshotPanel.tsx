@@ -3,7 +3,8 @@ import React, { useState } from 'react';
 
 import * as fmt from '../format';
 import { IStatus } from '../model';
-import { ICheckpoint, IPortableState, IProgressEvent } from '../types';
+import { IProgressEvent } from '../events';
+import { ICheckpoint, IPortableState } from '../types';
 import { Facts, Section, StatusLine } from './common';
 
 /** The last snapshot, and a button to take one. */

@@ -69,7 +69,7 @@ export function AllocationPanel(props: {
         label="allocation"
         rows={[
           ['Provider', a.provider],
-          ['GPU', a.gpu_count > 1 ? `${a.gpu} x${a.gpu_count}` : a.gpu],
+          ['GPU', (a.gpu_count ?? 1) > 1 ? `${a.gpu} x${a.gpu_count}` : a.gpu],
           ['Driver', a.driver ?? '—'],
           ['Region', a.region ?? '—'],
           ['Price', fmt.pricePerHour(a.price_per_hour)],
