@@ -174,7 +174,7 @@ async def test_bad_requests_get_a_400_with_a_message(jp_serverapp: Any, jp_fetch
 async def test_routes_reservations_and_admission_failover(jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any,
                                                           jp_root_dir: Path) -> None:
     from jupyter_portable import Workspace
-    from jupyter_portable.orchestration.market import update_settings
+    from jupyter_portable.orchestration.settings import update_settings
 
     ws = Workspace.find(jp_root_dir)
     update_settings(ws, driver="550.54.15")  # pinned: the stale listing's machine will be refused

@@ -12,7 +12,8 @@ from conftest import write_tree
 
 from jupyter_portable import ManifestError, UnsafePath, Workspace
 from jupyter_portable.core.manifest import Head, Manifest
-from jupyter_portable.store.repo import digest, head_key, manifest_key, now_iso
+from jupyter_portable.core.times import now_iso
+from jupyter_portable.store.repo import digest, head_key, manifest_key
 
 
 def _workspace(tmp_path: Path, store: str) -> Workspace:

@@ -118,7 +118,7 @@ def test_routes_json_on_the_demo_catalog(cli, tmp_path: Path, monkeypatch: pytes
 
 
 def test_a_cheap_gpu_far_from_a_large_workspace_ranks_below_a_dear_one_near_it(market_env, tmp_path: Path) -> None:
-    from jupyter_portable.orchestration.market import compute_routes
+    from jupyter_portable.orchestration.routes import compute_routes
 
     ws = _workspace(tmp_path, 2)  # 2 GB
     routes, _ = compute_routes(ws, hours=0.25)
@@ -182,12 +182,12 @@ def test_reservations_book_list_and_cancel(cli, market_env, tmp_path: Path) -> N
     again = cli.json("reserve", "local/dear-near", "--start", iso, "--hours", "1", cwd=ws.root, extra_env=market_env)
     assert again["status"] == "booked"
     with pytest.raises(UsageError):
-        from jupyter_portable.orchestration.market import reserve
+        from jupyter_portable.orchestration.reservations import reserve
         reserve(ws, "local/dear-near", "tomorrow", 1)
 
 
 def test_a_wrong_driver_is_refused_and_recorded_as_an_environment_fault(tmp_path: Path, monkeypatch) -> None:
-    from jupyter_portable.orchestration.market import acquire_for
+    from jupyter_portable.orchestration.routes import acquire_for
 
     catalog = tmp_path / "catalog.toml"
     catalog.write_text(CATALOG.replace('id = "dear-near"\n', 'id = "dear-near"\nactual_driver = "580.105.08"\n'))
@@ -195,7 +195,7 @@ def test_a_wrong_driver_is_refused_and_recorded_as_an_environment_fault(tmp_path
     monkeypatch.setenv("JUPYTER_PORTABLE_MARKET_DIR", str(tmp_path / "market"))
     monkeypatch.setenv("JUPYTER_PORTABLE_PROVIDERS", "local")
     ws = _workspace(tmp_path, 2)  # dear-near ranks first
-    from jupyter_portable.orchestration.market import update_settings
+    from jupyter_portable.orchestration.settings import update_settings
     update_settings(ws, driver="550.54.15")
     events: list[dict] = []
     market = LocalMarket(catalog, tmp_path / "market")
@@ -220,7 +220,8 @@ def test_a_wrong_driver_is_refused_and_recorded_as_an_environment_fault(tmp_path
 
 
 def test_every_route_blocked_is_a_clear_error(market_env, tmp_path: Path) -> None:
-    from jupyter_portable.orchestration.market import acquire_for, update_settings
+    from jupyter_portable.orchestration.routes import acquire_for
+    from jupyter_portable.orchestration.settings import update_settings
 
     ws = _workspace(tmp_path, 0)
     update_settings(ws, gpus=["B200"])
@@ -231,7 +232,9 @@ def test_every_route_blocked_is_a_clear_error(market_env, tmp_path: Path) -> Non
 def test_spend_warns_then_seals_and_releases_at_the_budget(market_env, tmp_path: Path) -> None:
     import time
 
-    from jupyter_portable.orchestration.market import acquire_for, budget_report, enforce_budget, update_settings
+    from jupyter_portable.orchestration.budget import budget_report, enforce_budget
+    from jupyter_portable.orchestration.routes import acquire_for
+    from jupyter_portable.orchestration.settings import update_settings
 
     ws = _workspace(tmp_path, 0)
     update_settings(ws, budget_total=5.0)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from jupyter_portable.compute.base import STATES, Allocation, Provider, Reservation
+from jupyter_portable.compute.registry import PROVIDERS
 from jupyter_portable.core.errors import NotSupported, PortableError
 from jupyter_portable.core.offers import Offer
-from jupyter_portable.orchestration.market import PROVIDERS
 
 REQUIRED = ("offers", "check_permission", "check_capacity", "launch", "status", "terminate")
 

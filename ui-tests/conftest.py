@@ -47,7 +47,7 @@ def browser_context_args(browser_context_args: dict[str, Any]) -> dict[str, Any]
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     from jupyter_portable import Workspace
-    from jupyter_portable.orchestration.market import update_settings
+    from jupyter_portable.orchestration.settings import update_settings
 
     tmp = tmp_path_factory.mktemp("lab")
     catalog = tmp / "catalog.toml"

@@ -46,6 +46,7 @@ from jupyter_portable.core.errors import (
     UsageError,
 )
 from jupyter_portable.core.offers import Offer, Requirements
+from jupyter_portable.core.times import parse_iso, parse_iso_or_none
 
 # EC2 resolves ``resolve:ssm:`` image ids at launch, so the default follows AWS's own
 # "latest Deep Learning Base AMI" parameter instead of an AMI id that ages per region.
@@ -320,7 +321,7 @@ class AwsProvider(Provider):
         if spot:
             raise NotSupported("Capacity Blocks reserve on-demand capacity, not spot", provider=self.name,
                                offer=offer.id, hint="reserve the on-demand offer of the same type")
-        begin = _parse_time(start)
+        begin = parse_iso(start, "start")
         duration = block_hours(hours)
         with self._boundary("find a Capacity Block", offer.id):
             found = list(self._pages("describe_capacity_block_offerings", "CapacityBlockOfferings",
@@ -369,19 +370,9 @@ def block_hours(hours: float) -> int:
 
 
 
-def _parse_time(text: str) -> datetime:
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise UsageError(f"not an ISO 8601 time: {text!r}") from exc
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
-
-
 def _recent(started: str, now: datetime) -> bool:
-    try:
-        return now - _parse_time(started) < _VISIBILITY_WINDOW
-    except UsageError:
-        return False
+    when = parse_iso_or_none(started)
+    return when is not None and now - when < _VISIBILITY_WINDOW
 
 
 def _code(exc: Any) -> str:

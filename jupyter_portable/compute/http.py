@@ -25,7 +25,6 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from typing import Any
 
 import httpx
@@ -63,10 +62,6 @@ class Secret:
 def key_from(explicit: str | None, env_var: str) -> Secret:
     """The constructor argument if given, else the environment variable (read once)."""
     return Secret(explicit if explicit is not None else os.environ.get(env_var))
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 class ShapeError(ValueError):

@@ -33,7 +33,6 @@ from jupyter_portable.compute.http import (
     key_from,
     make_offer,
     need,
-    now_iso,
     opt,
 )
 from jupyter_portable.core.errors import (
@@ -45,6 +44,7 @@ from jupyter_portable.core.errors import (
     QuotaExceeded,
 )
 from jupyter_portable.core.offers import Offer, Requirements
+from jupyter_portable.core.times import now_iso
 
 API = "https://cloud.lambda.ai"
 KEY_ENV = "LAMBDA_API_KEY"
@@ -214,9 +214,9 @@ class LambdaProvider(HttpProvider):
                 if not ids or not isinstance(ids[0], str):
                     raise ShapeError("data.instance_ids holds no instance id")
         return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id, ref=ids[0],
-                          started=now_iso(), details={"region": region, "instance_type": body["instance_type_name"],
-                                                      "requested_image": image,
-                                                      "price_per_hour": offer.price_per_hour})
+                          started=now_iso("seconds"),
+                          details={"region": region, "instance_type": body["instance_type_name"],
+                                   "requested_image": image, "price_per_hour": offer.price_per_hour})
 
     # -- lifecycle ------------------------------------------------------------------------
 

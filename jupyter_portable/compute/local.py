@@ -26,7 +26,6 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from jupyter_portable.compute.catalog import Catalog, default_catalog_path, load
 from jupyter_portable.compute.fake_nvidia_smi import write_fake_nvidia_smi
 from jupyter_portable.core.errors import LaunchFailed, NoCapacity, NotSupported, QuotaExceeded, UsageError
 from jupyter_portable.core.offers import Offer, Requirements
+from jupyter_portable.core.times import from_timestamp_iso, parse_iso
 
 MARKET_DIR_ENV = "JUPYTER_PORTABLE_MARKET_DIR"
 SEED_ENV = "JUPYTER_PORTABLE_MARKET_SEED"
@@ -55,10 +55,6 @@ def default_market_dir() -> Path:
     from jupyter_core.paths import jupyter_data_dir
 
     return Path(jupyter_data_dir()) / "portable" / "market"
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 # --- the shared state file ---------------------------------------------------------------
@@ -372,7 +368,7 @@ class LocalMarket(Provider):
                                    provider=self.name, offer=offer.id) from exc
         _CHILDREN[proc.pid] = proc
         return {"allocation_id": allocation_id, "offer_id": offer.id, "pid": proc.pid, "dir": str(folder),
-                "bin": str(bin_dir), "work": str(work), "image": image, "started": _iso(started),
+                "bin": str(bin_dir), "work": str(work), "image": image, "started": from_timestamp_iso(started),
                 "started_at": started, "boot_seconds": offer.boot_seconds, "price_per_hour": offer.price_per_hour,
                 "state": "active", "stop_reason": None, "ended_at": None}
 
@@ -421,10 +417,7 @@ class LocalMarket(Provider):
                                hint="book a scheduled slot instead: acquiring starts ahead of it")
         if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not math.isfinite(hours) or hours <= 0:
             raise UsageError(f"hours must be a positive number, got {hours!r}")
-        try:
-            datetime.fromisoformat(start.replace("Z", "+00:00"))
-        except (AttributeError, ValueError):
-            raise UsageError(f"start must be an ISO 8601 time, got {start!r}") from None
+        parse_iso(start, "start")
         if not listed.capacity:
             raise NoCapacity(f"{listed.key} has no capacity for a slot at {start} ({hours:g} h)",
                              provider=self.name, offer=listed.id)
@@ -462,7 +455,7 @@ class LocalMarket(Provider):
                 state, reason = self._observe(rec, now)
                 out.append({"allocation_id": rec["allocation_id"], "offer_id": rec["offer_id"], "pid": rec["pid"],
                             "dir": rec["dir"], "started": rec["started"], "state": state, "stop_reason": reason,
-                            "ended": _iso(rec["ended_at"]) if rec["ended_at"] else None,
+                            "ended": from_timestamp_iso(rec["ended_at"]) if rec["ended_at"] else None,
                             "spend": self._spend(rec)})
         return sorted(out, key=lambda r: (r["started"], r["allocation_id"]))
 

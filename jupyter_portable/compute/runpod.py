@@ -29,7 +29,6 @@ from jupyter_portable.compute.http import (
     make_offer,
     matches,
     need,
-    now_iso,
     opt,
     slug,
 )
@@ -42,6 +41,7 @@ from jupyter_portable.core.errors import (
     QuotaExceeded,
 )
 from jupyter_portable.core.offers import Offer, Requirements, version_tuple
+from jupyter_portable.core.times import now_iso
 
 API = "https://api.runpod.io"
 KEY_ENV = "RUNPOD_API_KEY"
@@ -235,7 +235,7 @@ class RunPodProvider(HttpProvider):
             else:
                 pod_id, details = self._launch_on_demand(offer, allocation_id, image, env)
         return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id, ref=pod_id,
-                          started=now_iso(), details={**details, "image": image, "spot": offer.spot})
+                          started=now_iso("seconds"), details={**details, "image": image, "spot": offer.spot})
 
     def _launch_on_demand(self, offer: Offer, name: str, image: str, env: dict[str, str]) -> tuple[str, dict]:
         gpu: dict[str, Any] = {"id": self._gpu_type(offer), "count": max(1, offer.gpu_count)}

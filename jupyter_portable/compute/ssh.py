@@ -37,7 +37,6 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
@@ -55,6 +54,7 @@ from jupyter_portable.core.errors import (
     UsageError,
 )
 from jupyter_portable.core.offers import Offer, Requirements
+from jupyter_portable.core.times import now_iso
 
 try:
     import fcntl
@@ -211,10 +211,6 @@ def _holder(table: dict[str, dict[str, Any]], host: str) -> str | None:
     return None
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 class _State:
     """``allocations.json``: which of our allocations holds which host. Read-modify-write under a lock."""
 
@@ -336,7 +332,7 @@ class SshProvider(Provider):
         bad = [k for k, v in env.items() if not _ENV_NAME.match(k) or not isinstance(v, str)]
         if bad:
             raise UsageError(f"bad environment variable name(s) or value(s): {', '.join(sorted(bad))}")
-        started = _now()
+        started = now_iso("seconds")
         with self._state.edit() as table:
             holder = _holder(table, host.name)
             if holder:
@@ -359,7 +355,8 @@ class SshProvider(Provider):
             remote_dir = str(out["remote_dir"])
         except Exception as exc:
             with self._state.edit() as table:
-                table[allocation_id] = {"host": host.name, "state": "failed", "started": started, "ended": _now(),
+                table[allocation_id] = {"host": host.name, "state": "failed", "started": started,
+                                        "ended": now_iso("seconds"),
                                         "reason": exc.one_line() if isinstance(exc, ComputeError) else repr(exc)}
             if isinstance(exc, LaunchFailed):
                 raise
@@ -418,7 +415,7 @@ class SshProvider(Provider):
                                           f"survived SIGKILL", provider=self.name, offer=host.name)
         with self._state.edit() as table:
             rec = table.setdefault(allocation.allocation_id, {"host": host.name, "started": allocation.started})
-            rec.update(state="terminated", ended=_now())
+            rec.update(state="terminated", ended=now_iso("seconds"))
 
     # -- commands and tunnels -----------------------------------------------------------------
 

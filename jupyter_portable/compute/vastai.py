@@ -33,7 +33,6 @@ from jupyter_portable.compute.http import (
     make_offer,
     matches,
     need,
-    now_iso,
     opt,
 )
 from jupyter_portable.core.errors import (
@@ -45,6 +44,7 @@ from jupyter_portable.core.errors import (
     QuotaExceeded,
 )
 from jupyter_portable.core.offers import Offer, Requirements
+from jupyter_portable.core.times import now_iso
 
 API = "https://console.vast.ai"
 KEY_ENV = "VAST_API_KEY"
@@ -203,7 +203,7 @@ class VastProvider(HttpProvider):
                                        provider=self.name)
                 instance = str(need(reply, "new_contract", int))
             allocation = Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id, ref=instance,
-                                    started=now_iso(), details={"ask_id": ask, "image": image,
+                                    started=now_iso("seconds"), details={"ask_id": ask, "image": image,
                                                                 "price_per_hour": offer.price_per_hour})
             if ssh_public_key:
                 self._attach_key(allocation, ssh_public_key)

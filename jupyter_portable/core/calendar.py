@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from jupyter_portable.core.errors import UsageError
+from jupyter_portable.core.times import parse_iso, to_iso
 
 BOOKING_SCHEMA = 1
 CHARGE_POLICIES = ("now", "before")  # "before": charged automatically CHARGE_LEAD before the start
@@ -40,18 +41,11 @@ def _aware(value: datetime, name: str) -> datetime:
 
 
 def _iso(value: datetime) -> str:
-    return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return to_iso(value, "auto")
 
 
 def _parse_time(value: object, name: str) -> datetime:
-    if not isinstance(value, str):
-        raise UsageError(f"{name} must be an ISO 8601 string, not {value!r}")
-    text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value  # 3.10 does not read "Z"
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise UsageError(f"{name} is not an ISO 8601 time: {value!r}") from exc
-    return _aware(parsed, name)
+    return parse_iso(value, name)
 
 
 def charge_time(start: datetime, charge: str, created: datetime) -> datetime:

@@ -51,12 +51,12 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
 from jupyter_portable.core.errors import ManifestError
-from jupyter_portable.core.manifest import check_workspace_id
+from jupyter_portable.core.times import parse_iso
+from jupyter_portable.core.validate import check_workspace_id
 
 LIFECYCLE_FORMAT = "jupyter-portable.lifecycle"
 SCHEMA = 1
@@ -162,15 +162,8 @@ def _token(value: object, what: str) -> str | None:
 
 def check_at(value: object, what: str = "time") -> str:
     """An ISO 8601 time with its zone ("Z" or an offset): naive times are ambiguous across machines."""
-    if not isinstance(value, str) or len(value) > 64:
-        raise ManifestError(f"{what} must be an ISO 8601 time, got {value!r}")
-    try:
-        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise ManifestError(f"{what} {value!r} is not an ISO 8601 time") from exc
-    if when.tzinfo is None:
-        raise ManifestError(f"{what} {value!r} has no time zone")
-    return value
+    parse_iso(value, what, error=ManifestError)
+    return value  # type: ignore[return-value]  # parse_iso checked it is a str
 
 
 def _json_value(value: object, what: str, depth: int = 0) -> Any:

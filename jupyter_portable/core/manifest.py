@@ -7,66 +7,26 @@ Anything that is not exactly that format is refused with :class:`ManifestError`.
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_portable.core.errors import ManifestError, UnsafePath
 from jupyter_portable.core.paths import check_link_target, check_relpath
+from jupyter_portable.core.records import CheckpointRecord, check_allocation, check_next_action
+from jupyter_portable.core.validate import HASH_RE, check_hash, check_workspace_id
+from jupyter_portable.core.validate import check_int as _int
+from jupyter_portable.core.validate import check_keys as _keys
+from jupyter_portable.core.validate import check_str as _str
 
 MANIFEST_FORMAT = "jupyter-portable.manifest"
 HEAD_FORMAT = "jupyter-portable.head"
 PACK_INDEX_FORMAT = "jupyter-portable.packindex"
 SCHEMA = 1
 
-_HASH_RE = re.compile(r"\A[0-9a-f]{64}\Z")
-_WSID_RE = re.compile(r"\A[a-z0-9][a-z0-9-]{2,63}\Z")
 _MAX_MODE = 0o7777
 _PACKED_KEYS = frozenset({"path", "type", "size", "mode", "hash", "mtime_ns", "pack"})
 _PARTS_KEYS = frozenset({"path", "type", "size", "mode", "hash", "mtime_ns", "parts"})
 _PACK_KEYS = frozenset({"id", "offset", "length"})
-
-
-def check_hash(value: object, what: str = "hash") -> str:
-    if not isinstance(value, str) or not _HASH_RE.match(value):
-        raise ManifestError(f"{what} {value!r} is not a 64-digit lowercase hex BLAKE3 hash")
-    return value
-
-
-def check_workspace_id(value: object) -> str:
-    if not isinstance(value, str) or not _WSID_RE.match(value):
-        raise ManifestError(
-            f"workspace id {value!r} is not valid (lowercase letters, digits and '-', 3-64 chars)"
-        )
-    return value
-
-
-def _int(value: object, what: str, *, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ManifestError(f"{what} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ManifestError(f"{what} must be >= {minimum}, got {value}")
-    return value
-
-
-def _str(value: object, what: str) -> str:
-    if not isinstance(value, str):
-        raise ManifestError(f"{what} must be a string, got {value!r}")
-    return value
-
-
-def _keys(obj: object, what: str, required: Iterable[str], optional: Iterable[str] = ()) -> dict:
-    if not isinstance(obj, dict):
-        raise ManifestError(f"{what} must be a JSON object")
-    req = set(required)
-    missing = req - obj.keys()
-    if missing:
-        raise ManifestError(f"{what} lacks {', '.join(sorted(missing))}")
-    extra = obj.keys() - req - set(optional)
-    if extra:
-        raise ManifestError(f"{what} has unknown field(s) {', '.join(sorted(extra))}")
-    return obj
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +98,7 @@ class FileEntry:
         keys = obj.keys()
         size, mode, digest, mtime_ns = obj.get("size"), obj.get("mode"), obj.get("hash"), obj.get("mtime_ns")
         if (type(size) is not int or size < 0 or type(mode) is not int or not 0 <= mode <= _MAX_MODE
-                or type(digest) is not str or not _HASH_RE.match(digest)
+                or type(digest) is not str or not HASH_RE.match(digest)
                 or type(mtime_ns) is not int or mtime_ns < -(2**63)):
             return None
         try:
@@ -150,7 +110,7 @@ class FileEntry:
             if type(p) is not dict or p.keys() != _PACK_KEYS:
                 return None
             pid, off, length = p["id"], p["offset"], p["length"]
-            if (type(pid) is not str or not _HASH_RE.match(pid) or type(off) is not int or off < 0
+            if (type(pid) is not str or not HASH_RE.match(pid) or type(off) is not int or off < 0
                     or type(length) is not int or length != size):
                 return None
             return cls(path, size, mode, digest, mtime_ns, pack=PackRef(pid, off, length))
@@ -162,7 +122,7 @@ class FileEntry:
             if type(item) is not list or len(item) != 2:
                 return None
             h, n = item
-            if type(h) is not str or not _HASH_RE.match(h) or type(n) is not int or n < 1:
+            if type(h) is not str or not HASH_RE.match(h) or type(n) is not int or n < 1:
                 return None
             parts.append((h, n))
             total += n
@@ -327,8 +287,6 @@ class Manifest:
         for name in ("runtime", "next_action"):
             if obj[name] is not None and not isinstance(obj[name], dict):
                 raise ManifestError(f"manifest {name} must be an object or null")
-        from jupyter_portable.core.records import CheckpointRecord, check_allocation, check_next_action
-
         ids = [CheckpointRecord.from_json(c).id for c in obj["checkpoints"]]
         if len(set(ids)) != len(ids):
             raise ManifestError("manifest checkpoints repeat an id")

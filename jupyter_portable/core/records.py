@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_portable.core.errors import ManifestError
-from jupyter_portable.core.manifest import check_hash
 from jupyter_portable.core.paths import check_relpath
+from jupyter_portable.core.validate import check_hash
 
 CHECKPOINT_STATUSES = ("verified", "rejected")
 CHECKPOINT_KINDS = ("file", "directory")

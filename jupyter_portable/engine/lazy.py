@@ -17,9 +17,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from jupyter_portable.core.errors import UsageError
+from jupyter_portable.engine.fetch import Placer, already_there, fetch_large
 from jupyter_portable.engine.progress import Progress
-from jupyter_portable.engine.restore import Placer, already_there, fetch_large, read_pending, write_pending
 from jupyter_portable.store.repo import Store
+from jupyter_portable.workdir.pending import read_pending, write_pending
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
 

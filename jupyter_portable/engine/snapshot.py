@@ -19,9 +19,10 @@ import blake3
 
 from jupyter_portable.core.errors import ConflictError, FencedError, PortableError
 from jupyter_portable.core.manifest import FileEntry, Manifest, PackIndex, ParentRef
+from jupyter_portable.core.times import now_iso
 from jupyter_portable.engine.progress import Progress, human_bytes
 from jupyter_portable.engine.scan import Found, walk
-from jupyter_portable.store.repo import Store, digest, now_iso, object_key
+from jupyter_portable.store.repo import Store, digest, object_key
 from jupyter_portable.workdir.workcopy import CopyConfig, WorkspaceCopy
 
 SMALL_MAX = 512 * 1024  # files below this are packed
@@ -353,7 +354,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
         up.pool.shutdown()
 
     # Files a lazy restore has not fetched yet are part of the copy, just not here yet.
-    from jupyter_portable.engine.restore import read_pending
+    from jupyter_portable.workdir.pending import read_pending
 
     pending_version, pending = read_pending(copy)
     if pending_version == cfg.version:

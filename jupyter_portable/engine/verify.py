@@ -11,12 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import blake3
-
 from jupyter_portable.core.errors import ManifestError, PortableError
 from jupyter_portable.core.manifest import FileEntry, Manifest, PackIndex
 from jupyter_portable.engine.scan import walk
-from jupyter_portable.store.repo import Store, digest, manifests_prefix, parse_manifest_key
+from jupyter_portable.store.repo import Store, digest, hash_file, manifests_prefix, parse_manifest_key
 
 
 @dataclass
@@ -28,13 +26,6 @@ class VerifyResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "version": self.version, "files": self.files, "mismatches": self.mismatches}
-
-
-def _hash_file(path: str, size: int) -> str:
-    h = blake3.blake3()
-    if size:
-        h.update_mmap(path)
-    return h.hexdigest()
 
 
 def _check_entry(root: Path, e: FileEntry) -> str | None:
@@ -55,7 +46,7 @@ def _check_entry(root: Path, e: FileEntry) -> str | None:
     if st.st_size != e.size:
         return f"size {st.st_size} differs from {e.size}"
     try:
-        if _hash_file(full, e.size) != e.hash:
+        if hash_file(full, e.size) != e.hash:
             return "content differs (hash mismatch)"
     except OSError as exc:
         return f"unreadable: {exc.strerror}"

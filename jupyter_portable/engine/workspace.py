@@ -13,10 +13,11 @@ from jupyter_portable.core.errors import UsageError
 from jupyter_portable.core.manifest import Manifest
 from jupyter_portable.core.records import CheckpointRecord
 from jupyter_portable.engine.progress import Progress
-from jupyter_portable.engine.restore import RestoreResult, read_pending, restore
+from jupyter_portable.engine.restore import RestoreResult, restore
 from jupyter_portable.engine.snapshot import Extras, SnapshotResult, snapshot
 from jupyter_portable.engine.verify import FsckResult, VerifyResult, fsck, verify_dir
 from jupyter_portable.store.repo import Store
+from jupyter_portable.workdir.pending import read_pending
 from jupyter_portable.workdir.workcopy import CopyConfig, WorkspaceCopy, check_store_url
 
 

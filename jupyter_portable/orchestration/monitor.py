@@ -19,13 +19,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import blake3
 from tornado.ioloop import IOLoop, PeriodicCallback
 
 from jupyter_portable.core import lifecycle as L
 from jupyter_portable.core.errors import ConflictError, PortableError
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.orchestration.orchestrator import Orchestrator
+from jupyter_portable.store.repo import digest
 
 STATE_SCHEMA = "https://events.jupyter-portable.org/state/v1"
 PROGRESS_SCHEMA = "https://events.jupyter-portable.org/progress/v1"
@@ -264,7 +264,7 @@ class PortableService:
         from datetime import timedelta
 
         from jupyter_portable.core.routing import route_id
-        from jupyter_portable.orchestration.market import reservations
+        from jupyter_portable.orchestration.reservations import reservations
 
         assert self.ws is not None
         now = now or datetime.now(timezone.utc)
@@ -308,7 +308,7 @@ class PortableService:
         try:
             client = orch.client()
             client.put_file(rel, data, base)
-            self.synced[rel] = blake3.blake3(data).hexdigest()
+            self.synced[rel] = digest(data)
         except ConflictError:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             kept = f"{rel}.conflict-lab-{stamp}"

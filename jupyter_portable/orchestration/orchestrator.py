@@ -28,9 +28,9 @@ from typing import Any
 from jupyter_portable.compute.base import Allocation, Provider
 from jupyter_portable.core import lifecycle as L
 from jupyter_portable.core.errors import ComputeError, ConflictError, PortableError, ProviderUnavailable, UsageError
+from jupyter_portable.core.times import now_iso
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.store import faults
-from jupyter_portable.store.repo import now_iso
 from jupyter_portable.workdir import lifecycle_file as lifecycle_store
 from jupyter_portable.worker.client import (
     AgentClient,
@@ -83,7 +83,7 @@ class Orchestrator:
     @property
     def providers(self) -> dict[str, Provider]:
         if self._providers is None:
-            from jupyter_portable.orchestration.market import enabled_providers
+            from jupyter_portable.compute.registry import enabled_providers
 
             self._providers = enabled_providers()
         return self._providers
@@ -182,14 +182,14 @@ class Orchestrator:
             return self._run(route_id, hours)
 
     def _ordered_routes(self, route_id: str | None, hours: float | None) -> list[Any]:
-        from jupyter_portable.orchestration.market import routes_to_try
+        from jupyter_portable.orchestration.routes import routes_to_try
 
         self._progress("acquire", "ranking routes")
         return routes_to_try(self.ws, route_id, hours=hours, providers=self.providers)
 
     def _run(self, route_id: str | None, hours: float | None) -> dict[str, Any]:
         from jupyter_portable.compute.acquire import acquire
-        from jupyter_portable.orchestration.market import load_settings
+        from jupyter_portable.orchestration.settings import load_settings
 
         store, wsid = self.ws.store, self.ws.workspace_id
         try:
@@ -255,7 +255,7 @@ class Orchestrator:
         return self._materialize(allocation, route, attempts)
 
     def _publish_attempts(self, attempts: list[Any]) -> None:
-        from jupyter_portable.orchestration.market import record_attempt
+        from jupyter_portable.orchestration.routes import record_attempt
 
         if not attempts:
             return
@@ -265,7 +265,7 @@ class Orchestrator:
                 record_attempt(self.ws, a, epoch=epoch)
 
     def _materialize(self, allocation: Allocation, route: Any, attempts: list[Any]) -> dict[str, Any]:
-        from jupyter_portable.orchestration.market import record_attempt
+        from jupyter_portable.orchestration.routes import record_attempt
 
         lc = self.lifecycle()
         epoch = lc.epoch
@@ -288,7 +288,7 @@ class Orchestrator:
             raise
 
     def _start_worker(self, allocation: Allocation, version: int, epoch: int) -> dict[str, Any]:
-        from jupyter_portable.orchestration.market import load_settings
+        from jupyter_portable.orchestration.settings import load_settings
 
         self._progress("materialize", f"starting the worker on {allocation.allocation_id}")
         rec = start_agent(self.provider_of(allocation), allocation, store=self.ws.config.store,

@@ -140,7 +140,7 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         return await asyncio.to_thread(self._launch, kernel_id)
 
     def _launch(self, kernel_id: str) -> KernelConnectionInfo:
-        from jupyter_portable.orchestration.market import enabled_providers
+        from jupyter_portable.compute.registry import enabled_providers
 
         assert self._record is not None
         provider = enabled_providers().get(self._record.allocation.provider)

@@ -14,9 +14,9 @@ Write order is data, then index, then manifest, then head (invariant 2).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, timezone
 from typing import Any
 
 import blake3
@@ -30,6 +30,7 @@ from jupyter_portable.core.errors import (
     VersionNotFound,
 )
 from jupyter_portable.core.manifest import FileEntry, Head, Manifest, PackIndex, check_hash, check_workspace_id
+from jupyter_portable.core.times import now_iso
 from jupyter_portable.store import open_backend
 from jupyter_portable.store.backend import Backend
 
@@ -37,12 +38,17 @@ STORE_FORMAT = "jupyter-portable.store"
 STORE_SCHEMA = 1
 
 
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def digest(data: bytes | memoryview) -> str:
+    """BLAKE3 of ``data`` in hex: the name the store gives those bytes."""
     return blake3.blake3(data).hexdigest()
+
+
+def hash_file(path: str | os.PathLike[str], size: int | None = None) -> str:
+    """:func:`digest` of a file's bytes, read through mmap (``size``: its size, when known)."""
+    h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    if size if size is not None else os.stat(path).st_size:
+        h.update_mmap(os.fspath(path))
+    return h.hexdigest()
 
 
 def object_key(h: str) -> str:
@@ -349,4 +355,4 @@ class Store:
         return out
 
 
-__all__ = ["Store", "ObjectMissing", "digest", "object_key", "index_key", "now_iso"]
+__all__ = ["Store", "ObjectMissing", "digest", "hash_file", "object_key", "index_key"]

@@ -15,11 +15,11 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 
 from jupyter_portable.core.errors import ConflictError, ManifestError, StoreError
 from jupyter_portable.core.lifecycle import Event, Lifecycle
+from jupyter_portable.core.times import now_iso
 from jupyter_portable.workdir.workcopy import WorkspaceCopy, atomic_write
 
 LIFECYCLE_NAME = "lifecycle.json"
@@ -32,10 +32,6 @@ def lifecycle_path(copy: WorkspaceCopy) -> Path:
     return copy.meta / LIFECYCLE_NAME
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def _read(copy: WorkspaceCopy) -> Lifecycle:
     config = copy.read_config()
     workspace_id = config.workspace_id
@@ -44,7 +40,7 @@ def _read(copy: WorkspaceCopy) -> Lifecycle:
         data = path.read_bytes()
     except FileNotFoundError:
         # never written: the copy's own version and epoch are where the workspace stands
-        return Lifecycle.new(workspace_id, at=_now(), version=config.version, epoch=config.epoch)
+        return Lifecycle.new(workspace_id, at=now_iso(), version=config.version, epoch=config.epoch)
     except OSError as exc:
         raise StoreError(f"cannot read {path}: {exc}") from exc
     try:

@@ -13,7 +13,7 @@ from typing import Any
 
 from jupyter_portable.core.errors import ManifestError
 from jupyter_portable.core.records import check_next_action
-from jupyter_portable.store.repo import now_iso
+from jupyter_portable.core.times import now_iso
 from jupyter_portable.workdir.workcopy import WorkspaceCopy, atomic_write
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from jupyter_portable.core.errors import ManifestError, UsageError, WorkspaceNotFound
-from jupyter_portable.core.manifest import check_workspace_id
+from jupyter_portable.core.validate import check_workspace_id
 
 PORTABLE_DIR = ".portable"
 CONFIG_NAME = "workspace.json"

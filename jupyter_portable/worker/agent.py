@@ -52,19 +52,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-import blake3
 from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
 
 from jupyter_portable.core.errors import ConflictError, PortableError, UnsafePath, UsageError
 from jupyter_portable.core.paths import check_relpath
+from jupyter_portable.store.repo import digest, hash_file
 from jupyter_portable.workdir.workcopy import WorkspaceCopy, atomic_write
+from jupyter_portable.worker.protocol import PHASES, READY_PREFIX
 
 log = logging.getLogger("jupyter_portable.worker")
 
-READY_PREFIX = "PORTABLE-AGENT "
-PHASES = ("starting", "materializing", "verifying", "ready", "failed", "sealing", "sealed")
 _MAX_BODY = 64 * 2**20  # an edit saved in JupyterLab; large data goes through the store
 
 
@@ -170,13 +169,6 @@ def fetch_in_background(state: AgentState) -> None:
     except Exception as exc:  # the files stay pending; /fetch and a later Continue try again
         state.error = f"background fetch: {exc.one_line() if isinstance(exc, PortableError) else exc}"
         log.error("%s", state.error)
-
-
-def _hash_file(path: Path) -> str:
-    h = blake3.blake3(max_threads=blake3.blake3.AUTO)
-    if path.stat().st_size:
-        h.update_mmap(str(path))
-    return h.hexdigest()
 
 
 def verify(state: AgentState) -> dict[str, Any]:
@@ -376,18 +368,18 @@ def take_snapshot(state: AgentState, message: str) -> dict[str, Any]:
 
 def put_file(state: AgentState, rel: str, content: bytes, base: str | None) -> dict[str, Any]:
     """Write an edit saved in JupyterLab; refuse it (409) if the worker's copy changed since ``base``."""
-    from jupyter_portable.engine.restore import Placer
+    from jupyter_portable.engine.fetch import Placer
 
     if not state.accepting:
         raise ConflictError("this worker is sealing: it takes no new writes")
     rel = check_relpath(rel)
     if rel == ".portable" or rel.startswith(".portable/"):
         raise UnsafePath(f"{rel}: the workspace's own records cannot be edited")
-    new = blake3.blake3(content).hexdigest()
+    new = digest(content)
     with state.writes:
         placer = Placer(state.workdir)
         target = Path(placer.target(rel))
-        current = _hash_file(target) if target.is_file() else None
+        current = hash_file(target) if target.is_file() else None
         if current is not None and current != new and current != base:
             raise ConflictError(f"{rel} changed on the worker since it was opened in JupyterLab",
                                 current=current, hint="both versions were kept")
@@ -720,4 +712,4 @@ def _detach(raw: str, state_dir: Path, timeout: float = 60.0) -> int:
     return 0
 
 
-__all__ = ["PHASES", "READY_PREFIX", "AgentState", "main", "make_app", "serve"]
+__all__ = ["AgentState", "main", "make_app", "serve"]

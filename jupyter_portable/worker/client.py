@@ -26,7 +26,7 @@ import httpx
 from jupyter_portable.compute.base import Allocation, Provider, SshEndpoint
 from jupyter_portable.core.errors import ConflictError, LaunchFailed, PortableError, ProviderUnavailable, UsageError
 from jupyter_portable.workdir.workcopy import WorkspaceCopy, atomic_write
-from jupyter_portable.worker.agent import READY_PREFIX
+from jupyter_portable.worker.protocol import READY_PREFIX
 
 AGENTS_DIR = "agents"
 

@@ -17,10 +17,11 @@ import blake3
 from jupyter_portable.core.errors import IntegrityError, StoreError, UsageError
 from jupyter_portable.core.manifest import FileEntry, Manifest
 from jupyter_portable.core.records import CheckpointRecord, latest_verified
+from jupyter_portable.core.times import now_iso
 from jupyter_portable.engine.checkpoint.writecheck import WriteCheck, check_checkpoint
 from jupyter_portable.engine.scan import ignore_spec
 from jupyter_portable.store import faults
-from jupyter_portable.store.repo import Store, now_iso, object_key
+from jupyter_portable.store.repo import Store, object_key
 
 
 def relative_to_workspace(root: Path, path: str | os.PathLike[str]) -> str:

@@ -206,9 +206,9 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
         return _market(args)
     ws = Workspace.find(args.dir)
     if args.verb == "spend":
-        from jupyter_portable.orchestration import market
+        from jupyter_portable.orchestration import budget
 
-        report = market.enforce_budget(ws) if args.enforce else market.budget_report(ws)
+        report = budget.enforce_budget(ws) if args.enforce else budget.budget_report(ws)
         return report, report["message"], 0
     if args.verb in ("routes", "settings", "reserve", "reservations"):
         return _workspace_market(args, ws)
@@ -293,10 +293,11 @@ def _orchestrate(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str
 
 
 def _market(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
-    from jupyter_portable.orchestration import market
+    from jupyter_portable.compute.registry import enabled_providers
+    from jupyter_portable.orchestration.routes import list_offers
 
     if args.verb == "offers":
-        offers, errors = market.list_offers(market.enabled_providers(), gpu=args.gpu)
+        offers, errors = list_offers(enabled_providers(), gpu=args.gpu)
         rows = [f"{o.key:<28} {o.gpu_count} x {o.gpu:<24} {o.gpu_memory_gb:>5g} GB  ${o.price_per_hour:>6.2f}/h  "
                 f"{o.region:<12} driver {o.driver or '?':<10} capacity {o.capacity if o.capacity is not None else '?'}"
                 for o in offers]
@@ -321,10 +322,12 @@ def _market(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
 
 
 def _workspace_market(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str, int]:
-    from jupyter_portable.orchestration import market
+    from jupyter_portable.orchestration import reservations
+    from jupyter_portable.orchestration import routes as routing
+    from jupyter_portable.orchestration import settings as workspace_settings
 
     if args.verb == "routes":
-        routes, errors = market.compute_routes(ws, hours=args.hours, gpu=args.gpu)
+        routes, errors = routing.compute_routes(ws, hours=args.hours, gpu=args.gpu)
         lines = []
         for i, r in enumerate(routes, 1):
             c = r.cost
@@ -340,25 +343,25 @@ def _workspace_market(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any]
                    "budget_max_price_per_hour": args.max_price, "budget_total": args.budget, "hours": args.hours,
                    "autosnapshot_minutes": args.autosnapshot}
         if any(v is not None for v in changes.values()):
-            settings = market.update_settings(ws, **changes)
+            settings = workspace_settings.update_settings(ws, **changes)
         else:
-            settings = market.load_settings(ws)
+            settings = workspace_settings.load_settings(ws)
         shown = settings.to_json()
-        shown["spent"] = market.spent_so_far(ws)
+        shown["spent"] = routing.spent_so_far(ws)
         return shown, json.dumps(shown, indent=2), 0
     if args.verb == "reserve":
-        booking = market.reserve(ws, args.offer, args.start, args.hours, args.charge)
+        booking = reservations.reserve(ws, args.offer, args.start, args.hours, args.charge)
         b = booking.to_json()
         return b, (f"booked {b['reservation_id']}: {b['offer_key']} from {b['start']} for {b['hours']:g} h, "
                    f"${b['price']:.2f}, charged {'now' if b['charge'] == 'now' else 'at ' + b['charge_at']}; "
                    f"guarantee: {b['guarantee']}"), 0
     if args.cancel:
-        booking = market.cancel_reservation(ws, args.cancel)
+        booking = reservations.cancel_reservation(ws, args.cancel)
         return booking.to_json(), f"cancelled {booking.reservation_id}", 0
-    books = market.reservations(ws)
+    books = reservations.reservations(ws)
     out: dict[str, Any] = {"reservations": [b.to_json() for b in books]}
     if args.calendar:
-        out["calendar"] = market.calendar(ws, args.calendar)
+        out["calendar"] = reservations.calendar(ws, args.calendar)
     text = "\n".join(f"{b.reservation_id}  {b.offer_key:<26} {b.start.isoformat()}  {b.hours:g} h  ${b.price:.2f}  "
                      f"{b.status:<9} {b.guarantee}  charge {b.charge}" for b in books) or "no reservations"
     return out, text, 0

@@ -12,6 +12,8 @@ import threading
 import time
 from typing import Any
 
+from jupyter_portable.interfaces.kernel.lock import OPERATION_LOCK
+
 DEFAULT_MINUTES = 10.0
 
 
@@ -41,7 +43,6 @@ def default_minutes() -> float:
 
 def _loop(state: _State, stop: threading.Event) -> None:
     from jupyter_portable.engine.workspace import Workspace
-    from jupyter_portable.interfaces.kernel.magics import OPERATION_LOCK
 
     while not stop.is_set():
         state.reset.clear()

@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from jupyter_portable.core.errors import PortableError
-from jupyter_portable.store.repo import now_iso
+from jupyter_portable.core.times import now_iso
 from jupyter_portable.workdir.next_action import notebook_path, update_next_action
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
 

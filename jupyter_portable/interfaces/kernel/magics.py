@@ -17,9 +17,7 @@ from IPython.display import display
 
 from jupyter_portable.core.errors import PortableError
 from jupyter_portable.engine.workspace import Workspace
-
-# One workspace operation at a time per kernel: the auto-snapshot waits for a cell's.
-OPERATION_LOCK = threading.RLock()
+from jupyter_portable.interfaces.kernel.lock import OPERATION_LOCK
 
 USAGE = """\
 %workspace status                       where this workspace stands

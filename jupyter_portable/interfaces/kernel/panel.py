@@ -8,6 +8,7 @@ from typing import Any
 
 from jupyter_portable.core.errors import PortableError
 from jupyter_portable.engine.workspace import Workspace
+from jupyter_portable.interfaces.kernel.lock import OPERATION_LOCK
 from jupyter_portable.interfaces.report import format_gpus
 
 
@@ -59,7 +60,6 @@ def panel(ws: Workspace) -> Any:
     """A live panel: the workspace's state and buttons for Snapshot and Checkpoint."""
     import ipywidgets as w
 
-    from jupyter_portable.interfaces.kernel.magics import OPERATION_LOCK
 
     info = w.HTML(_rows(ws))
     path = w.Text(placeholder="checkpoint path, e.g. ckpt.pt", description="Path", layout=w.Layout(width="24em"))

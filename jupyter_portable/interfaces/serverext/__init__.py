@@ -108,7 +108,7 @@ def _number(value: str | None, what: str, default: float, lo: float, hi: float) 
 def workspace_state(service: PortableService) -> dict[str, Any]:
     """What the sidebar shows, in one answer (docs/api.md, "State")."""
     from jupyter_portable.engine.checkpoint.registry import records
-    from jupyter_portable.orchestration.market import budget_report
+    from jupyter_portable.orchestration.budget import budget_report
 
     ws = service.ws
     assert ws is not None
@@ -184,7 +184,7 @@ class StateHandler(_Base):
 class RoutesHandler(_Base):
     @web.authenticated
     async def get(self) -> None:
-        from jupyter_portable.orchestration.market import compute_routes
+        from jupyter_portable.orchestration.routes import compute_routes
 
         ws = self.workspace()
         hours = _number(self.get_argument("hours", None), "hours", 0, 0.01, 24 * 365) or None
@@ -203,7 +203,7 @@ class ContinueHandler(_Base):
         if route is not None and (not isinstance(route, str) or not route.startswith("r-") or len(route) > 40):
             raise web.HTTPError(400, reason="route must be a route id such as r-0123456789, or null")
         if route is not None:
-            from jupyter_portable.orchestration.market import compute_routes
+            from jupyter_portable.orchestration.routes import compute_routes
 
             routes, _ = await self.blocking(compute_routes, self.workspace(),
                                             providers=self.service.orchestrator().providers)
@@ -299,7 +299,7 @@ class FilesHandler(_Base):
 class ReservationsHandler(_Base):
     @web.authenticated
     async def get(self) -> None:
-        from jupyter_portable.orchestration.market import calendar, reservations
+        from jupyter_portable.orchestration.reservations import calendar, reservations
 
         ws = self.workspace()
         days = int(_number(self.get_argument("days", None), "days", 7, 1, 31))
@@ -310,7 +310,7 @@ class ReservationsHandler(_Base):
 
     @web.authenticated
     async def post(self) -> None:
-        from jupyter_portable.orchestration.market import reserve
+        from jupyter_portable.orchestration.reservations import reserve
 
         ws = self.workspace()
         body = self.json_body({"offer", "start", "hours", "charge"})
@@ -332,7 +332,7 @@ class ReservationsHandler(_Base):
 class ReservationHandler(_Base):
     @web.authenticated
     async def delete(self, reservation_id: str) -> None:
-        from jupyter_portable.orchestration.market import cancel_reservation, reservations
+        from jupyter_portable.orchestration.reservations import cancel_reservation, reservations
 
         ws = self.workspace()
         known = {b.reservation_id for b in await self.blocking(reservations, ws)}
@@ -370,13 +370,13 @@ class SettingsHandler(_Base):
 
     @web.authenticated
     async def get(self) -> None:
-        from jupyter_portable.orchestration.market import load_settings
+        from jupyter_portable.orchestration.settings import load_settings
 
         self.reply((await self.blocking(load_settings, self.workspace())).to_json())
 
     @web.authenticated
     async def put(self) -> None:
-        from jupyter_portable.orchestration.market import update_settings
+        from jupyter_portable.orchestration.settings import update_settings
 
         ws = self.workspace()
         body = self.json_body(SETTING_FIELDS)

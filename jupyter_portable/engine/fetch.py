@@ -1,0 +1,178 @@
+"""Bytes from the store into a directory: every file hashed before it is renamed into place
+(invariant 4) and nothing written outside the destination (invariant 8)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat as statmod
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from jupyter_portable.core.errors import IntegrityError, UnsafePath, UsageError
+from jupyter_portable.core.manifest import FileEntry
+from jupyter_portable.core.paths import check_relpath
+from jupyter_portable.engine.progress import Progress
+from jupyter_portable.store.repo import Store, digest, hash_file, object_key
+
+
+class Placer:
+    """Writes verified bytes into one destination root, refusing every way out of it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.real_root = os.path.realpath(root)
+        self.tmp = root / ".portable" / "tmp"
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self._dirs_ok: set[str] = {""}
+
+    def _ensure_dirs(self, rel_dir: str) -> None:
+        if rel_dir in self._dirs_ok:
+            return
+        parent, _, _ = rel_dir.rpartition("/")
+        self._ensure_dirs(parent)
+        full = os.path.join(self.root, rel_dir)
+        try:
+            st = os.lstat(full)
+        except FileNotFoundError:
+            try:
+                os.mkdir(full)
+            except FileExistsError:
+                pass
+            st = os.lstat(full)
+        if statmod.S_ISLNK(st.st_mode):
+            raise UnsafePath(f"{rel_dir!r} in {self.root} is a symlink; restoring through it could "
+                             "write outside the workspace", hint="remove the symlink, or restore elsewhere")
+        if not statmod.S_ISDIR(st.st_mode):
+            raise UsageError(f"{rel_dir!r} in {self.root} is a file, but the version has a folder there",
+                             hint="move it away, or restore into an empty directory")
+        # Each folder is resolved for real once; its parents were checked before it.
+        real = os.path.realpath(full)
+        if real != self.real_root and not real.startswith(self.real_root + os.sep):
+            raise UnsafePath(f"{rel_dir!r} resolves outside {self.root}")
+        self._dirs_ok.add(rel_dir)
+
+    def target(self, rel: str) -> str:
+        check_relpath(rel)
+        self._ensure_dirs(rel.rpartition("/")[0])
+        return os.path.join(self.root, rel)
+
+    def temp_path(self) -> str:
+        return str(self.tmp / f"restore-{secrets.token_hex(8)}")
+
+    def commit(self, tmp: str, entry: FileEntry, fd: int | None = None) -> None:
+        """Rename a verified temp file into place with the entry's mode and mtime."""
+        full = self.target(entry.path)
+        if fd is not None:
+            os.fchmod(fd, entry.mode & 0o777)
+            os.utime(fd, ns=(entry.mtime_ns, entry.mtime_ns))
+        else:
+            os.chmod(tmp, entry.mode & 0o777)
+            os.utime(tmp, ns=(entry.mtime_ns, entry.mtime_ns))
+        try:
+            os.replace(tmp, full)
+        except (IsADirectoryError, OSError) as exc:
+            os.unlink(tmp)
+            if os.path.isdir(full) and not os.path.islink(full):
+                raise UsageError(f"{entry.path!r} in {self.root} is a folder, but the version has a file there") \
+                    from exc
+            raise
+
+    def write_verified(self, entry: FileEntry, data: bytes | memoryview) -> None:
+        if len(data) != entry.size or digest(data) != entry.hash:
+            raise IntegrityError(f"{entry.path}: the bytes from the store do not match its hash; "
+                                 "nothing was written", hint="run `jupyter portable fsck --read-data`")
+        tmp = self.temp_path()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            self.commit(tmp, entry, fd)
+        finally:
+            os.close(fd)
+
+    def link(self, entry: FileEntry) -> None:
+        full = self.target(entry.path)
+        assert entry.target is not None
+        if os.path.lexists(full):
+            if os.path.isdir(full) and not os.path.islink(full):
+                raise UsageError(f"{entry.path!r} in {self.root} is a folder, but the version has a symlink")
+            os.unlink(full)
+        os.symlink(entry.target, full)
+
+    def check_links(self, links: list[FileEntry]) -> None:
+        """Once every link exists, resolve each for real: links that are each lexically
+        inside can still lead outside together. Any escape removes them all."""
+        for entry in links:
+            real = os.path.realpath(os.path.join(self.root, entry.path))
+            if real != self.real_root and not real.startswith(self.real_root + os.sep):
+                for other in links:
+                    try:
+                        os.unlink(os.path.join(self.root, other.path))
+                    except FileNotFoundError:
+                        pass
+                raise UnsafePath(f"symlink {entry.path!r} -> {entry.target!r} resolves outside {self.root}; "
+                                 "no symlink was restored")
+
+
+def already_there(root: Path, entry: FileEntry) -> bool:
+    """Whether the destination already holds exactly this file's bytes."""
+    full = os.path.join(root, entry.path)
+    try:
+        st = os.lstat(full)
+    except OSError:
+        return False
+    if not statmod.S_ISREG(st.st_mode) or st.st_size != entry.size:
+        return False
+    return hash_file(full, entry.size) == entry.hash
+
+
+def fetch_large(store: Store, placer: Placer, entry: FileEntry, progress: Progress | None = None,
+                workers: int = 4) -> int:
+    """Fetch a file stored in parts, verify each part and the whole, then place it."""
+    tmp = placer.temp_path()
+    offsets, off = [], 0
+    for h, n in entry.parts:
+        offsets.append((h, off, n))
+        off += n
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, entry.size)
+
+        def one(part: tuple[str, int, int]) -> None:
+            h, start, n = part
+            # Copied unverified: the whole file is hashed below before it is renamed into place.
+            got = store.backend.copy_to(object_key(h), fd, start)
+            if got != n:
+                raise IntegrityError(f"{entry.path}: a part has {got} bytes, expected {n}; nothing was written",
+                                     hint="run `jupyter portable fsck --read-data`")
+            if progress:
+                progress.add(nbytes=n, uploaded=n)
+
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(one, offsets))
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    if hash_file(tmp, entry.size) != entry.hash:
+        bad = _corrupt_parts(tmp, offsets)
+        os.unlink(tmp)
+        which = f" (object {bad[0][:16]}…)" if bad else ""
+        raise IntegrityError(f"{entry.path}: the bytes from the store are corrupt{which}: the file does not match "
+                             "its hash; nothing was written", hint="run `jupyter portable fsck --read-data`")
+    placer.commit(tmp, entry)
+    return entry.size
+
+
+def _corrupt_parts(path: str, offsets: list[tuple[str, int, int]]) -> list[str]:
+    """Which parts of a reassembled file do not hash to their names (only read on failure)."""
+    bad = []
+    with open(path, "rb") as fh:
+        for h, start, n in offsets:
+            fh.seek(start)
+            if digest(fh.read(n)) != h:
+                bad.append(h)
+    return bad

@@ -1,0 +1,127 @@
+"""Reservations: slots on a calendar for an offer type, kept with the workspace in its store."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from jupyter_portable.compute.base import Provider
+from jupyter_portable.compute.registry import enabled_providers
+from jupyter_portable.core.calendar import Booking, can_book, cancel, slots
+from jupyter_portable.core.errors import NoCapacity, NotSupported, PortableError, UsageError
+from jupyter_portable.core.offers import Offer
+from jupyter_portable.core.times import parse_iso
+from jupyter_portable.engine.workspace import Workspace
+from jupyter_portable.orchestration.routes import list_offers
+
+
+def reservations(ws: Workspace) -> list[Booking]:
+    return [Booking.from_json(b) for b in ws.store.read_doc(ws.workspace_id, "reservations") or []]
+
+
+def _find_offer(providers: dict[str, Provider], offer_key: str) -> tuple[Provider, Offer]:
+    name, _, offer_id = offer_key.partition("/")
+    if name not in providers or not offer_id:
+        raise UsageError(f"offer {offer_key!r} is not provider/offer-id of an enabled provider",
+                         hint="see `jupyter portable offers` for the keys")
+    provider = providers[name]
+    for offer in provider.offers(None):
+        if offer.id == offer_id:
+            return provider, offer
+    raise UsageError(f"{name} does not list an offer {offer_id!r}", hint="see `jupyter portable offers`")
+
+
+def reserve(ws: Workspace, offer_key: str, start: str, hours: float, charge: str = "before", *,
+            providers: dict[str, Provider] | None = None, now: datetime | None = None) -> Booking:
+    """Book a slot for an offer type, with the charge policy; persisted with the workspace."""
+    providers = providers if providers is not None else enabled_providers()
+    now = now or datetime.now(timezone.utc)
+    when = parse_iso(start, "start")
+    provider, offer = _find_offer(providers, offer_key)
+    try:
+        sold = provider.reserve(offer, start=when.isoformat().replace("+00:00", "Z"), hours=hours)
+        guarantee, price, rid = sold.guarantee, sold.price, sold.reservation_id
+    except NotSupported:
+        guarantee, price, rid = "best-effort", round(offer.price_per_hour * hours, 2), f"res-{uuid.uuid4().hex[:12]}"
+    listed = getattr(provider, "catalog", None)
+    full = listed.offer(offer.id) if listed is not None else None  # capacity of the type, not what is free now
+    capacity: dict[str, int | None] = {
+        offer.key: (full.capacity if full is not None else offer.capacity) if guarantee == "capacity-checked" else None}
+    booking = Booking.new(rid, offer.key, when, hours, charge=charge, guarantee=guarantee, price=price, created=now)
+
+    def add(current: Any) -> Any:
+        existing = [Booking.from_json(b) for b in current or []]
+        reason = can_book(offer.key, when, hours, existing, capacity, now=now)
+        if reason and "capacity" in reason:
+            raise NoCapacity(f"cannot book {offer.key} at {start} for {hours:g} h: {reason}",
+                             provider=provider.name, offer=offer.id)
+        if reason:
+            raise UsageError(f"cannot book {offer.key} at {start} for {hours:g} h: {reason}")
+        return [b.to_json() for b in existing] + [booking.to_json()]
+
+    try:
+        ws.store.update_doc(ws.workspace_id, "reservations", add)
+    except PortableError:
+        if guarantee != "best-effort":
+            try:
+                from jupyter_portable.compute.base import Reservation
+
+                provider.cancel_reservation(Reservation(rid, provider.name, offer.id, booking.start.isoformat(),
+                                                        hours, guarantee, price))
+            except PortableError:
+                pass
+        raise
+    return booking
+
+
+def cancel_reservation(ws: Workspace, reservation_id: str, *, providers: dict[str, Provider] | None = None,
+                       now: datetime | None = None) -> Booking:
+    """Cancel under the provider's rules (Capacity Blocks cannot be cancelled)."""
+    now = now or datetime.now(timezone.utc)
+    result: dict[str, Booking] = {}
+
+    def change(current: Any) -> Any:
+        books = [Booking.from_json(b) for b in current or []]
+        for i, b in enumerate(books):
+            if b.reservation_id == reservation_id:
+                rules = "no-cancel" if b.guarantee == "provider" else "free-until-start"
+                out = cancel(b, now, rules)
+                if isinstance(out, str):
+                    raise UsageError(f"cannot cancel {reservation_id}: {out}")
+                books[i] = out
+                result["booking"] = out
+                return [x.to_json() for x in books]
+        raise UsageError(f"no reservation {reservation_id!r} in this workspace",
+                         hint="see `jupyter portable reservations`")
+
+    ws.store.update_doc(ws.workspace_id, "reservations", change)
+    booking = result["booking"]
+    providers = providers if providers is not None else enabled_providers()
+    name = booking.offer_key.split("/", 1)[0]
+    if booking.guarantee == "capacity-checked" and name in providers:
+        from jupyter_portable.compute.base import Reservation
+
+        try:
+            providers[name].cancel_reservation(Reservation(booking.reservation_id, name,
+                                                           booking.offer_key.split("/", 1)[1],
+                                                           booking.start.isoformat(), booking.hours,
+                                                           booking.guarantee, booking.price))
+        except NotSupported:
+            pass
+    return booking
+
+
+def calendar(ws: Workspace, days: int = 7, *, providers: dict[str, Provider] | None = None,
+             now: datetime | None = None) -> dict[str, Any]:
+    """Free and taken hourly slots per offer type for the next ``days`` days."""
+    providers = providers if providers is not None else enabled_providers()
+    now = now or datetime.now(timezone.utc)
+    day_start = now.replace(minute=0, second=0, microsecond=0)
+    offers, _ = list_offers(providers)
+    local = getattr(providers.get("local"), "catalog", None)
+    capacity: dict[str, int | None] = {}
+    for o in offers:
+        full = local.offer(o.id) if local is not None and o.provider == "local" else None
+        capacity[o.key] = full.capacity if full is not None else None
+    return slots(day_start, days, reservations(ws), capacity, [o.key for o in offers])

@@ -1,0 +1,159 @@
+"""Offers across providers as routes to this workspace's next verified state, ranked by
+whole cost, and acquiring a machine down that ranking.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+from jupyter_portable.compute.base import Provider
+from jupyter_portable.compute.registry import enabled_providers
+from jupyter_portable.core.errors import NoCapacity, PortableError, UsageError
+from jupyter_portable.core.offers import Checks, Offer, Requirements
+from jupyter_portable.core.routing import Caps, Route, Signals, WorkspaceFacts, rank_routes
+from jupyter_portable.engine.workspace import Workspace
+from jupyter_portable.orchestration.settings import load_settings
+
+
+def list_offers(providers: dict[str, Provider], requirements: Requirements | None = None,
+                gpu: str | None = None) -> tuple[list[Offer], dict[str, str]]:
+    """Every listed offer, and for each provider that failed, why (one line)."""
+    offers: list[Offer] = []
+    errors: dict[str, str] = {}
+    for name, provider in providers.items():
+        try:
+            got = provider.offers(requirements)
+        except PortableError as exc:
+            errors[name] = exc.one_line()
+            continue
+        offers += [o for o in got if not gpu or gpu.lower() in o.gpu.lower()]
+    offers.sort(key=lambda o: (o.gpu, o.price_per_hour, o.key))
+    return offers, errors
+
+
+def workspace_facts(ws: Workspace, providers: dict[str, Provider]) -> WorkspaceFacts:
+    """How much this workspace weighs and where its store is, for the cost of moving it."""
+    manifest = ws.manifest()
+    size = manifest.total_bytes if manifest else 0
+    url = ws.config.store
+    if url.startswith("s3"):
+        custom = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        return WorkspaceFacts(bytes_to_move=size, store_region=region, store_provider=None if custom else "aws",
+                              store_egress_per_gb=0.09, workspace_bytes=size)
+    catalog = getattr(providers.get("local"), "catalog", None)
+    if catalog is not None:
+        # The local market's catalog says where a local store sits and what leaving it costs,
+        # so a far region of the demo market pays for the move like a far cloud would.
+        return WorkspaceFacts(bytes_to_move=size, store_region=catalog.store_region, store_provider="local",
+                              store_egress_per_gb=catalog.store_egress_per_gb, workspace_bytes=size)
+    return WorkspaceFacts(bytes_to_move=size, store_region=None, store_provider=None, store_egress_per_gb=0.0,
+                          workspace_bytes=size)
+
+
+def spent_so_far(ws: Workspace) -> float:
+    manifest = ws.manifest()
+    return sum(float(a.get("spend") or 0) for a in (manifest.allocations if manifest else ()))
+
+
+def signals_from_history(ws: Workspace) -> Signals:
+    """Recent launch failures and driver refusals per offer, from the allocation history."""
+    manifest = ws.manifest()
+    failures: dict[str, int] = {}
+    mismatches: dict[str, int] = {}
+    for a in manifest.allocations if manifest else ():
+        key = f"{a.get('provider')}/{a.get('offer')}"
+        reason = (a.get("stop_reason") or "").lower()
+        if a.get("state") in ("failed", "refused"):
+            failures[key] = failures.get(key, 0) + 1
+        if "driver" in reason:
+            mismatches[key] = mismatches.get(key, 0) + 1
+    return Signals(recent_launch_failures=failures, driver_mismatches=mismatches)
+
+
+def compute_routes(ws: Workspace, *, hours: float | None = None, providers: dict[str, Provider] | None = None,
+                   gpu: str | None = None) -> tuple[list[Route], dict[str, str]]:
+    """Every offer as a route to this workspace's next verified state, ranked by whole cost."""
+    providers = providers if providers is not None else enabled_providers()
+    settings = load_settings(ws)
+    offers, errors = list_offers(providers, None, gpu)
+    budget = settings.budget
+    left = None if budget.total is None else max(0.0, budget.total - spent_so_far(ws))
+    caps = Caps(max_price_per_hour=budget.max_price_per_hour, budget_left=left)
+    checks = {o.key: Checks(listed=True) for o in offers}
+    routes = rank_routes(workspace_facts(ws, providers), offers, settings.requirements,
+                         hours=hours if hours is not None else settings.hours, caps=caps,
+                         signals=signals_from_history(ws), checks=checks)
+    return routes, errors
+
+
+def routes_to_try(ws: Workspace, route_id: str | None = None, *, hours: float | None = None,
+                  providers: dict[str, Provider] | None = None) -> list[Route]:
+    """The open routes in the order to try them: ``route_id`` first when given, then by cost.
+    UsageError for an unknown or blocked ``route_id``; NoCapacity when every route is blocked."""
+    routes, _ = compute_routes(ws, hours=hours, providers=providers)
+    usable = [r for r in routes if not r.blocked]
+    if route_id is not None:
+        chosen = [r for r in routes if r.id == route_id]
+        if not chosen:
+            raise UsageError(f"no route {route_id!r}", hint="see `jupyter portable routes`")
+        if chosen[0].blocked:
+            raise UsageError(f"route {route_id} is blocked: {chosen[0].blocked}")
+        usable = chosen + [r for r in usable if r.id != route_id]
+    if not usable:
+        raise NoCapacity("no route is open: every offer is blocked", hint="see `jupyter portable routes`")
+    return usable
+
+
+def acquire_for(ws: Workspace, *, hours: float | None = None, providers: dict[str, Provider] | None = None,
+                route_id: str | None = None, on_event: Any = None, boot_timeout_s: float = 120) -> dict[str, Any]:
+    """Launch the best admissible route (or ``route_id``), failing over down the ranking.
+
+    Every route given up is recorded in the workspace's allocation history: an admission
+    refusal as an environment fault (the work did not run), anything else as a failure.
+    """
+    from jupyter_portable.compute.acquire import acquire
+    from jupyter_portable.store.repo import now_iso
+
+    providers = providers if providers is not None else enabled_providers()
+    usable = routes_to_try(ws, route_id, hours=hours, providers=providers)
+    settings = load_settings(ws)
+    by_key = {r.offer.key: r for r in usable}
+
+    def new_id() -> str:
+        return f"al-{uuid.uuid4().hex[:12]}"
+
+    try:
+        allocation, attempts = acquire([r.offer for r in usable], providers, settings.requirements,
+                                       allocation_id_factory=new_id, on_event=on_event,
+                                       boot_timeout_s=boot_timeout_s)
+    except NoCapacity as exc:
+        given_up: list[Any] = list(exc.context.get("attempts") or [])  # type: ignore[call-overload]
+        for attempt in given_up:
+            record_attempt(ws, attempt)
+        raise
+    for attempt in attempts:
+        record_attempt(ws, attempt)
+    offer = by_key[f"{allocation.provider}/{allocation.offer_id}"].offer
+    ws.record_allocation({"allocation_id": allocation.allocation_id, "provider": allocation.provider,
+                          "offer": allocation.offer_id, "gpu": offer.gpu, "region": offer.region,
+                          "ref": allocation.ref, "price_per_hour": offer.price_per_hour,
+                          "started": allocation.started or now_iso(), "state": "active", "spend": 0.0,
+                          "currency": "USD", "failures": [a.reason for a in attempts]})
+    return {"allocation": allocation.to_json(), "route": by_key[offer.key].id,
+            "attempts": [a.to_json() for a in attempts]}
+
+
+def record_attempt(ws: Workspace, attempt: Any, *, epoch: int | None = None) -> None:
+    from jupyter_portable.store.repo import now_iso
+
+    provider, _, offer = attempt.offer_key.partition("/")
+    fault = "environment fault: " if attempt.environment_fault else ""
+    ws.record_allocation({
+        "allocation_id": attempt.allocation_id or f"attempt-{uuid.uuid4().hex[:12]}",
+        "provider": provider, "offer": offer, "state": "refused" if attempt.environment_fault else "failed",
+        "started": now_iso(), "stopped": now_iso(),
+        "stop_reason": f"{fault}{attempt.stage}: {attempt.reason}", "spend": 0.0, "currency": "USD",
+        "failures": [attempt.reason]}, epoch=epoch)

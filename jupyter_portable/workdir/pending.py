@@ -1,0 +1,28 @@
+"""The pending list of a lazy restore: ``.portable/pending.json`` names the large files still
+to be fetched, with the version they belong to."""
+
+from __future__ import annotations
+
+import json
+
+from jupyter_portable.core.errors import ManifestError
+from jupyter_portable.core.manifest import FileEntry
+from jupyter_portable.workdir.workcopy import WorkspaceCopy, atomic_write
+
+
+def write_pending(copy: WorkspaceCopy, version: int, entries: list[FileEntry]) -> None:
+    body = {"version": version, "files": [e.to_json() for e in entries]}
+    atomic_write(copy.pending_path, json.dumps(body).encode())
+
+
+def read_pending(copy: WorkspaceCopy) -> tuple[int, list[FileEntry]]:
+    """The version and entries still to be fetched by a lazy restore (validated)."""
+    try:
+        obj = json.loads(copy.pending_path.read_bytes())
+    except FileNotFoundError:
+        return 0, []
+    except ValueError as exc:
+        raise ManifestError(f"{copy.pending_path} is not valid JSON: {exc}") from exc
+    if not isinstance(obj, dict) or not isinstance(obj.get("files"), list):
+        raise ManifestError(f"{copy.pending_path} is malformed")
+    return int(obj.get("version", 0)), [FileEntry.from_json(e) for e in obj["files"]]
