@@ -60,7 +60,7 @@ from jupyter_portable.core.errors import ConflictError, PortableError, UnsafePat
 from jupyter_portable.core.paths import check_relpath
 from jupyter_portable.store.repo import digest, hash_file
 from jupyter_portable.workdir.workcopy import WorkspaceCopy, atomic_write
-from jupyter_portable.worker.protocol import PHASES, READY_PREFIX
+from jupyter_portable.worker.protocol import READY_PREFIX
 
 log = logging.getLogger("jupyter_portable.worker")
 
