@@ -165,7 +165,10 @@ async def test_bad_requests_get_a_400_with_a_message(jp_serverapp: Any, jp_fetch
         assert json.loads(info.value.response.body)["error"], (path, body)
     with pytest.raises(HTTPClientError) as info:
         await jp_fetch("portable", "api", "no-such-thing")
-    assert info.value.code == 400 and "unknown endpoint" in json.loads(info.value.response.body)["error"]
+    assert info.value.code == 404 and "unknown endpoint" in json.loads(info.value.response.body)["error"]
+    with pytest.raises(HTTPClientError) as info:
+        await jp_fetch("portable", "api", "settings", method="PUT", body='{"driver": "' + "x" * 100_000 + '"}')
+    assert info.value.code == 413 and "larger than" in json.loads(info.value.response.body)["error"]
     with pytest.raises(HTTPClientError) as info:
         await jp_fetch("portable", "api", "routes", params={"hours": "many"})
     assert info.value.code == 400
@@ -286,3 +289,39 @@ async def test_settings_read_and_changed(jp_serverapp: Any, jp_fetch: Any, jp_ws
     kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
     status, out = await kernel.run("import os; print(os.environ['JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES'])")
     assert status == "ok" and out.strip() == "0.5", out
+
+
+async def test_an_executed_cell_causes_no_provider_call(jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any,
+                                                        jp_root_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sidebar asks for the state after every cell: that answer is built from what the loss
+    check last saw, so a notebook's cells never turn into cloud API calls."""
+    from jupyter_portable.compute.base import Provider
+    from jupyter_portable.compute.local import LocalMarket
+
+    events = await _events(jp_ws_fetch)
+    kernel_id = await start_session(jp_fetch)
+    await events.wait_for(is_state("ACTIVE"), timeout=60)
+    service = jp_serverapp.web_app.settings["portable_service"]
+    service.pause_monitor()  # the periodic loss check is the one place that asks the provider
+    calls: list[str] = []
+
+    def counted(name: str) -> Any:
+        real = getattr(LocalMarket, name)
+
+        def call(self: Provider, *args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return real(self, *args, **kwargs)
+        return call
+
+    for name in ("offers", "check_permission", "check_capacity", "launch", "status", "terminate"):
+        monkeypatch.setattr(LocalMarket, name, counted(name))
+    kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
+    builds = service.view.builds
+    for i in range(5):
+        status, out = await kernel.run(f"x = {i} * 2\nprint(x)")
+        assert status == "ok" and out.strip() == str(i * 2), out
+        state = await _state(jp_fetch)  # what the sidebar does when a cell ends
+        assert state["lifecycle"]["state"] == "ACTIVE" and state["allocation"]["spend"] is not None
+        assert state["can_continue"] is False and state["can_cancel"] is False
+    assert calls == []
+    assert service.view.builds - builds <= 1  # nothing changed: built at most once for five answers

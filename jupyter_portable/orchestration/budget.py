@@ -2,45 +2,62 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from jupyter_portable.compute.base import Provider
 from jupyter_portable.compute.registry import enabled_providers
 from jupyter_portable.core.errors import PortableError
-from jupyter_portable.core.times import parse_iso_or_none
+from jupyter_portable.core.manifest import Manifest
+from jupyter_portable.core.times import parse_iso_or_none, utcnow
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.orchestration.settings import load_settings
 
+SpendFigure = Callable[[dict[str, Any]], "float | None"]
+
+
+def provider_figure(providers: dict[str, Provider]) -> SpendFigure:
+    """Ask each active allocation's provider for its own spend figure (one API call each)."""
+    from jupyter_portable.compute.base import Allocation
+
+    def figure(a: dict[str, Any]) -> float | None:
+        provider = providers.get(a.get("provider", ""))
+        if provider is None or not a.get("ref"):
+            return None
+        try:
+            return provider.status(Allocation(a["allocation_id"], a["provider"], a.get("offer", ""), a["ref"],
+                                              a.get("started", ""))).spend
+        except PortableError:
+            return None
+
+    return figure
+
 
 def budget_report(ws: Workspace, *, providers: dict[str, Provider] | None = None,
-                  now: datetime | None = None) -> dict[str, Any]:
+                  now: datetime | None = None, figure: SpendFigure | None = None,
+                  manifest: Manifest | None = None) -> dict[str, Any]:
     """Spend so far (closed allocations as recorded, active ones from the provider's figure
-    or price x time) and where the budget stands: ok, warn, or exhausted."""
-    from jupyter_portable.compute.base import Allocation
+    or price x time) and where the budget stands: ok, warn, or exhausted.
+
+    ``figure`` gives an active allocation's spend as its provider last reported it; by
+    default each provider is asked now. ``manifest``: the head's, when the caller has it."""
     from jupyter_portable.core.spend import budget_state, spend_of
 
-    now = now or datetime.now(timezone.utc)
-    providers = providers if providers is not None else enabled_providers()
-    head, _ = ws.store.read_head(ws.workspace_id)
-    # the head, not this copy's version: machines record their fate there while this copy stays put
-    manifest = ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
+    now = now or utcnow()
+    if figure is None:
+        figure = provider_figure(providers if providers is not None else enabled_providers())
+    if manifest is None:
+        head, _ = ws.store.read_head(ws.workspace_id)
+        # the head, not this copy's version: machines record their fate there while this copy stays put
+        manifest = ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
     spent, price, active = 0.0, 0.0, []
     for a in manifest.allocations if manifest else ():
         if a.get("state") != "active":
             spent += float(a.get("spend") or 0)
             continue
-        figure = None
-        provider = providers.get(a.get("provider", ""))
-        if provider is not None and a.get("ref"):
-            try:
-                st = provider.status(Allocation(a["allocation_id"], a["provider"], a.get("offer", ""), a["ref"],
-                                                a.get("started", "")))
-                figure = st.spend
-            except PortableError:
-                figure = None
         started = parse_iso_or_none(a.get("started")) or now
-        cost = spend_of(float(a.get("price_per_hour") or 0), started, None, now, figure)
+        cost = spend_of(float(a.get("price_per_hour") or 0), started, None, now, figure(a))
         spent += cost
         price += float(a.get("price_per_hour") or 0)
         active.append({**a, "spend": round(cost, 4)})

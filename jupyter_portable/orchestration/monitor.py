@@ -23,9 +23,12 @@ from tornado.ioloop import IOLoop, PeriodicCallback
 
 from jupyter_portable.core import lifecycle as L
 from jupyter_portable.core.errors import ConflictError, PortableError
+from jupyter_portable.core.times import now_iso
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.orchestration.orchestrator import Orchestrator
+from jupyter_portable.orchestration.state_view import StateView
 from jupyter_portable.store.repo import digest
+from jupyter_portable.workdir.conflicts import add_conflict, read_conflicts
 
 STATE_SCHEMA = "https://events.jupyter-portable.org/state/v1"
 PROGRESS_SCHEMA = "https://events.jupyter-portable.org/progress/v1"
@@ -52,7 +55,7 @@ class PortableService:
         self.pool = ThreadPoolExecutor(4, thread_name_prefix="portable")
         self.continuing: Future[Any] | None = None
         self.orch: Orchestrator | None = None
-        self.conflicts: list[dict[str, Any]] = []
+        self.view = StateView(ws, self.orchestrator) if ws is not None else None
         self.synced: dict[str, str] = {}  # path -> the hash both sides agreed on last
         self.started_reservations: set[str] = set()
         self._checking = False
@@ -122,11 +125,15 @@ class PortableService:
             return orch.continue_()
         return summary
 
+    def pause_monitor(self) -> None:
+        """Stop the periodic loss check and reservation starts (the server goes on serving)."""
+        for t in self._timers:
+            t.stop()
+
     def stop_timers(self) -> None:
         if self.ws is not None and _SERVICES.get(str(self.ws.root)) is self:
             del _SERVICES[str(self.ws.root)]
-        for t in self._timers:
-            t.stop()
+        self.pause_monitor()
         if self.orch is not None:
             self.orch.cancel()
             self.orch.close()
@@ -314,11 +321,21 @@ class PortableService:
             kept = f"{rel}.conflict-lab-{stamp}"
             with contextlib.suppress(PortableError):
                 orch.client().put_file(kept, data, None)
-            self.conflicts.append({"path": rel, "at": datetime.now(timezone.utc).isoformat(), "kept": kept})
+            add_conflict(self.ws.copy, rel, now_iso("seconds"), kept)
             self.notice("conflict", f"{rel} changed on the worker too: the worker's version was kept, yours "
                                     f"is saved there as {kept}")
         except PortableError as exc:
             log.warning("jupyter-portable: %s was not forwarded to the worker: %s", rel, exc.one_line())
+
+    @property
+    def conflicts(self) -> list[dict[str, Any]]:
+        """Files edited on both sides (kept in the copy, so a restarted server still shows them)."""
+        return read_conflicts(self.ws.copy) if self.ws is not None else []
+
+    def state(self) -> dict[str, Any]:
+        """What the sidebar shows (docs/api.md, "State"); never calls a provider."""
+        assert self.view is not None
+        return self.view.state(continuing=self.is_continuing(), conflicts=self.conflicts)
 
     def _published_hash(self, rel: str) -> str | None:
         assert self.ws is not None

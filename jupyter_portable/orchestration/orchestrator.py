@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from jupyter_portable.compute.base import Allocation, Provider
+from jupyter_portable.compute.base import Allocation, AllocationStatus, Provider
 from jupyter_portable.core import lifecycle as L
 from jupyter_portable.core.errors import ComputeError, ConflictError, PortableError, ProviderUnavailable, UsageError
 from jupyter_portable.core.times import now_iso
@@ -77,6 +77,9 @@ class Orchestrator:
         self._cancel = threading.Event()
         self._silent_since: float | None = None
         self._clients: dict[str, AgentClient] = {}
+        # what each machine's provider last said, as the loss check saw it: the state view
+        # reads spend from here, so showing the state never calls a provider
+        self.observed: dict[str, AllocationStatus] = {}
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -427,6 +430,14 @@ class Orchestrator:
             return []
         return list(self.ws.store.read_manifest(self.ws.workspace_id, head.version).allocations)
 
+    def snapshot(self, message: str) -> dict[str, Any]:
+        """Publish a version: from the worker while one is active (it holds the newest files),
+        else from this copy."""
+        if self.lifecycle().state == L.ACTIVE:
+            return self.client().snapshot(message)
+        res = self.ws.snapshot(message, progress=None)
+        return {"version": res.version, "changed": res.changed}
+
     # -- Loss -------------------------------------------------------------------------------------
 
     def check(self) -> dict[str, Any]:
@@ -443,6 +454,8 @@ class Orchestrator:
         status = None
         with contextlib.suppress(PortableError):
             status = self.provider_of(rec.allocation).status(rec.allocation)
+        if status is not None:
+            self.observed[rec.allocation_id] = status
         if status is not None and status.state in _DOWN:
             self._lost(lc, status.reason or f"the provider says the machine is {status.state}",
                        spend=status.spend or 0.0)

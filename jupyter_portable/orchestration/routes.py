@@ -10,7 +10,7 @@ from typing import Any
 
 from jupyter_portable.compute.base import Provider
 from jupyter_portable.compute.registry import enabled_providers
-from jupyter_portable.core.errors import NoCapacity, PortableError, UsageError
+from jupyter_portable.core.errors import ConflictError, NoCapacity, PortableError, UsageError
 from jupyter_portable.core.offers import Checks, Offer, Requirements
 from jupyter_portable.core.routing import Caps, Route, Signals, WorkspaceFacts, rank_routes
 from jupyter_portable.engine.workspace import Workspace
@@ -157,3 +157,15 @@ def record_attempt(ws: Workspace, attempt: Any, *, epoch: int | None = None) -> 
         "started": now_iso(), "stopped": now_iso(),
         "stop_reason": f"{fault}{attempt.stage}: {attempt.reason}", "spend": 0.0, "currency": "USD",
         "failures": [attempt.reason]}, epoch=epoch)
+
+
+def open_route(ws: Workspace, route_id: str, *, providers: dict[str, Provider] | None = None) -> Route:
+    """The route ``route_id`` as ranked now: UsageError when there is none, ConflictError
+    when it is blocked (with the reason)."""
+    routes, _ = compute_routes(ws, providers=providers)
+    match = [r for r in routes if r.id == route_id]
+    if not match:
+        raise UsageError(f"no route {route_id}", hint="see `jupyter portable routes`: route ids change with the offers")
+    if match[0].blocked:
+        raise ConflictError(f"route {route_id} is blocked: {match[0].blocked}")
+    return match[0]

@@ -8,7 +8,6 @@ message. The API and its events are documented in ``docs/api.md``.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from jupyter_portable.core import lifecycle as L
 from jupyter_portable.core.errors import (
     ComputeError,
     ConflictError,
@@ -27,12 +25,19 @@ from jupyter_portable.core.errors import (
     WorkspaceNotFound,
 )
 from jupyter_portable.orchestration.monitor import SCHEMAS, PortableService, find_workspace
+from jupyter_portable.orchestration.state_view import checkpoints_view, files_view
 
 API = "portable/api"
+MAX_BODY = 64 * 1024  # every body of this API is a few fields; anything larger is refused unread
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "data"
 
 
 class _Base(APIHandler):  # type: ignore[misc]
+    async def prepare(self) -> None:  # type: ignore[override]
+        if len(self.request.body or b"") > MAX_BODY:
+            raise web.HTTPError(413, reason=f"the body is larger than {MAX_BODY // 1024} KiB")
+        await super().prepare()
+
     @property
     def service(self) -> PortableService:
         return self.settings["portable_service"]  # type: ignore[no-any-return]
@@ -105,80 +110,11 @@ def _number(value: str | None, what: str, default: float, lo: float, hi: float) 
     return n
 
 
-def workspace_state(service: PortableService) -> dict[str, Any]:
-    """What the sidebar shows, in one answer (docs/api.md, "State")."""
-    from jupyter_portable.engine.checkpoint.registry import records
-    from jupyter_portable.orchestration.budget import budget_report
-
-    ws = service.ws
-    assert ws is not None
-    orch = service.orchestrator()
-    lc = orch.lifecycle()
-    cfg = ws.config
-    head, _ = ws.store.read_head(ws.workspace_id)
-    manifest = ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
-    allocation = None
-    history = list(manifest.allocations) if manifest else []
-    if lc.allocation_id and lc.state in (L.ACTIVE, L.READY, L.DRAINING, L.SEALED, *L.CONTINUE_STATES):
-        rec = next((a for a in reversed(history) if a.get("allocation_id") == lc.allocation_id), None)
-        if rec is not None:
-            started = rec.get("started")
-            uptime = None
-            if started:
-                try:
-                    t0 = datetime.fromisoformat(str(started).replace("Z", "+00:00"))
-                    uptime = max(0.0, (datetime.now(timezone.utc) - t0).total_seconds())
-                except ValueError:
-                    uptime = None
-            price = float(rec.get("price_per_hour") or 0.0)
-            allocation = {"allocation_id": lc.allocation_id, "provider": rec.get("provider"),
-                          "offer": rec.get("offer"), "gpu": rec.get("gpu"), "region": rec.get("region"),
-                          "driver": rec.get("driver"), "price_per_hour": price,
-                          "spend": round(price * (uptime or 0) / 3600, 4), "started": started, "uptime_s": uptime}
-    if allocation is None and lc.allocation_id and lc.state in L.CONTINUE_STATES:
-        # the machine being launched: what is known of it so far
-        from jupyter_portable.worker.client import load_allocation
-
-        launched = load_allocation(ws.copy, lc.allocation_id)
-        allocation = {"allocation_id": lc.allocation_id, "launching": True,
-                      "provider": launched.provider if launched else None,
-                      "offer": launched.offer_id if launched else None, "gpu": None, "region": None,
-                      "driver": None, "price_per_hour": None, "spend": None, "started": None, "uptime_s": None}
-    lost = None
-    if lc.state == L.LOST:
-        ev = lc.events[-1]
-        lost = {"reason": ev.reason, "at": ev.at, "allocation_id": ev.allocation_id}
-    checkpoints = [_checkpoint(r) for r in records(manifest)]
-    try:
-        budget = budget_report(ws, providers=orch.providers)
-        budget_view = {"spent": budget.get("spent"), "cap": budget.get("total"), "left": budget.get("left"),
-                       "state": budget.get("state"), "message": budget.get("message")}
-    except PortableError as exc:
-        budget_view = {"state": "unknown", "message": exc.one_line()}
-    return {
-        "workspace": {"id": ws.workspace_id, "name": ws.root.name, "store": cfg.store, "path": str(ws.root)},
-        "lifecycle": {"state": lc.state, "allocation_id": lc.allocation_id, "route": lc.route, "version": lc.version,
-                      "verified": lc.verified, "epoch": lc.epoch, "updated": lc.updated,
-                      "attempts": list(lc.attempts), "events": [e.to_json() for e in lc.events[-50:]]},
-        "allocation": allocation, "lost": lost, "continuing": service.is_continuing(),
-        "snapshot": None if manifest is None else {"version": manifest.version, "created": manifest.created,
-                                                   "files": len(manifest.files), "bytes": manifest.total_bytes,
-                                                   "message": manifest.message},
-        "checkpoints": checkpoints, "budget": budget_view, "conflicts": list(service.conflicts),
-    }
-
-
-def _checkpoint(r: Any) -> dict[str, Any]:
-    return {"path": r.path, "step": r.step, "note": r.note, "hash": r.hash, "size": r.size, "format": r.format,
-            "verified": r.verified, "status": r.status, "reason": r.reason, "version": r.version,
-            "created": r.created}
-
-
 class StateHandler(_Base):
     @web.authenticated
     async def get(self) -> None:
         self.workspace()
-        self.reply(await self.blocking(workspace_state, self.service))
+        self.reply(await self.blocking(self.service.state))
 
 
 class RoutesHandler(_Base):
@@ -203,15 +139,9 @@ class ContinueHandler(_Base):
         if route is not None and (not isinstance(route, str) or not route.startswith("r-") or len(route) > 40):
             raise web.HTTPError(400, reason="route must be a route id such as r-0123456789, or null")
         if route is not None:
-            from jupyter_portable.orchestration.routes import compute_routes
+            from jupyter_portable.orchestration.routes import open_route
 
-            routes, _ = await self.blocking(compute_routes, self.workspace(),
-                                            providers=self.service.orchestrator().providers)
-            match = [r for r in routes if r.id == route]
-            if not match:
-                raise web.HTTPError(400, reason=f"no route {route}")
-            if match[0].blocked:
-                raise ConflictError(f"route {route} is blocked: {match[0].blocked}")
+            await self.blocking(open_route, self.workspace(), route, providers=self.service.orchestrator().providers)
         await self.blocking(self.service.start_continue, route)
         self.reply({"started": True, "state": self.service.orchestrator().lifecycle().state}, 202)
 
@@ -243,14 +173,9 @@ class SnapshotHandler(_Base):
         message = body.get("message") or ""
         if not isinstance(message, str) or len(message) > 1000:
             raise web.HTTPError(400, reason="message must be text (at most 1000 characters)")
-        orch = self.service.orchestrator()
         self.service.on_progress({"workspace_id": ws.workspace_id, "step": "snapshot", "message": "publishing",
                                   "done": None, "total": None})
-        if orch.lifecycle().state == L.ACTIVE:
-            out = await self.blocking(lambda: orch.client().snapshot(message))  # straight from the worker
-        else:
-            res = await self.blocking(ws.snapshot, message, progress=None)
-            out = {"version": res.version, "changed": res.changed}
+        out = await self.blocking(self.service.orchestrator().snapshot, message)
         self.service.on_progress({"workspace_id": ws.workspace_id, "step": "snapshot",
                                   "message": f"version {out['version']}", "done": 1, "total": 1})
         self.reply(out)
@@ -259,41 +184,14 @@ class SnapshotHandler(_Base):
 class CheckpointsHandler(_Base):
     @web.authenticated
     async def get(self) -> None:
-        from jupyter_portable.engine.checkpoint.registry import latest, records
-
-        ws = self.workspace()
-
-        def read() -> dict[str, Any]:
-            head, _ = ws.store.read_head(ws.workspace_id)
-            m = ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
-            best = latest(m)
-            return {"checkpoints": [_checkpoint(r) for r in records(m)],
-                    "latest": _checkpoint(best) if best else None}
-
-        self.reply(await self.blocking(read))
+        self.reply(await self.blocking(checkpoints_view, self.workspace()))
 
 
 class FilesHandler(_Base):
     @web.authenticated
     async def get(self) -> None:
         ws = self.workspace()
-        orch = self.service.orchestrator()
-
-        def read() -> dict[str, Any]:
-            head, _ = ws.store.read_head(ws.workspace_id)
-            m = ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
-            out: dict[str, Any] = {"version": head.version, "conflicts": list(self.service.conflicts),
-                                   "files": [{"path": e.path, "size": e.size, "hash": e.hash}
-                                             for e in (m.files if m else ())], "pending": [], "worker": None}
-            if orch.lifecycle().state == L.ACTIVE:
-                try:
-                    w = orch.client().files()
-                    out["pending"], out["worker"] = w.get("pending", []), w
-                except PortableError as exc:
-                    out["worker"] = {"error": exc.one_line()}
-            return out
-
-        self.reply(await self.blocking(read))
+        self.reply(await self.blocking(files_view, ws, self.service.orchestrator(), self.service.conflicts))
 
 
 class ReservationsHandler(_Base):
@@ -388,7 +286,7 @@ class SettingsHandler(_Base):
 class NotFoundHandler(_Base):
     @web.authenticated
     def get(self, path: str) -> None:
-        raise web.HTTPError(400, reason=f"unknown endpoint portable/api/{path}")
+        raise web.HTTPError(404, reason=f"unknown endpoint portable/api/{path[:80]}")
 
     post = put = delete = get
 
@@ -435,4 +333,4 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "jupyter_portable.interfaces.serverext"}]
 
 
-__all__ = ["workspace_state"]
+__all__: list[str] = []

@@ -1,0 +1,158 @@
+"""What the sidebar shows, built in one place: the workspace, its lifecycle, the machine
+and what it has cost, the last published version, checkpoints, the budget, and the facts
+the sidebar acts on (``can_continue``, ``can_cancel``).
+
+Building it never calls a provider: an active machine's spend is the provider's figure as
+the loss check last saw it (``Orchestrator.observed``), else price x time from
+:func:`~jupyter_portable.core.spend.spend_of`, the same rule the budget uses. The answer is
+kept until something it depends on changes (the lifecycle, the store's head, conflicts, a
+Continue starting or ending) or ``refresh_s`` has passed, so a cell that ends and makes the
+sidebar ask again costs two small reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from jupyter_portable.core import lifecycle as L
+from jupyter_portable.core.errors import PortableError
+from jupyter_portable.core.manifest import Manifest
+from jupyter_portable.core.spend import spend_of
+from jupyter_portable.core.times import parse_iso_or_none, utcnow
+from jupyter_portable.engine.checkpoint.registry import records
+from jupyter_portable.engine.workspace import Workspace
+from jupyter_portable.orchestration.budget import budget_report
+from jupyter_portable.orchestration.orchestrator import Orchestrator
+
+_WITH_MACHINE = (L.ACTIVE, L.READY, L.DRAINING, L.SEALED, *L.CONTINUE_STATES)
+
+
+def checkpoint_view(r: Any) -> dict[str, Any]:
+    """One checkpoint record as the API shows it."""
+    return {"path": r.path, "step": r.step, "note": r.note, "hash": r.hash, "size": r.size, "format": r.format,
+            "verified": r.verified, "status": r.status, "reason": r.reason, "version": r.version,
+            "created": r.created}
+
+
+def head_manifest(ws: Workspace) -> Manifest | None:
+    """The manifest the store's head names (None before the first version)."""
+    head, _ = ws.store.read_head(ws.workspace_id)
+    return ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
+
+
+def checkpoints_view(ws: Workspace) -> dict[str, Any]:
+    """The checkpoints of the head's version, and the latest verified one."""
+    from jupyter_portable.engine.checkpoint.registry import latest
+
+    m = head_manifest(ws)
+    best = latest(m)
+    return {"checkpoints": [checkpoint_view(r) for r in records(m)],
+            "latest": checkpoint_view(best) if best else None}
+
+
+def files_view(ws: Workspace, orch: Orchestrator, conflicts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The head's files, and while a worker is active, what it still has to fetch."""
+    head, _ = ws.store.read_head(ws.workspace_id)
+    m = ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
+    out: dict[str, Any] = {"version": head.version, "conflicts": list(conflicts),
+                           "files": [{"path": e.path, "size": e.size, "hash": e.hash} for e in (m.files if m else ())],
+                           "pending": [], "worker": None}
+    if orch.lifecycle().state == L.ACTIVE:
+        try:
+            w = orch.client().files()
+            out["pending"], out["worker"] = w.get("pending", []), w
+        except PortableError as exc:
+            out["worker"] = {"error": exc.one_line()}
+    return out
+
+
+class StateView:
+    """The sidebar's state for one workspace, rebuilt only when it changed."""
+
+    def __init__(self, ws: Workspace, orchestrator: Callable[[], Orchestrator], *, refresh_s: float = 15.0,
+                 clock: Callable[[], datetime] = utcnow) -> None:
+        self.ws = ws
+        self.orchestrator = orchestrator
+        self.refresh_s = refresh_s
+        self.clock = clock
+        self.builds = 0  # how many times the state was built (not served from the cache)
+        self._cached: tuple[tuple[Any, ...], datetime, dict[str, Any]] | None = None
+
+    def state(self, *, continuing: bool, conflicts: list[dict[str, Any]]) -> dict[str, Any]:
+        """The state (docs/api.md, "State"), from the cache while nothing it shows has changed."""
+        now = self.clock()
+        orch = self.orchestrator()
+        lc = orch.lifecycle()
+        head, _ = self.ws.store.read_head(self.ws.workspace_id)
+        key = (lc.state, lc.updated, lc.allocation_id, lc.version, lc.verified, lc.epoch, len(lc.events),
+               head.version, head.manifest, head.epoch, continuing, len(conflicts),
+               tuple(sorted((k, v.spend) for k, v in orch.observed.items())))
+        if self._cached is not None:
+            old_key, built_at, answer = self._cached
+            if old_key == key and (now - built_at).total_seconds() < self.refresh_s:
+                return answer
+        answer = self._build(orch, lc, now, continuing=continuing, conflicts=conflicts)
+        self._cached = (key, now, answer)
+        self.builds += 1
+        return answer
+
+    def _build(self, orch: Orchestrator, lc: L.Lifecycle, now: datetime, *, continuing: bool,
+               conflicts: list[dict[str, Any]]) -> dict[str, Any]:
+        ws = self.ws
+        manifest = head_manifest(ws)
+        observed = orch.observed
+        allocation = None
+        history = list(manifest.allocations) if manifest else []
+        if lc.allocation_id and lc.state in _WITH_MACHINE:
+            rec = next((a for a in reversed(history) if a.get("allocation_id") == lc.allocation_id), None)
+            if rec is not None:
+                started = rec.get("started")
+                t0 = parse_iso_or_none(started)
+                uptime = max(0.0, (now - t0).total_seconds()) if t0 else None
+                price = float(rec.get("price_per_hour") or 0.0)
+                seen = observed.get(lc.allocation_id)
+                spend = spend_of(price, t0 or now, None, now, seen.spend if seen else None)
+                allocation = {"allocation_id": lc.allocation_id, "provider": rec.get("provider"),
+                              "offer": rec.get("offer"), "gpu": rec.get("gpu"), "region": rec.get("region"),
+                              "driver": rec.get("driver"), "price_per_hour": price, "spend": round(spend, 4),
+                              "started": started, "uptime_s": uptime}
+        if allocation is None and lc.allocation_id and lc.state in L.CONTINUE_STATES:
+            # the machine being launched: what is known of it so far
+            from jupyter_portable.worker.client import load_allocation
+
+            launched = load_allocation(ws.copy, lc.allocation_id)
+            allocation = {"allocation_id": lc.allocation_id, "launching": True,
+                          "provider": launched.provider if launched else None,
+                          "offer": launched.offer_id if launched else None, "gpu": None, "region": None,
+                          "driver": None, "price_per_hour": None, "spend": None, "started": None, "uptime_s": None}
+        lost = None
+        if lc.state == L.LOST:
+            ev = lc.events[-1]
+            lost = {"reason": ev.reason, "at": ev.at, "allocation_id": ev.allocation_id}
+        try:
+            budget = budget_report(ws, now=now, manifest=manifest,
+                                   figure=lambda a: getattr(observed.get(a.get("allocation_id", "")), "spend", None))
+            budget_view = {"spent": budget.get("spent"), "cap": budget.get("total"), "left": budget.get("left"),
+                           "state": budget.get("state"), "message": budget.get("message")}
+        except PortableError as exc:
+            budget_view = {"state": "unknown", "message": exc.one_line()}
+        return {
+            "workspace": {"id": ws.workspace_id, "name": ws.root.name, "store": ws.config.store,
+                          "path": str(ws.root)},
+            "lifecycle": {"state": lc.state, "allocation_id": lc.allocation_id, "route": lc.route,
+                          "version": lc.version, "verified": lc.verified, "epoch": lc.epoch, "updated": lc.updated,
+                          "attempts": list(lc.attempts), "events": [e.to_json() for e in lc.events[-50:]]},
+            "allocation": allocation, "lost": lost, "continuing": continuing,
+            "can_continue": not continuing and lc.state in L.CONTINUE_FROM,
+            "can_cancel": continuing,
+            "snapshot": None if manifest is None else {"version": manifest.version, "created": manifest.created,
+                                                       "files": len(manifest.files), "bytes": manifest.total_bytes,
+                                                       "message": manifest.message},
+            "checkpoints": [checkpoint_view(r) for r in records(manifest)], "budget": budget_view,
+            "conflicts": list(conflicts),
+        }
+
+
+__all__ = ["StateView", "checkpoint_view", "checkpoints_view", "files_view", "head_manifest"]

@@ -1,0 +1,37 @@
+"""Edits made on both sides: a file saved in JupyterLab that the worker had changed too.
+
+The worker's version wins and the user's is kept beside it; each such case is recorded in
+``.portable/conflicts.json`` so that a restarted server still shows it (the newest
+``KEEP`` of them).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jupyter_portable.workdir.workcopy import WorkspaceCopy, atomic_write
+
+KEEP = 100
+
+
+def _path(copy: WorkspaceCopy) -> Any:
+    return copy.meta / "conflicts.json"
+
+
+def read_conflicts(copy: WorkspaceCopy) -> list[dict[str, Any]]:
+    """The recorded conflicts, oldest first; an unreadable file reads as none (it is only a log)."""
+    try:
+        obj = json.loads(_path(copy).read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return []
+    if not isinstance(obj, list):
+        return []
+    return [c for c in obj if isinstance(c, dict) and isinstance(c.get("path"), str)][-KEEP:]
+
+
+def add_conflict(copy: WorkspaceCopy, path: str, at: str, kept: str) -> list[dict[str, Any]]:
+    """Record that ``path`` conflicted at ``at`` and the user's version was kept as ``kept``."""
+    entries = [*read_conflicts(copy), {"path": path, "at": at, "kept": kept}][-KEEP:]
+    atomic_write(_path(copy), json.dumps(entries, allow_nan=False).encode())
+    return entries
