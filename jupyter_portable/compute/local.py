@@ -35,6 +35,7 @@ from jupyter_portable.compute.catalog import Catalog, default_catalog_path, load
 from jupyter_portable.compute.fake_nvidia_smi import write_fake_nvidia_smi
 from jupyter_portable.core.errors import LaunchFailed, NoCapacity, NotSupported, QuotaExceeded, UsageError
 from jupyter_portable.core.offers import Offer, Requirements
+from jupyter_portable.core.secretenv import scrubbed
 from jupyter_portable.core.times import from_timestamp_iso, parse_iso
 
 MARKET_DIR_ENV = "JUPYTER_PORTABLE_MARKET_DIR"
@@ -345,7 +346,9 @@ class LocalMarket(Provider):
                               memory_mb=round(offer.gpu_memory_gb * 1024),
                               driver=self.catalog.actual_drivers.get(offer.id, offer.driver or ""),
                               cuda=offer.cuda or "", uuid_seed=allocation_id)
-        child_env = {**os.environ, **(env or {})}
+        # a machine of the market stands for someone else's: it inherits none of the user's keys or
+        # the providers' (what the caller passes in ``env`` it passes on purpose)
+        child_env = {**scrubbed(os.environ), **(env or {})}
         child_env["PATH"] = f"{bin_dir}{os.pathsep}{child_env.get('PATH', '')}"
         child_env["JUPYTER_PORTABLE_ALLOCATION"] = allocation_id
         # the worker must import this very package, even from a source checkout

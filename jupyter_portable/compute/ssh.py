@@ -54,6 +54,7 @@ from jupyter_portable.core.errors import (
     UsageError,
 )
 from jupyter_portable.core.offers import Offer, Requirements
+from jupyter_portable.core.secretenv import SECRET_NAMES, SECRET_SUFFIXES
 from jupyter_portable.core.times import now_iso
 
 try:
@@ -113,7 +114,9 @@ src = os.path.join(d, "agent_stub.py")
 with open(src + ".tmp", "w") as fh:
     fh.write(P["source"])
 os.replace(src + ".tmp", src)
-env = dict(os.environ)
+# the host's own secrets (provider keys, cloud credentials) stay out of the worker and its kernel
+env = {k: v for k, v in os.environ.items()
+       if k.upper() not in P["secret_names"] and not k.upper().endswith(tuple(P["secret_suffixes"]))}
 env.update(P["env"])
 # A session of its own: the worker outlives this SSH connection and gets no SIGHUP.
 with open(src, "rb") as stdin, open(os.path.join(d, "agent.log"), "ab") as log:
@@ -343,7 +346,9 @@ class SshProvider(Provider):
                                     "claimed": time.time()}
         try:
             out = self._python(host, _LAUNCH, {"workdir": host.workdir, "allocation": allocation_id,
-                                               "source": _agent_source(), "env": env, "wait": self.launch_wait},
+                                               "source": _agent_source(), "env": env, "wait": self.launch_wait,
+                                               "secret_names": sorted(SECRET_NAMES),
+                                               "secret_suffixes": list(SECRET_SUFFIXES)},
                                timeout=self.launch_wait + self.connect_timeout + 10)
             if "error" in out:
                 log = str(out.get("log") or "").strip()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jupyter_portable.core.errors import ManifestError, PortableError
+from jupyter_portable.core.errors import ManifestError, PortableError, StoreError
 from jupyter_portable.core.manifest import FileEntry, Manifest, PackIndex
 from jupyter_portable.engine.scan import walk
 from jupyter_portable.store.repo import Store, digest, hash_file, manifests_prefix, parse_manifest_key
@@ -83,8 +83,11 @@ def verify_dir(store: Store, manifest: Manifest, root: Path, pending: set[str] |
 
 def _missing_objects(store: Store, hashes: set[str]) -> set[str]:
     if len(hashes) > 64:  # one listing beats many existence checks
-        listed = {k.rsplit("/", 1)[-1] for k in store.backend.list("objects")}
-        return hashes - listed
+        try:
+            listed = {k.rsplit("/", 1)[-1] for k in store.backend.list("objects")}
+            return hashes - listed
+        except StoreError:
+            pass  # a worker's scoped credentials may not list the shared blobs: check each one
     with ThreadPoolExecutor(8) as pool:
         return {h for h, ok in zip(sorted(hashes), pool.map(store.has_object, sorted(hashes)), strict=False) if not ok}
 

@@ -246,6 +246,7 @@ class PortableService:
                 lc = orch.lifecycle()
                 if lc.state in (L.ACTIVE, L.READY):
                     orch.check()
+                    orch.refresh_credentials()  # the worker's store credentials, before they expire
                 self._watch_head()
                 if lc.state == L.ACTIVE and self._kernels_elsewhere(lc.allocation_id):
                     # another process (`jupyter portable continue` in a terminal) moved the workspace

@@ -23,12 +23,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 from jupyter_portable.compute.base import Allocation, AllocationStatus, Provider
 from jupyter_portable.core import lifecycle as L
 from jupyter_portable.core.errors import ComputeError, ConflictError, PortableError, ProviderUnavailable, UsageError
-from jupyter_portable.core.times import now_iso
+from jupyter_portable.core.times import now_iso, parse_iso, utcnow
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.store import faults
 from jupyter_portable.workdir import lifecycle_file as lifecycle_store
@@ -77,6 +78,7 @@ class Orchestrator:
         self._cancel = threading.Event()
         self._silent_since: float | None = None
         self._clients: dict[str, AgentClient] = {}
+        self._expirations: dict[str, str] = {}  # allocation -> when its store credentials expire
         # what each machine's provider last said, as the loss check saw it: the state view
         # reads spend from here, so showing the state never calls a provider
         self.observed: dict[str, AllocationStatus] = {}
@@ -307,6 +309,7 @@ class Orchestrator:
 
         def on_status(st: dict[str, Any]) -> None:
             self._check_cancel()
+            self._refresh_if_due(client, st, utcnow())  # a long materialization outlives one session
             prog = st.get("progress") or {}
             if prog.get("message") and prog != seen["last"]:
                 seen["last"] = prog
@@ -491,6 +494,39 @@ class Orchestrator:
             with contextlib.suppress(PortableError):
                 self.provider_of(rec.allocation).terminate(rec.allocation)
             self._drop_client(rec.allocation_id)
+
+    # -- store credentials ------------------------------------------------------------------------
+
+    def refresh_credentials(self, now: datetime | None = None) -> str | None:
+        """Hand the active worker fresh store credentials when its own expire within
+        ``REFRESH_MARGIN`` of ``now``; the new expiration, or None when nothing was due."""
+        lc = self.lifecycle()
+        if lc.state not in (L.MATERIALIZING, L.VERIFYING, L.READY, L.ACTIVE, L.DRAINING) or not lc.allocation_id:
+            return None
+        if self.record(lc.allocation_id) is None:
+            return None
+        client = self.client(lc.allocation_id)
+        held = self._expirations.get(lc.allocation_id)
+        if held is None:  # not known in this process yet (a restarted server): ask the worker once
+            held = (client.status(timeout=5).get("credentials") or {}).get("expiration") or ""
+            self._expirations[lc.allocation_id] = held
+        return self._refresh_if_due(client, {"credentials": {"expiration": held}}, now or utcnow())
+
+    def _refresh_if_due(self, client: AgentClient, status: dict[str, Any], now: datetime) -> str | None:
+        from jupyter_portable.store.credentials import REFRESH_MARGIN, issue
+
+        held = (status.get("credentials") or {}).get("expiration")
+        if not held:  # a file:// store's worker holds none
+            return None
+        if parse_iso(held, "the worker's credentials expiration") - now > REFRESH_MARGIN:
+            return None
+        aid = client.record.allocation_id
+        creds = issue(self.ws.config.store, self.ws.workspace_id, session_name=aid)
+        if creds is None:
+            return None
+        expiration = str(client.put_credentials(creds)["expiration"])
+        self._expirations[aid] = expiration
+        return expiration
 
     # -- after a restart --------------------------------------------------------------------------
 

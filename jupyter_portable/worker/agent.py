@@ -29,6 +29,7 @@ API (JSON; ``Authorization: token <token>``)::
     GET  /files                     the copy's files (path, size) and what is still pending
     POST /fetch {"path"}            fetch a pending large file now
     POST /seal {"message"}          seal: {"version", "manifest"}
+    PUT  /credentials {credential_process JSON}   fresh store credentials: {"expiration"}
     POST /shutdown                  stop the kernel and exit
 """
 
@@ -97,6 +98,7 @@ class AgentState:
         self.accepting = True
         self.machine_gone = False
         self.lock = threading.Lock()
+        self.credentials_expiration: str | None = None  # of the store credentials in use; never the keys
 
     # -- the store, opened lazily in the threads that need it --
     def store(self) -> Any:
@@ -119,7 +121,7 @@ class AgentState:
                 "verification": self.verification, "progress": dict(self.progress), "timings": dict(self.timings),
                 "pending": pending, "accepting": self.accepting, "sealed": self.sealed, "heartbeat": time.time(),
                 "pid": os.getpid(), "python": self.kernel_python, "environment": self.env_build,
-                "kernel": self.kernel_status()}
+                "kernel": self.kernel_status(), "credentials": {"expiration": self.credentials_expiration}}
 
     def kernel_status(self) -> dict[str, Any]:
         k = self.kernel
@@ -562,6 +564,22 @@ class SealHandler(_Handler):
         await self.run(seal, self.state, str(message))
 
 
+class CredentialsHandler(_Handler):
+    def put(self) -> None:
+        from jupyter_portable.store.credentials import SessionCredentials, write
+
+        if self.state.credentials_expiration is None:
+            raise web.HTTPError(409, reason="this worker's store takes no credentials")
+        try:
+            creds = SessionCredentials.from_json(self.body())
+        except UsageError as exc:
+            raise web.HTTPError(400, reason=exc.one_line()) from None
+        # botocore reads the file again when the credentials it holds near their expiry
+        write(self.state.state_dir / "aws", creds)
+        self.state.credentials_expiration = creds.expiration
+        self.answer({"expiration": creds.expiration})
+
+
 class ShutdownHandler(_Handler):
     def post(self) -> None:
         self.answer({"stopping": True})
@@ -579,7 +597,7 @@ def make_app(state: AgentState) -> web.Application:
         (r"/status", StatusHandler, args), (r"/kernel", KernelHandler, args),
         (r"/kernel/signal", KernelSignalHandler, args), (r"/snapshot", SnapshotHandler, args),
         (r"/files", FilesHandler, args), (r"/fetch", FetchHandler, args), (r"/seal", SealHandler, args),
-        (r"/shutdown", ShutdownHandler, args),
+        (r"/shutdown", ShutdownHandler, args), (r"/credentials", CredentialsHandler, args),
     ], max_body_size=_MAX_BODY)
 
 
@@ -633,14 +651,33 @@ def check_config(obj: Any) -> dict[str, Any]:
     env = obj.get("env") or {}
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise UsageError("env must map names to text")
+    if obj.get("credentials") is not None:
+        from jupyter_portable.store.credentials import SessionCredentials
+
+        SessionCredentials.from_json(obj["credentials"])
     return obj
+
+
+def _scrub_environment(config: dict[str, Any], state_dir: Path) -> None:
+    """This process's environment, which the kernel inherits: no secret of the machine's or the
+    user's, the store's settings, and the store credentials only as a 0600 file botocore reads."""
+    from jupyter_portable.core.secretenv import is_secret
+    from jupyter_portable.store.credentials import SessionCredentials, install
+
+    for name in [n for n in os.environ if is_secret(n)]:
+        del os.environ[name]
+    os.environ.update({k: v for k, v in (config.get("env") or {}).items() if not is_secret(k)})
+    if config.get("credentials") is not None:
+        os.environ.update(install(state_dir / "aws", SessionCredentials.from_json(config["credentials"])))
 
 
 def serve(config: dict[str, Any], ready_out: Any) -> int:
     config = check_config(config)
-    os.environ.update(config.get("env") or {})  # store credentials: in memory only
     state = AgentState(config)
     state.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _scrub_environment(config, state.state_dir)
+    if config.get("credentials") is not None:
+        state.credentials_expiration = str(config["credentials"]["Expiration"])
     state.workdir.mkdir(parents=True, exist_ok=True)
     asyncio.set_event_loop(asyncio.new_event_loop())
     server = HTTPServer(make_app(state))

@@ -25,6 +25,9 @@ import httpx
 
 from jupyter_portable.compute.base import Allocation, Provider, SshEndpoint
 from jupyter_portable.core.errors import ConflictError, LaunchFailed, PortableError, ProviderUnavailable, UsageError
+from jupyter_portable.core.secretenv import scrubbed
+from jupyter_portable.store.credentials import SessionCredentials, store_env
+from jupyter_portable.store.credentials import issue as issue_credentials
 from jupyter_portable.workdir.workcopy import WorkspaceCopy, atomic_write
 from jupyter_portable.worker.protocol import READY_PREFIX
 
@@ -106,24 +109,25 @@ def forget_record(copy: WorkspaceCopy, allocation_id: str) -> None:
 
 # -- starting the agent ------------------------------------------------------------------------
 
-def _store_env() -> dict[str, str]:
-    """What the worker needs to reach the store (credentials stay in memory, over stdin)."""
-    keep = ("AWS_", "JUPYTER_PORTABLE_S3", "FSSPEC_S3")
-    return {k: v for k, v in os.environ.items() if k.startswith(keep)}
-
-
 def start_agent(provider: Provider, allocation: Allocation, *, store: str, workspace_id: str, version: int,
                 epoch: int, lazy_threshold: int | None = None, environment: dict[str, Any] | None = None,
-                autosnapshot_minutes: float | None = None, timeout: float = 120) -> AgentRecord:
+                autosnapshot_minutes: float | None = None, timeout: float = 120,
+                credentials: SessionCredentials | None = None) -> AgentRecord:
     """Start the agent on ``allocation``'s machine and return how to reach it.
 
     ``environment``: ``{"mode": "image"}`` (the machine's Python runs the kernel) or
     ``{"mode": "lockfile", "find_links": [...], "index_url": ...}`` (a venv from the recorded
-    lockfile, its wheels cached in the store)."""
+    lockfile, its wheels cached in the store). An ``s3://`` store's worker gets ``credentials``
+    (by default fresh STS session credentials scoped to the workspace), over stdin; no other
+    store's worker gets any, and no worker gets the user's own keys or a provider's."""
     details = allocation.details
+    if credentials is None:
+        credentials = issue_credentials(store, workspace_id, session_name=allocation.allocation_id)
     config: dict[str, Any] = {"store": store, "workspace_id": workspace_id, "allocation_id": allocation.allocation_id,
-                              "version": version, "epoch": epoch, "env": _store_env(),
+                              "version": version, "epoch": epoch, "env": store_env(store),
                               "environment": environment or {"mode": "image"}}
+    if credentials is not None:
+        config["credentials"] = credentials.to_json()
     if lazy_threshold is not None:
         config["lazy_threshold"] = lazy_threshold
     if autosnapshot_minutes is not None:
@@ -131,7 +135,7 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
     if details.get("local"):
         config.update(workdir=str(details["work"]), state_dir=str(Path(details["dir"]) / "agent"),
                       machine_pid=int(details["pid"]))
-        env = dict(os.environ)
+        env = scrubbed(os.environ)  # the user's keys and the providers' stay on the user's side
         env["PATH"] = f"{details['bin']}{os.pathsep}{env.get('PATH', '')}"
         pkg_root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
@@ -320,6 +324,10 @@ class AgentClient:
 
     def seal(self, message: str = "") -> dict[str, Any]:
         return self.request("POST", "/seal", {"message": message}, timeout=3600)
+
+    def put_credentials(self, credentials: SessionCredentials) -> dict[str, Any]:
+        """Hand the agent fresh store credentials; it (and its kernel) use them from the next request."""
+        return self.request("PUT", "/credentials", credentials.to_json(), timeout=30)
 
     def shutdown(self) -> None:
         with contextlib.suppress(PortableError):

@@ -1,0 +1,321 @@
+"""Store credentials on rented machines: an ``s3://`` store's worker gets STS session
+credentials scoped to its workspace (never the user's keys), refreshed through the worker's
+API; no worker or kernel environment holds a long-lived AWS key or a provider key.
+
+The moto server enforces IAM here. Two things AWS does that moto does not are added for the
+duration of a test (``iam_enforced``): an assumed role's session policy limits what the
+role allows (moto applies only the role's own policies), and ``StringLike`` on
+``s3:prefix`` is evaluated for ListBucket (moto skips the operator). Everything else is
+moto's own evaluation of the policy this package writes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from conftest import make_bucket
+from jupyter_e2e import portable_env, release_all
+
+pytestmark = pytest.mark.timeout(300)
+
+ACCOUNT = "123456789012"
+PROVIDER_KEYS = {"RUNPOD_API_KEY": "rp-secret-1", "VAST_API_KEY": "vast-secret-2", "LAMBDA_API_KEY": "lam-secret-3",
+                 "GOOGLE_APPLICATION_CREDENTIALS": "/home/user/gcp-key.json"}
+
+
+def _string_like(expected: Any, actual: str) -> bool:
+    patterns = [expected] if isinstance(expected, str) else list(expected)
+    return any(fnmatch.fnmatchcase(actual, p) for p in patterns)
+
+
+@pytest.fixture
+def iam_enforced(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """A bucket, an IAM user with the user's long-lived keys (in the environment), a role for
+    workers that the user may assume, and moto enforcing IAM from then on."""
+    import boto3
+    from moto.core.authorization import enable_iam_authentication
+    from moto.iam import access_control, policy_conditions
+    from moto.sts.models import sts_backends
+
+    bucket = make_bucket()
+    iam = boto3.client("iam")
+    user = f"researcher-{bucket[-6:]}"
+    iam.create_user(UserName=user)
+    iam.put_user_policy(UserName=user, PolicyName="all", PolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["s3:*", "sts:*"], "Resource": "*"}]}))
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+    role = f"portable-worker-{bucket[-6:]}"
+    role_arn = iam.create_role(RoleName=role, AssumeRolePolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:user/{user}"}}]}),
+                               )["Role"]["Arn"]
+    iam.put_role_policy(RoleName=role, PolicyName="bucket", PolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*",
+                                                "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]}]}))
+
+    original = access_control.IAMRequestBase.check_action_permitted
+
+    def with_session_policy(self: Any, resource: str) -> None:
+        original(self, resource)
+        if not isinstance(self._access_key, access_control.AssumedRoleAccessKey):
+            return
+        session = next(r for r in sts_backends[ACCOUNT]["aws"].assumed_roles
+                       if r.access_key_id == self._access_key._access_key_id)
+        if session.policy:
+            prefix = parse_qs(urlparse(self._path).query).get("prefix", [""])[0]
+            verdict = access_control.IAMPolicy(session.policy).is_action_permitted(
+                self._action, resource, None, {"s3:prefix": prefix})
+            if verdict != access_control.PermissionResult.PERMITTED:
+                self._raise_access_denied()
+
+    monkeypatch.setattr(access_control.IAMRequestBase, "check_action_permitted", with_session_policy)
+    monkeypatch.setitem(policy_conditions.CONDITION_OPERATIONS, "StringLike", _string_like)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
+    monkeypatch.setenv("JUPYTER_PORTABLE_S3_ROLE_ARN", role_arn)
+    with enable_iam_authentication():
+        yield {"bucket": bucket, "key_id": key["AccessKeyId"], "secret": key["SecretAccessKey"],
+               "role_arn": role_arn}
+
+
+def _two_workspaces(tmp_path: Path, url: str) -> tuple[Any, Any]:
+    from jupyter_portable import Workspace
+
+    out = []
+    for name in ("a", "b"):
+        root = tmp_path / name
+        root.mkdir()
+        (root / "notes.txt").write_text(f"workspace {name}\n")
+        ws = Workspace.init(root, url)
+        ws.snapshot("first", progress=None)
+        out.append(ws)
+    return out[0], out[1]
+
+
+def _s3_with(creds: Any) -> Any:
+    import boto3
+
+    return boto3.client("s3", aws_access_key_id=creds.access_key_id, aws_secret_access_key=creds.secret_access_key,
+                        aws_session_token=creds.session_token)
+
+
+def _denied(call: Any) -> bool:
+    from botocore.exceptions import ClientError
+
+    try:
+        call()
+    except ClientError as exc:
+        return exc.response["Error"]["Code"] in ("AccessDenied", "403")
+    return False
+
+
+def test_session_credentials_reach_their_own_workspace_and_no_other(iam_enforced: dict[str, str],
+                                                                     tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_portable import Workspace
+    from jupyter_portable.store.credentials import issue
+
+    bucket = iam_enforced["bucket"]
+    url = f"s3://{bucket}/team"
+    a, b = _two_workspaces(tmp_path, url)
+    creds = issue(url, a.workspace_id, session_name="al-test")
+    assert creds is not None
+    assert creds.access_key_id != iam_enforced["key_id"] and creds.session_token
+    assert iam_enforced["secret"] not in repr(creds) and creds.secret_access_key not in repr(creds)
+    s3 = _s3_with(creds)
+    own, other = f"team/workspaces/{a.workspace_id}", f"team/workspaces/{b.workspace_id}"
+
+    # its own workspace: read, write, list
+    assert json.loads(s3.get_object(Bucket=bucket, Key=f"{own}/HEAD")["Body"].read())["workspace_id"] == a.workspace_id
+    s3.put_object(Bucket=bucket, Key=f"{own}/probe", Body=b"mine")
+    assert s3.list_objects_v2(Bucket=bucket, Prefix=f"{own}/manifests/")["KeyCount"] == 1
+    s3.get_object(Bucket=bucket, Key="team/config.json")
+    # another workspace's: refused to read, to write and to list
+    assert _denied(lambda: s3.get_object(Bucket=bucket, Key=f"{other}/HEAD"))
+    assert _denied(lambda: s3.put_object(Bucket=bucket, Key=f"{other}/HEAD", Body=b"{}"))
+    assert _denied(lambda: s3.list_objects_v2(Bucket=bucket, Prefix=f"{other}/"))
+    # nor may it enumerate the shared blobs, delete anything, or leave the store's prefix
+    assert _denied(lambda: s3.list_objects_v2(Bucket=bucket, Prefix="team/objects/"))
+    assert _denied(lambda: s3.list_objects_v2(Bucket=bucket))
+    assert _denied(lambda: s3.delete_object(Bucket=bucket, Key=f"{own}/probe"))
+    assert _denied(lambda: s3.put_object(Bucket=bucket, Key="elsewhere/x", Body=b"x"))
+
+    # the whole store API, as the worker uses it: a snapshot of its own workspace publishes,
+    # reading the other workspace is refused
+    for name, value in (("AWS_ACCESS_KEY_ID", creds.access_key_id), ("AWS_SECRET_ACCESS_KEY", creds.secret_access_key),
+                        ("AWS_SESSION_TOKEN", creds.session_token)):
+        monkeypatch.setenv(name, value)
+    (a.root / "results.txt").write_text("loss 0.1\n")
+    res = Workspace.find(a.root).snapshot("from the worker", progress=None)
+    assert res.version == 2
+    from jupyter_portable.core.errors import StoreError
+    from jupyter_portable.store.repo import Store
+
+    with pytest.raises(StoreError, match="access denied"):
+        Store.open(url).read_head(b.workspace_id)
+
+
+def test_without_a_role_the_federation_token_is_scoped_and_not_the_users_key(aws_env: dict[str, str]) -> None:
+    from jupyter_portable.store.credentials import issue, session_policy
+
+    creds = issue("s3://some-bucket/p", "ws-abc", session_name="al-1", environ={})
+    assert creds is not None and creds.access_key_id != aws_env["AWS_ACCESS_KEY_ID"] and creds.session_token
+    # the policy it sends: nothing outside the prefix, this workspace's keys only
+    policy = session_policy("some-bucket", "p", "ws-abc")
+    resources = [r for s in policy["Statement"] for r in s["Resource"]]
+    assert all(r.startswith("arn:aws:s3:::some-bucket/p/") or r == "arn:aws:s3:::some-bucket" for r in resources)
+    assert not any("workspaces/*" in r or r.endswith("workspaces/") for r in resources)
+    assert not any("Delete" in a for s in policy["Statement"] for a in s["Action"])
+
+
+def test_a_file_store_sends_no_credentials() -> None:
+    from jupyter_portable.store.credentials import issue, store_env
+
+    assert issue("file:///tmp/store", "ws-abc", session_name="al-1") is None
+    assert store_env("file:///tmp/store", {"AWS_ACCESS_KEY_ID": "AKIA", "AWS_REGION": "eu-west-1"}) == {}
+    assert store_env("s3://b/p", {"AWS_ACCESS_KEY_ID": "AKIA", "AWS_PROFILE": "admin", "AWS_REGION": "eu-west-1"}) \
+        == {"AWS_REGION": "eu-west-1"}
+
+
+# -- a worker on the local market, its kernel, and the refresh ------------------------------------
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _assert_clean(pid: int, user: dict[str, str], what: str) -> dict[str, str]:
+    env = _environ(pid)
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "JUPYTER_PORTABLE_S3_ROLE_ARN", *PROVIDER_KEYS):
+        assert name not in env, f"{what} has {name}"
+    for secret in (user["key_id"], user["secret"], *PROVIDER_KEYS.values()):
+        assert secret.encode() not in raw, f"{what} holds a secret"
+    return env
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc/PID/environ")
+def test_a_local_worker_holds_no_long_lived_key_and_its_credentials_are_scoped_and_refreshed(
+        iam_enforced: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any) -> None:
+    from datetime import timedelta
+
+    from jupyter_portable import Workspace
+    from jupyter_portable.orchestration.orchestrator import Orchestrator
+    from jupyter_portable.store.credentials import SessionCredentials
+    from jupyter_portable.worker.client import AgentClient, load_record
+
+    portable_env(tmp_path, monkeypatch)
+    for name, value in PROVIDER_KEYS.items():
+        monkeypatch.setenv(name, value)
+    bucket = iam_enforced["bucket"]
+    url = f"s3://{bucket}/team"
+    try:
+        a, b = _two_workspaces(tmp_path, url)
+        out = cli.json("continue", cwd=a.root)
+        assert out["state"] == "ACTIVE"
+        aid = out["allocation_id"]
+        ws = Workspace.find(a.root)
+        rec = load_record(ws.copy, aid)
+        assert rec is not None
+        client = AgentClient(rec)
+        client.start_kernel("k-env")
+        kernels = [p for p in _children(rec.pid) if "ipykernel" in Path(f"/proc/{p}/cmdline").read_text()]
+        assert kernels, "the kernel did not start"
+        machine_pid = int(rec.allocation.details["pid"])
+        _assert_clean(rec.pid, iam_enforced, "the worker agent")
+        kernel_env = _assert_clean(kernels[0], iam_enforced, "the kernel")
+        _assert_clean(machine_pid, iam_enforced, "the machine's process")
+
+        # the store credentials: a 0600 file that botocore reads, scoped to this workspace
+        folder = Path(kernel_env["AWS_CONFIG_FILE"]).parent
+        cred_file = folder / "credentials.json"
+        assert stat.S_IMODE(cred_file.stat().st_mode) == 0o600
+        held = SessionCredentials.from_json(json.loads(cred_file.read_text()))
+        assert held.access_key_id != iam_enforced["key_id"]
+        s3 = _s3_with(held)
+        s3.get_object(Bucket=bucket, Key=f"team/workspaces/{a.workspace_id}/HEAD")
+        assert _denied(lambda: s3.get_object(Bucket=bucket, Key=f"team/workspaces/{b.workspace_id}/HEAD"))
+        # the worker reads and writes its own workspace with them
+        (Path(rec.workdir) / "from-worker.txt").write_text("written on the machine\n")
+        assert client.snapshot("on the worker")["version"] >= 2
+        status = client.status()
+        assert status["credentials"]["expiration"] == held.expiration
+        assert held.secret_access_key not in json.dumps(status)
+
+        # refresh: not due now; due when the clock nears expiry; the agent takes them at once
+        orch = Orchestrator(ws)
+        try:
+            assert orch.refresh_credentials(now=held.expires_at() - timedelta(hours=2)) is None
+            new = orch.refresh_credentials(now=held.expires_at() - timedelta(minutes=5))
+        finally:
+            orch.close()
+        assert new is not None
+        fresh = SessionCredentials.from_json(json.loads(cred_file.read_text()))
+        assert fresh.access_key_id != held.access_key_id
+        assert stat.S_IMODE(cred_file.stat().st_mode) == 0o600
+        assert client.status()["credentials"]["expiration"] == new == fresh.expiration
+        (Path(rec.workdir) / "after-refresh.txt").write_text("still publishing\n")
+        assert client.snapshot("after the refresh")["version"] >= 3
+
+        # junk is refused and changes nothing
+        from jupyter_portable.core.errors import UsageError
+
+        with pytest.raises(UsageError, match="AccessKeyId"):
+            client.request("PUT", "/credentials", {"Version": 1, "AccessKeyId": "", "SecretAccessKey": "x",
+                                                   "SessionToken": "y", "Expiration": fresh.expiration})
+        assert SessionCredentials.from_json(json.loads(cred_file.read_text())) == fresh
+        client.close()
+        cli.json("stop", cwd=a.root)
+    finally:
+        release_all()
+
+
+def test_a_local_worker_of_a_file_store_gets_no_aws_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         cli: Any) -> None:
+    from jupyter_e2e import make_workspace
+
+    from jupyter_portable import Workspace
+    from jupyter_portable.worker.client import AgentClient, load_record
+
+    dirs = portable_env(tmp_path, monkeypatch)
+    user = {"key_id": "AKIAUSERKEY0000000001", "secret": "user-long-lived-secret"}
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", user["key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", user["secret"])
+    for name, value in PROVIDER_KEYS.items():
+        monkeypatch.setenv(name, value)
+    try:
+        make_workspace(tmp_path / "ws", dirs["store"])
+        out = cli.json("continue", cwd=tmp_path / "ws")
+        rec = load_record(Workspace.find(tmp_path / "ws").copy, out["allocation_id"])
+        assert rec is not None
+        env = _assert_clean(rec.pid, user, "the worker agent")
+        assert "AWS_CONFIG_FILE" not in env
+        client = AgentClient(rec)
+        assert client.status()["credentials"] == {"expiration": None}
+        client.close()
+        cli.json("stop", cwd=tmp_path / "ws")
+    finally:
+        release_all()
+    assert os.environ["AWS_SECRET_ACCESS_KEY"] == user["secret"]  # the user's side keeps them
