@@ -319,3 +319,47 @@ def test_a_local_worker_of_a_file_store_gets_no_aws_key(tmp_path: Path, monkeypa
     finally:
         release_all()
     assert os.environ["AWS_SECRET_ACCESS_KEY"] == user["secret"]  # the user's side keeps them
+
+
+def test_an_agent_on_a_machine_whose_environment_holds_keys_starts_its_kernel_without_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rented machine's own environment (the SSH session's, the image's) may carry keys: the
+    agent drops them before its kernel starts."""
+    from jupyter_e2e import make_workspace
+
+    from jupyter_portable.compute.base import Allocation
+    from jupyter_portable.worker.client import AgentClient, AgentRecord, _start_local
+    from jupyter_portable.worker.protocol import READY_PREFIX
+
+    monkeypatch.setenv("JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES", "0")
+    ws = make_workspace(tmp_path / "ws", tmp_path / "store")
+    head = ws.store.read_head(ws.workspace_id)[0]
+    machine = tmp_path / "machine"
+    config = {"store": ws.config.store, "workspace_id": ws.workspace_id, "allocation_id": "al-keys1",
+              "version": head.version, "epoch": head.epoch, "workdir": str(machine / "work"),
+              "state_dir": str(machine / "agent"), "env": {"AWS_REGION": "eu-west-1", "RUNPOD_API_KEY": "sent-by-mistake"}}
+    user = {"key_id": "AKIAMACHINEKEY000001", "secret": "machine-long-lived-secret"}
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": user["key_id"], "AWS_SECRET_ACCESS_KEY": user["secret"],
+           "AWS_PROFILE": "admin", **PROVIDER_KEYS,
+           "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]),
+                                                     os.environ.get("PYTHONPATH")) if p)}
+    (machine / "work").mkdir(parents=True)
+    rc, out, err = _start_local(json.dumps(config), env=env, cwd=str(machine / "work"), timeout=60,
+                                log=machine / "agent" / "agent.log")
+    assert rc == 0, err
+    info = json.loads(next(line for line in out.splitlines() if line.startswith(READY_PREFIX))[len(READY_PREFIX):])
+    rec = AgentRecord(Allocation("al-keys1", "local", "x", "ref", "2026-12-01T00:00:00Z"), int(info["port"]),
+                      int(info["pid"]), str(info["token"]), str(machine / "work"))
+    client = AgentClient(rec)
+    try:
+        assert client.wait(lambda s: s["phase"] in ("ready", "failed"), timeout=60)["phase"] == "ready"
+        client.start_kernel("k-keys")
+        kernels = [p for p in _children(rec.pid) if "ipykernel" in Path(f"/proc/{p}/cmdline").read_text()]
+        assert kernels, "the kernel did not start"
+        kernel_env = _assert_clean(kernels[0], user, "the kernel")
+        assert "sent-by-mistake" not in json.dumps(kernel_env)
+        assert kernel_env["AWS_REGION"] == "eu-west-1"  # what the store needs still gets there
+        assert client.status()["credentials"] == {"expiration": None}
+    finally:
+        client.shutdown()
+        client.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from typing import Any
 
 from jupyter_portable.compute.base import Provider
 from jupyter_portable.core.errors import ComputeError, PortableError, UsageError
@@ -44,12 +45,13 @@ def provider_names(env: dict[str, str] | None = None) -> list[str]:
     return names
 
 
-def make_provider(name: str) -> Provider:
+def make_provider(name: str, **kwargs: Any) -> Provider:
+    """The provider ``name``, built with ``kwargs`` (its class's own keyword arguments)."""
     if name not in PROVIDERS:
         raise UsageError(f"unknown provider {name!r}", hint=f"choose from {', '.join(PROVIDERS)}")
     module, cls = PROVIDERS[name]
     try:
-        return getattr(importlib.import_module(module), cls)()
+        return getattr(importlib.import_module(module), cls)(**kwargs)  # type: ignore[no-any-return]
     except ComputeError:
         raise
     except (ImportError, AttributeError) as exc:

@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 
 from tornado.ioloop import IOLoop, PeriodicCallback
 
+from jupyter_portable.compute.base import Provider
 from jupyter_portable.core import lifecycle as L
 from jupyter_portable.core.errors import ConflictError, PortableError
 from jupyter_portable.core.times import now_iso
@@ -48,13 +50,15 @@ class PortableService:
     """One per server: the workspace copy the server was started in."""
 
     def __init__(self, serverapp: Any, ws: Workspace | None, *, check_interval_s: float = 2.0,
-                 reservation_interval_s: float = 30.0) -> None:
+                 reservation_interval_s: float = 30.0,
+                 providers: Callable[[], dict[str, Provider]] | None = None) -> None:
         self.serverapp = serverapp
         self.ws = ws
         self.loop = IOLoop.current()
         self.pool = ThreadPoolExecutor(4, thread_name_prefix="portable")
         self.continuing: Future[Any] | None = None
         self.orch: Orchestrator | None = None
+        self.make_providers = providers  # None: the environment's (compute.registry)
         self.view = StateView(ws, self.orchestrator) if ws is not None else None
         self.synced: dict[str, str] = {}  # path -> the hash both sides agreed on last
         self.started_reservations: set[str] = set()
@@ -105,7 +109,8 @@ class PortableService:
                                 hint="start JupyterLab inside a workspace folder (`jupyter portable init`)")
         if self.orch is None:
             self.orch = Orchestrator(self.ws, on_state=self.on_state, on_progress=self.on_progress,
-                                     reconnect=self.reconnect)
+                                     reconnect=self.reconnect,
+                                     providers=self.make_providers() if self.make_providers else None)
         return self.orch
 
     def start(self) -> None:

@@ -141,9 +141,13 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
 
     def _launch(self, kernel_id: str) -> KernelConnectionInfo:
         from jupyter_portable.compute.registry import enabled_providers
+        from jupyter_portable.orchestration.monitor import service_for
 
         assert self._record is not None
-        provider = enabled_providers().get(self._record.allocation.provider)
+        service = service_for(self._workspace_root) if self._workspace_root else None
+        # the server's configured providers (c.Portable), else the environment's
+        providers = service.orchestrator().providers if service is not None else enabled_providers()
+        provider = providers.get(self._record.allocation.provider)
         self._client = AgentClient(self._record, provider)
         for _attempt in range(3):
             info = self._client.start_kernel(kernel_id)

@@ -24,6 +24,9 @@ class _Parser(argparse.ArgumentParser):
 
 def _build() -> argparse.ArgumentParser:
     p = _Parser(prog="jupyter portable", description="A durable workspace for notebooks on rented GPUs.")
+    p.add_argument("--help-all", action="store_true",
+                   help="also list every setting (c.Portable.* in jupyter_server_config.py) and its environment "
+                        "variable")
     sub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
 
     def verb(name: str, help: str) -> argparse.ArgumentParser:
@@ -201,14 +204,15 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
 
         if not os.path.isfile(args.catalog):
             raise UsageError(f"--catalog {args.catalog}: no such file")
-        os.environ["JUPYTER_PORTABLE_CATALOG"] = os.path.abspath(args.catalog)
     if args.verb in ("offers", "market"):
         return _market(args)
     ws = Workspace.find(args.dir)
     if args.verb == "spend":
         from jupyter_portable.orchestration import budget
 
-        report = budget.enforce_budget(ws) if args.enforce else budget.budget_report(ws)
+        providers = _config(args).make_providers()
+        report = (budget.enforce_budget(ws, providers=providers) if args.enforce
+                  else budget.budget_report(ws, providers=providers))
         return report, report["message"], 0
     if args.verb in ("routes", "settings", "reserve", "reservations"):
         return _workspace_market(args, ws)
@@ -262,6 +266,17 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
     raise UsageError("no verb given; try `jupyter portable --help`")
 
 
+def _config(args: argparse.Namespace) -> Any:
+    """``c.Portable`` from the Jupyter config files and the environment; ``--catalog`` wins."""
+    import os
+
+    from jupyter_portable.interfaces.config import Portable, load_config
+
+    if getattr(args, "catalog", None):
+        return Portable(config=load_config(), catalog=os.path.abspath(args.catalog))
+    return Portable(config=load_config())
+
+
 def _orchestrate(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str, int]:
     from jupyter_portable.orchestration.orchestrator import Orchestrator
 
@@ -274,7 +289,7 @@ def _orchestrate(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str
         if not args.quiet:
             print(f"  {ev['step']}: {ev['message']}", file=sys.stderr)
 
-    orch = Orchestrator(ws, on_state=on_state, on_progress=on_progress)
+    orch = Orchestrator(ws, on_state=on_state, on_progress=on_progress, providers=_config(args).make_providers())
     try:
         if args.verb == "continue":
             out = orch.continue_(args.route, hours=args.hours)
@@ -293,11 +308,11 @@ def _orchestrate(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str
 
 
 def _market(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
-    from jupyter_portable.compute.registry import enabled_providers
     from jupyter_portable.orchestration.routes import list_offers
 
+    config = _config(args)
     if args.verb == "offers":
-        offers, errors = list_offers(enabled_providers(), gpu=args.gpu)
+        offers, errors = list_offers(config.make_providers(), gpu=args.gpu)
         rows = [f"{o.key:<28} {o.gpu_count} x {o.gpu:<24} {o.gpu_memory_gb:>5g} GB  ${o.price_per_hour:>6.2f}/h  "
                 f"{o.region:<12} driver {o.driver or '?':<10} capacity {o.capacity if o.capacity is not None else '?'}"
                 for o in offers]
@@ -308,7 +323,7 @@ def _market(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
                 else "\n".join(rows) or "no offers", EXIT_FAIL if failed else 0)
     from jupyter_portable.compute.local import LocalMarket, lose_allocation
 
-    local = LocalMarket()
+    local = LocalMarket(config.catalog, config.market_dir)
     if args.action == "list":
         allocs = local.list_allocations()
         return ({"allocations": allocs},
@@ -326,8 +341,9 @@ def _workspace_market(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any]
     from jupyter_portable.orchestration import routes as routing
     from jupyter_portable.orchestration import settings as workspace_settings
 
+    providers = _config(args).make_providers()
     if args.verb == "routes":
-        routes, errors = routing.compute_routes(ws, hours=args.hours, gpu=args.gpu)
+        routes, errors = routing.compute_routes(ws, hours=args.hours, gpu=args.gpu, providers=providers)
         lines = []
         for i, r in enumerate(routes, 1):
             c = r.cost
@@ -350,18 +366,18 @@ def _workspace_market(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any]
         shown["spent"] = routing.spent_so_far(ws)
         return shown, json.dumps(shown, indent=2), 0
     if args.verb == "reserve":
-        booking = reservations.reserve(ws, args.offer, args.start, args.hours, args.charge)
+        booking = reservations.reserve(ws, args.offer, args.start, args.hours, args.charge, providers=providers)
         b = booking.to_json()
         return b, (f"booked {b['reservation_id']}: {b['offer_key']} from {b['start']} for {b['hours']:g} h, "
                    f"${b['price']:.2f}, charged {'now' if b['charge'] == 'now' else 'at ' + b['charge_at']}; "
                    f"guarantee: {b['guarantee']}"), 0
     if args.cancel:
-        booking = reservations.cancel_reservation(ws, args.cancel)
+        booking = reservations.cancel_reservation(ws, args.cancel, providers=providers)
         return booking.to_json(), f"cancelled {booking.reservation_id}", 0
     books = reservations.reservations(ws)
     out: dict[str, Any] = {"reservations": [b.to_json() for b in books]}
     if args.calendar:
-        out["calendar"] = reservations.calendar(ws, args.calendar)
+        out["calendar"] = reservations.calendar(ws, args.calendar, providers=providers)
     text = "\n".join(f"{b.reservation_id}  {b.offer_key:<26} {b.start.isoformat()}  {b.hours:g} h  ${b.price:.2f}  "
                      f"{b.status:<9} {b.guarantee}  charge {b.charge}" for b in books) or "no reservations"
     return out, text, 0
@@ -371,6 +387,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = _build()
     try:
         args = parser.parse_args(argv)
+        if args.help_all:
+            from jupyter_portable.interfaces.config import help_all
+
+            parser.print_help()
+            print("\nSettings (c.Portable.NAME in jupyter_server_config.py; an environment variable, where a "
+                  "setting names one, overrides the file):\n")
+            print(help_all())
+            return 0
         if not args.verb:
             parser.print_help(sys.stderr)
             return EXIT_USAGE

@@ -291,9 +291,24 @@ class NotFoundHandler(_Base):
     post = put = delete = get
 
 
+def _raise(exc: Exception) -> Any:
+    raise exc
+
+
 def _load_jupyter_server_extension(serverapp: Any) -> None:
+    from jupyter_portable.interfaces.config import Portable
+
     ws = find_workspace(serverapp.root_dir)
-    service = PortableService(serverapp, ws)
+    try:
+        config = Portable(parent=serverapp)
+    except PortableError as exc:  # the server still starts; every call then says what to fix
+        serverapp.log.error("jupyter-portable: %s", exc.one_line())
+        error = exc
+        service = PortableService(serverapp, ws, providers=lambda: _raise(error))
+    else:
+        service = PortableService(serverapp, ws, check_interval_s=config.check_interval_s,
+                                  reservation_interval_s=config.reservation_interval_s,
+                                  providers=config.make_providers)
     for name, _schema_id in SCHEMAS:
         serverapp.event_logger.register_event_schema(Path(__file__).parent / "events" / name)
     ksm = serverapp.kernel_spec_manager
