@@ -337,7 +337,8 @@ def test_an_agent_on_a_machine_whose_environment_holds_keys_starts_its_kernel_wi
     machine = tmp_path / "machine"
     config = {"store": ws.config.store, "workspace_id": ws.workspace_id, "allocation_id": "al-keys1",
               "version": head.version, "epoch": head.epoch, "workdir": str(machine / "work"),
-              "state_dir": str(machine / "agent"), "env": {"AWS_REGION": "eu-west-1", "RUNPOD_API_KEY": "sent-by-mistake"}}
+              "state_dir": str(machine / "agent"),
+              "env": {"AWS_REGION": "eu-west-1", "RUNPOD_API_KEY": "sent-by-mistake"}}
     user = {"key_id": "AKIAMACHINEKEY000001", "secret": "machine-long-lived-secret"}
     env = {**os.environ, "AWS_ACCESS_KEY_ID": user["key_id"], "AWS_SECRET_ACCESS_KEY": user["secret"],
            "AWS_PROFILE": "admin", **PROVIDER_KEYS,
