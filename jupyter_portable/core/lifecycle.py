@@ -56,7 +56,7 @@ from typing import Any
 
 from jupyter_portable.core.errors import ManifestError
 from jupyter_portable.core.times import parse_iso
-from jupyter_portable.core.validate import check_workspace_id
+from jupyter_portable.core.validate import check_workspace_id, dumps_strict, loads_strict
 
 LIFECYCLE_FORMAT = "jupyter-portable.lifecycle"
 SCHEMA = 1
@@ -288,6 +288,15 @@ class Lifecycle:
                 "route": self.route, "version": self.version, "verified": self.verified,
                 "attempts": [_json_value(a, "attempt") for a in self.attempts],
                 "events": [e.to_json() for e in self.events], "updated": self.updated}
+
+    def to_bytes(self) -> bytes:
+        """The record as its file holds it: strict JSON (no NaN), one field a line."""
+        return dumps_strict(self.to_json(), "lifecycle record", indent=1).encode() + b"\n"
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Lifecycle":
+        """:meth:`from_json` over strict JSON: a key twice, NaN or hostile nesting is refused."""
+        return cls.from_json(loads_strict(data, "lifecycle record"))
 
     @classmethod
     def from_json(cls, obj: object) -> "Lifecycle":

@@ -6,14 +6,22 @@ Anything that is not exactly that format is refused with :class:`ManifestError`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_portable.core.errors import ManifestError, UnsafePath
 from jupyter_portable.core.paths import check_link_target, check_relpath
 from jupyter_portable.core.records import CheckpointRecord, check_allocation, check_next_action
-from jupyter_portable.core.validate import HASH_RE, check_hash, check_workspace_id
+from jupyter_portable.core.validate import (
+    HASH_RE,
+    MTIME_NS_MAX,
+    MTIME_NS_MIN,
+    check_hash,
+    check_workspace_id,
+    dumps_strict,
+    loads_strict,
+    short_repr,
+)
 from jupyter_portable.core.validate import check_int as _int
 from jupyter_portable.core.validate import check_keys as _keys
 from jupyter_portable.core.validate import check_str as _str
@@ -24,6 +32,10 @@ PACK_INDEX_FORMAT = "jupyter-portable.packindex"
 SCHEMA = 1
 
 _MAX_MODE = 0o7777
+# The largest object S3 and GCS store (5 TiB); no file, part, pack or offset in one may exceed it,
+# and a filesystem refuses a bigger file anyway ("File too large", naming nothing).
+MAX_OBJECT_SIZE = 5 * 2**40
+MAX_FILE_SIZE = MAX_OBJECT_SIZE
 _PACKED_KEYS = frozenset({"path", "type", "size", "mode", "hash", "mtime_ns", "pack"})
 _PARTS_KEYS = frozenset({"path", "type", "size", "mode", "hash", "mtime_ns", "parts"})
 _PACK_KEYS = frozenset({"id", "offset", "length"})
@@ -97,9 +109,9 @@ class FileEntry:
             return None
         keys = obj.keys()
         size, mode, digest, mtime_ns = obj.get("size"), obj.get("mode"), obj.get("hash"), obj.get("mtime_ns")
-        if (type(size) is not int or size < 0 or type(mode) is not int or not 0 <= mode <= _MAX_MODE
-                or type(digest) is not str or not HASH_RE.match(digest)
-                or type(mtime_ns) is not int or mtime_ns < -(2**63)):
+        if (type(size) is not int or not 0 <= size <= MAX_FILE_SIZE or type(mode) is not int
+                or not 0 <= mode <= _MAX_MODE or type(digest) is not str or not HASH_RE.match(digest)
+                or type(mtime_ns) is not int or not MTIME_NS_MIN <= mtime_ns <= MTIME_NS_MAX):
             return None
         try:
             path = check_relpath(obj["path"])
@@ -111,7 +123,7 @@ class FileEntry:
                 return None
             pid, off, length = p["id"], p["offset"], p["length"]
             if (type(pid) is not str or not HASH_RE.match(pid) or type(off) is not int or off < 0
-                    or type(length) is not int or length != size):
+                    or type(length) is not int or length != size or off + length > MAX_OBJECT_SIZE):
                 return None
             return cls(path, size, mode, digest, mtime_ns, pack=PackRef(pid, off, length))
         if keys != _PARTS_KEYS or type(obj["parts"]) is not list:
@@ -145,11 +157,17 @@ class FileEntry:
         _keys(obj, f"file {path!r}", ("path", "type", "size", "mode", "hash", "mtime_ns",
                                       "pack" if has_pack else "parts"))
         size = _int(obj["size"], f"size of {path!r}")
+        if size > MAX_FILE_SIZE:
+            raise ManifestError(f"size of {path!r} is {size} bytes, over the store's limit of "
+                                f"{MAX_FILE_SIZE} bytes (5 TiB)")
         mode = _int(obj["mode"], f"mode of {path!r}")
         if mode > _MAX_MODE:
             raise ManifestError(f"mode of {path!r} is out of range: {mode}")
         digest = check_hash(obj["hash"], f"hash of {path!r}")
-        mtime_ns = _int(obj["mtime_ns"], f"mtime_ns of {path!r}", minimum=-(2**63))
+        mtime_ns = obj["mtime_ns"]
+        if type(mtime_ns) is not int or not MTIME_NS_MIN <= mtime_ns <= MTIME_NS_MAX:
+            raise ManifestError(f"mtime_ns of {path!r} must be an integer from {MTIME_NS_MIN} to {MTIME_NS_MAX} "
+                                f"(a time this platform can set), got {short_repr(mtime_ns)}")
         if has_pack:
             p = _keys(obj["pack"], f"pack of {path!r}", ("id", "offset", "length"))
             ref = PackRef(check_hash(p["id"], f"pack of {path!r}"),
@@ -157,6 +175,9 @@ class FileEntry:
                           _int(p["length"], f"pack length of {path!r}"))
             if ref.length != size:
                 raise ManifestError(f"pack length of {path!r} ({ref.length}) differs from its size ({size})")
+            if ref.offset + ref.length > MAX_OBJECT_SIZE:
+                raise ManifestError(f"pack offset of {path!r} lies past the store's object limit of "
+                                    f"{MAX_OBJECT_SIZE} bytes")
             return cls(path, size, mode, digest, mtime_ns, pack=ref)
         raw_parts = obj["parts"]
         if not isinstance(raw_parts, list):
@@ -231,17 +252,14 @@ class Manifest:
         """The canonical bytes (computed once: the manifest is immutable)."""
         cached = self.__dict__.get("_bytes")
         if cached is None:
-            cached = json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True).encode()
+            cached = dumps_strict(self.to_json(), f"manifest version {self.version}", separators=(",", ":"),
+                                  sort_keys=True).encode()
             object.__setattr__(self, "_bytes", cached)
         return cached
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "Manifest":
-        try:
-            obj = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ManifestError(f"manifest is not valid JSON: {exc}") from exc
-        return cls.from_json(obj)
+        return cls.from_json(loads_strict(data, "manifest"))
 
     @classmethod
     def from_json(cls, obj: object) -> "Manifest":
@@ -319,18 +337,15 @@ class Head:
     updated: str
 
     def to_bytes(self) -> bytes:
-        return json.dumps({
+        return dumps_strict({
             "format": HEAD_FORMAT, "schema": SCHEMA, "workspace_id": self.workspace_id,
             "version": self.version, "manifest": self.manifest, "epoch": self.epoch,
             "updated": self.updated,
-        }, sort_keys=True).encode()
+        }, "head", sort_keys=True).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "Head":
-        try:
-            obj = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ManifestError(f"head is not valid JSON: {exc}") from exc
+        obj = loads_strict(data, "head")
         _keys(obj, "head", ("format", "schema", "workspace_id", "version", "manifest", "epoch", "updated"))
         if obj["format"] != HEAD_FORMAT or obj["schema"] != SCHEMA:
             raise ManifestError(f"unsupported head format {obj['format']!r} schema {obj['schema']!r}")
@@ -354,20 +369,17 @@ class PackIndex:
     blobs: tuple[tuple[str, int, int], ...]  # (hash, offset, length)
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"format": PACK_INDEX_FORMAT, "schema": SCHEMA, "pack": self.pack,
-                           "size": self.size, "blobs": [list(b) for b in self.blobs]},
-                          separators=(",", ":")).encode()
+        return dumps_strict({"format": PACK_INDEX_FORMAT, "schema": SCHEMA, "pack": self.pack,
+                             "size": self.size, "blobs": [list(b) for b in self.blobs]},
+                            "pack index", separators=(",", ":")).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "PackIndex":
-        try:
-            obj = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ManifestError(f"pack index is not valid JSON: {exc}") from exc
+        obj = loads_strict(data, "pack index")
         _keys(obj, "pack index", ("format", "schema", "pack", "size", "blobs"))
         if obj["format"] != PACK_INDEX_FORMAT or obj["schema"] != SCHEMA:
             raise ManifestError("unsupported pack index format")
-        size = _int(obj["size"], "pack size")
+        size = _int(obj["size"], "pack size", maximum=MAX_OBJECT_SIZE)
         blobs = []
         if not isinstance(obj["blobs"], list):
             raise ManifestError("pack index blobs must be a list")

@@ -10,7 +10,7 @@ from typing import Any
 
 from jupyter_portable.core.errors import ManifestError
 from jupyter_portable.core.paths import check_relpath
-from jupyter_portable.core.validate import check_hash
+from jupyter_portable.core.validate import check_hash, check_number
 
 CHECKPOINT_STATUSES = ("verified", "rejected")
 CHECKPOINT_KINDS = ("file", "directory")
@@ -136,8 +136,9 @@ def check_allocation(obj: object) -> dict[str, Any]:
     for key in ("provider", "offer", "gpu", "region", "started", "stopped", "stop_reason", "currency", "state", "ref",
                 "driver"):
         _opt(obj, key, str, "allocation")
-    _opt(obj, "spend", (int, float), "allocation")
-    _opt(obj, "price_per_hour", (int, float), "allocation")
+    for key in ("spend", "price_per_hour"):
+        if _opt(obj, key, (int, float), "allocation") is not None:
+            check_number(obj[key], f"allocation {key}")
     _opt(obj, "epoch", int, "allocation")
     failures = obj.get("failures", [])
     if not isinstance(failures, list) or not all(isinstance(f, str) for f in failures):
