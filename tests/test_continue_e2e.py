@@ -186,8 +186,11 @@ async def test_routes_reservations_and_admission_failover(jp_serverapp: Any, jp_
     assert set(routes["routes"][0]["cost"]) >= {"gpu", "egress", "storage", "queue", "risk", "total"}
 
     # book and cancel a reservation
+    from datetime import datetime, timedelta, timezone
+
+    start = (datetime.now(timezone.utc) + timedelta(days=30)).replace(minute=0, second=0, microsecond=0)
     booked = await jp_fetch("portable", "api", "reservations", method="POST", body=json.dumps(
-        {"offer": "local/a100", "start": "2030-01-01T10:00:00Z", "hours": 2, "charge": "before"}))
+        {"offer": "local/a100", "start": start.isoformat(), "hours": 2, "charge": "before"}))  # within a year
     assert booked.code == 201
     rid = json.loads(booked.body)["reservation_id"]
     listing = json.loads((await jp_fetch("portable", "api", "reservations")).body)

@@ -18,6 +18,7 @@ from typing import Any
 
 from jupyter_portable.core.errors import UsageError
 from jupyter_portable.core.times import parse_iso, to_iso
+from jupyter_portable.core.validate import short_repr
 
 BOOKING_SCHEMA = 1
 CHARGE_POLICIES = ("now", "before")  # "before": charged automatically CHARGE_LEAD before the start
@@ -27,6 +28,8 @@ CANCEL_RULES = ("free-until-start", "free-until-charge", "no-cancel")
 CHARGE_LEAD = timedelta(hours=2)
 MAX_HOURS = 24 * 14  # the longest slot booked in one go (AWS Capacity Blocks: 14 days in day steps)
 MAX_DAYS = 120  # the farthest the grid looks ahead (GCP DWS calendar mode shows 120 days)
+MAX_AHEAD = timedelta(days=365)  # the farthest ahead a slot may start (AWS Capacity Blocks: 8 weeks)
+MAX_ID = 200  # reservation ids and offer keys are names, not documents
 HOUR = timedelta(hours=1)
 _ACTIVE = ("booked", "charged")  # statuses that hold capacity
 _FIELDS = ("reservation_id", "offer_key", "start", "hours", "charge", "guarantee", "price", "status", "created",
@@ -44,8 +47,26 @@ def _iso(value: datetime) -> str:
     return to_iso(value, "auto")
 
 
-def _parse_time(value: object, name: str) -> datetime:
-    return parse_iso(value, name)
+def parse_time(value: object, name: str) -> datetime:
+    """An ISO 8601 time with a zone, in UTC; UsageError when it is not one or lies past year 1..9999."""
+    try:
+        return parse_iso(value, name)
+    except OverflowError:  # an offset that moves year 1 or 9999 out of range
+        raise UsageError(f"{name} {short_repr(value)} is out of range: give a time between now and a year "
+                         "from now, such as 2026-12-01T09:00Z") from None
+
+
+_parse_time = parse_time
+
+
+def start_problem(start: datetime, now: datetime) -> str | None:
+    """Why a new slot cannot start at ``start``: in the past, or more than a year after ``now``."""
+    start, now = _aware(start, "start"), _aware(now, "now")
+    if start < now:
+        return f"{_iso(start)} is in the past"
+    if start - now > MAX_AHEAD:
+        return f"{_iso(start)} is more than {MAX_AHEAD.days} days ahead; book a start within a year of now"
+    return None
 
 
 def charge_time(start: datetime, charge: str, created: datetime) -> datetime:
@@ -78,10 +99,10 @@ class Booking:
 
     def __post_init__(self) -> None:
         problems = []
-        if not isinstance(self.reservation_id, str) or not self.reservation_id:
-            problems.append("no reservation_id")
-        if not isinstance(self.offer_key, str) or not self.offer_key:
-            problems.append("no offer_key")
+        for name in ("reservation_id", "offer_key"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value or len(value) > MAX_ID or not value.isprintable():
+                problems.append(f"{name} must be a name of 1 to {MAX_ID} printable characters")
         if isinstance(self.hours, bool) or not isinstance(self.hours, (int, float)) \
                 or not (0 < self.hours <= MAX_HOURS):
             problems.append(f"hours must be > 0 and <= {MAX_HOURS}, not {self.hours!r}")
@@ -98,10 +119,17 @@ class Booking:
                                         or not (0 <= self.refund <= self.price)):
             problems.append("refund is only for a cancelled booking, between 0 and its price")
         if problems:
-            raise UsageError(f"booking {self.reservation_id!r}: " + "; ".join(problems))
+            raise UsageError(f"booking {short_repr(self.reservation_id)}: " + "; ".join(problems))
         # Stored in UTC so equal instants compare and serialise equal.
         for name in ("start", "created", "charge_at"):
-            object.__setattr__(self, name, _aware(getattr(self, name), name))
+            try:
+                object.__setattr__(self, name, _aware(getattr(self, name), name))
+            except OverflowError:
+                raise UsageError(f"booking {self.reservation_id!r}: {name} is out of range") from None
+        try:  # the end and the charge time must exist, or every listing and cancel would fail on it
+            _ = (self.start + timedelta(hours=self.hours), self.start - CHARGE_LEAD)
+        except OverflowError:
+            raise UsageError(f"booking {self.reservation_id!r}: start {_iso(self.start)} is out of range") from None
         if self.charge_at != charge_time(self.start, self.charge, self.created):
             raise UsageError(f"booking {self.reservation_id!r}: charge_at {_iso(self.charge_at)} does not follow "
                              f"the {self.charge!r} policy")
@@ -196,13 +224,14 @@ def can_book(offer_key: str, start: datetime, hours: float, bookings: Iterable[B
              capacity: Mapping[str, int | None], *, now: datetime) -> str | None:
     """The reason ``offer_key`` cannot be booked from ``start`` for ``hours``, or None when it can.
 
-    Starts in the past and off whole hours are refused. An offer with a known capacity has that
+    Starts in the past, more than a year ahead, and off whole hours are refused. An offer with a known capacity has that
     many per hour, and overlapping active bookings use it up; unknown capacity (None, or an
     offer not in ``capacity``) is best-effort and always bookable.
     """
     start, now = _aware(start, "start"), _aware(now, "now")
-    if start < now:
-        return f"{_iso(start)} is in the past"
+    problem = start_problem(start, now)
+    if problem:
+        return problem
     if start.minute or start.second or start.microsecond:
         return f"slots start on whole hours; {_iso(start)} does not"
     if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not (0 < hours <= MAX_HOURS) \
@@ -257,5 +286,7 @@ __all__ = [
     "can_book",
     "cancel",
     "charge_time",
+    "parse_time",
     "slots",
+    "start_problem",
 ]

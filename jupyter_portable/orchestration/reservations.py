@@ -2,22 +2,78 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import datetime, timezone
 from typing import Any
 
 from jupyter_portable.compute.base import Provider
 from jupyter_portable.compute.registry import enabled_providers
-from jupyter_portable.core.calendar import Booking, can_book, cancel, slots
-from jupyter_portable.core.errors import NoCapacity, NotSupported, PortableError, UsageError
+from jupyter_portable.core.calendar import CHARGE_POLICIES, Booking, can_book, cancel, parse_time, slots
+from jupyter_portable.core.errors import ManifestError, NoCapacity, NotSupported, PortableError, UsageError
 from jupyter_portable.core.offers import Offer
-from jupyter_portable.core.times import parse_iso
+from jupyter_portable.core.validate import dumps_strict, short_repr
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.orchestration.routes import list_offers
 
+log = logging.getLogger(__name__)
+
+
+def _entries(doc: Any) -> list[Any]:
+    """The stored entries; a document that is not a list holds none that can be read."""
+    if doc is None:
+        return []
+    if not isinstance(doc, list):
+        raise UsageError("the workspace's reservations document is not a list",
+                         hint="move workspaces/<id>/reservations.json aside in the store")
+    return doc
+
+
+def _read(entry: Any, index: int) -> Booking | str:
+    """The booking an entry holds, or the one-line reason it cannot be read."""
+    try:
+        return Booking.from_json(entry)
+    except UsageError as exc:
+        rid = entry.get("reservation_id") if isinstance(entry, dict) else None
+        return f"stored reservation {index + 1} ({short_repr(rid)}) cannot be read and is skipped: {exc}"
+
+
+def read_reservations(ws: Workspace) -> tuple[list[Booking], list[str]]:
+    """The workspace's bookings, and one line for each stored entry that could not be read (skipped)."""
+    try:
+        doc = _entries(ws.store.read_doc(ws.workspace_id, "reservations"))
+    except (UsageError, ManifestError) as exc:
+        return [], [f"the reservations cannot be read: {exc}"]
+    books: list[Booking] = []
+    problems: list[str] = []
+    for i, entry in enumerate(doc):
+        got = _read(entry, i)
+        if isinstance(got, Booking):
+            books.append(got)
+        else:
+            problems.append(got)
+    return books, problems
+
 
 def reservations(ws: Workspace) -> list[Booking]:
-    return [Booking.from_json(b) for b in ws.store.read_doc(ws.workspace_id, "reservations") or []]
+    """The bookings that can be read; an entry that cannot is logged as a warning and skipped."""
+    books, problems = read_reservations(ws)
+    for problem in problems:
+        log.warning("%s", problem)
+    return books
+
+
+def _kept(entries: list[Any]) -> list[Any]:
+    """Entries to write back: unreadable ones stay as they were, unless they cannot be JSON at all."""
+    out = []
+    for entry in entries:
+        try:
+            dumps_strict(entry, "reservation")
+        except ManifestError:
+            log.warning("dropping a stored reservation that is not JSON (it holds NaN or Infinity)")
+            continue
+        out.append(entry)
+    return out
 
 
 def _find_offer(providers: dict[str, Provider], offer_key: str) -> tuple[Provider, Offer]:
@@ -37,7 +93,13 @@ def reserve(ws: Workspace, offer_key: str, start: str, hours: float, charge: str
     """Book a slot for an offer type, with the charge policy; persisted with the workspace."""
     providers = providers if providers is not None else enabled_providers()
     now = now or datetime.now(timezone.utc)
-    when = parse_iso(start, "start")
+    when = parse_time(start, "start")
+    if charge not in CHARGE_POLICIES:
+        raise UsageError(f"charge must be one of {', '.join(CHARGE_POLICIES)}, not {short_repr(charge)}")
+    # The start and length rules first: nothing is bought from a provider for a slot we would refuse.
+    reason = can_book(offer_key, when, hours, [], {}, now=now)
+    if reason:
+        raise UsageError(f"cannot book {offer_key} at {start} for {short_repr(hours)} h: {reason}")
     provider, offer = _find_offer(providers, offer_key)
     try:
         sold = provider.reserve(offer, start=when.isoformat().replace("+00:00", "Z"), hours=hours)
@@ -51,14 +113,17 @@ def reserve(ws: Workspace, offer_key: str, start: str, hours: float, charge: str
     booking = Booking.new(rid, offer.key, when, hours, charge=charge, guarantee=guarantee, price=price, created=now)
 
     def add(current: Any) -> Any:
-        existing = [Booking.from_json(b) for b in current or []]
+        entries = _entries(current)
+        existing = [b for b in (_read(e, i) for i, e in enumerate(entries)) if isinstance(b, Booking)]
         reason = can_book(offer.key, when, hours, existing, capacity, now=now)
         if reason and "capacity" in reason:
             raise NoCapacity(f"cannot book {offer.key} at {start} for {hours:g} h: {reason}",
                              provider=provider.name, offer=offer.id)
         if reason:
             raise UsageError(f"cannot book {offer.key} at {start} for {hours:g} h: {reason}")
-        return [b.to_json() for b in existing] + [booking.to_json()]
+        new = _kept(entries) + [booking.to_json()]
+        dumps_strict(new, "the reservations", error=UsageError)
+        return new
 
     try:
         ws.store.update_doc(ws.workspace_id, "reservations", add)
@@ -82,16 +147,18 @@ def cancel_reservation(ws: Workspace, reservation_id: str, *, providers: dict[st
     result: dict[str, Booking] = {}
 
     def change(current: Any) -> Any:
-        books = [Booking.from_json(b) for b in current or []]
-        for i, b in enumerate(books):
-            if b.reservation_id == reservation_id:
+        entries = _kept(_entries(current))
+        for i, entry in enumerate(entries):
+            b = _read(entry, i)
+            if isinstance(b, Booking) and b.reservation_id == reservation_id:
                 rules = "no-cancel" if b.guarantee == "provider" else "free-until-start"
                 out = cancel(b, now, rules)
                 if isinstance(out, str):
                     raise UsageError(f"cannot cancel {reservation_id}: {out}")
-                books[i] = out
+                entries[i] = out.to_json()
                 result["booking"] = out
-                return [x.to_json() for x in books]
+                dumps_strict(entries, "the reservations", error=UsageError)
+                return entries
         raise UsageError(f"no reservation {reservation_id!r} in this workspace",
                          hint="see `jupyter portable reservations`")
 
