@@ -182,6 +182,10 @@ export interface IBooking {
 export interface IReservationsAnswer {
   reservations: IBooking[];
   calendar: ICalendar;
+  /**
+   * One line for each stored booking that could not be read (it is skipped, never breaks the listing).
+   */
+  skipped?: string[];
 }
 export interface ICalendar {
   start: string;

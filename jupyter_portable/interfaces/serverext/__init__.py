@@ -24,6 +24,7 @@ from jupyter_portable.core.errors import (
     UsageError,
     WorkspaceNotFound,
 )
+from jupyter_portable.core.validate import loads_strict
 from jupyter_portable.orchestration.monitor import SCHEMAS, PortableService, find_workspace
 from jupyter_portable.orchestration.state_view import checkpoints_view, files_view
 
@@ -44,10 +45,8 @@ class _Base(APIHandler):  # type: ignore[misc]
 
     def json_body(self, allowed: set[str]) -> dict[str, Any]:
         raw = self.request.body or b"{}"
-        try:
-            obj = json.loads(raw)
-        except ValueError:
-            raise web.HTTPError(400, reason="the body is not valid JSON") from None
+        # strict: no key twice, no NaN, bounded nesting (a deep body is a 400, not a RecursionError)
+        obj = loads_strict(raw, "the body", error=UsageError)
         if not isinstance(obj, dict):
             raise web.HTTPError(400, reason="the body must be a JSON object")
         unknown = set(obj) - allowed
@@ -58,7 +57,7 @@ class _Base(APIHandler):  # type: ignore[misc]
     def reply(self, obj: Any, status: int = 200) -> None:
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(obj, default=str))
+        self.finish(json.dumps(obj, default=str, allow_nan=False))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
@@ -197,14 +196,14 @@ class FilesHandler(_Base):
 class ReservationsHandler(_Base):
     @web.authenticated
     async def get(self) -> None:
-        from jupyter_portable.orchestration.reservations import calendar, reservations
+        from jupyter_portable.orchestration.reservations import calendar, read_reservations
 
         ws = self.workspace()
         days = int(_number(self.get_argument("days", None), "days", 7, 1, 31))
         orch = self.service.orchestrator()
-        books = await self.blocking(reservations, ws)
+        books, skipped = await self.blocking(read_reservations, ws)
         cal = await self.blocking(calendar, ws, days, providers=orch.providers)
-        self.reply({"reservations": [b.to_json() for b in books], "calendar": cal})
+        self.reply({"reservations": [b.to_json() for b in books], "calendar": cal, "skipped": skipped})
 
     @web.authenticated
     async def post(self) -> None:
