@@ -24,6 +24,7 @@ from jupyter_portable.core.errors import (
     UsageError,
     WorkspaceNotFound,
 )
+from jupyter_portable.core.settings import FIELD_NAMES
 from jupyter_portable.core.validate import loads_strict
 from jupyter_portable.orchestration.monitor import SCHEMAS, PortableService, find_workspace
 from jupyter_portable.orchestration.state_view import checkpoints_view, files_view
@@ -240,27 +241,6 @@ class ReservationHandler(_Base):
         self.reply(booking.to_json())
 
 
-_TEXT_SETTINGS = {"driver", "min_cuda", "image"}
-_LIST_SETTINGS = {"gpus", "regions"}
-_NUMBER_SETTINGS = {"gpu_count", "min_gpu_memory_gb", "max_price_per_hour", "budget_total", "budget_warn_fraction",
-                    "hours", "autosnapshot_minutes"}
-SETTING_FIELDS = _TEXT_SETTINGS | _LIST_SETTINGS | _NUMBER_SETTINGS
-
-
-def _check_settings(body: dict[str, Any]) -> None:
-    """Types first: a number where text belongs is a 400 here, never a value stored."""
-    for key, value in body.items():
-        if value is None or value == "":
-            continue
-        if key in _TEXT_SETTINGS and not isinstance(value, str):
-            raise web.HTTPError(400, reason=f"{key} must be text")
-        if key in _LIST_SETTINGS and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-            raise web.HTTPError(400, reason=f"{key} must be a list of text")
-        if key in _NUMBER_SETTINGS and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                        or value < 0):
-            raise web.HTTPError(400, reason=f"{key} must be a non-negative number")
-
-
 class SettingsHandler(_Base):
     """What the workspace needs and may spend (kept with it in its store): GET, and PUT to change
     fields (a field left out stays as it is; "" clears it)."""
@@ -276,8 +256,7 @@ class SettingsHandler(_Base):
         from jupyter_portable.orchestration.settings import update_settings
 
         ws = self.workspace()
-        body = self.json_body(SETTING_FIELDS)
-        _check_settings(body)
+        body = self.json_body(set(FIELD_NAMES))  # each value is checked by core.settings before it is stored
         settings = await self.blocking(update_settings, ws, **body)
         self.reply(settings.to_json())
 
