@@ -65,6 +65,9 @@ except ImportError:  # Windows: no advisory locks; one process at a time is assu
 ENV_STATE = "JUPYTER_PORTABLE_SSH_STATE"
 _ALLOCATION_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+# Characters only a shell command line needs: an interpreter's path holding one is refused
+# rather than quoted, since its author meant the shell to read it.
+_SHELL_ONLY = frozenset(";&|`$<>()*?[]{}!\\\"'")
 _IN_USE = ("launching", "running")
 _KEEP_ENDED = 200  # ended allocations kept in allocations.json as history
 _LAUNCH_CLAIM = 600.0  # seconds a launch in progress holds its host (launches time out well before)
@@ -331,6 +334,7 @@ class SshProvider(Provider):
                                provider=self.name, offer=host.name, hint="drop the image requirement for ssh hosts")
         if not _ALLOCATION_ID.match(allocation_id):
             raise UsageError(f"allocation id {allocation_id!r} is not letters, digits, '.', '_' or '-'")
+        remote_python(host)  # refused before the host is claimed
         env = dict(env or {})
         bad = [k for k, v in env.items() if not _ENV_NAME.match(k) or not isinstance(v, str)]
         if bad:
@@ -540,7 +544,7 @@ class SshProvider(Provider):
     def _python(self, host: Host, script: str, payload: dict[str, Any], *, timeout: float) -> dict[str, Any]:
         """Stream a remote script to the host's Python; its last stdout line is its JSON answer."""
         source = _COMMON + f"\nP = json.loads({json.dumps(payload)!r})\n" + script
-        proc = self._exec(host, f"{host.python} -", input=source, timeout=timeout)
+        proc = self._exec(host, f"{remote_python(host)} -", input=source, timeout=timeout)
         lines = proc.stdout.strip().splitlines()
         try:
             answer = json.loads(lines[-1]) if proc.returncode == 0 and lines else None
@@ -618,6 +622,20 @@ def _first_line(text: str) -> str:
         if line.strip():
             return line.strip()[:200]
     return ""
+
+
+def remote_python(host: Host) -> str:
+    """The shell words that run ``host.python`` on the host, quoted: it names an interpreter,
+    and nothing in it may become a second command. ``~/`` is the remote home."""
+    python = host.python
+    if not python or len(python) > 1024 or any(ord(c) < 32 or ord(c) == 127 for c in python) \
+            or any(c in python for c in _SHELL_ONLY):
+        raise UsageError(f"ssh host {host.name}: python = {python!r} is not the path or name of a Python "
+                         "interpreter", hint=f"set `python` for {host.name} in hosts.toml to a path such as "
+                                             "/usr/bin/python3 (no shell syntax)")
+    if python.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(python[2:])
+    return shlex.quote(python)
 
 
 def _last_line(text: str) -> str:

@@ -108,6 +108,7 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
     With ``lazy``, files of ``lazy_threshold`` bytes or more are left to a background
     fetcher, except those at or under a path in ``eager`` (a worker's checkpoints)."""
     progress = progress or Progress("restore")
+    store.check_store()  # a store of unknown format is refused before anything is written
     dest = dest.resolve()
     copy = WorkspaceCopy(dest)
     if copy.exists():

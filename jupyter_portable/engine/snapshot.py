@@ -22,7 +22,7 @@ from jupyter_portable.core.manifest import FileEntry, Manifest, PackIndex, Paren
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.engine.progress import Progress, human_bytes
 from jupyter_portable.engine.scan import Found, walk
-from jupyter_portable.store.repo import Store, digest, object_key
+from jupyter_portable.store.repo import CONFLICT_HINT, Store, digest, object_key
 from jupyter_portable.workdir.workcopy import CopyConfig, WorkspaceCopy
 
 SMALL_MAX = 512 * 1024  # files below this are packed
@@ -256,7 +256,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
     if head.version != cfg.version and not force:
         raise ConflictError(
             f"workspace {ws} is at version {head.version} but this copy is based on version {cfg.version}",
-            hint="snapshot with --force to publish this copy on top of it, or restore the latest version")
+            hint=CONFLICT_HINT)
     base_version = head.version if force else cfg.version
 
     started_ns = time.time_ns()
@@ -404,7 +404,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
             parent = ParentRef(base_version, head.manifest)
         else:
             raise ConflictError(f"workspace {ws} moved to version {head.version} during the snapshot",
-                                hint="snapshot again")
+                                hint=CONFLICT_HINT)
     manifest = Manifest(
         workspace_id=ws, version=base_version + 1, created=now_iso(),
         files=tuple(e if isinstance(e, FileEntry) else FileEntry.from_json(e) for e in ordered),

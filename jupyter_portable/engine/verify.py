@@ -130,9 +130,10 @@ def fsck(store: Store, *, read_data: bool = False, subset: float | None = None, 
     errors: list[str] = []
     warnings: list[str] = []
     try:
-        store.check_config(store.backend.read("config.json"))
+        store.check_store()
     except PortableError as exc:
-        errors.append(f"config.json: {exc}")
+        # Nothing else in a store of unknown format can be read meaningfully.
+        return FsckResult(False, 0, 0, [f"config.json: {exc.one_line()}"])
     object_keys = store.backend.list("objects")
     sizes: dict[str, str] = {k.rsplit("/", 1)[-1]: k for k in object_keys}
     manifests = 0

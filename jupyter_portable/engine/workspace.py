@@ -9,14 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from jupyter_portable.core.errors import UsageError
+from jupyter_portable.core.errors import PortableError, UsageError
 from jupyter_portable.core.manifest import Manifest
 from jupyter_portable.core.records import CheckpointRecord
 from jupyter_portable.engine.progress import Progress
 from jupyter_portable.engine.restore import RestoreResult, restore
 from jupyter_portable.engine.snapshot import Extras, SnapshotResult, snapshot
 from jupyter_portable.engine.verify import FsckResult, VerifyResult, fsck, verify_dir
-from jupyter_portable.store.repo import Store
+from jupyter_portable.store.repo import Store, head_key
 from jupyter_portable.workdir.pending import read_pending
 from jupyter_portable.workdir.workcopy import CopyConfig, WorkspaceCopy, check_store_url
 
@@ -57,7 +57,16 @@ class Workspace:
             raise UsageError(f"{copy.root} is already workspace {cfg.workspace_id} in {cfg.store}")
         st = Store.open(url)
         ws = new_workspace_id()
-        st.create_workspace(ws)
+        try:
+            st.create_workspace(ws)
+        except PortableError:
+            # The head may exist even so (a write whose answer was lost). The id is new and
+            # known to no one else, so removing it leaves no empty orphan workspace behind.
+            try:
+                st.backend.delete(head_key(ws))
+            except PortableError:
+                pass  # the store is unreachable; the error below is the one to report
+            raise
         copy.write_config(CopyConfig(ws, st.url, 0, 0))
         return cls(copy)
 

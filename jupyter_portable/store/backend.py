@@ -47,7 +47,8 @@ class Backend:
         raise NotImplementedError
 
     def write_new(self, key: str, data: bytes) -> None:
-        """Like :meth:`write` but atomic create-only: :class:`ConflictError` if the key exists."""
+        """Like :meth:`write` but atomic create-only: :class:`ConflictError` if the key holds
+        other bytes. The same bytes already there count as written (a retried request)."""
         raise NotImplementedError
 
     def list(self, prefix: str) -> list[str]:
@@ -61,7 +62,8 @@ class Backend:
     def swap(self, key: str, data: bytes, token: str | None) -> None:
         """Compare-and-swap: replace the object only if its version token is still
         ``token`` (``None``: only if the key does not exist). :class:`ConflictError`
-        otherwise. Durable when this returns."""
+        otherwise, unless the key already holds exactly ``data`` (a retried request whose
+        first try landed). Durable when this returns."""
         raise NotImplementedError
 
     def delete(self, key: str) -> None:
@@ -201,6 +203,8 @@ class LocalBackend(Backend):
             try:
                 os.link(tmp, final)
             except FileExistsError as exc:
+                if self._holds(key, data):
+                    return
                 raise ConflictError(f"{key} already exists in {self.url}", key=key) from exc
             finally:
                 os.unlink(tmp)
@@ -208,6 +212,12 @@ class LocalBackend(Backend):
             self._fsync_dir(os.path.dirname(final))
         except OSError as exc:
             raise StoreError(f"cannot write {key} to {self.url}: {exc.strerror}") from exc
+
+    def _holds(self, key: str, data: bytes) -> bool:
+        try:
+            return self.read(key) == data
+        except ObjectMissing:
+            return False
 
     def list(self, prefix: str) -> list[str]:
         base = self._path(prefix)
@@ -245,6 +255,8 @@ class LocalBackend(Backend):
                 current = self.read_versioned(key)
                 now = None if current is None else current[1]
                 if now != token:
+                    if current is not None and current[0] == data:
+                        return
                     raise ConflictError(f"{key} changed under us in {self.url}", key=key)
                 tmp = self._write_temp(final, data)
                 os.replace(tmp, final)

@@ -27,6 +27,8 @@ from jupyter_portable.core.errors import (
     IntegrityError,
     ManifestError,
     ObjectMissing,
+    PortableError,
+    StoreError,
     VersionNotFound,
 )
 from jupyter_portable.core.manifest import FileEntry, Head, Manifest, PackIndex, check_hash, check_workspace_id
@@ -36,6 +38,10 @@ from jupyter_portable.store.backend import Backend
 
 STORE_FORMAT = "jupyter-portable.store"
 STORE_SCHEMA = 1
+# The command that works after another writer moved the head: publishing again without
+# --force fails the same way, since this copy is still based on the older version.
+CONFLICT_HINT = ("run `jupyter portable snapshot --force` to publish this copy on top of the newer version "
+                 "(it stays in the history), or restore the latest version into another directory")
 
 
 def digest(data: bytes | memoryview) -> str:
@@ -87,6 +93,7 @@ class Store:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.url = backend.url
+        self._config_ok = False
 
     @classmethod
     def open(cls, url: str) -> "Store":
@@ -104,20 +111,43 @@ class Store:
             except ConflictError:
                 pass  # a concurrent init wrote it; checked below
             got = self.backend.read_versioned("config.json")
-            assert got is not None
-        self.check_config(got[0])
+            if got is None:
+                raise StoreError(f"config.json written to {self.url} cannot be read back", hint="try again")
+        self.check_config(got[0], self.url)
+        self._config_ok = True
+
+    def check_store(self) -> None:
+        """Refuse to read a store whose ``config.json`` is missing, foreign or of another
+        schema (read once per Store: the marker never changes under a reader)."""
+        if self._config_ok:
+            return
+        try:
+            data = self.backend.read("config.json")
+        except ObjectMissing as exc:
+            raise StoreError(
+                f"{self.url} is not a jupyter-portable store: it has no config.json",
+                hint="check the store URL (`jupyter portable init --store URL` creates a store); "
+                     "if this is the right store, its config.json was lost: restore it from a backup",
+            ) from exc
+        self.check_config(data, self.url)
+        self._config_ok = True
 
     @staticmethod
-    def check_config(data: bytes) -> None:
+    def check_config(data: bytes, url: str = "the store") -> None:
+        """Accept only this package's format at the schema it reads; ManifestError otherwise."""
         try:
             obj = json.loads(data)
         except ValueError as exc:
-            raise ManifestError(f"store config.json is not JSON: {exc}") from exc
+            raise ManifestError(f"config.json of {url} is not JSON: {exc}",
+                                hint="check the store URL; if it is right, restore config.json from a backup") from exc
         if not isinstance(obj, dict) or obj.get("format") != STORE_FORMAT:
-            raise ManifestError("this location holds something that is not a jupyter-portable store")
+            raise ManifestError(f"{url} holds something that is not a jupyter-portable store "
+                                f"(config.json says format {obj.get('format') if isinstance(obj, dict) else obj!r})",
+                                hint="check the store URL: point it at a jupyter-portable store")
         if obj.get("schema") != STORE_SCHEMA:
-            raise ManifestError(f"store schema {obj.get('schema')!r} is not supported",
-                                hint="upgrade jupyter-portable")
+            raise ManifestError(f"{url}: its config.json says store schema {obj.get('schema')!r}; this "
+                                f"jupyter-portable reads schema {STORE_SCHEMA} only",
+                                hint="upgrade jupyter-portable to a version that reads it")
 
     # -- objects -----------------------------------------------------------------------
 
@@ -203,6 +233,7 @@ class Store:
     def read_head(self, ws: str) -> tuple[Head, str]:
         """The head and its CAS token; VersionNotFound if the workspace is unknown."""
         check_workspace_id(ws)
+        self.check_store()
         got = self.backend.read_versioned(head_key(ws))
         if got is None:
             raise VersionNotFound(
@@ -295,8 +326,7 @@ class Store:
             raise ConflictError(
                 f"workspace {ws} moved to version {head.version} while this copy was based on "
                 f"version {expected_version}",
-                hint="snapshot with --force to publish this copy on top of it, "
-                     "or restore the latest version",
+                hint=CONFLICT_HINT,
             )
         if manifest.version != head.version + 1:
             raise ConflictError(f"manifest version {manifest.version} does not follow head {head.version}")
@@ -306,12 +336,36 @@ class Store:
         new_head = Head(ws, manifest.version, mhash, max(head.epoch, epoch), now_iso())
         try:
             self.backend.swap(head_key(ws), new_head.to_bytes(), token)
-        except ConflictError as exc:
-            raise ConflictError(
-                f"another writer published version {manifest.version} of {ws} first",
-                hint="restore the latest version, or snapshot again with --force",
-            ) from exc
+        except (ConflictError, StoreError) as exc:
+            # The swap may have landed even though its answer was lost or was a 412 on a
+            # retry: only the head can tell, and a version we published is never lost.
+            ours = self.published(ws, manifest.version, mhash)
+            if ours:
+                return mhash
+            if ours is None:
+                raise StoreError(
+                    f"cannot tell whether version {manifest.version} of {ws} was published: {exc}",
+                    hint="run the same command again: it finds out which") from exc
+            if isinstance(exc, ConflictError):
+                raise ConflictError(
+                    f"another writer published version {manifest.version} of {ws} first",
+                    hint=CONFLICT_HINT) from exc
+            raise StoreError(f"version {manifest.version} of {ws} was not published: {exc}",
+                             hint="run the same command again") from exc
         return mhash
+
+    def published(self, ws: str, version: int, mhash: str) -> bool | None:
+        """Whether the workspace's history holds manifest ``mhash`` as ``version``; None if
+        the store cannot be read to tell."""
+        try:
+            head, _ = self.read_head(ws)
+            at, name = head.version, head.manifest
+            while at > version and name:
+                parent = self.read_manifest_key(manifest_key(ws, at, name)).parent
+                at, name = (parent.version, parent.manifest) if parent else (0, None)
+        except PortableError:
+            return None
+        return at == version and name == mhash
 
     # -- small mutable documents kept with the workspace (settings, reservations) --------
 

@@ -101,11 +101,29 @@ class S3Backend(Backend):
         try:
             self._call("put_object", Key=self._key(key), Body=data, **cond)
         except Exception as exc:  # noqa: BLE001
+            # A 412 on a retried request, a 500 or a reset may all come after S3 applied
+            # the first try: the key itself says whether the write landed.
+            landed = self._holds(key, data)
+            if landed:
+                return
             code = _code(exc)
-            if isinstance(exc, FileExistsError) or any(c in code for c in _CONFLICT_CODES):
+            if landed is False and (isinstance(exc, FileExistsError) or any(c in code for c in _CONFLICT_CODES)):
                 raise ConflictError(f"{key} changed under us in {self.url}", key=key) from exc
+            if landed is None:
+                raise StoreError(f"cannot tell whether {key} was written to {self.url}: the write failed "
+                                 f"({type(exc).__name__}: {code}) and reading it back failed too",
+                                 hint="run the same command again: it finds out which") from exc
             raise self._fail("write", key, exc) from exc
         faults.point(f"conditional put done {key}")
+
+    def _holds(self, key: str, data: bytes) -> bool | None:
+        """Whether ``key`` holds exactly ``data``; None if that cannot be read."""
+        try:
+            return bool(self.fs.cat_file(self._path(key)) == data)
+        except FileNotFoundError:
+            return False
+        except Exception:  # noqa: BLE001 - the caller reports the write's own failure
+            return None
 
     def write_new(self, key: str, data: bytes) -> None:
         self._conditional_put(key, data, IfNoneMatch="*")
