@@ -39,6 +39,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import errno
 import hmac
 import json
 import logging
@@ -66,6 +67,7 @@ from jupyter_portable.worker.protocol import READY_PREFIX
 log = logging.getLogger("jupyter_portable.worker")
 
 _MAX_BODY = 64 * 2**20  # an edit saved in JupyterLab; large data goes through the store
+_MAX_DEPTH = 256  # folders in an edited file's path; deeper is a mistake (and past Python's recursion)
 
 
 class AgentState:
@@ -368,16 +370,53 @@ def take_snapshot(state: AgentState, message: str) -> dict[str, Any]:
     return {"version": res.version, "changed": res.changed}
 
 
+def _short(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else text[:n] + "..."
+
+
+def check_fits(root: Path, rel: str) -> None:
+    """UsageError unless ``rel`` can be a file under ``root`` here: no name longer than the
+    filesystem allows, no path longer than the system's limit, at most ``_MAX_DEPTH`` folders."""
+    parts = rel.split("/")
+    if len(parts) > _MAX_DEPTH:
+        raise UsageError(f"path {_short(rel)!r} is {len(parts)} levels deep; the worker takes at most {_MAX_DEPTH}",
+                         hint="save it at a shallower path")
+    try:
+        name_max, path_max = os.pathconf(root, "PC_NAME_MAX"), os.pathconf(root, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    for part in parts:
+        size = len(os.fsencode(part))
+        if size > name_max:
+            raise UsageError(f"name {_short(part)!r} is {size} bytes; this filesystem allows at most {name_max}",
+                             hint="save it under a shorter name")
+    size = len(os.fsencode(os.path.join(root, rel)))
+    if size >= path_max:
+        raise UsageError(f"path {_short(rel)!r} would be {size} bytes long on the worker; the limit there is "
+                         f"{path_max - 1}", hint="save it at a shorter path")
+
+
 def put_file(state: AgentState, rel: str, content: bytes, base: str | None) -> dict[str, Any]:
     """Write an edit saved in JupyterLab; refuse it (409) if the worker's copy changed since ``base``."""
-    from jupyter_portable.engine.fetch import Placer
-
     if not state.accepting:
         raise ConflictError("this worker is sealing: it takes no new writes")
     rel = check_relpath(rel)
     if rel == ".portable" or rel.startswith(".portable/"):
         raise UnsafePath(f"{rel}: the workspace's own records cannot be edited")
+    check_fits(state.workdir, rel)
     new = digest(content)
+    try:
+        return _write_edit(state, rel, content, base, new)
+    except OSError as exc:
+        # The checks above leave little; what is left is the machine's fault, named, not a traceback.
+        if exc.errno == errno.ENAMETOOLONG:
+            raise UsageError(f"{_short(rel)!r}: {exc.strerror}", hint="save it under a shorter name") from exc
+        raise PortableError(f"cannot write {_short(rel)!r} on the worker: {exc.strerror or exc}") from exc
+
+
+def _write_edit(state: AgentState, rel: str, content: bytes, base: str | None, new: str) -> dict[str, Any]:
+    from jupyter_portable.engine.fetch import Placer
+
     with state.writes:
         placer = Placer(state.workdir)
         target = Path(placer.target(rel))

@@ -1,0 +1,86 @@
+"""``PUT /files`` on a real worker agent process: names and paths the filesystem cannot hold
+get a 400 that says what is wrong, never a 500."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import write_tree
+
+from jupyter_portable import Workspace
+from jupyter_portable.worker.protocol import READY_PREFIX
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[tuple[httpx.Client, Path]]:
+    src = tmp_path / "src"
+    write_tree(src, {"train.py": "pass\n"})
+    ws = Workspace.init(src, f"file://{tmp_path}/store")
+    ws.snapshot(progress=None)
+    epoch = ws.store.claim_epoch(ws.workspace_id)
+    work = tmp_path / "work"
+    config = {"store": ws.config.store, "workspace_id": ws.workspace_id, "allocation_id": "al-files",
+              "version": 1, "epoch": epoch, "workdir": str(work), "state_dir": str(tmp_path / "agent")}
+    proc = subprocess.Popen([sys.executable, "-m", "jupyter_portable.worker"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps(config))
+    proc.stdin.close()
+    line = proc.stdout.readline()
+    assert line.startswith(READY_PREFIX), line
+    ready = json.loads(line[len(READY_PREFIX):])
+    client = httpx.Client(base_url=f"http://127.0.0.1:{ready['port']}", timeout=30,
+                          headers={"Authorization": f"token {ready['token']}"})
+    try:
+        for _ in range(600):
+            phase = client.get("/status").json()["phase"]
+            if phase in ("ready", "failed"):
+                break
+            time.sleep(0.1)
+        assert phase == "ready"
+        yield client, work
+    finally:
+        client.close()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def _put(client: httpx.Client, path: str) -> httpx.Response:
+    return client.put("/files", json={"path": path, "content": base64.b64encode(b"x = 1\n").decode(), "base": None})
+
+
+@pytest.mark.parametrize(("path", "said"), [
+    ("n" * 300 + ".py", "is 303 bytes; this filesystem allows at most 255"),
+    ("deep/" + "é" * 200 + ".py", "is 403 bytes; this filesystem allows at most 255"),
+    ("d/" * 1500 + "x.py", "is 1501 levels deep; the worker takes at most 256"),
+    ("/".join(["d" * 200] * 25) + "/x.py", "bytes long on the worker; the limit there is 4095"),
+])
+def test_a_path_the_filesystem_cannot_hold_is_a_400_naming_the_problem(
+        agent: tuple[httpx.Client, Path], path: str, said: str) -> None:
+    client, work = agent
+    resp = _put(client, path)
+    body: dict[str, Any] = resp.json()
+    assert resp.status_code == 400, body
+    assert said in body["error"] and "to fix:" in body["error"] and len(body["error"]) < 300
+    assert sorted(p.name for p in work.iterdir()) == [".portable", "train.py"]  # nothing was written
+
+
+def test_a_name_at_the_limit_is_written(agent: tuple[httpx.Client, Path]) -> None:
+    client, work = agent
+    name = "n" * 252 + ".py"
+    resp = _put(client, f"sub/{name}")
+    assert resp.status_code == 200, resp.text
+    assert (work / "sub" / name).read_bytes() == b"x = 1\n"
