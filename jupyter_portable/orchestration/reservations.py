@@ -140,6 +140,19 @@ def reserve(ws: Workspace, offer_key: str, start: str, hours: float, charge: str
     return booking
 
 
+def cancel_rules(booking: Booking) -> str:
+    """The provider's rules for cancelling: AWS Capacity Blocks are final once bought."""
+    return "no-cancel" if booking.guarantee == "provider" else "free-until-start"
+
+
+def booking_view(booking: Booking, now: datetime) -> dict[str, Any]:
+    """A booking as the sidebar shows it, with whether it can be cancelled at ``now`` and
+    why not (the rule is decided here, not again in the browser)."""
+    out = cancel(booking, now, cancel_rules(booking))
+    return {**booking.to_json(), "can_cancel": isinstance(out, Booking),
+            "cancel_refused": out if isinstance(out, str) else None}
+
+
 def cancel_reservation(ws: Workspace, reservation_id: str, *, providers: dict[str, Provider] | None = None,
                        now: datetime | None = None) -> Booking:
     """Cancel under the provider's rules (Capacity Blocks cannot be cancelled)."""
@@ -151,7 +164,7 @@ def cancel_reservation(ws: Workspace, reservation_id: str, *, providers: dict[st
         for i, entry in enumerate(entries):
             b = _read(entry, i)
             if isinstance(b, Booking) and b.reservation_id == reservation_id:
-                rules = "no-cancel" if b.guarantee == "provider" else "free-until-start"
+                rules = cancel_rules(b)
                 out = cancel(b, now, rules)
                 if isinstance(out, str):
                     raise UsageError(f"cannot cancel {reservation_id}: {out}")

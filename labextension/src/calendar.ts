@@ -282,16 +282,6 @@ export const GUARANTEE_TEXT: { [K in Guarantee]: string } = {
     'Best effort: acquiring starts ahead of the slot; no capacity is held.'
 };
 
-/** Whether the user may cancel ``booking`` at ``now`` (provider reservations are final). */
-export function canCancel(booking: IBooking, now: number): boolean {
-  const end = Date.parse(booking.start) + booking.hours * HOUR_MS;
-  return (
-    booking.status !== 'cancelled' &&
-    booking.guarantee !== 'provider' &&
-    now < end
-  );
-}
-
 /** Bookings to list: active ones by start, then cancelled ones, newest first. */
 export function listBookings(bookings: readonly IBooking[]): IBooking[] {
   const active = bookings

@@ -12,7 +12,6 @@ import { keepSelection } from './routes';
 import {
   applyProgressEvent,
   applyStateEvent,
-  CONTINUE_FROM,
   idleProgress,
   IContinueProgress,
   progressFromLifecycle
@@ -183,12 +182,8 @@ export class PortableModel implements IDisposable {
   /** Whether a Continue may start now. */
   get canContinue(): boolean {
     const s = this.state;
-    return (
-      !!s &&
-      !s.continuing &&
-      CONTINUE_FROM.has(s.lifecycle.state) &&
-      !this.busy.has('continue')
-    );
+    // the server decides (can_continue); the browser adds only its own busy flag
+    return !!s && s.can_continue && !this.busy.has('continue');
   }
 
   /** Fetch the state; concurrent calls share one fetch plus at most one more. */

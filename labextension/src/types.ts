@@ -175,6 +175,14 @@ export interface IBooking {
    * On a cancelled booking, the dollars given back; null when nothing had been charged.
    */
   refund: number | null;
+  /**
+   * Whether the user may cancel it now, as the server's rules decide (sent in the reservations listing).
+   */
+  can_cancel?: boolean;
+  /**
+   * Why it cannot be cancelled now, when it cannot.
+   */
+  cancel_refused?: string | null;
 }
 /**
  * GET /portable/api/reservations?days=7: the workspace's bookings and the calendar of slots.
@@ -374,11 +382,11 @@ export interface IPortableState {
   /**
    * A Continue may be started now.
    */
-  can_continue?: boolean;
+  can_continue: boolean;
   /**
    * The running Continue may be cancelled now.
    */
-  can_cancel?: boolean;
+  can_cancel: boolean;
   /**
    * The head version; null before the first snapshot.
    */

@@ -197,14 +197,16 @@ class FilesHandler(_Base):
 class ReservationsHandler(_Base):
     @web.authenticated
     async def get(self) -> None:
-        from jupyter_portable.orchestration.reservations import calendar, read_reservations
+        from jupyter_portable.core.times import utcnow
+        from jupyter_portable.orchestration.reservations import booking_view, calendar, read_reservations
 
         ws = self.workspace()
         days = int(_number(self.get_argument("days", None), "days", 7, 1, 31))
         orch = self.service.orchestrator()
         books, skipped = await self.blocking(read_reservations, ws)
         cal = await self.blocking(calendar, ws, days, providers=orch.providers)
-        self.reply({"reservations": [b.to_json() for b in books], "calendar": cal, "skipped": skipped})
+        now = utcnow()
+        self.reply({"reservations": [booking_view(b, now) for b in books], "calendar": cal, "skipped": skipped})
 
     @web.authenticated
     async def post(self) -> None:

@@ -2,7 +2,6 @@ import { describe, expect, it } from 'vitest';
 
 import {
   calendarGrid,
-  canCancel,
   chargeAt,
   gridCells,
   inSelection,
@@ -179,14 +178,6 @@ describe('charging and cancelling', () => {
     charge_at: '2026-12-01T10:00:00Z',
     refund: null,
     ...over
-  });
-
-  it('lets the user cancel until the slot ends, except provider reservations', () => {
-    expect(canCancel(booking({}), NOW)).toBe(true);
-    expect(canCancel(booking({}), Date.parse('2026-12-01T13:59:00Z'))).toBe(true);
-    expect(canCancel(booking({}), Date.parse('2026-12-01T14:00:00Z'))).toBe(false);
-    expect(canCancel(booking({ guarantee: 'provider' }), NOW)).toBe(false);
-    expect(canCancel(booking({ status: 'cancelled' }), NOW)).toBe(false);
   });
 
   it('lists active bookings by start, then cancelled ones', () => {

@@ -3,7 +3,7 @@ import React from 'react';
 
 import * as fmt from '../format';
 import { IStatus } from '../model';
-import { CONTINUE_FROM, IContinueProgress, STEP_LABEL, STEPS, stepFraction } from '../progress';
+import { IContinueProgress, STEP_LABEL, STEPS, stepFraction } from '../progress';
 import { routeLabel } from '../routes';
 import { IPortableState, IRoute, IRoutesAnswer } from '../types';
 import { Section, StatusLine } from './common';
@@ -38,7 +38,7 @@ export function ContinuePanel(props: {
   const showSteps = running || progress.outcome !== null || progress.failovers.length > 0;
   return (
     <Section id="continue" title="Continue">
-      {!running && !CONTINUE_FROM.has(props.state.lifecycle.state) ? (
+      {!running && !props.state.can_continue ? (
         <div className="jp-Portable-row">
           <p className="jp-Portable-grow">
             {props.state.lifecycle.state === 'ACTIVE' && props.state.allocation

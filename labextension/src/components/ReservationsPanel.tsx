@@ -4,7 +4,6 @@ import React, { useEffect, useRef, useState } from 'react';
 import { PortableApiError } from '../api';
 import {
   calendarGrid,
-  canCancel,
   chargeAt,
   GUARANTEE_TEXT,
   gridCells,
@@ -258,7 +257,7 @@ export function ReservationsPanel(props: {
                     : 'Nothing was charged.'
                   : `Charged ${b.charge === 'now' ? 'at booking' : '2 h before start'}: ${fmt.when(b.charge_at)}.`}
               </div>
-              {canCancel(b, props.now) ? (
+              {b.can_cancel ? (
                 <Button
                   small
                   className="jp-mod-styled jp-mod-warn"
