@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,8 @@ def test_symlinked_folder_in_destination_is_not_written_through(tmp_path: Path, 
     outside = tmp_path / "outside"
     outside.mkdir()
     dest = tmp_path / "dest"
-    dest.mkdir()
+    Workspace.restore(file_store, ws.workspace_id, dest, progress=None)  # a copy: restoring into it is allowed
+    shutil.rmtree(dest / "sub")
     os.symlink(outside, dest / "sub")
     with pytest.raises(UnsafePath, match="symlink"):
         Workspace.restore(file_store, ws.workspace_id, dest, progress=None)

@@ -21,7 +21,7 @@ from jupyter_portable.core.errors import ConflictError, FencedError, PortableErr
 from jupyter_portable.core.manifest import FileEntry, Manifest, PackIndex, ParentRef
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.engine.progress import Progress, human_bytes
-from jupyter_portable.engine.scan import Found, walk
+from jupyter_portable.engine.scan import Found, scan
 from jupyter_portable.store.repo import CONFLICT_HINT, Store, digest, object_key
 from jupyter_portable.workdir.workcopy import CopyConfig, WorkspaceCopy
 
@@ -44,11 +44,15 @@ class SnapshotResult:
     changed: bool
     skipped: list[str] = field(default_factory=list)
     hashed: int = 0  # files read and hashed (the rest were known from the stat cache)
+    # FIFOs, sockets and devices, never recorded: [{"path": ..., "kind": "FIFO"}]
+    special: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
+        """``skipped`` lists every path not recorded as it is now: changed while read, or special."""
         return {"workspace_id": self.workspace_id, "version": self.version, "files": self.files,
                 "bytes": self.bytes, "new_bytes": self.new_bytes, "changed": self.changed,
-                "skipped": self.skipped, "hashed": self.hashed}
+                "skipped": sorted(self.skipped + [s["path"] for s in self.special]), "special": self.special,
+                "hashed": self.hashed}
 
 
 @dataclass
@@ -261,7 +265,9 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
 
     started_ns = time.time_ns()
     progress.set_stage("scanning")
-    found = walk(copy.root)
+    scanned = scan(copy.root)
+    found = scanned.found
+    special = [{"path": path, "kind": kind} for path, kind in scanned.special]
     extras = extras or Extras()
     keys = copy.read_statcache(cfg.version, extras.fingerprint) if not force else None
     if keys is not None and base_version and extras.before_publish is None and not extras.allocations \
@@ -270,7 +276,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
         # recorded for the base version: nothing changed, nothing to read.
         total = sum(f.st.st_size for f in found if f.target is None)
         progress.done(f"no changes since version {base_version} ({len(found)} files, {human_bytes(total)})")
-        return SnapshotResult(ws, base_version, len(found), total, 0, False, [], 0)
+        return SnapshotResult(ws, base_version, len(found), total, 0, False, [], 0, special)
     keys = keys or {}
     base_manifest = store.read_manifest(ws, base_version) if base_version else None
     # Entries of the base version stay FileEntry objects (validated when read); new ones are dicts.
@@ -393,7 +399,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
         _write_cache(copy, version, entries, new_stats, started_ns, extras.fingerprint)
         progress.done(f"no changes since version {version} ({len(ordered)} files, {human_bytes(total)})")
         return SnapshotResult(ws, version, len(ordered), total, up.new_bytes, False, sorted(skipped),
-                              len(todo_small) + len(todo_large))
+                              len(todo_small) + len(todo_large), special)
 
     # Carry the records later layers keep (checkpoints, runtime, ...) forward.
     head, _ = store.read_head(ws)
@@ -430,7 +436,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
                   + (f"; {len(skipped)} file(s) changed while read, left for the next snapshot"
                      if skipped else ""))
     return SnapshotResult(ws, manifest.version, len(ordered), total, up.new_bytes, True, sorted(skipped),
-                          len(todo_small) + len(todo_large))
+                          len(todo_small) + len(todo_large), special)
 
 
 def _merge_allocations(old: tuple[dict[str, Any], ...], new: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:

@@ -6,12 +6,14 @@ import os
 import sys
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 from jupyter_portable.core.errors import PortableError, UsageError
 from jupyter_portable.core.manifest import Manifest
 from jupyter_portable.core.records import CheckpointRecord
+from jupyter_portable.core.times import utcnow
 from jupyter_portable.engine.progress import Progress
 from jupyter_portable.engine.restore import RestoreResult, restore
 from jupyter_portable.engine.snapshot import Extras, SnapshotResult, snapshot
@@ -73,13 +75,18 @@ class Workspace:
     @classmethod
     def restore(cls, store: str, workspace_id: str, dest: str | os.PathLike[str], *,
                 version: int | None = None, lazy: bool = False, lazy_threshold: int | None = None,
-                delete: bool = False, progress: TextIO | None = sys.stderr) -> RestoreResult:
-        """Restore a version of a workspace into ``dest`` and make it a copy of it."""
+                delete: bool = False, progress: TextIO | None = sys.stderr, force: bool = False,
+                now: datetime | None = None) -> RestoreResult:
+        """Restore a version of a workspace into ``dest`` and make it a copy of it. ``force``
+        restores over a folder's files, keeping each that differs as ``NAME.orig-TIME`` (``now``)."""
         kwargs: dict[str, Any] = {}
         if lazy_threshold is not None:
             kwargs["lazy_threshold"] = lazy_threshold
+        if force and now is None:
+            now = utcnow()  # the API's edge: it names the kept files, it times nothing
         return restore(Store.open(check_store_url(store)), workspace_id, Path(dest), version=version,
-                       lazy=lazy, delete=delete, progress=_progress("restore", progress), **kwargs)
+                       lazy=lazy, delete=delete, progress=_progress("restore", progress), force=force, now=now,
+                       **kwargs)
 
     # -- properties --------------------------------------------------------------------
 

@@ -19,6 +19,15 @@ from jupyter_portable.core.validate import check_workspace_id
 PORTABLE_DIR = ".portable"
 CONFIG_NAME = "workspace.json"
 CONFIG_FORMAT = "jupyter-portable.workspace"
+CONFIG_MAX = 64 * 1024  # the file holds a few short fields; anything bigger is not ours
+
+
+def load_json(data: bytes) -> Any:
+    """``json.loads`` whose every failure is a ValueError: nesting too deep for the parser too."""
+    try:
+        return json.loads(data)
+    except RecursionError as exc:
+        raise ValueError("nested too deeply") from exc
 
 
 def atomic_write(path: Path, data: bytes, mode: int = 0o666) -> None:
@@ -59,10 +68,14 @@ class CopyConfig:
 
     @classmethod
     def from_bytes(cls, data: bytes, where: Path) -> "CopyConfig":
+        fix = "move it aside and restore the workspace into this folder again"
+        if len(data) > CONFIG_MAX:
+            raise ManifestError(f"{where} is over {CONFIG_MAX // 1024} KiB, too big to be a jupyter-portable "
+                                "workspace file", hint=fix)
         try:
-            obj = json.loads(data)
+            obj = load_json(data)
         except ValueError as exc:
-            raise ManifestError(f"{where} is not valid JSON: {exc}") from exc
+            raise ManifestError(f"{where} is not valid JSON: {exc}", hint=fix) from exc
         if not isinstance(obj, dict) or obj.get("format") != CONFIG_FORMAT or obj.get("schema") != 1:
             raise ManifestError(f"{where} is not a jupyter-portable workspace file")
         ws, store = obj.get("workspace_id"), obj.get("store")
@@ -97,7 +110,8 @@ class WorkspaceCopy:
 
     def read_config(self) -> CopyConfig:
         try:
-            data = self.config_path.read_bytes()
+            with open(self.config_path, "rb") as fh:
+                data = fh.read(CONFIG_MAX + 1)
         except FileNotFoundError as exc:
             raise WorkspaceNotFound(f"no workspace at {self.root}") from exc
         return CopyConfig.from_bytes(data, self.config_path)
@@ -110,7 +124,7 @@ class WorkspaceCopy:
     def read_statcache(self, version: int, fingerprint: str | None = None) -> dict[str, Any] | None:
         """The cache if it was written for ``version`` (and, if given, environment ``fingerprint``)."""
         try:
-            obj = json.loads((self.meta / "statcache.json").read_bytes())
+            obj = load_json((self.meta / "statcache.json").read_bytes())
         except (OSError, ValueError):
             return None
         if not isinstance(obj, dict) or obj.get("version") != version:
@@ -130,7 +144,7 @@ class WorkspaceCopy:
         if cfg.version != version - 1:
             return
         try:
-            obj = json.loads((self.meta / "statcache.json").read_bytes())
+            obj = load_json((self.meta / "statcache.json").read_bytes())
         except (OSError, ValueError):
             obj = None
         cfg.version = version
@@ -147,6 +161,28 @@ class WorkspaceCopy:
     def tmp_dir(self) -> Path:
         return self.meta / "tmp"
 
+    # A restore in progress names its workspace here, so that a restore cut short can be
+    # run again over its own partial files without being taken for a foreign folder.
+    @property
+    def restoring_path(self) -> Path:
+        return self.meta / "restoring.json"
+
+    def write_restoring(self, workspace_id: str) -> None:
+        atomic_write(self.restoring_path, json.dumps({"workspace_id": workspace_id}).encode())
+
+    def read_restoring(self) -> str | None:
+        """The workspace a restore into this folder was started for, if one did not finish."""
+        try:
+            with open(self.restoring_path, "rb") as fh:
+                obj = load_json(fh.read(CONFIG_MAX + 1))
+        except (OSError, ValueError):
+            return None
+        ws = obj.get("workspace_id") if isinstance(obj, dict) else None
+        return ws if isinstance(ws, str) else None
+
+    def clear_restoring(self) -> None:
+        self.restoring_path.unlink(missing_ok=True)
+
     # The publish intent: the version and manifest hash a snapshot is about to publish.
     @property
     def intent_path(self) -> Path:
@@ -157,7 +193,7 @@ class WorkspaceCopy:
 
     def read_intent(self) -> tuple[int, str] | None:
         try:
-            obj = json.loads(self.intent_path.read_bytes())
+            obj = load_json(self.intent_path.read_bytes())
             return int(obj["version"]), str(obj["manifest"])
         except (OSError, ValueError, KeyError, TypeError):
             return None

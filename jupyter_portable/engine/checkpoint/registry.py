@@ -18,7 +18,7 @@ from jupyter_portable.core.errors import IntegrityError, StoreError, UsageError
 from jupyter_portable.core.manifest import FileEntry, Manifest
 from jupyter_portable.core.records import CheckpointRecord, latest_verified
 from jupyter_portable.core.times import now_iso
-from jupyter_portable.engine.checkpoint.writecheck import WriteCheck, check_checkpoint
+from jupyter_portable.engine.checkpoint.writecheck import WriteCheck, check_checkpoint, not_a_file
 from jupyter_portable.engine.scan import ignore_spec
 from jupyter_portable.store import faults
 from jupyter_portable.store.repo import Store, object_key
@@ -106,6 +106,10 @@ def prepare(root: Path, path: str | os.PathLike[str], *, quiet_s: float = 2.0,
     if not os.path.lexists(root / rel):
         raise UsageError(f"{rel} does not exist: nothing to register",
                          hint="save the checkpoint first, or give its path relative to this folder")
+    special = not_a_file(root / rel)
+    if special is not None:
+        raise UsageError(f"cannot register {rel}: {special}",
+                         hint="register the regular file or directory the checkpoint was saved as")
     try:
         return rel, check_checkpoint(root / rel, quiet_s=quiet_s, timeout_s=timeout_s)
     except OSError as exc:

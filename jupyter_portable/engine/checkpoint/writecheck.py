@@ -37,6 +37,7 @@ import json
 import math
 import os
 import pickletools
+import stat as statmod
 import struct
 import time
 import zipfile
@@ -109,6 +110,37 @@ def _mark_in(name: str) -> str | None:
                 return mark
         elif name.endswith(mark) or (mark.startswith(".") and any(mark + sep in name for sep in ".-_")):
             return mark
+    return None
+
+
+def not_a_file(path: Path) -> str | None:
+    """Why ``path`` (or, for a directory, anything under it) is neither a regular file nor a
+    directory, or None. Only stat is used: opening a FIFO would wait for a writer forever."""
+    path = Path(path)
+
+    def kind(full: str) -> str | None:
+        try:
+            mode = os.stat(full).st_mode  # through a symlink: what a reader would open
+        except FileNotFoundError:
+            return None  # a broken link; the format check reports it
+        if statmod.S_ISREG(mode) or statmod.S_ISDIR(mode):
+            return None
+        for test, name in ((statmod.S_ISFIFO, "a FIFO (named pipe)"), (statmod.S_ISSOCK, "a socket"),
+                           (statmod.S_ISCHR, "a character device"), (statmod.S_ISBLK, "a block device")):
+            if test(mode):
+                return name
+        return "a special file"
+
+    what = kind(str(path))
+    if what is not None:
+        return f"{path} is {what}, not a regular file or a directory"
+    if path.is_dir():
+        for dirpath, _dirnames, filenames in os.walk(path):
+            for name in sorted(filenames):
+                what = kind(os.path.join(dirpath, name))
+                if what is not None:
+                    rel = (Path(dirpath) / name).relative_to(path).as_posix()
+                    return f"'{rel}' in {path} is {what}; a checkpoint holds only regular files and directories"
     return None
 
 
@@ -474,6 +506,9 @@ def check_checkpoint(path: Path, *, quiet_s: float = 2.0, timeout_s: float = 30.
 
     if not path.exists():
         return verdict(f"{path} does not exist")
+    special = not_a_file(path)
+    if special is not None:  # refused before anything opens it: reading a FIFO never returns
+        return WriteCheck(ok=False, format="file", reason=special, files=())
     mark = has_temp_mark(path)
     if mark is not None:
         return verdict(f"{path.name!r} carries the temporary mark {mark!r}: its writer has not finished and renamed it")

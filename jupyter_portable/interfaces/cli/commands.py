@@ -60,6 +60,8 @@ def _build() -> argparse.ArgumentParser:
     sp.add_argument("--lazy-threshold", type=int, metavar="BYTES",
                     help="files at least this big are fetched lazily (default 64 MiB)")
     sp.add_argument("--delete", action="store_true", help="remove files the version does not have")
+    sp.add_argument("--force", action="store_true",
+                    help="restore into a folder that holds other files; each that differs is kept as NAME.orig-TIME")
 
     sp = verb("verify", "compare this copy byte for byte with a version and the store")
     sp.add_argument("--version", type=int, help="version (default: the one this copy is based on)")
@@ -185,10 +187,14 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
         made = {"workspace_id": cfg.workspace_id, "store": cfg.store, "path": str(ws.root)}
         return made, f"initialized workspace {cfg.workspace_id} in {cfg.store}", 0
     if args.verb == "restore":
+        from jupyter_portable.core.times import utcnow
+
         restored = Workspace.restore(args.store, args.workspace, args.dest, version=args.version,
                                      lazy=args.lazy, lazy_threshold=args.lazy_threshold,
-                                     delete=args.delete, progress=_stream(args))
-        return restored.to_json(), "", 0
+                                     delete=args.delete, progress=_stream(args), force=args.force,
+                                     now=utcnow())  # the one clock read: it names kept files
+        text = "\n".join(f"kept {path} as {aside}" for path, aside in sorted(restored.kept.items()))
+        return restored.to_json(), text, 0
     if args.verb == "fsck":
         from jupyter_portable.engine.verify import parse_subset
 
