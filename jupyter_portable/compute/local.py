@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import json
 import math
 import os
@@ -37,6 +36,7 @@ from jupyter_portable.core.errors import LaunchFailed, NoCapacity, NotSupported,
 from jupyter_portable.core.offers import Offer, Requirements
 from jupyter_portable.core.secretenv import scrubbed
 from jupyter_portable.core.times import from_timestamp_iso, parse_iso
+from jupyter_portable.workdir.files import atomic_write, file_lock
 
 MARKET_DIR_ENV = "JUPYTER_PORTABLE_MARKET_DIR"
 SEED_ENV = "JUPYTER_PORTABLE_MARKET_SEED"
@@ -72,8 +72,7 @@ class _State:
         """Yield the state; whatever the body changed is written back, even when it raises,
         because every change the market makes is complete before the next statement."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / "market.lock", "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with file_lock(self.dir / "market.lock"):
             data = self._read()
             before = json.dumps(data, sort_keys=True)
             try:
@@ -96,12 +95,7 @@ class _State:
         return data
 
     def _write(self, data: dict[str, Any]) -> None:
-        tmp = self.path.with_name(f".market.json.{os.getpid()}.tmp")
-        with open(tmp, "w") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
 
 
 # --- worker processes --------------------------------------------------------------------

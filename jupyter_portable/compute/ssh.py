@@ -56,6 +56,7 @@ from jupyter_portable.core.errors import (
 from jupyter_portable.core.offers import Offer, Requirements
 from jupyter_portable.core.secretenv import SECRET_NAMES, SECRET_SUFFIXES
 from jupyter_portable.core.times import now_iso
+from jupyter_portable.workdir.files import atomic_write, file_lock
 
 try:
     import fcntl
@@ -228,9 +229,7 @@ class _State:
     def edit(self) -> Iterator[dict[str, dict[str, Any]]]:
         """The allocations table, locked; written back atomically when the block ends without error."""
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with open(self.dir / "allocations.lock", "a") as lock:
-            if fcntl is not None:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+        with file_lock(self.dir / "allocations.lock"):
             table = self._read()
             before = json.dumps(table, sort_keys=True)
             yield table
@@ -260,9 +259,7 @@ class _State:
         ended = sorted((rec.get("ended") or "", aid) for aid, rec in table.items() if rec.get("state") not in _IN_USE)
         for _, aid in ended[:-_KEEP_ENDED] if len(ended) > _KEEP_ENDED else []:
             del table[aid]
-        tmp = self.file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"version": 1, "allocations": table}, indent=1, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, self.file)
+        atomic_write(self.file, json.dumps({"version": 1, "allocations": table}, indent=1, sort_keys=True).encode())
 
 
 class SshProvider(Provider):

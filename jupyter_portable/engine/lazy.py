@@ -8,31 +8,18 @@ makes sure each file is fetched once, and the asker never waits behind the queue
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from jupyter_portable.core.errors import UsageError
 from jupyter_portable.engine.fetch import Placer, already_there, fetch_large
 from jupyter_portable.engine.progress import Progress
 from jupyter_portable.store.repo import Store
+from jupyter_portable.workdir.files import file_lock
 from jupyter_portable.workdir.pending import read_pending, write_pending
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
-
-
-@contextmanager
-def _flock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def pending_paths(copy: WorkspaceCopy) -> list[str]:
@@ -53,14 +40,14 @@ def fetch_pending(copy: WorkspaceCopy, path: str | None = None, progress: Progre
     entry = chosen[0]
     cfg = copy.read_config()
     store = Store.open(cfg.store)
-    with _flock(copy.meta / "locks" / f"{entry.hash}.lock"):
+    with file_lock(copy.meta / "locks" / f"{entry.hash}.lock"):
         version, entries = read_pending(copy)
         if entry.path not in {e.path for e in entries}:
             return entry.path  # another process placed it while we waited
         manifest = store.read_manifest(cfg.workspace_id, version)
         if not already_there(copy.root, entry):
             fetch_large(store, Placer(copy.root), entry, progress)
-        with _flock(copy.meta / "pending.lock"):
+        with file_lock(copy.meta / "pending.lock"):
             version, entries = read_pending(copy)
             rest = [e for e in entries if e.path != entry.path]
             if rest:
@@ -95,7 +82,7 @@ def start_background_fetch(root: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     copy = WorkspaceCopy(Path(args[0]))
-    with _flock(copy.meta / "fetcher.lock"):  # one background fetcher per copy
+    with file_lock(copy.meta / "fetcher.lock"):  # one background fetcher per copy
         while True:
             done = fetch_pending(copy)
             if done is None:

@@ -17,7 +17,6 @@ epoch, which fences the lost worker for good), and a release after the seal.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import threading
 import time
@@ -33,6 +32,7 @@ from jupyter_portable.core.times import now_iso, parse_iso, utcnow
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.store import faults
 from jupyter_portable.workdir import lifecycle_file as lifecycle_store
+from jupyter_portable.workdir.files import file_lock
 from jupyter_portable.worker.client import (
     AgentClient,
     AgentRecord,
@@ -140,17 +140,10 @@ class Orchestrator:
     @contextlib.contextmanager
     def _exclusive(self) -> Iterator[None]:
         """One Continue or Stop at a time per copy, across processes (the lock dies with its holder)."""
-        self.ws.copy.meta.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.ws.copy.meta / "continue.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise ConflictError("a Continue or Stop of this workspace is already running",
-                                    hint="wait for it, or cancel it") from None
+        with file_lock(self.ws.copy.meta / "continue.lock", wait_s=0,
+                       busy="a Continue or Stop of this workspace is already running",
+                       hint="wait for it, or cancel it"):
             yield
-        finally:
-            os.close(fd)
 
     def cancel(self) -> None:
         """Stop a running Continue at its next step (its machine is released)."""

@@ -37,7 +37,7 @@ from jupyter_portable.core.errors import StoreError, UsageError
 from jupyter_portable.core.secretenv import is_secret
 from jupyter_portable.core.times import parse_iso, to_iso
 from jupyter_portable.core.validate import check_workspace_id
-from jupyter_portable.workdir.workcopy import atomic_write
+from jupyter_portable.workdir.files import atomic_write
 
 ROLE_ENV = "JUPYTER_PORTABLE_S3_ROLE_ARN"
 DURATION_ENV = "JUPYTER_PORTABLE_S3_SESSION_SECONDS"

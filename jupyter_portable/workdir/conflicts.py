@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jupyter_portable.workdir.workcopy import WorkspaceCopy, atomic_write
+from jupyter_portable.workdir.files import atomic_write
+from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
 KEEP = 100
 

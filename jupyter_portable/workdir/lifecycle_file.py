@@ -9,18 +9,16 @@ sidebar shows, and a restarted server decides from them whether to resume or rol
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from jupyter_portable.core.errors import ConflictError, ManifestError, StoreError
+from jupyter_portable.core.errors import ManifestError, StoreError
 from jupyter_portable.core.lifecycle import Event, Lifecycle
 from jupyter_portable.core.times import now_iso
-from jupyter_portable.workdir.workcopy import WorkspaceCopy, atomic_write
+from jupyter_portable.workdir.files import atomic_write, file_lock
+from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
 LIFECYCLE_NAME = "lifecycle.json"
 LOCK_NAME = "lifecycle.lock"
@@ -66,23 +64,10 @@ def load(copy: WorkspaceCopy) -> Lifecycle:
 def _locked(copy: WorkspaceCopy, timeout_s: float) -> Iterator[None]:
     # A separate lock file: the record itself is replaced by rename, so a lock on it would
     # be a lock on an inode that the next writer throws away.
-    copy.meta.mkdir(parents=True, exist_ok=True)
-    fd = os.open(copy.meta / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise ConflictError(f"another process has held {copy.meta / LOCK_NAME} for {timeout_s:g}s",
-                                        hint="wait for the other `jupyter portable` command or server to finish"
-                                        ) from None
-                time.sleep(0.005)
+    with file_lock(copy.meta / LOCK_NAME, wait_s=timeout_s,
+                   busy=f"another process has held {copy.meta / LOCK_NAME} for {timeout_s:g}s",
+                   hint="wait for the other `jupyter portable` command or server to finish"):
         yield
-    finally:
-        os.close(fd)  # closing the descriptor drops the lock
 
 
 def update(copy: WorkspaceCopy, fn: Callable[[Lifecycle], Lifecycle], *, timeout_s: float = 30) -> Lifecycle:

@@ -14,7 +14,8 @@ from typing import Any
 from jupyter_portable.core.errors import ManifestError
 from jupyter_portable.core.records import check_next_action
 from jupyter_portable.core.times import now_iso
-from jupyter_portable.workdir.workcopy import WorkspaceCopy, atomic_write
+from jupyter_portable.workdir.files import atomic_write
+from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
 
 def read_next_action(copy: WorkspaceCopy) -> dict[str, Any] | None:

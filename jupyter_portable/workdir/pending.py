@@ -7,7 +7,8 @@ import json
 
 from jupyter_portable.core.errors import ManifestError
 from jupyter_portable.core.manifest import FileEntry
-from jupyter_portable.workdir.workcopy import WorkspaceCopy, atomic_write
+from jupyter_portable.workdir.files import atomic_write
+from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
 
 def write_pending(copy: WorkspaceCopy, version: int, entries: list[FileEntry]) -> None:

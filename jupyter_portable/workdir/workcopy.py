@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from urllib.parse import urlparse
 
 from jupyter_portable.core.errors import ManifestError, UsageError, WorkspaceNotFound
 from jupyter_portable.core.validate import check_workspace_id
+from jupyter_portable.workdir.files import atomic_write
 
 PORTABLE_DIR = ".portable"
 CONFIG_NAME = "workspace.json"
@@ -28,17 +28,6 @@ def load_json(data: bytes) -> Any:
         return json.loads(data)
     except RecursionError as exc:
         raise ValueError("nested too deeply") from exc
-
-
-def atomic_write(path: Path, data: bytes, mode: int = 0o666) -> None:
-    """Write ``data`` to ``path`` whole or not at all; ``mode`` (before the umask) from the first byte."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def check_store_url(url: str) -> str:

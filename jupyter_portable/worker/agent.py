@@ -61,7 +61,8 @@ from tornado.ioloop import IOLoop
 from jupyter_portable.core.errors import ConflictError, PortableError, UnsafePath, UsageError
 from jupyter_portable.core.paths import check_relpath
 from jupyter_portable.store.repo import digest, hash_file
-from jupyter_portable.workdir.workcopy import WorkspaceCopy, atomic_write
+from jupyter_portable.workdir.files import atomic_write
+from jupyter_portable.workdir.workcopy import WorkspaceCopy
 from jupyter_portable.worker.protocol import READY_PREFIX
 
 log = logging.getLogger("jupyter_portable.worker")

@@ -28,7 +28,8 @@ from jupyter_portable.core.errors import ConflictError, LaunchFailed, PortableEr
 from jupyter_portable.core.secretenv import scrubbed
 from jupyter_portable.store.credentials import SessionCredentials, store_env
 from jupyter_portable.store.credentials import issue as issue_credentials
-from jupyter_portable.workdir.workcopy import WorkspaceCopy, atomic_write
+from jupyter_portable.workdir.files import atomic_write
+from jupyter_portable.workdir.workcopy import WorkspaceCopy
 from jupyter_portable.worker.protocol import READY_PREFIX
 
 AGENTS_DIR = "agents"

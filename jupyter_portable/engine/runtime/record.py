@@ -15,7 +15,8 @@ import blake3
 from jupyter_portable.core.errors import ManifestError, PortableError
 from jupyter_portable.core.manifest import Manifest
 from jupyter_portable.store.repo import Store
-from jupyter_portable.workdir.workcopy import WorkspaceCopy, atomic_write
+from jupyter_portable.workdir.files import atomic_write
+from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
 _MARKERS = (".dist-info", ".egg-info", ".egg-link", ".pth")
 

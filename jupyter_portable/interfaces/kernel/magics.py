@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
-import secrets
 import shlex
 import threading
 from pathlib import Path
@@ -18,6 +17,7 @@ from IPython.display import display
 from jupyter_portable.core.errors import PortableError
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.interfaces.kernel.lock import OPERATION_LOCK
+from jupyter_portable.workdir.files import atomic_open
 
 USAGE = """\
 %workspace status                       where this workspace stands
@@ -87,21 +87,14 @@ class CellProgress:
 
 def save_object(obj: Any, path: Path) -> None:
     """Write a kernel object atomically: temp file, fsync, rename (torch.save for state_dicts)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.saving-{secrets.token_hex(4)}")
-    try:
-        with open(tmp, "wb") as fh:
-            if hasattr(obj, "state_dict"):
-                import torch
+    # a temporary name the write check knows as unfinished, renamed into place once whole
+    with atomic_open(path) as fh:
+        if hasattr(obj, "state_dict"):
+            import torch
 
-                torch.save(obj.state_dict(), fh)
-            else:
-                pickle.dump(obj, fh, protocol=pickle.HIGHEST_PROTOCOL)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+            torch.save(obj.state_dict(), fh)
+        else:
+            pickle.dump(obj, fh, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 @magics_class
