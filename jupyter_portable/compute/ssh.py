@@ -58,11 +58,6 @@ from jupyter_portable.core.secretenv import SECRET_NAMES, SECRET_SUFFIXES
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.workdir.files import atomic_write, file_lock
 
-try:
-    import fcntl
-except ImportError:  # Windows: no advisory locks; one process at a time is assumed there
-    fcntl = None  # type: ignore[assignment]
-
 ENV_STATE = "JUPYTER_PORTABLE_SSH_STATE"
 _ALLOCATION_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")

@@ -8,16 +8,17 @@ the same suite against every backend.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import blake3
 
 from jupyter_portable.core.errors import ConflictError, ObjectMissing, StoreError
 from jupyter_portable.store import faults
+from jupyter_portable.workdir.files import file_lock
 
 
 class Backend:
@@ -241,12 +242,8 @@ class LocalBackend(Backend):
     def _locked(self, key: str) -> Iterator[None]:
         path = self._path(key) + ".lock"
         self._mkdirs(os.path.dirname(path))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # released by the kernel if we die
+        with file_lock(Path(path), mode=0o644):  # released by the kernel if we die; a team may share the store
             yield
-        finally:
-            os.close(fd)
 
     def swap(self, key: str, data: bytes, token: str | None) -> None:
         final = self._path(key)

@@ -45,15 +45,15 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o666) -> None:
 
 @contextmanager
 def file_lock(path: Path, *, wait_s: float | None = None, busy: str | None = None, hint: str | None = None,
-              clock: Callable[[], float] = time.monotonic,
+              mode: int = 0o600, clock: Callable[[], float] = time.monotonic,
               sleep: Callable[[float], None] = time.sleep) -> Iterator[None]:
-    """Hold an exclusive lock on the lock file ``path`` (made 0600 if missing) for the block.
+    """Hold an exclusive lock on the lock file ``path`` (made with ``mode`` if missing) for the block.
 
     ``wait_s`` None waits as long as it takes; a number gives up after that many seconds (0:
     at once) with ConflictError(``busy``, ``hint``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
     try:
         if wait_s is None:
             fcntl.flock(fd, fcntl.LOCK_EX)
