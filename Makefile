@@ -26,6 +26,8 @@ test: setup
 checks:
 	$(VENV)/bin/ruff check jupyter_portable tests ui-tests bench scripts
 	$(VENV)/bin/mypy jupyter_portable
+	# the layers of docs/architecture.md: imports only point down, no cycles
+	$(VENV)/bin/lint-imports
 	cd labextension && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" jlpm test
 	$(PY) -m pytest
 	# the browser tests: a pytest run of their own (their conftest is not the one of tests/)
