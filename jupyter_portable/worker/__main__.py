@@ -1,3 +1,3 @@
-from jupyter_portable.worker.agent import main
+from jupyter_portable.worker.daemon import main
 
 raise SystemExit(main())
