@@ -389,3 +389,75 @@ def test_missing_credentials_are_an_auth_error(monkeypatch: pytest.MonkeyPatch, 
     with pytest.raises(AuthError) as err:
         AwsProvider(region="us-east-1").terminate(allocation())
     assert err.value.hint and "AWS_PROFILE" in err.value.hint
+
+
+# -- an answer that is not EC2's ------------------------------------------------------
+
+# a captive portal's page, as such pages are: HTML, not XML (an unclosed <meta>, a <br>)
+HTML = (b'<!DOCTYPE html><html><head><meta charset="utf-8"><title>Sign in</title></head>'
+        b"<body>Proxy login required<br>session-token-Zq81canary</body></html>")
+
+
+@pytest.fixture
+def not_ec2() -> Iterator[tuple[str, list[int]]]:
+    """A real HTTP server on loopback that answers every request with an HTML page; the
+    status it sends is the list's first item (tests change it)."""
+    import http.server
+    import threading
+
+    status = [200]
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # EC2's query API is all POSTs
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(status[0])
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(HTML)))
+            self.end_headers()
+            self.wfile.write(HTML)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", status
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def html_client(url: str) -> Any:
+    return boto3.client("ec2", region_name="us-east-1", aws_access_key_id="testing",
+                        aws_secret_access_key="testing", endpoint_url=url,
+                        config=Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5,
+                                      read_timeout=30))
+
+
+@pytest.mark.parametrize("status", [200, 502])
+def test_an_answer_that_is_not_ec2_xml_is_provider_unavailable_without_the_page(
+        not_ec2: tuple[str, list[int]], status: int) -> None:
+    url, sends = not_ec2
+    sends[0] = status
+    subject = provider(html_client(url))
+    for call in (subject.offers, lambda: subject.check_permission(offer()), lambda: subject.status(allocation()),
+                 lambda: subject.terminate(allocation())):
+        with pytest.raises(ProviderUnavailable) as err:
+            call()
+        assert err.value.provider == "aws"
+        for text in (str(err.value), err.value.one_line(), repr(err.value.context)):
+            assert "canary" not in text and "<html" not in text  # the raw answer is never shown
+
+
+def test_aws_answering_html_leaves_the_other_providers_listing(not_ec2: tuple[str, list[int]], tmp_path: Any) -> None:
+    from jupyter_portable.compute.catalog import default_catalog_path
+    from jupyter_portable.compute.local import LocalMarket
+    from jupyter_portable.orchestration.routes import list_offers
+
+    url, _ = not_ec2
+    market = LocalMarket(default_catalog_path(), tmp_path / "market")
+    offers, errors = list_offers({"aws": provider(html_client(url)), "local": market})
+    assert set(errors) == {"aws"} and "could not be read" in errors["aws"] and "canary" not in errors["aws"]
+    assert offers and {o.provider for o in offers} == {"local"}

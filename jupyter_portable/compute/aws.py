@@ -20,7 +20,8 @@ botocore errors are translated at this boundary (see ``_translate``)::
     InsufficientCapacity, SpotMaxPriceTooLow, Unsupported (in that AZ)  -> NoCapacity
     VcpuLimitExceeded, InstanceLimitExceeded, MaxSpotInstanceCountExceeded -> QuotaExceeded
     AuthFailure, UnauthorizedOperation, expired or bad credentials      -> AuthError
-    throttling, 5xx, endpoint and connection errors                    -> ProviderUnavailable
+    throttling, 5xx, endpoint and connection errors,
+    an answer that is not EC2's XML (ResponseParserError)               -> ProviderUnavailable
     anything else during a launch or purchase                          -> LaunchFailed
 """
 
@@ -122,10 +123,13 @@ class AwsProvider(Provider):
                   default: type[ComputeError] = ProviderUnavailable) -> Iterator[None]:
         """Translate every botocore error raised inside into this package's tree."""
         from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.parsers import ResponseParserError
 
         try:
             yield
-        except (ClientError, BotoCoreError) as exc:
+        # ResponseParserError is not a BotoCoreError: a proxy's HTML page would otherwise
+        # escape as a foreign error and take every provider's listing down with it
+        except (ClientError, BotoCoreError, ResponseParserError) as exc:
             raise _translate(exc, what=what, offer=offer, default=default) from exc
 
     def _pages(self, operation: str, key: str, **params: Any) -> Iterator[Any]:
@@ -401,8 +405,14 @@ def _translate(exc: Exception, *, what: str, offer: str | None, default: type[Co
         ParamValidationError,
         PartialCredentialsError,
     )
+    from botocore.parsers import ResponseParserError
 
     ctx: dict[str, Any] = {"provider": "aws", "offer": offer}
+    if isinstance(exc, ResponseParserError):
+        # its text quotes the raw answer (an HTML page, a proxy's login form): never shown
+        return ProviderUnavailable(f"aws {what}: EC2's answer could not be read (not its API's XML; "
+                                   "a proxy, captive portal or outage answered instead)", **ctx,
+                                   hint="check the network path to EC2 (proxy, AWS_ENDPOINT_URL) and try again")
     if isinstance(exc, ClientError):
         code = _code(exc)
         message = str(exc.response.get("Error", {}).get("Message", "")) or code
@@ -430,4 +440,5 @@ def _translate(exc: Exception, *, what: str, offer: str | None, default: type[Co
     if isinstance(exc, ParamValidationError):
         # Its text repeats parameter values, and user data can carry env secrets.
         return default(f"aws {what}: invalid request parameters (botocore ParamValidationError)", **ctx)
-    return ProviderUnavailable(f"aws {what}: {type(exc).__name__}: {exc}", **ctx)
+    first = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return ProviderUnavailable(f"aws {what}: {type(exc).__name__}: {first}", **ctx)
