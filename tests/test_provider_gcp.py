@@ -22,6 +22,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1 as c
 from google.cloud.compute_v1.services.accelerator_types.transports.base import AcceleratorTypesTransport
 from google.cloud.compute_v1.services.instances.transports.base import InstancesTransport
+from google.cloud.compute_v1.services.projects.transports.base import ProjectsTransport
 from google.cloud.compute_v1.services.regions.transports.base import RegionsTransport
 from google.cloud.compute_v1.services.zone_operations.transports.base import ZoneOperationsTransport
 
@@ -39,9 +40,12 @@ class Rpc:
     def __init__(self) -> None:
         self.replies: list[Any] = []
         self.requests: list[Any] = []
+        self.default: Any = None  # answered when no reply is queued (None: such a call is unexpected)
 
     def __call__(self, request: Any, **_: Any) -> Any:
         self.requests.append(request)
+        if not self.replies and self.default is not None:
+            return self.default
         assert self.replies, f"unexpected call: {type(request).__name__}"
         reply = self.replies.pop(0)
         if isinstance(reply, Exception):
@@ -91,6 +95,7 @@ class Gce:
     operations: Any
     regions: Any
     accelerators: Any
+    projects: Any
 
     def rpc(self, transport: Any, name: str) -> Rpc:
         return transport.rpcs[name]
@@ -103,11 +108,15 @@ def gce() -> Iterator[Gce]:
                                _zone_operations_client=c.ZoneOperationsClient(transport=operations))
     regions = fake_transport(RegionsTransport, "get")
     accelerators = fake_transport(AcceleratorTypesTransport, "aggregated_list")
+    projects = fake_transport(ProjectsTransport, "get")
+    # a project whose GPUS_ALL_REGIONS has room, unless a test queues another answer
+    projects.rpcs["get"].default = project(("GPUS_ALL_REGIONS", 16, 0))
     provider = GcpProvider(project="demo-project", instances_client=c.InstancesClient(transport=instances),
                            regions_client=c.RegionsClient(transport=regions),
-                           accelerator_types_client=c.AcceleratorTypesClient(transport=accelerators))
-    yield Gce(provider, instances, operations, regions, accelerators)
-    for transport in (instances, operations, regions, accelerators):
+                           accelerator_types_client=c.AcceleratorTypesClient(transport=accelerators),
+                           projects_client=c.ProjectsClient(transport=projects))
+    yield Gce(provider, instances, operations, regions, accelerators, projects)
+    for transport in (instances, operations, regions, accelerators, projects):
         for name, rpc in transport.rpcs.items():
             assert not rpc.replies, f"{name}: replies left unused"
 
@@ -189,6 +198,35 @@ def test_spot_uses_preemptible_quota_where_there_is_some(gce: Gce) -> None:
     assert gce.provider.check_permission(offer("g2-standard-4@us-central1-a:spot")) is None
     with pytest.raises(QuotaExceeded):
         gce.provider.check_permission(offer("g2-standard-4@us-central1-a"))
+
+
+def project(*quotas: tuple[str, float, float]) -> c.Project:
+    return c.Project(name="demo-project", quotas=[c.Quota(metric=m, limit=limit, usage=usage)
+                                                  for m, limit, usage in quotas])
+
+
+def test_a_new_projects_zero_gpus_all_regions_is_quota_exceeded_despite_regional_quota(gce: Gce) -> None:
+    gce.regions.rpcs["get"].replies.append(region(("NVIDIA_A100_GPUS", 8, 0)))
+    gce.projects.rpcs["get"].replies.append(project(("CPUS_ALL_REGIONS", 32, 0), ("GPUS_ALL_REGIONS", 0, 0)))
+    with pytest.raises(QuotaExceeded) as err:
+        gce.provider.check_permission(offer())
+    assert "GPUS_ALL_REGIONS" in str(err.value) and "0 free" in str(err.value)
+    assert "GPUS_ALL_REGIONS" in (err.value.hint or "") and err.value.offer == offer().id
+    assert gce.projects.rpcs["get"].requests[0].project == "demo-project"
+
+
+def test_gpus_all_regions_in_use_elsewhere_is_quota_exceeded_for_spot_too(gce: Gce) -> None:
+    gce.regions.rpcs["get"].replies.append(region(("NVIDIA_L4_GPUS", 8, 0), ("PREEMPTIBLE_NVIDIA_L4_GPUS", 8, 0)))
+    gce.projects.rpcs["get"].replies.append(project(("GPUS_ALL_REGIONS", 4, 4)))
+    with pytest.raises(QuotaExceeded, match="GPUS_ALL_REGIONS"):
+        gce.provider.check_permission(offer("g2-standard-4@us-central1-a:spot"))
+
+
+def test_gpus_all_regions_with_room_or_not_listed_is_permitted(gce: Gce) -> None:
+    for answer in (project(("GPUS_ALL_REGIONS", 8, 7)), project(("CPUS_ALL_REGIONS", 32, 0))):
+        gce.regions.rpcs["get"].replies.append(region(("NVIDIA_A100_GPUS", 8, 0)))
+        gce.projects.rpcs["get"].replies.append(answer)
+        assert gce.provider.check_permission(offer()) is None
 
 
 def test_capacity_cannot_be_known_without_launching(gce: Gce) -> None:

@@ -9,7 +9,9 @@ Where the answers come from:
 
 - listed: ``AcceleratorTypesClient.aggregated_list`` (which accelerators each zone has),
   joined with the machine types of :data:`~.gpu_catalog.GCP` and their table prices.
-- permitted: the region's GPU quota from ``RegionsClient.get``.
+- permitted: the region's GPU quota from ``RegionsClient.get``, then the project's
+  ``GPUS_ALL_REGIONS`` from ``ProjectsClient.get`` (0 on a new project, whatever the
+  regional quotas say).
 - capacity now: Compute Engine cannot say without launching: None.
 - launched: ``InstancesClient.insert``, waiting on its zone operation, because Compute
   Engine reports an exhausted zone only through the operation.
@@ -56,6 +58,8 @@ from jupyter_portable.core.offers import Offer, Requirements
 # with `gcloud compute images list --project deeplearning-platform-release`.
 DLVM_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu128-ubuntu-2204-nvidia-570"
 ALLOCATION_LABEL = "jupyter-portable-allocation"
+# The project-wide cap on GPUs across every region; a VM needs room under it as well.
+ALL_REGIONS_METRIC = "GPUS_ALL_REGIONS"
 
 _NO_CAPACITY = {"ZONERESOURCEPOOLEXHAUSTED", "ZONERESOURCEPOOLEXHAUSTEDWITHDETAILS"}
 _NO_CAPACITY_TEXT = "does not have enough resources available"
@@ -70,7 +74,7 @@ class GcpProvider(Provider):
 
     ``project`` defaults to ``GOOGLE_CLOUD_PROJECT`` or the credentials' own project;
     ``zones`` limits the zones offered (default: every zone that lists the accelerator).
-    ``credentials`` is a google-auth credentials object (default: ADC). The three clients
+    ``credentials`` is a google-auth credentials object (default: ADC). The four clients
     can be injected ready-made (tests build them on a fake transport). ``network`` must let
     port 22 in, as every worker is reached over SSH. Spot VMs are created with the STOP
     termination action so that a preempted VM stays visible as "lost" until terminated.
@@ -82,7 +86,7 @@ class GcpProvider(Provider):
                  image: str = DLVM_IMAGE, network: str = "global/networks/default", subnetwork: str | None = None,
                  disk_gb: int = 200, ssh_user: str = "ubuntu", spot: bool = True, operation_timeout: float = 120.0,
                  instances_client: Any = None, regions_client: Any = None, accelerator_types_client: Any = None,
-                 shapes: Mapping[str, gpu_catalog.MachineShape] | None = None) -> None:
+                 projects_client: Any = None, shapes: Mapping[str, gpu_catalog.MachineShape] | None = None) -> None:
         self._project = project or os.environ.get("GOOGLE_CLOUD_PROJECT") or None
         self.zones = tuple(zones)
         self._credentials = credentials
@@ -94,7 +98,8 @@ class GcpProvider(Provider):
         self.spot = spot
         self.operation_timeout = operation_timeout
         self._clients: dict[str, Any] = {"instances": instances_client, "regions": regions_client,
-                                         "accelerator_types": accelerator_types_client}
+                                         "accelerator_types": accelerator_types_client,
+                                         "projects": projects_client}
         self.shapes = dict(shapes if shapes is not None else gpu_catalog.GCP)
 
     # -- plumbing ---------------------------------------------------------------------
@@ -105,7 +110,8 @@ class GcpProvider(Provider):
                 from google.cloud import compute_v1
 
                 cls = {"instances": compute_v1.InstancesClient, "regions": compute_v1.RegionsClient,
-                       "accelerator_types": compute_v1.AcceleratorTypesClient}[kind]
+                       "accelerator_types": compute_v1.AcceleratorTypesClient,
+                       "projects": compute_v1.ProjectsClient}[kind]
                 self._clients[kind] = cls(credentials=self._credentials)
         return self._clients[kind]
 
@@ -178,9 +184,10 @@ class GcpProvider(Provider):
     # -- check 2: permitted -----------------------------------------------------------
 
     def check_permission(self, offer: Offer) -> None:
-        """The region's GPU quota (limit minus usage) must cover the offer's GPUs. Spot VMs
-        use the PREEMPTIBLE_ quota where the project has one, else the standard one.
-        Quota does not guarantee supply: a zone can still be exhausted at launch."""
+        """The region's GPU quota (limit minus usage) must cover the offer's GPUs, and so must
+        the project's GPUS_ALL_REGIONS. Spot VMs use the PREEMPTIBLE_ regional quota where the
+        project has one, else the standard one. Quota does not guarantee supply: a zone can
+        still be exhausted at launch."""
         machine, zone, spot = parse_zone_offer_id(offer.id, "GCP")
         shape = self._shape(machine)
         region = zone.rpartition("-")[0]
@@ -198,6 +205,22 @@ class GcpProvider(Provider):
                                 provider=self.name, offer=offer.id,
                                 hint=f"request more {metric} quota for {region} (IAM & Admin > Quotas), "
                                      "or pick another region")
+        self._check_all_regions(offer, shape.gpu_count)
+
+    def _check_all_regions(self, offer: Offer, needed: int) -> None:
+        """GPUS_ALL_REGIONS, a project quota: no region helps when it is used up (or still 0)."""
+        with self._boundary("read project quota", offer.id):
+            quotas = {q.metric: q for q in self._client("projects").get(project=self.project).quotas}
+        quota = quotas.get(ALL_REGIONS_METRIC)
+        if quota is None:
+            return  # the project lists no such cap: nothing to check against
+        free = quota.limit - quota.usage
+        if free < needed:
+            raise QuotaExceeded(f"gcp: {ALL_REGIONS_METRIC} (project {self.project}): {free:g} free "
+                                f"(limit {quota.limit:g}, in use {quota.usage:g}), {needed} needed",
+                                provider=self.name, offer=offer.id, metric=ALL_REGIONS_METRIC,
+                                hint=f"request more {ALL_REGIONS_METRIC} quota for the project (IAM & Admin > "
+                                     "Quotas; it is 0 on new projects): another region does not help")
 
     # -- check 3: capacity now --------------------------------------------------------
 
