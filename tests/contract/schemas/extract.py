@@ -1,13 +1,15 @@
-"""Extract the response schemas the cloud providers' code reads, from their published API documents.
+"""Extract the request and response schemas the cloud providers' code uses, from their published API documents.
 
     python tests/contract/schemas/extract.py ../shared/reference/openapi
 
 writes ``runpod.json``, ``vastai.json`` and ``lambda.json`` next to this file. Only what
-a fixture is checked against is kept: per operation and HTTP status, the response body's
-field names, types, ``required``, ``enum``/``const`` and combinators, with every ``$ref``
-resolved inline; descriptions, examples, formats and value constraints are dropped.
-Shapes a document lacks are added by hand below, each with a note saying where it came
-from. The documents themselves are not part of this project.
+a fixture or a sent request is checked against is kept. Responses: per operation and HTTP
+status, the body's field names, types, ``required``, ``enum``/``const`` and combinators,
+with every ``$ref`` resolved inline; descriptions, examples, formats and value constraints
+are dropped. Requests: the query parameters (as one object) and the body, with the value
+constraints kept too (patterns, bounds), since a request the server would refuse must fail
+a test. Shapes a document lacks are added by hand below, each with a note saying where it
+came from. The documents themselves are not part of this project.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ HERE = Path(__file__).resolve().parent
 
 # kept keywords: structure and types only
 KEEP = {"type", "required", "enum", "const", "additionalProperties", "unevaluatedProperties"}
-NESTED_ONE = ("items", "additionalProperties", "unevaluatedProperties", "not")
+# requests keep the value constraints as well: the server refuses a request that breaks them
+KEEP_REQUEST = KEEP | {"pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength",
+                       "maxLength", "minItems", "maxItems"}
+NESTED_ONE = ("items", "additionalProperties", "unevaluatedProperties", "not", "if", "then", "else")
 NESTED_MANY = ("anyOf", "oneOf", "allOf", "prefixItems")
 
 # where each document was published, from the reference folder's README
@@ -72,8 +77,8 @@ def deref(node: Any, root: dict[str, Any]) -> Any:
     return node
 
 
-def schema(node: Any, root: dict[str, Any], seen: tuple[str, ...] = ()) -> Any:
-    """``node`` with its $refs resolved and only structural keywords kept."""
+def schema(node: Any, root: dict[str, Any], seen: tuple[str, ...] = (), keep: frozenset[str] | set[str] = KEEP) -> Any:
+    """``node`` with its $refs resolved and only the ``keep`` keywords (and nested schemas) kept."""
     if isinstance(node, bool):
         return node
     if not isinstance(node, dict):
@@ -82,20 +87,39 @@ def schema(node: Any, root: dict[str, Any], seen: tuple[str, ...] = ()) -> Any:
         ref = node["$ref"]
         if ref in seen:
             raise ValueError(f"recursive schema at {ref}; not expected in the operations used")
-        target = schema(lookup(root, ref), root, (*seen, ref))
-        rest = schema({k: v for k, v in node.items() if k != "$ref"}, root, seen)
+        target = schema(lookup(root, ref), root, (*seen, ref), keep)
+        rest = schema({k: v for k, v in node.items() if k != "$ref"}, root, seen, keep)
         return {"allOf": [target, rest]} if rest else target
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key == "properties":
-            out[key] = {name: schema(sub, root, seen) for name, sub in value.items()}
+            out[key] = {name: schema(sub, root, seen, keep) for name, sub in value.items()}
         elif key in NESTED_ONE and isinstance(value, dict):
-            out[key] = schema(value, root, seen)
+            out[key] = schema(value, root, seen, keep)
         elif key in NESTED_MANY:
-            out[key] = [schema(sub, root, seen) for sub in value]
-        elif key in KEEP:
+            out[key] = [schema(sub, root, seen, keep) for sub in value]
+        elif key in keep:
             out[key] = copy.deepcopy(value)
     return out
+
+
+def request(doc: dict[str, Any], method: str, path: str) -> dict[str, Any]:
+    """``{"query": object schema, "body": schema or None}``: the query parameters as one closed
+    object (a name the document does not list is refused), and the JSON body."""
+    op = doc["paths"][path][method]
+    params = [deref(p, doc) for p in (*doc["paths"][path].get("parameters", []), *op.get("parameters", []))]
+    query = {"type": "object", "additionalProperties": False, "required": [], "properties": {}}
+    for param in params:
+        if param.get("in") != "query":
+            continue
+        query["properties"][param["name"]] = schema(param.get("schema", {}), doc, keep=KEEP_REQUEST)
+        if param.get("required"):
+            query["required"].append(param["name"])
+    body = None
+    content = (deref(op["requestBody"], doc).get("content") or {}) if "requestBody" in op else {}
+    if "application/json" in content and "schema" in content["application/json"]:
+        body = schema(content["application/json"]["schema"], doc, keep=KEEP_REQUEST)
+    return {"query": query, "body": body}
 
 
 def responses(doc: dict[str, Any], method: str, path: str) -> dict[str, Any]:
@@ -152,7 +176,10 @@ def runpod_extras(ops: dict[str, Any]) -> list[str]:
         "graphql.*: not in the REST document. Shapes from ../shared/reference/anchors-provider-apis.md §1 "
         "(GraphQL gpuTypes/lowestPrice and podRentInterruptable; errors as HTTP 200 with "
         "{\"errors\":[{\"message\"}]}). The selection sets are the ones runpod.py sends, so a response "
-        "has exactly these fields.",
+        "has exactly these fields. Their requests have no published schema: none is kept.",
+        "createPod request: the document's own schema, closed by it (unevaluatedProperties false); "
+        "gpu.minCudaVersion is MAJOR.MINOR (pattern ^\\d+\\.\\d+$), where the catalog's query also admits "
+        "a bare major.",
     ]
 
 
@@ -171,6 +198,12 @@ def vastai_extras(doc: dict[str, Any], ops: dict[str, Any]) -> list[str]:
         {"type": "object", "additionalProperties": {"type": "array", "items": {
             "type": "object", "properties": {"HostIp": {"type": "string"}, "HostPort": {"type": "string"}}}}}]}
     instance["type"] = ["object", "null"]
+    # the document puts the two-element bound on the list of sort keys, where its text says
+    # each entry has two elements (a field name and a direction)
+    order = ops["searchOffers"]["request"]["body"]["properties"]["order"]
+    order["items"].update(minItems=2, maxItems=2)
+    order.pop("minItems", None)
+    order.pop("maxItems", None)
     return [
         "Paths: the document lists them without a trailing slash; vastai.py sends them with one, as Vast's "
         "own CLI does. The operations are the same.",
@@ -183,14 +216,43 @@ def vastai_extras(doc: dict[str, Any], ops: dict[str, Any]) -> list[str]:
         "sends it Docker-style ({\"22/tcp\": [{\"HostIp\", \"HostPort\"}]}) in practice, so both are admitted. "
         "'instances' is also admitted as null (an instance Vast no longer lists).",
         "A 404 from searchOffers means an invalid or missing API key, per the document.",
+        "searchOffers request 'order': the document bounds the list of sort keys to two items; its text says "
+        "each entry has two elements (field, direction), so the bound is moved onto each entry.",
+        "searchOffers takes no cursor: a caller pages by the sort key (dph_total gte the last price, id notin "
+        "the offers already seen at that price), with the operators the document lists.",
     ]
 
 
 def lambda_extras(ops: dict[str, Any]) -> list[str]:
+    names = ops["launchInstance"]["request"]["body"]["properties"]["ssh_key_names"]
+    names.update(minItems=1, maxItems=1)
+    error = obj(["error"], error=obj(["code", "message"], code={"type": "string"}, message={"type": "string"},
+                                     suggestion={"type": "string"}))
+    for op in ops.values():
+        op["responses"].setdefault("429", error)
     return [
         "Base URL https://cloud.lambda.ai (the document's first server; cloud.lambdalabs.com is deprecated).",
         "Error bodies are {\"error\": {code, message, suggestion?}}; each response lists the codes it can carry.",
+        "launchInstance request ssh_key_names: exactly one item, from the document's text (\"Currently, exactly "
+        "one SSH key must be specified\"); its schema does not say so.",
+        "429: the document states rate limits (1 request/s; one launch per 12 s) but lists no 429 response. "
+        "A 429 carries the usual error body; its code is not documented, so any string is admitted.",
     ]
+
+
+def close_bodies(ops: dict[str, Any]) -> list[str]:
+    """Request bodies that list their fields but leave others open are closed, so a renamed field fails."""
+    closed = []
+    for op_id, op in ops.items():
+        body = op.get("request", {}).get("body")
+        if (isinstance(body, dict) and body.get("type") == "object" and "properties" in body
+                and "additionalProperties" not in body and "unevaluatedProperties" not in body):
+            body["additionalProperties"] = False
+            closed.append(op_id)
+    if not closed:
+        return []
+    return [f"Request bodies closed here (additionalProperties false; the document leaves them open, so a "
+            f"misspelt field would pass): {', '.join(closed)}."]
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -204,7 +266,8 @@ def load(path: Path) -> dict[str, Any]:
 def extract(reference: Path) -> None:
     for provider, source in SOURCES.items():
         doc = load(reference / source["file"])
-        ops = {op_id: {"method": method, "path": path, "responses": responses(doc, method, path)}
+        ops = {op_id: {"method": method, "path": path, "request": request(doc, method, path),
+                       "responses": responses(doc, method, path)}
                for op_id, method, path in OPERATIONS[provider]}
         for op_id, method, path in OPERATIONS[provider]:
             found = doc["paths"][path][method].get("operationId")
@@ -216,12 +279,16 @@ def extract(reference: Path) -> None:
             notes = vastai_extras(doc, ops)
         else:
             notes = lambda_extras(ops)
+        notes += close_bodies(ops)
         out = {
-            "$comment": "Response schemas extracted by extract.py; fixtures are validated against them.",
+            "$comment": "Request and response schemas extracted by extract.py; fixtures and sent requests are "
+                        "validated against them.",
             "source": {"document": source["file"], "title": doc["info"]["title"], "version": doc["info"]["version"],
                        "openapi": doc["openapi"], "published": source["published"], "commit": source["commit"]},
-            "extracted": "response bodies only: field names, types, required, enum/const, combinators; $refs "
-                         "resolved inline; descriptions, examples, formats and value constraints dropped",
+            "extracted": "response bodies: field names, types, required, enum/const, combinators; $refs "
+                         "resolved inline; descriptions, examples, formats and value constraints dropped. "
+                         "Requests (query as one closed object, and body): the same, with value constraints "
+                         "(pattern, bounds) kept",
             "notes": notes,
             "operations": ops,
         }
