@@ -3,14 +3,18 @@
 Every fixture under ``tests/contract/fixtures/<provider>/`` is a response body the real
 API could send: it is validated against the schema extracted from the provider's own
 OpenAPI document (``tests/contract/schemas/<provider>.json``). A fixture's name says
-which response it is: ``<operationId>.<HTTP status>[.<case>].json``.
+which response it is: ``<operationId>.<HTTP status>[.<case>].json``. The other way round,
+every request sent here is checked against the same document's request schema (its query
+parameters and body; RunPod's GraphQL has none published), so a renamed field fails.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +84,73 @@ def schema_for(provider: str, name: str) -> Any:
 
 @pytest.fixture
 def api():
+    """The providers' APIs, mocked at their real URLs; afterwards every request that was sent is
+    checked against its operation's published request schema (query and body; not GraphQL)."""
     with respx.mock(assert_all_called=False) as mock:
         yield mock
+    for call in mock.calls:
+        check_request(call.request)
+
+
+# -- the contract, the other way: what is sent ------------------------------------------------
+
+BASES = {"api.runpod.io": "runpod", "console.vast.ai": "vastai", "cloud.lambda.ai": "lambda"}
+
+
+def operation_of(request: httpx.Request) -> tuple[str, str, dict[str, Any]] | None:
+    """(provider, operationId, its request schema) for a sent request; None for one the
+    documents do not cover (RunPod's GraphQL)."""
+    provider = BASES[request.url.host]
+    doc = json.loads((SCHEMAS / f"{provider}.json").read_text())
+    path = request.url.path.rstrip("/")  # Vast's paths are sent with a trailing slash
+    for op_id, op in doc["operations"].items():
+        pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(op["path"]))
+        if op["method"] == request.method.lower() and re.fullmatch(pattern, path) and "request" in op:
+            return provider, op_id, op["request"]
+    return None
+
+
+def _typed_param(values: list[str], schema: dict[str, Any]) -> Any:
+    """A query value as the JSON its schema types it (the URL carries text)."""
+    kinds = {schema.get("type")} | {s.get("type") for s in schema.get("allOf", []) if isinstance(s, dict)}
+
+    def one(text: str, item: dict[str, Any]) -> Any:
+        item_kinds = {item.get("type")} | {s.get("type") for s in item.get("allOf", []) if isinstance(s, dict)}
+        if "integer" in item_kinds and re.fullmatch(r"-?\d+", text):
+            return int(text)
+        if "number" in item_kinds:
+            try:
+                return float(text)
+            except ValueError:
+                return text
+        if "boolean" in item_kinds and text in ("true", "false"):
+            return text == "true"
+        return text
+
+    if "array" in kinds:
+        return [one(v, schema.get("items") or {}) for v in values]
+    return one(values[-1], schema)
+
+
+def sent_query(request: httpx.Request, schema: dict[str, Any]) -> dict[str, Any]:
+    names = dict.fromkeys(k for k, _ in request.url.params.multi_items())
+    props = schema.get("properties", {})
+    return {name: _typed_param(request.url.params.get_list(name), props.get(name, {})) for name in names}
+
+
+def check_request(request: httpx.Request) -> None:
+    """Raise jsonschema.ValidationError when ``request`` breaks its operation's request schema."""
+    found = operation_of(request)
+    if found is None:
+        return
+    provider, op_id, schema = found
+    query = sent_query(request, schema["query"])
+    jsonschema.Draft202012Validator(schema["query"]).validate(query)
+    if schema["body"] is not None:
+        assert request.content, f"{provider} {op_id}: the document requires a body; none was sent"
+        jsonschema.Draft202012Validator(schema["body"]).validate(json.loads(request.content))
+    else:
+        assert not request.content, f"{provider} {op_id}: a body was sent where the document takes none"
 
 
 def runpod(**kw: Any) -> RunPodProvider:
@@ -265,7 +334,7 @@ def test_runpod_no_stock_is_no_capacity_before_any_launch(api: respx.MockRouter)
     ("createPod.400.rule.json", LaunchFailed),
     ("createPod.402.json", QuotaExceeded),
     ("createPod.401.json", AuthError),
-    ("createPod.403.json", AuthError),
+    ("createPod.403.json", QuotaExceeded),  # a pool not open to the account: skip the route (issue 13)
     ("createPod.422.json", LaunchFailed),
     ("createPod.429.json", ProviderUnavailable),
     ("createPod.503.json", ProviderUnavailable),
@@ -798,3 +867,242 @@ def lambda_offer() -> Offer:
     return Offer(provider="lambda", id="gpu_1x_h100_pcie@us-west-3", gpu="H100 PCIe", gpu_count=1, gpu_memory_gb=80,
                  price_per_hour=2.49, region="us-west-3",
                  extra={"instance_type": "gpu_1x_h100_pcie", "region": "us-west-3"})
+
+
+# -- issue 13: the day-one defects -------------------------------------------------------------
+
+
+def vast_row(ask: int, price: float, gpu: str = "H100 SXM") -> dict[str, Any]:
+    row = copy.deepcopy(body("vastai", "searchOffers.200.json")["offers"][0])
+    row.update(id=ask, ask_contract_id=ask, dph_total=price, gpu_name=gpu)
+    return row
+
+
+def test_vast_search_filters_on_the_gpu_models_count_driver_and_cuda(api: respx.MockRouter) -> None:
+    route = api.post(f"{VAST}/api/v0/bundles/").mock(
+        return_value=httpx.Response(200, json={"offers": [vast_row(1, 2.1)]}))
+    offers = vast().offers(Requirements(gpus=("H100",), gpu_count=2, driver="550.54.15", min_cuda="12"))
+    query = sent_json(route)
+    assert query["gpu_name"] == {"in": ["H100 NVL", "H100 PCIE", "H100 SXM"]}  # Vast matches names exactly
+    assert (query["num_gpus"], query["driver_version"], query["cuda_max_good"]) == (
+        {"gte": 2}, {"eq": "550.54.15"}, {"gte": 12.0})
+    assert [o.gpu for o in offers] == ["H100 SXM"]
+    check_request(sent(route))  # and the query is one the published document admits
+
+
+def test_vast_gpu_models_become_the_exact_names_vast_lists() -> None:
+    from jupyter_portable.compute.vastai import gpu_names
+
+    assert gpu_names(("rtx_4090", "A100", "4090")) == ["RTX 4090", "A100 PCIE", "A100 SXM4", "A100X"]
+    assert gpu_names(("Imaginary  RTX 9999",)) == ["Imaginary RTX 9999"]  # unknown: sent as written
+    assert gpu_names(()) == []
+
+
+def test_vast_search_pages_through_results_past_the_first_page(api: respx.MockRouter) -> None:
+    pages = [[vast_row(11, 0.40), vast_row(12, 0.50)],
+             [vast_row(13, 0.50), vast_row(14, 0.60)],  # 13 shares the price the last page ended on
+             [vast_row(15, 0.70)]]
+    route = api.post(f"{VAST}/api/v0/bundles/").mock(
+        side_effect=[httpx.Response(200, json={"offers": rows}) for rows in pages])
+    offers = vast(limit=2).offers(Requirements(gpus=("H100",), max_price_per_hour=5))
+    assert [o.id for o in offers] == ["11", "12", "13", "14", "15"]
+    queries = [sent_json(route, i) for i in range(3)]
+    assert "id" not in queries[0] and queries[0]["dph_total"] == {"lte": 5}
+    assert queries[1]["dph_total"] == {"lte": 5, "gte": 0.5} and queries[1]["id"] == {"notin": [12]}
+    assert queries[2]["dph_total"] == {"lte": 5, "gte": 0.6} and queries[2]["id"] == {"notin": [14]}
+    assert all(q["gpu_name"] == queries[0]["gpu_name"] and q["limit"] == 2 for q in queries)
+
+
+def test_vast_paging_stops_at_max_offers_and_on_a_page_with_nothing_new(api: respx.MockRouter) -> None:
+    full = [vast_row(21, 0.4), vast_row(22, 0.4)]
+    route = api.post(f"{VAST}/api/v0/bundles/").mock(return_value=httpx.Response(200, json={"offers": full}))
+    assert [o.id for o in vast(limit=2).offers()] == ["21", "22"]  # the same page again: nothing new, stop
+    assert route.call_count == 2
+    route.mock(side_effect=[httpx.Response(200, json={"offers": [vast_row(31 + i, 0.1 * (i + 1))
+                                                                 for i in range(j, j + 2)]}) for j in (0, 2, 4)])
+    assert len(vast(limit=2, max_offers=3).offers()) == 3
+
+
+@pytest.mark.parametrize("wanted,sent_as", [("12", "12.0"), ("12.4", "12.4"), ("12.4.1", "12.4"), ("11.8", "11.8")])
+def test_runpod_cuda_version_is_sent_as_major_minor(api: respx.MockRouter, wanted: str, sent_as: str) -> None:
+    catalog = api.get(f"{RUNPOD}/v2/catalog/gpus").mock(return_value=reply("runpod", "listGpuTypes.200.json"))
+    create = api.post(f"{RUNPOD}/v2/pods").mock(return_value=reply("runpod", "createPod.201.json"))
+    provider = runpod()
+    offer = provider.offers(Requirements(min_cuda=wanted))[0]
+    assert dict(sent(catalog).url.params)["minCudaVersion"] == sent_as
+    provider.launch(offer, allocation_id="alloc-0001")
+    assert sent_json(create)["gpu"]["minCudaVersion"] == sent_as
+    check_request(sent(create))  # a bare "12" is what RunPod refused with 422
+
+
+def test_runpod_an_offer_listed_with_a_bare_major_still_launches_with_major_minor(api: respx.MockRouter) -> None:
+    create = api.post(f"{RUNPOD}/v2/pods").mock(return_value=reply("runpod", "createPod.201.json"))
+    offer = spot_offer(spot=False)
+    offer = dataclasses.replace(offer, extra={**offer.extra, "min_cuda": "12"})
+    runpod().launch(offer, allocation_id="alloc-0001")
+    assert sent_json(create)["gpu"]["minCudaVersion"] == "12.0"
+
+
+def test_runpod_403_on_create_marks_the_route_not_permitted_and_acquisition_moves_on(
+        api: respx.MockRouter) -> None:
+    from jupyter_portable.compute.acquire import acquire
+
+    api.get(f"{RUNPOD}/v2/catalog/gpus").mock(return_value=reply("runpod", "listGpuTypes.200.json"))
+    api.get(f"{RUNPOD}/v2/account/ssh-keys").mock(return_value=reply("runpod", "getSshKeys.200.json"))
+    stock = body("runpod", "getGpuType.200.high.json")
+    stock["dataCenters"].append({"id": "US-TX-3", "name": "US Texas 3", "availability": "HIGH"})
+    api.get(url__regex=rf"{RUNPOD}/v2/catalog/gpus/.+").mock(return_value=httpx.Response(200, json=stock))
+    create = api.post(f"{RUNPOD}/v2/pods").mock(side_effect=[
+        reply("runpod", "createPod.403.json"), reply("runpod", "createPod.400.no-capacity.json")])
+    provider = runpod()
+    routes = [o for o in provider.offers() if o.capacity][:2]
+    ids = iter(["alloc-a", "alloc-b"])
+    with pytest.raises(NoCapacity) as info:
+        acquire(routes, {"runpod": provider}, Requirements(), allocation_id_factory=lambda: next(ids))
+    first, second = info.value.context["attempts"]
+    assert create.call_count == 2  # the refused pool was skipped and the next route tried
+    assert (first.offer_key, first.stage, first.error) == (routes[0].key, "launch", "QuotaExceeded")
+    assert "not permitted" in first.reason and "not open to your account" in first.reason
+    assert first.checks.permitted is True and first.checks.launched is False
+    assert (second.offer_key, second.error) == (routes[1].key, "NoCapacity")
+
+
+def test_runpod_403_elsewhere_is_still_an_auth_error(api: respx.MockRouter) -> None:
+    api.get(f"{RUNPOD}/v2/account/ssh-keys").mock(return_value=reply("runpod", "createPod.403.json"))
+    with pytest.raises(AuthError):
+        runpod().check_permission(spot_offer())
+
+
+def test_lambda_launch_sends_exactly_one_ssh_key_name(api: respx.MockRouter) -> None:
+    api.get(f"{LAMBDA}/api/v1/instance-types").mock(return_value=reply("lambda", "listInstanceTypes.200.json"))
+    launch = api.post(f"{LAMBDA}/api/v1/instance-operations/launch").mock(
+        return_value=reply("lambda", "launchInstance.200.json"))
+    provider = lam(ssh_key_names=["jp-worker", "laptop"])
+    provider.launch(next(o for o in provider.offers() if o.capacity), allocation_id="alloc-0003")
+    assert sent_json(launch)["ssh_key_names"] == ["jp-worker"]
+    check_request(sent(launch))
+
+
+RATE_LIMITED = {"runpod": ("POST", f"{RUNPOD}/v2/pods", "createPod.429.json"),
+                "vastai": ("PUT", f"{VAST}/api/v0/asks/12345678/", "createInstance.429.json"),
+                "lambda": ("POST", f"{LAMBDA}/api/v1/instance-operations/launch", "launchInstance.429.json")}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_rate_limited_launch_is_never_launch_failed(api: respx.MockRouter, provider: str) -> None:
+    method, url, fixture = RATE_LIMITED[provider]
+    route = api.route(method=method, url=url).mock(return_value=reply(provider, fixture, **{"Retry-After": "12"}))
+    offer = {"runpod": spot_offer(spot=False), "vastai": vast_offer(), "lambda": lambda_offer()}[provider]
+    with pytest.raises(ComputeError) as info:
+        make(provider).launch(offer, allocation_id="alloc-9")
+    assert type(info.value) is ProviderUnavailable, f"{type(info.value).__name__}: {info.value}"
+    assert info.value.context["rate_limited"] is True and info.value.context["retry_after"] == 12.0
+    assert "12" in (info.value.hint or "") and info.value.offer == offer.id
+    assert route.call_count == 1
+
+
+@pytest.mark.parametrize("code", ["global/quota-exceeded", "instance-operations/launch/insufficient-capacity",
+                                  "global/invalid-parameters"])
+def test_a_lambda_429_is_a_rate_limit_whatever_code_its_body_carries(api: respx.MockRouter, code: str) -> None:
+    api.post(f"{LAMBDA}/api/v1/instance-operations/launch").mock(
+        return_value=httpx.Response(429, json={"error": {"code": code, "message": "slow down"}}))
+    with pytest.raises(ProviderUnavailable) as info:
+        lam().launch(lambda_offer(), allocation_id="alloc-9")
+    assert type(info.value) is ProviderUnavailable and "rate-limited" in str(info.value)
+
+
+# -- requests checked against the published request schemas --------------------------------------
+
+
+def lifecycle_requests(api: respx.MockRouter, provider: str) -> list[httpx.Request]:
+    """Every request one provider sends over list, check, launch, poll and terminate."""
+    if provider == "runpod":
+        api.get(f"{RUNPOD}/v2/catalog/gpus").mock(return_value=reply("runpod", "listGpuTypes.200.json"))
+        api.get(f"{RUNPOD}/v2/account/ssh-keys").mock(return_value=reply("runpod", "getSshKeys.200.json"))
+        api.get(url__regex=rf"{RUNPOD}/v2/catalog/gpus/.+").mock(
+            return_value=reply("runpod", "getGpuType.200.high.json"))
+        api.post(f"{RUNPOD}/v2/pods").mock(return_value=reply("runpod", "createPod.201.json"))
+        api.get(f"{RUNPOD}/v2/pods/7h9k2m4n6p").mock(return_value=reply("runpod", "getPod.200.reachable.json"))
+        api.delete(f"{RUNPOD}/v2/pods/7h9k2m4n6p").mock(return_value=httpx.Response(204))
+        subject: Any = runpod()
+        req = Requirements(gpu_count=1, min_cuda="12")
+    elif provider == "vastai":
+        api.post(f"{VAST}/api/v0/bundles/").mock(return_value=reply("vastai", "searchOffers.200.json"))
+        api.get(f"{VAST}/api/v0/users/current/").mock(return_value=reply("vastai", "showUser.200.json"))
+        api.put(f"{VAST}/api/v0/asks/12345678/").mock(return_value=reply("vastai", "createInstance.200.json"))
+        api.post(f"{VAST}/api/v0/instances/7654321/ssh/").mock(return_value=reply("vastai", "attachSshKey.200.json"))
+        api.get(f"{VAST}/api/v0/instances/7654321/").mock(
+            return_value=reply("vastai", "showInstance.200.reachable.json"))
+        api.delete(f"{VAST}/api/v0/instances/7654321/").mock(return_value=reply("vastai", "destroyInstance.200.json"))
+        subject = vast()
+        req = Requirements(gpus=("4090",), driver="550.54.15", min_cuda="12.4", min_gpu_memory_gb=24,
+                           max_price_per_hour=5)
+    else:
+        api.get(f"{LAMBDA}/api/v1/instance-types").mock(return_value=reply("lambda", "listInstanceTypes.200.json"))
+        api.get(f"{LAMBDA}/api/v1/ssh-keys").mock(return_value=reply("lambda", "listSSHKeys.200.json"))
+        api.post(f"{LAMBDA}/api/v1/instance-operations/launch").mock(
+            return_value=reply("lambda", "launchInstance.200.json"))
+        api.get(url__regex=rf"{LAMBDA}/api/v1/instances/.+").mock(
+            return_value=reply("lambda", "getInstance.200.active.json"))
+        api.post(f"{LAMBDA}/api/v1/instance-operations/terminate").mock(
+            return_value=reply("lambda", "terminateInstance.200.json"))
+        subject = lam()
+        req = Requirements()
+    offer = next(o for o in subject.offers(req) if o.capacity)
+    subject.check_permission(offer)
+    subject.check_capacity(offer)
+    alloc = subject.launch(offer, allocation_id="alloc-0001", ssh_public_key=PUBKEY, env={"HF_TOKEN": "hf_x"})
+    subject.status(alloc)
+    subject.terminate(alloc)
+    return [call.request for call in api.calls]
+
+
+COVERED = {"runpod": {"listGpuTypes", "getSshKeys", "getGpuType", "createPod", "getPod", "deletePod"},
+           "vastai": {"searchOffers", "showUser", "createInstance", "attachSshKey", "showInstance",
+                      "destroyInstance"},
+           "lambda": {"listInstanceTypes", "listSSHKeys", "launchInstance", "getInstance", "terminateInstance"}}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_every_request_of_a_lifecycle_matches_its_published_request_schema(api: respx.MockRouter,
+                                                                           provider: str) -> None:
+    requests = lifecycle_requests(api, provider)
+    seen = set()
+    for request in requests:
+        found = operation_of(request)
+        assert found is not None, f"no published operation for {request.method} {request.url.path}"
+        seen.add(found[1])
+        check_request(request)
+    assert seen == COVERED[provider]
+
+
+def _renamed(request: httpx.Request, old: str, new: str) -> httpx.Request:
+    """The same request with one body field or query parameter renamed."""
+    if request.content:
+        sent_body = json.loads(request.content)
+        assert old in sent_body, f"{old} is not in the sent body"
+        sent_body[new] = sent_body.pop(old)
+        return httpx.Request(request.method, request.url, json=sent_body)
+    params = [(new if k == old else k, v) for k, v in request.url.params.multi_items()]
+    assert any(k == new for k, _ in params), f"{old} is not in the sent query"
+    return httpx.Request(request.method, request.url.copy_with(params=params))
+
+
+@pytest.mark.parametrize("provider,operation,old,new", [
+    ("runpod", "listGpuTypes", "minCudaVersion", "minCuda"),
+    ("runpod", "createPod", "dataCenterIds", "dataCenterId"),
+    ("runpod", "createPod", "startSsh", "start_ssh"),
+    ("vastai", "searchOffers", "gpu_name", "gpu_names"),
+    ("vastai", "searchOffers", "driver_version", "driver"),
+    ("vastai", "createInstance", "label", "labels"),
+    ("vastai", "attachSshKey", "ssh_key", "key"),
+    ("lambda", "launchInstance", "ssh_key_names", "ssh_keys"),
+    ("lambda", "launchInstance", "instance_type_name", "instance_type"),
+    ("lambda", "terminateInstance", "instance_ids", "ids"),
+])
+def test_renaming_a_field_of_a_sent_request_fails_the_contract(api: respx.MockRouter, provider: str, operation: str,
+                                                                old: str, new: str) -> None:
+    request = next(r for r in lifecycle_requests(api, provider) if (operation_of(r) or ("", ""))[1] == operation)
+    check_request(request)
+    with pytest.raises(jsonschema.ValidationError):
+        check_request(_renamed(request, old, new))

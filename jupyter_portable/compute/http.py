@@ -6,10 +6,12 @@ turns whatever goes wrong into :mod:`jupyter_portable.core.errors`::
 
     httpx.TimeoutException, httpx.TransportError  -> ProviderUnavailable (GETs retried first)
     body that is not JSON, or not the shape read  -> ProviderUnavailable
-    an HTTP error status                          -> the provider's classifier (its codes and
+    429, whatever its body says                   -> ProviderUnavailable with the wait in its hint
+                                                     (a rate limit, never "launch failed")
+    any other HTTP error status                   -> the provider's classifier (its codes and
                                                      texts: NoCapacity, QuotaExceeded, ...), else
         401 / 403                                 -> AuthError
-        429, 5xx                                  -> ProviderUnavailable
+        5xx                                       -> ProviderUnavailable
         any other                                 -> LaunchFailed for a launch, else ProviderUnavailable
 
 The key lives in a :class:`Secret` and is scrubbed from every message built here, so
@@ -263,7 +265,9 @@ class ApiClient:
         text = self.scrub(response.text, secrets)
         info = ErrorInfo(provider=self.provider, operation=operation, method=method, path=path, status=status,
                          body=body, text=text, retry_after=response.headers.get("Retry-After"))
-        if self.classify is not None:
+        # A rate limit is a rate limit whatever code its body carries: the request was not
+        # looked at, so it is never "launch failed" and the route stays worth another try.
+        if self.classify is not None and status != 429:
             mapped = self.classify(info)
             if mapped is not None:
                 # classifiers build messages from the body: scrub them as well
@@ -281,9 +285,12 @@ class ApiClient:
             return self._fail(AuthError, what + detail, secrets=secrets, status=info.status,
                               hint=f"check {self.key_env}: the key is wrong, expired, or lacks this permission")
         if info.status == 429:
-            wait = f" (Retry-After: {info.retry_after}s)" if info.retry_after else ""
-            return self._fail(ProviderUnavailable, f"{self.provider} rate-limited {info.where}{wait}",
-                              secrets=secrets, status=info.status, hint="wait a little and try again")
+            wait = _seconds(info.retry_after)
+            shown = f" (Retry-After: {info.retry_after}s)" if info.retry_after else ""
+            return self._fail(ProviderUnavailable, f"{self.provider} rate-limited {info.where}{shown}"
+                              + detail, secrets=secrets, status=info.status, rate_limited=True, retry_after=wait,
+                              hint=f"wait {wait:g}s and try again" if wait is not None
+                              else "wait a little and try again")
         if info.status >= 500:
             return self._fail(ProviderUnavailable, f"{self.provider} failed {info.where} (HTTP {info.status})"
                               + detail, secrets=secrets, status=info.status,
@@ -301,6 +308,14 @@ class ApiClient:
             raise self._fail(ProviderUnavailable, f"{self.provider} answered {what} with an unexpected shape: "
                              f"{detail}", hint="the provider's API may have changed; report it with this message") \
                 from exc
+
+
+def _seconds(retry_after: str | None) -> float | None:
+    """``Retry-After`` in seconds when it is a number (an HTTP date is left to the caller's backoff)."""
+    try:
+        return max(0.0, float(retry_after)) if retry_after else None
+    except ValueError:
+        return None
 
 
 class HttpProvider(Provider):

@@ -5,8 +5,9 @@
 one, ``GET /api/v1/instances/{id}`` reads it, ``POST /api/v1/instance-operations/terminate``
 ends it. Errors carry a stable ``code``; that is what is matched, never the message.
 
-A launch needs at least one SSH key already registered with Lambda, by name
-(``ssh_key_names`` or ``$LAMBDA_SSH_KEY_NAMES``, comma-separated). The ``ssh_public_key``
+A launch needs an SSH key already registered with Lambda, by name (``ssh_key_names`` or
+``$LAMBDA_SSH_KEY_NAMES``, comma-separated). Lambda's launch takes exactly one: the first
+configured name is sent. The ``ssh_public_key``
 and ``env`` a launch is given travel in cloud-init ``user_data``: the key is authorized
 for ``ubuntu``, the environment lands in ``/etc/jupyter-portable/env`` (mode 0600) for the
 worker. There is no container image: ``image`` is recorded for the worker to run.
@@ -202,7 +203,8 @@ class LambdaProvider(HttpProvider):
                                  provider=self.name)
             body: dict[str, Any] = {"region_name": region,
                                     "instance_type_name": offer.extra.get("instance_type") or offer.id.split("@")[0],
-                                    "ssh_key_names": self.ssh_key_names, "name": allocation_id[:64]}
+                                    # the API takes exactly one key name; more is refused
+                                    "ssh_key_names": self.ssh_key_names[:1], "name": allocation_id[:64]}
             if self.file_system_names:
                 body["file_system_names"] = self.file_system_names
             if ssh_public_key or env:

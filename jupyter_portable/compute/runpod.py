@@ -52,7 +52,7 @@ NO_CAPACITY = re.compile(r"no longer any instances available|no instances? (?:ar
                          r"|not enough capacity|insufficient capacity|out of (?:stock|capacity)", re.I)
 QUOTA = re.compile(r"quota|spend(?:ing)? limit|insufficient (?:balance|funds|credit)|maximum number of", re.I)
 AUTH = re.compile(r"unauthori[sz]ed|invalid api key|api key (?:is )?(?:invalid|expired)|forbidden", re.I)
-CUDA = re.compile(r"\A\d+(?:\.\d+)?\Z")
+CUDA = re.compile(r"\A\s*v?(\d+)(?:\.(\d+))?(?:\.\d+)*\s*\Z")
 
 POD_STATES = {"PROVISIONING": "pending", "STARTING": "pending", "RUNNING": "running", "EXITED": "stopped",
               "ERROR": "lost", "TERMINATED": "terminated"}
@@ -66,6 +66,13 @@ RENT_SPOT = """mutation RentSpot($input: PodRentInterruptableInput!) {
 }"""
 
 
+def cuda_version(text: object) -> str | None:
+    """A CUDA version as RunPod takes it, ``MAJOR.MINOR`` ("12" -> "12.0", "12.4.1" -> "12.4"), or
+    None when ``text`` is not a version: the create call refuses anything else with a 422."""
+    m = CUDA.match(text) if isinstance(text, str) else None
+    return f"{int(m[1])}.{int(m[2] or 0)}" if m else None
+
+
 def _classify(info: ErrorInfo) -> ComputeError | None:
     """RunPod's RFC 9457 bodies (``{title, status, detail, errors?}``) by status and text."""
     body = info.body if isinstance(info.body, dict) else {}
@@ -74,6 +81,13 @@ def _classify(info: ErrorInfo) -> ComputeError | None:
     errors: list[Any] = raw_errors if isinstance(raw_errors, list) else []
     texts = [detail, body.get("title"), *[e for e in errors if isinstance(e, str)]]
     where = f"runpod refused {info.where} (HTTP {info.status})"
+    if info.status == 403 and info.operation == "launch":
+        # RunPod's create answers 403 for a pool this account may not rent from (its retry
+        # table: "skip this candidate"); the key itself worked for the checks before it.
+        return QuotaExceeded(f"runpod: not permitted: this pool is not open to your account ({where}: {detail})",
+                             provider="runpod", status=403, not_permitted=True,
+                             hint="this route is skipped; the next one is tried. Ask RunPod support to open the "
+                                  "pool to the account, or pick another GPU type, cloud or data center")
     if info.status in (401, 403, 429) or info.status >= 500:
         return None  # the default mapping: AuthError naming the variable, or ProviderUnavailable
     if matches(NO_CAPACITY, *texts):
@@ -127,11 +141,12 @@ class RunPodProvider(HttpProvider):
         req = requirements or Requirements()
         count = max(1, req.gpu_count)
         params: dict[str, Any] = {"include": "AVAILABILITY", "product": "POD", "count": count, "cloud": self.cloud}
-        if req.min_cuda and CUDA.match(req.min_cuda):
-            params["minCudaVersion"] = req.min_cuda
+        min_cuda = cuda_version(req.min_cuda)
+        if min_cuda:
+            params["minCudaVersion"] = min_cuda
         _, body = self._api.request("GET", "/v2/catalog/gpus", operation="offers", params=params)
         with self._api.reading("GET /v2/catalog/gpus"):
-            out = [o for gpu in need(body, "gpus", list) for o in self._gpu_offers(gpu, count, req.min_cuda)]
+            out = [o for gpu in need(body, "gpus", list) for o in self._gpu_offers(gpu, count, min_cuda)]
         if self.include_spot:
             out.extend(self._spot_offers(count))
         return out
@@ -239,8 +254,10 @@ class RunPodProvider(HttpProvider):
 
     def _launch_on_demand(self, offer: Offer, name: str, image: str, env: dict[str, str]) -> tuple[str, dict]:
         gpu: dict[str, Any] = {"id": self._gpu_type(offer), "count": max(1, offer.gpu_count)}
-        if offer.extra.get("min_cuda"):
-            gpu["minCudaVersion"] = offer.extra["min_cuda"]
+        # offers listed before the version was normalised may still carry "12"
+        min_cuda = cuda_version(offer.extra.get("min_cuda"))
+        if min_cuda:
+            gpu["minCudaVersion"] = min_cuda
         body: dict[str, Any] = {"name": name, "image": image, "gpu": gpu, "cloud": self.cloud, "disk": self.disk_gb,
                                 "env": env, "ports": ["22/tcp"], "startSsh": True}
         if offer.extra.get("data_center_id"):

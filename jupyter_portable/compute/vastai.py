@@ -10,6 +10,12 @@ Each host prices its own bandwidth: ``inet_down_cost`` ($/GB into the machine) b
 :attr:`Offer.egress_per_gb`, ``inet_up_cost`` ($/GB out, where snapshots go) is kept in
 ``extra``. ``gpu_ram`` is MB per GPU; it becomes GB by dividing by 1000, as Vast's CLI
 converts, so a "24 GB" requirement admits a 24564 MB card.
+
+The search filters on what the requirements pin: ``gpu_name`` (each wanted model expanded to
+the exact names Vast lists, :data:`GPU_NAMES`), ``num_gpus``, ``driver_version``,
+``cuda_max_good``, memory and price. It has no cursor, so results are paged by the sort key:
+the next page asks for ``dph_total`` from the last price on, leaving out the asks already seen
+at that price, until a page comes back short or ``max_offers`` are listed.
 """
 
 from __future__ import annotations
@@ -54,10 +60,33 @@ NO_ASK = re.compile(r"no_such_ask|no such ask|(?:is )?(?:no longer|not) availabl
 AUTH = re.compile(r"invalid user key|auth_error|unauthori[sz]ed|invalid api key", re.I)
 QUOTA = re.compile(r"insufficient (?:credit|balance|funds)|low_credit|quota", re.I)
 
+# gpu_name as Vast's search reports it (and matches it: exactly). A wanted model is matched
+# against these as a case-insensitive substring, as routing matches offers, so "H100" asks
+# for all three H100 variants; a model none of them contains is sent as written.
+GPU_NAMES = (
+    "A10", "A100 PCIE", "A100 SXM4", "A100X", "A40", "A800 PCIE", "B200", "GH200 SXM", "H100 NVL", "H100 PCIE",
+    "H100 SXM", "H200", "H200 NVL", "L4", "L40", "L40S", "Q RTX 8000", "RTX 3080", "RTX 3090", "RTX 3090 Ti",
+    "RTX 4000Ada", "RTX 4070 Ti", "RTX 4080", "RTX 4080S", "RTX 4090", "RTX 5000Ada", "RTX 5090", "RTX 6000Ada",
+    "RTX A4000", "RTX A5000", "RTX A6000", "RTX PRO 6000 WS", "Tesla T4", "Tesla V100",
+)
+CUDA = re.compile(r"\A\s*v?(\d+)(?:\.(\d+))?(?:\.\d+)*\s*\Z")
+
 # actual_status values from Vast's docs; the doc warns the last three never reach running.
 PENDING = {"loading", "created", "scheduling", "rebooting"}
 STOPPED = {"stopped", "frozen"}
 DEAD = {"exited", "unknown", "offline"}
+
+
+def gpu_names(wanted: tuple[str, ...] | list[str]) -> list[str]:
+    """The exact ``gpu_name`` values to search for ``wanted`` models (see :data:`GPU_NAMES`)."""
+    out: list[str] = []
+    for model in wanted:
+        text = " ".join(model.replace("_", " ").split())
+        if not text:
+            continue
+        found = [name for name in GPU_NAMES if text.lower() in name.lower()] or [text]
+        out += [name for name in found if name not in out]
+    return out
 
 
 def _classify(info: ErrorInfo) -> ComputeError | None:
@@ -85,16 +114,18 @@ def _classify(info: ErrorInfo) -> ComputeError | None:
 class VastProvider(HttpProvider):
     """Vast.ai instances (Docker containers with direct SSH). ``api_key`` defaults to
     ``$VAST_API_KEY``; ``disk_gb`` is the storage allocated (and priced) per offer;
-    ``limit`` caps how many offers one search returns, cheapest first."""
+    ``limit`` is how many offers one search page asks for, ``max_offers`` how many are
+    listed in all (cheapest first)."""
 
     name = "vastai"
 
     def __init__(self, api_key: str | None = None, *, default_image: str = DEFAULT_IMAGE, disk_gb: int = 50,
-                 limit: int = 64, base_url: str = API, timeout: float = 30.0, retries: int = 2,
+                 limit: int = 64, max_offers: int = 512, base_url: str = API, timeout: float = 30.0, retries: int = 2,
                  backoff: float = 0.5, transport: httpx.BaseTransport | None = None) -> None:
         self.default_image = default_image
         self.disk_gb = disk_gb
-        self.limit = limit
+        self.limit = max(1, limit)
+        self.max_offers = max(1, max_offers)
         self._api = ApiClient(provider=self.name, base_url=base_url, key=key_from(api_key, KEY_ENV), key_env=KEY_ENV,
                               key_hint="create one at https://cloud.vast.ai/manage-keys/", classify=_classify,
                               timeout=timeout, retries=retries, backoff=backoff, transport=transport)
@@ -102,33 +133,53 @@ class VastProvider(HttpProvider):
     # -- check 1: listed ------------------------------------------------------------------
 
     def search_query(self, requirements: Requirements | None = None) -> dict[str, Any]:
-        """The bundles query for ``requirements``: verified, rentable, cheapest first."""
+        """The first page's bundles query for ``requirements``: verified, rentable, the GPU
+        models, count, driver and CUDA asked for, cheapest first."""
         req = requirements or Requirements()
         query: dict[str, Any] = {"verified": {"eq": True}, "rentable": {"eq": True}, "rented": {"eq": False},
                                  "num_gpus": {"gte": max(1, req.gpu_count)}, "order": [["dph_total", "asc"]],
                                  "limit": self.limit, "allocated_storage": self.disk_gb}
+        names = gpu_names(req.gpus)
+        if names:
+            query["gpu_name"] = {"in": names}
         if req.min_gpu_memory_gb:
             query["gpu_ram"] = {"gte": round(req.min_gpu_memory_gb * 1000)}
-        if req.min_cuda:
-            try:
-                query["cuda_max_good"] = {"gte": float(req.min_cuda)}
-            except ValueError:
-                pass  # not a plain number: left to unmet(), which compares versions properly
+        if req.driver:
+            query["driver_version"] = {"eq": req.driver.strip()}  # "XXX.XX.XX", as the document says
+        cuda = CUDA.match(req.min_cuda or "")
+        if cuda:
+            # cuda_max_good is a float (12.4); MAJOR.MINOR is compared as one
+            query["cuda_max_good"] = {"gte": float(f"{int(cuda[1])}.{int(cuda[2] or 0)}")}
         if req.max_price_per_hour is not None:
             query["dph_total"] = {"lte": req.max_price_per_hour}
         return query
 
     def offers(self, requirements: Requirements | None = None) -> list[Offer]:
-        """Rentable asks matching ``requirements``, one offer per ask (one machine)."""
-        _, body = self._api.request("POST", "/api/v0/bundles/", operation="offers",
-                                    json_body=self.search_query(requirements))
-        with self._api.reading("POST /api/v0/bundles/"):
-            out = []
-            for row in need(body, "offers", list):
-                offer = self._offer(row)
-                if offer is not None:
-                    out.append(offer)
-            return out
+        """Rentable asks matching ``requirements``, one offer per ask (one machine), page by page."""
+        first = self.search_query(requirements)
+        query = first
+        out: list[Offer] = []
+        price_of: dict[int, float] = {}
+        while True:
+            _, body = self._api.request("POST", "/api/v0/bundles/", operation="offers", json_body=query)
+            with self._api.reading("POST /api/v0/bundles/"):
+                rows = need(body, "offers", list)
+                fresh = 0
+                for row in rows:
+                    ask = need(row, "id", int, where="offers[]")
+                    if ask in price_of:
+                        continue  # a page may repeat an ask the last one ended on
+                    price_of[ask] = float(need(row, "dph_total", NUMBER, where=f"offers[{ask}]"))
+                    fresh += 1
+                    offer = self._offer(row)
+                    if offer is not None:
+                        out.append(offer)
+            if len(rows) < self.limit or not fresh or len(price_of) >= self.max_offers:
+                return out[:self.max_offers]
+            # no cursor: the next page starts at the last price, without the asks seen at it
+            last = max(price_of[need(row, "id", int)] for row in rows)
+            query = {**first, "dph_total": {**first.get("dph_total", {}), "gte": last},
+                     "id": {"notin": sorted(a for a, p in price_of.items() if p == last)}}
 
     def _offer(self, row: Any) -> Offer | None:
         ask = need(row, "id", int, where="offers[]")
