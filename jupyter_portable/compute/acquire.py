@@ -10,7 +10,7 @@ which of these the route got through.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,8 +116,19 @@ def default_runner(provider: Provider, allocation: Allocation) -> Runner:
     return runner
 
 
-def _wait_up(provider: Provider, allocation: Allocation, timeout_s: float, poll_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
+def poll_intervals(first_s: float, max_s: float, factor: float = 1.5) -> Iterator[float]:
+    """The waits between status polls: ``first_s``, growing by ``factor``, never over ``max_s``."""
+    wait = max(0.0, first_s)
+    while True:
+        yield min(wait, max_s)
+        wait *= factor
+
+
+def _wait_up(provider: Provider, allocation: Allocation, timeout_s: float, intervals: Iterator[float], *,
+             clock: Callable[[], float], sleep: Callable[[float], None]) -> None:
+    # a provider's documented rate is a floor on every wait, even the last before the deadline
+    floor = float(getattr(provider, "min_poll_interval_s", 0.0) or 0.0)
+    deadline = clock() + timeout_s
     while True:
         st = provider.status(allocation)
         if st.state in _UP:
@@ -125,23 +136,28 @@ def _wait_up(provider: Provider, allocation: Allocation, timeout_s: float, poll_
         if st.state in _DOWN:
             raise LaunchFailed(f"the machine was {st.state} while booting" + (f": {st.reason}" if st.reason else ""),
                                provider=provider.name, offer=allocation.offer_id)
-        if time.monotonic() >= deadline:
+        now = clock()
+        if now >= deadline:
             raise _BootTimeout(f"still {st.state} after {timeout_s:g}s", provider=provider.name,
                                offer=allocation.offer_id)
-        time.sleep(poll_s)
+        sleep(max(floor, min(next(intervals), deadline - now)))
 
 
 def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], requirements: Requirements, *,
             allocation_id_factory: Callable[[], str], on_event: EventSink | None = None, boot_timeout_s: float = 120,
-            poll_interval_s: float = 0.25, runner_for: Callable[[Provider, Allocation], Runner] = default_runner,
-            ssh_public_key: str | None = None, launch_env: dict[str, str] | None = None
+            poll_interval_s: float = 1.0, poll_max_s: float = 10.0,
+            runner_for: Callable[[Provider, Allocation], Runner] = default_runner,
+            ssh_public_key: str | None = None, launch_env: dict[str, str] | None = None,
+            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
             ) -> tuple[Allocation, list[Attempt]]:
     """The first admitted allocation, and every attempt given up on the way.
 
     Raises NoCapacity("every route failed: ...") naming each route's reason when none is
     admitted (``exc.context["attempts"]`` holds them). Events, one dict each, go to
     ``on_event``: ``{"state": "ACQUIRING" | "PROBING" | "REFUSED" | "FAILED" | "ACQUIRED",
-    "offer": key, "reason": ..., "checks": {...}, ...}``.
+    "offer": key, "reason": ..., "checks": {...}, ...}``. While a machine boots its status is
+    polled every ``poll_interval_s``, backing off to ``poll_max_s`` (never faster than the
+    provider's ``min_poll_interval_s``), on ``clock`` and ``sleep``.
     """
     attempts: list[Attempt] = []
 
@@ -172,7 +188,8 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
             allocation = provider.launch(offer, allocation_id=allocation_id_factory(), image=requirements.image,
                                          ssh_public_key=ssh_public_key, env=launch_env)
             stage = "boot"
-            _wait_up(provider, allocation, boot_timeout_s, poll_interval_s)
+            _wait_up(provider, allocation, boot_timeout_s, poll_intervals(poll_interval_s, poll_max_s),
+                     clock=clock, sleep=sleep)
             checks.launched = True
             stage = "probe"
             emit("PROBING", offer, checks, allocation_id=allocation.allocation_id)
@@ -223,4 +240,4 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
                      provider="", attempts=attempts)
 
 
-__all__ = ["Attempt", "EventSink", "acquire", "default_runner"]
+__all__ = ["Attempt", "EventSink", "acquire", "default_runner", "poll_intervals"]

@@ -1,10 +1,10 @@
 """The one HTTP client the cloud providers share, and where httpx errors are translated.
 
 Every provider module talks to its API through :class:`ApiClient`. It adds the bearer
-key to each request (never to the URL), retries only idempotent GETs, parses JSON, and
-turns whatever goes wrong into :mod:`jupyter_portable.core.errors`::
+key to each request (never to the URL), retries (with tenacity, see :class:`RetryPolicy`),
+parses JSON, and turns whatever goes wrong into :mod:`jupyter_portable.core.errors`::
 
-    httpx.TimeoutException, httpx.TransportError  -> ProviderUnavailable (GETs retried first)
+    httpx.TimeoutException, httpx.TransportError  -> ProviderUnavailable (retried first)
     body that is not JSON, or not the shape read  -> ProviderUnavailable
     429, whatever its body says                   -> ProviderUnavailable with the wait in its hint
                                                      (a rate limit, never "launch failed")
@@ -13,6 +13,13 @@ turns whatever goes wrong into :mod:`jupyter_portable.core.errors`::
         401 / 403                                 -> AuthError
         5xx                                       -> ProviderUnavailable
         any other                                 -> LaunchFailed for a launch, else ProviderUnavailable
+
+Retries: 429, 5xx, timeouts and connection errors are tried again with jittered exponential
+backoff, waiting at least what ``Retry-After`` (seconds or an HTTP date) or the rate-limit
+reset headers ask, bounded. A launch is tried again only when the provider cannot have acted
+on it (429, or no connection made): it may rent something. A terminate keeps trying until
+the provider confirms, within a longer time budget; then its error says the machine may
+still be running and names it (``context["may_be_running"]``).
 
 The key lives in a :class:`Secret` and is scrubbed from every message built here, so
 a provider that echoes it back still cannot put it in an exception or a log line.
@@ -27,18 +34,85 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
+import tenacity
 
-from jupyter_portable.compute.base import Provider
+from jupyter_portable.compute.base import Allocation, Provider
 from jupyter_portable.core.errors import AuthError, ComputeError, LaunchFailed, ProviderUnavailable, UsageError
 from jupyter_portable.core.offers import Offer
 
-# GETs are retried on these: the request changed nothing, so asking again is safe.
+# Tried again on these: the provider refused for now (429) or failed (5xx).
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
-MAX_RETRY_AFTER = 30.0
+# the longest wait a provider's Retry-After or reset header can impose on one retry
+MAX_RETRY_AFTER = 120.0
 MAX_DETAIL = 300
+# Rate-limit headers that say when to come back, besides Retry-After: delta seconds, or a
+# Unix time when large (GitHub-style X-RateLimit-Reset).
+RESET_HEADERS = ("RateLimit-Reset", "X-RateLimit-Reset")
+UNIX_TIME = 1e9
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long one call keeps trying: at most ``attempts`` tries within ``budget_s`` seconds
+    (waits included), waits growing from ``backoff`` to ``max_backoff`` with jitter."""
+
+    attempts: int = 5
+    budget_s: float = 60.0
+    backoff: float = 0.5
+    max_backoff: float = 30.0
+    max_retry_after: float = MAX_RETRY_AFTER
+    # a terminate keeps trying much longer: giving up may leave a paid machine running
+    terminate_attempts: int = 20
+    terminate_budget_s: float = 300.0
+
+    def limits(self, operation: str) -> tuple[int, float]:
+        """``(attempts, budget_s)`` for a call named ``operation``."""
+        if operation == "terminate":
+            return max(self.attempts, self.terminate_attempts), max(self.budget_s, self.terminate_budget_s)
+        return max(1, self.attempts), self.budget_s
+
+
+class _Again(Exception):
+    """Internal: one try failed in a way worth another; ``error`` is raised if none is left."""
+
+    def __init__(self, error: ComputeError, asked_wait: float | None) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.asked_wait = asked_wait
+
+
+def server_wait(headers: httpx.Headers, *, now: float) -> float | None:
+    """Seconds the server asked to wait: ``Retry-After`` (seconds or an HTTP date), else a
+    rate-limit reset header; dates are read against the response's ``Date`` (else ``now``)."""
+    date = _http_date(headers.get("Date"))
+    base = date if date is not None else now
+    retry_after = headers.get("Retry-After")
+    if retry_after:
+        seconds = _seconds(retry_after)
+        if seconds is not None:
+            return seconds
+        when = _http_date(retry_after)
+        if when is not None:
+            return max(0.0, when - base)
+    for name in RESET_HEADERS:
+        value = _seconds(headers.get(name))
+        if value is not None:
+            return max(0.0, value - base) if value >= UNIX_TIME else value
+    return None
+
+
+def _http_date(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return parsedate_to_datetime(text).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
 
 
 class Secret:
@@ -132,8 +206,10 @@ class ApiClient:
     """
 
     def __init__(self, *, provider: str, base_url: str, key: Secret, key_env: str, key_hint: str,
-                 classify: Classifier | None = None, timeout: float = 30.0, retries: int = 2,
-                 backoff: float = 0.5, transport: httpx.BaseTransport | None = None) -> None:
+                 classify: Classifier | None = None, timeout: float = 30.0, retries: int = 4,
+                 backoff: float = 0.5, policy: RetryPolicy | None = None,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time, transport: httpx.BaseTransport | None = None) -> None:
         self.provider = provider
         self.base_url = base_url.rstrip("/")
         self._key = key
@@ -141,8 +217,16 @@ class ApiClient:
         self.key_hint = key_hint
         self.classify = classify
         self.timeout = httpx.Timeout(timeout, connect=min(timeout, 10.0))
-        self.retries = max(0, retries)
-        self.backoff = max(0.0, backoff)
+        self.policy = policy or RetryPolicy(attempts=1 + max(0, retries), backoff=max(0.0, backoff))
+        self.retries = self.policy.attempts - 1
+        self.backoff = self.policy.backoff
+        # backoff * 2**(n-1), capped, plus up to one backoff of jitter so that clients spread out
+        self._backoff = (tenacity.wait_exponential(multiplier=self.backoff, max=self.policy.max_backoff)
+                         + tenacity.wait_random(0, self.backoff))
+        # passed in so that tests neither sleep nor read the clock: waits are recorded instead
+        self.sleep = sleep
+        self.clock = clock
+        self.wall = wall
         self._transport = transport
         self._client: httpx.Client | None = None
         self.log = logging.getLogger(f"jupyter_portable.compute.{provider}")
@@ -188,43 +272,91 @@ class ApiClient:
 
     def request(self, method: str, path: str, *, operation: str, json_body: Any = None,
                 params: dict[str, Any] | None = None, ok: Iterable[int] = (200,),
-                secrets: Iterable[str] = (), allow: Iterable[int] = ()) -> tuple[int, Any]:
-        """Send one request; return ``(status, parsed JSON or None)`` for a status in ``ok`` or
-        ``allow``. Anything else raises a typed error. ``secrets`` are scrubbed from messages
-        too (a launch's env values). ``operation`` names the call in messages ("launch", ...)."""
+                secrets: Iterable[str] = (), allow: Iterable[int] = (),
+                confirm: Callable[[Any], str | None] | None = None) -> tuple[int, Any]:
+        """Send one request, retried as the module docstring says; return ``(status, parsed JSON
+        or None)`` for a status in ``ok`` or ``allow``. Anything else raises a typed error, with
+        ``context["attempts"]``. ``secrets`` are scrubbed from messages too (a launch's env
+        values). ``operation`` names the call ("launch", "terminate", ...). ``confirm`` reads an
+        ``ok`` body and returns why the provider did not do it (tried again), or None."""
         headers = self._auth_header()
         secrets = tuple(s for s in secrets if s)
-        ok, allow = frozenset(ok), frozenset(allow)
-        attempts = 1 + (self.retries if method.upper() == "GET" else 0)
-        where = f"{method.upper()} {path}"
-        for attempt in range(attempts):
-            last = attempt == attempts - 1
-            try:
-                response = self._http().request(method, path, json=json_body, params=params, headers=headers)
-            except httpx.TimeoutException as exc:
-                if not last:
-                    self._sleep(attempt, None)
-                    continue
-                raise self._fail(ProviderUnavailable, f"{self.provider} did not answer {where} in time "
-                                 f"({type(exc).__name__})", hint=self._unsure_hint(method, operation),
-                                 secrets=secrets) from exc
-            except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                if not last and isinstance(exc, httpx.TransportError):
-                    self._sleep(attempt, None)
-                    continue
-                raise self._fail(ProviderUnavailable, f"could not reach {self.provider} for {where}: "
-                                 f"{type(exc).__name__}: {exc}", hint=self._unsure_hint(method, operation),
-                                 secrets=secrets) from exc
-            status = response.status_code
-            self.log.debug("%s %s -> %s", method.upper(), path, status)
-            if status in RETRY_STATUS and not last:
-                self._sleep(attempt, response.headers.get("Retry-After"))
-                continue
-            body = self._parse(response, where, secrets, expect_json=status in ok and status != 204)
-            if status in ok or status in allow:
-                return status, body
-            raise self._map_error(method.upper(), path, operation, response, body, secrets)
-        raise AssertionError("unreachable")  # the loop always returns or raises
+        ok_set, allow_set = frozenset(ok), frozenset(allow)
+        attempts, budget = self.policy.limits(operation)
+        started = self.clock()
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(_Again),
+            wait=self._wait,
+            stop=lambda rs: rs.attempt_number >= attempts or self.clock() - started + rs.upcoming_sleep > budget,
+            sleep=self.sleep, before_sleep=self._log_retry, reraise=True)
+        try:
+            return retrying(self._once, method.upper(), path, operation=operation, json_body=json_body,
+                            params=params, headers=headers, ok=ok_set, allow=allow_set, secrets=secrets,
+                            confirm=confirm)
+        except _Again as again:
+            error = again.error
+            tries = retrying.statistics.get("attempt_number", 1)
+            error.context["attempts"] = tries
+            if tries > 1:
+                error.args = (f"{error} (tried {tries} times over {self.clock() - started:.0f}s)",)
+            raise error from again.__cause__
+        except ComputeError as error:
+            error.context.setdefault("attempts", retrying.statistics.get("attempt_number", 1))
+            raise
+
+    def _once(self, method: str, path: str, *, operation: str, json_body: Any, params: dict[str, Any] | None,
+              headers: dict[str, str], ok: frozenset[int], allow: frozenset[int], secrets: tuple[str, ...],
+              confirm: Callable[[Any], str | None] | None) -> tuple[int, Any]:
+        """One try: the answer, a typed error, or :class:`_Again` when another try is worth it."""
+        where = f"{method} {path}"
+        # a launch may rent something: tried again only when the provider cannot have acted on it
+        unsafe = operation == "launch" and method != "GET"
+        try:
+            response = self._http().request(method, path, json=json_body, params=params, headers=headers)
+        except httpx.TimeoutException as exc:
+            error = self._fail(ProviderUnavailable, f"{self.provider} did not answer {where} in time "
+                               f"({type(exc).__name__})", hint=self._unsure_hint(method, operation),
+                               secrets=secrets)
+            if unsafe and not isinstance(exc, httpx.ConnectTimeout):
+                raise error from exc
+            raise _Again(error, None) from exc
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            error = self._fail(ProviderUnavailable, f"could not reach {self.provider} for {where}: "
+                               f"{type(exc).__name__}: {exc}", hint=self._unsure_hint(method, operation),
+                               secrets=secrets)
+            if isinstance(exc, httpx.TransportError) and (not unsafe or isinstance(exc, httpx.ConnectError)):
+                raise _Again(error, None) from exc
+            raise error from exc
+        status = response.status_code
+        self.log.debug("%s %s -> %s", method, path, status)
+        if status in RETRY_STATUS and not (unsafe and status != 429):
+            body = self._parse(response, where, secrets, expect_json=False)
+            raise _Again(self._map_error(method, path, operation, response, body, secrets),
+                         server_wait(response.headers, now=self.wall()))
+        body = self._parse(response, where, secrets, expect_json=status in ok and status != 204)
+        if status in ok and confirm is not None:
+            refused = confirm(body)
+            if refused:
+                raise _Again(self._fail(ProviderUnavailable, refused, secrets=secrets, status=status), None)
+        if status in ok or status in allow:
+            return status, body
+        raise self._map_error(method, path, operation, response, body, secrets)
+
+    def _wait(self, retry_state: tenacity.RetryCallState) -> float:
+        """Jittered exponential backoff, but at least what the server asked (bounded)."""
+        policy = self.policy
+        wait = self._backoff(retry_state)
+        outcome = retry_state.outcome
+        failure = outcome.exception() if outcome is not None else None
+        if isinstance(failure, _Again) and failure.asked_wait is not None:
+            wait = max(wait, min(failure.asked_wait, policy.max_retry_after))
+        return float(wait)
+
+    def _log_retry(self, retry_state: tenacity.RetryCallState) -> None:
+        outcome = retry_state.outcome
+        failure = outcome.exception() if outcome is not None else None
+        self.log.info("%s: try %d failed (%s); trying again in %.1fs", self.provider, retry_state.attempt_number,
+                      failure, retry_state.upcoming_sleep)
 
     def _unsure_hint(self, method: str, operation: str) -> str:
         if method.upper() != "GET" and operation in ("launch", "terminate"):
@@ -232,16 +364,6 @@ class ApiClient:
             return (f"the {operation} may have gone through; check the {self.provider} console "
                     "before retrying, so nothing is rented twice")
         return f"check your network, or {self.provider}'s status page, and try again"
-
-    def _sleep(self, attempt: int, retry_after: str | None) -> None:
-        delay = self.backoff * (2 ** attempt)
-        if retry_after:
-            try:
-                delay = max(delay, min(float(retry_after), MAX_RETRY_AFTER))
-            except ValueError:
-                pass  # an HTTP date: keep the exponential delay
-        if delay:
-            time.sleep(delay)
 
     def _parse(self, response: httpx.Response, where: str, secrets: tuple[str, ...], *, expect_json: bool) -> Any:
         content = response.content
@@ -322,6 +444,9 @@ class HttpProvider(Provider):
     """What the cloud providers share: one :class:`ApiClient`, a repr without the key, close()."""
 
     _api: ApiClient
+    # the least time between two status polls of one machine (see acquire's polling): the
+    # providers rate-limit per key, Lambda documents one request per second
+    min_poll_interval_s: float = 1.0
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_url={self._api.base_url!r}, key={self._api._key!r})"
@@ -335,6 +460,22 @@ class HttpProvider(Provider):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @contextmanager
+    def _releasing(self, allocation: Allocation, noun: str) -> Iterator[None]:
+        """A terminate that was not confirmed says the machine may still be running and names it
+        (``context``: ``may_be_running``, ``machine``, ``allocation_id``): never a silent success."""
+        try:
+            yield
+        except ComputeError as exc:
+            tries = exc.context.get("attempts")
+            after = f" after {tries} attempts" if isinstance(tries, int) and tries > 1 else ""
+            exc.args = (f"{self.name} {noun} {allocation.ref} (allocation {allocation.allocation_id}) may still "
+                        f"be running: terminating it was not confirmed{after}: {exc}",)
+            exc.context.update(may_be_running=True, machine=allocation.ref, allocation_id=allocation.allocation_id)
+            exc.hint = (f"terminate {noun} {allocation.ref} in the {self.name} console, or try again later"
+                        + (f" ({exc.hint})" if exc.hint else ""))
+            raise
 
     @contextmanager
     def _for_offer(self, offer_id: str) -> Iterator[None]:

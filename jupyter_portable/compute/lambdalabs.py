@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 import re
+import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -100,14 +102,16 @@ class LambdaProvider(HttpProvider):
 
     def __init__(self, api_key: str | None = None, *, ssh_key_names: list[str] | tuple[str, ...] | None = None,
                  file_system_names: list[str] | tuple[str, ...] = (), base_url: str = API, timeout: float = 30.0,
-                 retries: int = 2, backoff: float = 0.5, transport: httpx.BaseTransport | None = None) -> None:
+                 retries: int = 4, backoff: float = 0.5, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic, transport: httpx.BaseTransport | None = None) -> None:
         if ssh_key_names is None:
             ssh_key_names = [n.strip() for n in os.environ.get(SSH_KEYS_ENV, "").split(",") if n.strip()]
         self.ssh_key_names = list(ssh_key_names)
         self.file_system_names = list(file_system_names)
         self._api = ApiClient(provider=self.name, base_url=base_url, key=key_from(api_key, KEY_ENV), key_env=KEY_ENV,
                               key_hint="create one at https://cloud.lambda.ai/api-keys", classify=_classify,
-                              timeout=timeout, retries=retries, backoff=backoff, transport=transport)
+                              timeout=timeout, retries=retries, backoff=backoff, sleep=sleep, clock=clock,
+                              transport=transport)
 
     # -- check 1: listed ------------------------------------------------------------------
 
@@ -244,7 +248,9 @@ class LambdaProvider(HttpProvider):
         return AllocationStatus(state, reason=reasons.get(raw))
 
     def terminate(self, allocation: Allocation) -> None:
-        """``POST /api/v1/instance-operations/terminate``; one that is already gone (404) is fine."""
-        self._api.request("POST", "/api/v1/instance-operations/terminate", operation="terminate",
-                          json_body={"instance_ids": [allocation.ref]}, allow=(404,))
+        """``POST /api/v1/instance-operations/terminate``, tried until Lambda confirms; one that is
+        already gone (404) is fine."""
+        with self._releasing(allocation, "instance"):
+            self._api.request("POST", "/api/v1/instance-operations/terminate", operation="terminate",
+                              json_body={"instance_ids": [allocation.ref]}, allow=(404,))
 

@@ -13,6 +13,8 @@ endpoint carries a shell only (no scp, rsync or port forwarding).
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -120,7 +122,8 @@ class RunPodProvider(HttpProvider):
 
     def __init__(self, api_key: str | None = None, *, cloud: str = "SECURE", include_spot: bool = False,
                  default_image: str = DEFAULT_IMAGE, disk_gb: int = 50, base_url: str = API,
-                 timeout: float = 30.0, retries: int = 2, backoff: float = 0.5,
+                 timeout: float = 30.0, retries: int = 4, backoff: float = 0.5,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.cloud = cloud.upper()
         if self.cloud not in ("SECURE", "COMMUNITY"):
@@ -130,8 +133,8 @@ class RunPodProvider(HttpProvider):
         self.disk_gb = disk_gb
         self._api = ApiClient(provider=self.name, base_url=base_url, key=key_from(api_key, KEY_ENV), key_env=KEY_ENV,
                               key_hint="create one at https://www.runpod.io/console/user/settings",
-                              classify=_classify, timeout=timeout, retries=retries, backoff=backoff,
-                              transport=transport)
+                              classify=_classify, timeout=timeout, retries=retries, backoff=backoff, sleep=sleep,
+                              clock=clock, transport=transport)
 
     # -- check 1: listed ------------------------------------------------------------------
 
@@ -316,9 +319,11 @@ class RunPodProvider(HttpProvider):
         return AllocationStatus(state, reason=reasons.get(raw))
 
     def terminate(self, allocation: Allocation) -> None:
-        """``DELETE /v2/pods/{id}``; a pod that is already gone (404) is fine."""
+        """``DELETE /v2/pods/{id}``, tried until RunPod confirms; a pod that is already gone (404)
+        is fine."""
         path = f"/v2/pods/{quote(allocation.ref, safe='')}"
-        self._api.request("DELETE", path, operation="terminate", ok=(200, 204), allow=(404,))
+        with self._releasing(allocation, "pod"):
+            self._api.request("DELETE", path, operation="terminate", ok=(200, 204), allow=(404,))
 
     # -- helpers --------------------------------------------------------------------------
 

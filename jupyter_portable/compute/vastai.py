@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -46,7 +48,6 @@ from jupyter_portable.core.errors import (
     ComputeError,
     LaunchFailed,
     NoCapacity,
-    ProviderUnavailable,
     QuotaExceeded,
 )
 from jupyter_portable.core.offers import Offer, Requirements
@@ -120,15 +121,17 @@ class VastProvider(HttpProvider):
     name = "vastai"
 
     def __init__(self, api_key: str | None = None, *, default_image: str = DEFAULT_IMAGE, disk_gb: int = 50,
-                 limit: int = 64, max_offers: int = 512, base_url: str = API, timeout: float = 30.0, retries: int = 2,
-                 backoff: float = 0.5, transport: httpx.BaseTransport | None = None) -> None:
+                 limit: int = 64, max_offers: int = 512, base_url: str = API, timeout: float = 30.0, retries: int = 4,
+                 backoff: float = 0.5, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic, transport: httpx.BaseTransport | None = None) -> None:
         self.default_image = default_image
         self.disk_gb = disk_gb
         self.limit = max(1, limit)
         self.max_offers = max(1, max_offers)
         self._api = ApiClient(provider=self.name, base_url=base_url, key=key_from(api_key, KEY_ENV), key_env=KEY_ENV,
                               key_hint="create one at https://cloud.vast.ai/manage-keys/", classify=_classify,
-                              timeout=timeout, retries=retries, backoff=backoff, transport=transport)
+                              timeout=timeout, retries=retries, backoff=backoff, sleep=sleep, clock=clock,
+                              transport=transport)
 
     # -- check 1: listed ------------------------------------------------------------------
 
@@ -309,16 +312,19 @@ class VastProvider(HttpProvider):
             raise ShapeError(f"unknown actual_status {actual!r}")
 
     def terminate(self, allocation: Allocation) -> None:
-        """``DELETE /api/v0/instances/{id}/``; one that is already gone (404) is fine."""
+        """``DELETE /api/v0/instances/{id}/``, tried until Vast confirms (``success`` not false);
+        one that is already gone (404) is fine."""
         path = f"/api/v0/instances/{quote(allocation.ref, safe='')}/"
-        status, body = self._api.request("DELETE", path, operation="terminate", allow=(404,))
-        if status == 404:
-            return
-        with self._api.reading(f"DELETE {path}"):
-            if opt(body, "success", bool) is False:
-                raise ProviderUnavailable(f"vastai did not destroy instance {allocation.ref}: "
-                                          f"{opt(body, 'msg', str) or 'no reason given'}", provider=self.name,
-                                          hint="try again, or destroy it in the Vast.ai console")
+
+        def refused(body: Any) -> str | None:
+            with self._api.reading(f"DELETE {path}"):
+                if opt(body, "success", bool) is False:
+                    return (f"vastai did not destroy instance {allocation.ref}: "
+                            f"{opt(body, 'msg', str) or 'no reason given'}")
+            return None
+
+        with self._releasing(allocation, "instance"):
+            self._api.request("DELETE", path, operation="terminate", allow=(404,), confirm=refused)
 
     def _ask(self, offer: Offer) -> int:
         ask = offer.extra.get("ask_id")
