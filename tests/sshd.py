@@ -97,11 +97,12 @@ def _free_port() -> int:
 
 
 def start_sshd(directory: Path, *, path_prefix: Sequence[Path] = (), extra_config: Sequence[str] = (),
-               timeout: float = 10.0) -> Sshd:
+               env: dict[str, str] | None = None, timeout: float = 10.0) -> Sshd:
     """Start sshd on a free 127.0.0.1 port with keys made in ``directory``.
 
     ``path_prefix`` goes in front of PATH in every session (sshd's ``SetEnv``), e.g. a bin dir
-    with a fake ``nvidia-smi``. ``extra_config`` lines are appended to sshd_config.
+    with a fake ``nvidia-smi``; ``env`` adds variables to that ``SetEnv`` line (sshd takes only its
+    first ``SetEnv``; values may not hold spaces). ``extra_config`` lines are appended to sshd_config.
     """
     directory.mkdir(parents=True, exist_ok=True)
     host_key = keygen(directory / "host_ed25519")
@@ -126,7 +127,7 @@ def start_sshd(directory: Path, *, path_prefix: Sequence[Path] = (), extra_confi
             "PermitRootLogin prohibit-password",
             "StrictModes no",  # the temp dir's modes are the test runner's, not a user's home
             "AllowTcpForwarding yes",
-            f"SetEnv PATH={path}",
+            "SetEnv " + " ".join(f"{k}={v}" for k, v in {"PATH": path, **(env or {})}.items()),
             *extra_config,
         ]) + "\n")
         log = directory / "sshd.log"
