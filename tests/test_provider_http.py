@@ -14,7 +14,6 @@ import copy
 import dataclasses
 import json
 import logging
-import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import httpx
 import jsonschema
 import pytest
 import respx
+from twins import schemas
 
 from jupyter_portable.compute.base import Allocation, SshEndpoint
 from jupyter_portable.compute.lambdalabs import LambdaProvider
@@ -101,56 +101,22 @@ def operation_of(request: httpx.Request) -> tuple[str, str, dict[str, Any]] | No
     """(provider, operationId, its request schema) for a sent request; None for one the
     documents do not cover (RunPod's GraphQL)."""
     provider = BASES[request.url.host]
-    doc = json.loads((SCHEMAS / f"{provider}.json").read_text())
-    path = request.url.path.rstrip("/")  # Vast's paths are sent with a trailing slash
-    for op_id, op in doc["operations"].items():
-        pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(op["path"]))
-        if op["method"] == request.method.lower() and re.fullmatch(pattern, path) and "request" in op:
-            return provider, op_id, op["request"]
-    return None
-
-
-def _typed_param(values: list[str], schema: dict[str, Any]) -> Any:
-    """A query value as the JSON its schema types it (the URL carries text)."""
-    kinds = {schema.get("type")} | {s.get("type") for s in schema.get("allOf", []) if isinstance(s, dict)}
-
-    def one(text: str, item: dict[str, Any]) -> Any:
-        item_kinds = {item.get("type")} | {s.get("type") for s in item.get("allOf", []) if isinstance(s, dict)}
-        if "integer" in item_kinds and re.fullmatch(r"-?\d+", text):
-            return int(text)
-        if "number" in item_kinds:
-            try:
-                return float(text)
-            except ValueError:
-                return text
-        if "boolean" in item_kinds and text in ("true", "false"):
-            return text == "true"
-        return text
-
-    if "array" in kinds:
-        return [one(v, schema.get("items") or {}) for v in values]
-    return one(values[-1], schema)
-
-
-def sent_query(request: httpx.Request, schema: dict[str, Any]) -> dict[str, Any]:
-    names = dict.fromkeys(k for k, _ in request.url.params.multi_items())
-    props = schema.get("properties", {})
-    return {name: _typed_param(request.url.params.get_list(name), props.get(name, {})) for name in names}
+    found = schemas.match(provider, request.method, request.url.path)
+    if found is None:
+        return None
+    return provider, found[0], schemas.operations(provider)[found[0]]["request"]
 
 
 def check_request(request: httpx.Request) -> None:
-    """Raise jsonschema.ValidationError when ``request`` breaks its operation's request schema."""
+    """Fail when ``request`` breaks its operation's request schema (tests/twins/schemas.py)."""
     found = operation_of(request)
     if found is None:
         return
-    provider, op_id, schema = found
-    query = sent_query(request, schema["query"])
-    jsonschema.Draft202012Validator(schema["query"]).validate(query)
-    if schema["body"] is not None:
-        assert request.content, f"{provider} {op_id}: the document requires a body; none was sent"
-        jsonschema.Draft202012Validator(schema["body"]).validate(json.loads(request.content))
-    else:
-        assert not request.content, f"{provider} {op_id}: a body was sent where the document takes none"
+    provider, op_id, _ = found
+    errors = schemas.request_errors(provider, op_id, request.url.params.multi_items(), request.content)
+    if errors:
+        raise jsonschema.ValidationError(f"{provider} {op_id}: the published document refuses this request: "
+                                         + "; ".join(errors))
 
 
 def no_sleep(seconds: float) -> None:

@@ -53,7 +53,7 @@ OPERATIONS = {
                ("launchInstance", "post", "/api/v1/instance-operations/launch"),
                ("getInstance", "get", "/api/v1/instances/{id}"),
                ("terminateInstance", "post", "/api/v1/instance-operations/terminate"),
-               ("listSSHKeys", "get", "/api/v1/ssh-keys")],
+               ("listSSHKeys", "get", "/api/v1/ssh-keys"), ("addSSHKey", "post", "/api/v1/ssh-keys")],
 }
 
 
