@@ -2,7 +2,23 @@
 
 Credentials come from the usual boto3 chain (environment, ``AWS_PROFILE``, ``~/.aws``,
 instance role); they are never put in a message or a log line. boto3 is imported only
-when a client is first needed, so importing this module stays cheap.
+when a client is first needed, so importing this module stays cheap. The endpoint is
+boto3's own: ``AWS_ENDPOINT_URL_EC2`` (or ``AWS_ENDPOINT_URL``) points every call at a
+proxy or a twin (tests use a moto server); unset, it is EC2's regional endpoint.
+
+What a launch with the user's SSH key creates in the account, once, and then reuses:
+
+- the key pair ``jupyter-portable-<hash of the key>`` (``ImportKeyPair``), tagged
+  ``jupyter-portable:purpose=ssh``; the launch names it as ``KeyName``;
+- in the VPC it launches into, the security group ``jupyter-portable-ssh``, tagged the
+  same way, opening 22/tcp to the caller's address only: ``JUPYTER_PORTABLE_SSH_CIDR``
+  when set, else the address https://checkip.amazonaws.com sees (as ``/32``). A new
+  address is added to the group, never replacing one (another machine may use it).
+
+The machine's SSH host key is pinned: a launch given ``host_key`` sends it as cloud-init
+user data (``ssh_keys``) and records its public half in the allocation. SSH goes to the
+instance's public IP, port 22, as ``ssh_user`` (``JUPYTER_PORTABLE_AWS_SSH_USER``, default
+``ubuntu``, the Deep Learning AMI's user).
 
 Where the API's answers come from:
 
@@ -27,7 +43,11 @@ botocore errors are translated at this boundary (see ``_translate``)::
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import math
+import os
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
@@ -35,7 +55,7 @@ from typing import Any
 
 from jupyter_portable.compute import gpu_catalog
 from jupyter_portable.compute.base import Allocation, AllocationStatus, Provider, Reservation, SshEndpoint
-from jupyter_portable.compute.cloudinit import cloud_config, parse_zone_offer_id
+from jupyter_portable.compute.cloudinit import HostKey, check_host_key, cloud_config, parse_zone_offer_id
 from jupyter_portable.core.errors import (
     AuthError,
     ComputeError,
@@ -53,6 +73,11 @@ from jupyter_portable.core.times import parse_iso, parse_iso_or_none
 # "latest Deep Learning Base AMI" parameter instead of an AMI id that ages per region.
 DLAMI_IMAGE = "resolve:ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
 ALLOCATION_TAG = "jupyter-portable:allocation"
+WORKSPACE_TAG = "jupyter-portable:workspace"
+PURPOSE_TAG = "jupyter-portable:purpose"
+SSH_GROUP_NAME = "jupyter-portable-ssh"
+KEY_PAIR_PREFIX = "jupyter-portable-"
+CHECKIP_URL = "https://checkip.amazonaws.com"
 
 _NO_CAPACITY = {"InsufficientInstanceCapacity", "InsufficientHostCapacity", "InsufficientCapacity",
                 "SpotMaxPriceTooLow"}
@@ -71,23 +96,34 @@ def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def checkip(url: str = CHECKIP_URL, timeout: float = 10.0) -> str:
+    """This machine's public IP address as AWS sees it (one line of text)."""
+    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - a fixed https URL
+        return str(resp.read(64).decode("ascii", "replace").strip())
+
+
 class AwsProvider(Provider):
     """GPU instances on EC2 in one region.
 
     ``region`` and ``profile`` select the boto3 session (default: the usual chain);
     ``client`` injects a ready EC2 client (tests use one under ``botocore.stub.Stubber``).
     ``image`` is the default image id (the DLAMI parameter above); ``key_name`` an EC2 key
-    pair to add; ``security_group_ids`` must let port 22 in, as every worker is reached over
-    SSH; ``subnets`` maps an availability zone to the subnet to launch in there.
+    pair to use instead of importing the user's key (which then goes in as user data);
+    ``security_group_ids`` replace the group this provider makes (they must let port 22 in);
+    ``subnets`` maps an availability zone to the subnet to launch in there. ``ssh_cidr``
+    (default ``JUPYTER_PORTABLE_SSH_CIDR``) is where SSH comes from; without it
+    ``caller_address`` (default: ask checkip.amazonaws.com) says.
     """
 
     name = "aws"
+    accepts_host_key = True  # launch(host_key=...) pins the machine's host key through user data
 
     def __init__(self, *, region: str | None = None, profile: str | None = None, client: Any = None,
                  image: str = DLAMI_IMAGE, key_name: str | None = None, security_group_ids: Sequence[str] = (),
-                 subnets: Mapping[str, str] | None = None, ssh_user: str = "ubuntu", spot: bool = True,
+                 subnets: Mapping[str, str] | None = None, ssh_user: str | None = None, spot: bool = True,
                  shapes: Mapping[str, gpu_catalog.MachineShape] | None = None,
-                 clock: Callable[[], datetime] = _utcnow) -> None:
+                 clock: Callable[[], datetime] = _utcnow, ssh_cidr: str | None = None,
+                 caller_address: Callable[[], str] = checkip) -> None:
         self._region = region
         # EC2's eventual consistency is judged against this clock; tests pass a fixed one.
         self.clock = clock
@@ -97,9 +133,14 @@ class AwsProvider(Provider):
         self.key_name = key_name
         self.security_group_ids = tuple(security_group_ids)
         self.subnets = dict(subnets or {})
-        self.ssh_user = ssh_user
+        self.ssh_user = ssh_user or os.environ.get("JUPYTER_PORTABLE_AWS_SSH_USER") or "ubuntu"
         self.spot = spot
         self.shapes = dict(shapes if shapes is not None else gpu_catalog.AWS)
+        self._ssh_cidr = ssh_cidr or os.environ.get("JUPYTER_PORTABLE_SSH_CIDR") or None
+        self._caller_address = caller_address
+        # what exists already, learnt once per provider: key name by key, group by (VPC, CIDR)
+        self._key_pairs: dict[str, str] = {}
+        self._groups: dict[tuple[str, str], str] = {}
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -200,7 +241,8 @@ class AwsProvider(Provider):
         allowed. It checks the credentials and IAM; quota may only show at launch."""
         from botocore.exceptions import ClientError
 
-        params = self._run_params(offer, allocation_id="dry-run", image=None, ssh_public_key=None, env=None)
+        params = self._run_params(offer, allocation_id="dry-run", image=None, user_data_key=None, env=None,
+                                  host_key=None, key_name=self.key_name, groups=self.security_group_ids)
         with self._boundary("dry-run launch", offer.id, default=LaunchFailed):
             try:
                 self.client.run_instances(DryRun=True, **params)
@@ -219,40 +261,62 @@ class AwsProvider(Provider):
     # -- check 4: launched ------------------------------------------------------------
 
     def launch(self, offer: Offer, *, allocation_id: str, image: str | None = None,
-               ssh_public_key: str | None = None, env: dict[str, str] | None = None) -> Allocation:
-        """``run_instances`` for one instance, tagged with the allocation id. A public key
-        and ``env`` go in as cloud-init user data (the key for the image's default user,
-        ``env`` as ``/etc/jupyter-portable/env``, mode 0600). An offer whose ``extra`` names
-        a ``capacity_reservation_id`` launches into that Capacity Block."""
-        params = self._run_params(offer, allocation_id=allocation_id, image=image, ssh_public_key=ssh_public_key,
-                                  env=env)
+               ssh_public_key: str | None = None, env: dict[str, str] | None = None,
+               host_key: HostKey | None = None) -> Allocation:
+        """``run_instances`` for one instance, tagged with the allocation id (and the
+        workspace id, ``JUPYTER_PORTABLE_WORKSPACE_ID`` in ``env``). A public key is imported
+        as a key pair and port 22 opened to the caller (see the module docstring); ``env``
+        goes in as cloud-init user data (``/etc/jupyter-portable/env``, mode 0600), and so
+        does ``host_key``, the machine's host key. An offer whose ``extra`` names a
+        ``capacity_reservation_id`` launches into that Capacity Block."""
+        machine, zone, spot = parse_zone_offer_id(offer.id, "AWS")
+        if host_key is not None:
+            host_key = check_host_key(host_key)
+        key_name, groups = self.key_name, self.security_group_ids
+        # with the user's own key pair named, our key can only travel in the user data
+        user_data_key = ssh_public_key if self.key_name else None
+        if ssh_public_key:
+            with self._boundary("prepare SSH access", offer.id, default=LaunchFailed):
+                key_name = key_name or self._ensure_key_pair(ssh_public_key)
+                groups = groups or (self._ensure_ssh_group(zone),)
+        params = self._run_params(offer, allocation_id=allocation_id, image=image, user_data_key=user_data_key,
+                                  env=env, host_key=host_key, key_name=key_name, groups=groups)
         with self._boundary("launch", offer.id, default=LaunchFailed):
             resp = self.client.run_instances(**params)
         instance = resp["Instances"][0]
-        machine, zone, spot = parse_zone_offer_id(offer.id, "AWS")
         started = instance.get("LaunchTime") or self.clock()
+        details: dict[str, Any] = {"instance_type": machine, "availability_zone": zone, "region": self.region,
+                                   "market": "spot" if spot else "on-demand"}
+        if key_name:
+            details["key_name"] = key_name
+        if groups:
+            details["security_group_ids"] = list(groups)
+        if host_key is not None:
+            details["host_key"] = host_key[1]  # the public half only: the private one is in the user data alone
         return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id,
-                          ref=instance["InstanceId"], started=started.isoformat(),
-                          details={"instance_type": machine, "availability_zone": zone, "region": self.region,
-                                   "market": "spot" if spot else "on-demand"})
+                          ref=instance["InstanceId"], started=started.isoformat(), details=details)
 
-    def _run_params(self, offer: Offer, *, allocation_id: str, image: str | None, ssh_public_key: str | None,
-                    env: dict[str, str] | None) -> dict[str, Any]:
+    def _run_params(self, offer: Offer, *, allocation_id: str, image: str | None, user_data_key: str | None,
+                    env: dict[str, str] | None, host_key: HostKey | None, key_name: str | None,
+                    groups: Sequence[str]) -> dict[str, Any]:
         machine, zone, spot = parse_zone_offer_id(offer.id, "AWS")
+        tags = [{"Key": ALLOCATION_TAG, "Value": allocation_id},
+                {"Key": "Name", "Value": f"jupyter-portable {allocation_id}"}]
+        workspace = (env or {}).get("JUPYTER_PORTABLE_WORKSPACE_ID")
+        if workspace:
+            tags.append({"Key": WORKSPACE_TAG, "Value": workspace})
         params: dict[str, Any] = {
             "ImageId": image or self.image, "InstanceType": machine, "MinCount": 1, "MaxCount": 1,
             "Placement": {"AvailabilityZone": zone},
-            "TagSpecifications": [{"ResourceType": "instance", "Tags": [
-                {"Key": ALLOCATION_TAG, "Value": allocation_id},
-                {"Key": "Name", "Value": f"jupyter-portable {allocation_id}"}]}],
+            "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
         }
-        if self.key_name:
-            params["KeyName"] = self.key_name
-        if self.security_group_ids:
-            params["SecurityGroupIds"] = list(self.security_group_ids)
+        if key_name:
+            params["KeyName"] = key_name
+        if groups:
+            params["SecurityGroupIds"] = list(groups)
         if zone in self.subnets:
             params["SubnetId"] = self.subnets[zone]
-        user_data = cloud_config(ssh_public_key, env)
+        user_data = cloud_config(user_data_key, env, host_key=host_key)
         if user_data:
             params["UserData"] = user_data  # botocore base64-encodes it
         reservation = offer.extra.get("capacity_reservation_id")
@@ -264,6 +328,99 @@ class AwsProvider(Provider):
             params["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
                 "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
         return params
+
+    # -- SSH access: the key pair and the security group, made once --------------------
+
+    def _ensure_key_pair(self, public_key: str) -> str:
+        """The name of the key pair holding ``public_key``, importing it the first time."""
+        from botocore.exceptions import ClientError
+
+        parts = public_key.split()
+        if len(parts) < 2 or not parts[0].startswith(("ssh-", "ecdsa-")):
+            raise UsageError("aws: ssh_public_key is not an OpenSSH public key line (`ssh-ed25519 AAAA...`)")
+        material = f"{parts[0]} {parts[1]}"  # the comment is not part of the key
+        if material in self._key_pairs:
+            return self._key_pairs[material]
+        name = KEY_PAIR_PREFIX + hashlib.sha256(material.encode()).hexdigest()[:12]
+        try:
+            self.client.describe_key_pairs(KeyNames=[name])
+        except ClientError as exc:
+            if _code(exc) != "InvalidKeyPair.NotFound":
+                raise
+            try:
+                self.client.import_key_pair(
+                    KeyName=name, PublicKeyMaterial=material.encode(),
+                    TagSpecifications=[{"ResourceType": "key-pair", "Tags": [{"Key": PURPOSE_TAG, "Value": "ssh"}]}])
+            except ClientError as dup:
+                if _code(dup) != "InvalidKeyPair.Duplicate":  # another launch imported it meanwhile
+                    raise
+        self._key_pairs[material] = name
+        return name
+
+    def _ssh_source(self) -> str:
+        """The CIDR SSH comes from: JUPYTER_PORTABLE_SSH_CIDR, else the caller's address /32."""
+        if self._ssh_cidr is None:
+            try:
+                address = self._caller_address().strip()
+            except OSError as exc:
+                raise ProviderUnavailable(
+                    f"aws: could not learn this machine's public address from {CHECKIP_URL} ({type(exc).__name__})",
+                    provider=self.name, hint="set JUPYTER_PORTABLE_SSH_CIDR to the address SSH comes from, "
+                                             "e.g. 203.0.113.7/32") from exc
+            self._ssh_cidr = address
+        try:
+            return str(ipaddress.ip_network(self._ssh_cidr, strict=False))
+        except ValueError:
+            raise UsageError(f"aws: not an IP address or CIDR block for SSH: {self._ssh_cidr[:60]!r}",
+                             hint="set JUPYTER_PORTABLE_SSH_CIDR like 203.0.113.7/32") from None
+
+    def _vpc_for(self, zone: str) -> str:
+        if zone in self.subnets:
+            subnets = self.client.describe_subnets(SubnetIds=[self.subnets[zone]])["Subnets"]
+            return str(subnets[0]["VpcId"])
+        vpcs = self.client.describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"]
+        if not vpcs:
+            raise UsageError(f"aws: region {self.region} has no default VPC to launch into",
+                             hint="pass subnets={zone: subnet id} or security_group_ids= to AwsProvider")
+        return str(vpcs[0]["VpcId"])
+
+    def _ensure_ssh_group(self, zone: str) -> str:
+        """The id of this provider's security group in the zone's VPC, made the first time,
+        with 22/tcp open to :meth:`_ssh_source`."""
+        from botocore.exceptions import ClientError
+
+        cidr = self._ssh_source()
+        vpc = self._vpc_for(zone)
+        if (vpc, cidr) in self._groups:
+            return self._groups[vpc, cidr]
+        filters = [{"Name": "group-name", "Values": [SSH_GROUP_NAME]}, {"Name": "vpc-id", "Values": [vpc]}]
+        found = self.client.describe_security_groups(Filters=filters)["SecurityGroups"]
+        if found:
+            group = found[0]
+        else:
+            try:
+                self.client.create_security_group(
+                    GroupName=SSH_GROUP_NAME, VpcId=vpc,
+                    Description="jupyter-portable: SSH to its workers from the user's address",
+                    TagSpecifications=[{"ResourceType": "security-group",
+                                        "Tags": [{"Key": PURPOSE_TAG, "Value": "ssh"}]}])
+            except ClientError as exc:
+                if _code(exc) != "InvalidGroup.Duplicate":  # another launch made it meanwhile
+                    raise
+            group = self.client.describe_security_groups(Filters=filters)["SecurityGroups"][0]
+        group_id = str(group["GroupId"])
+        if not _opens_ssh_to(group, cidr):
+            v6 = ":" in cidr
+            ranges = ({"Ipv6Ranges": [{"CidrIpv6": cidr, "Description": "jupyter-portable user"}]} if v6
+                      else {"IpRanges": [{"CidrIp": cidr, "Description": "jupyter-portable user"}]})
+            try:
+                self.client.authorize_security_group_ingress(
+                    GroupId=group_id, IpPermissions=[{"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, **ranges}])
+            except ClientError as exc:
+                if _code(exc) != "InvalidPermission.Duplicate":
+                    raise
+        self._groups[vpc, cidr] = group_id
+        return group_id
 
     # -- afterwards -------------------------------------------------------------------
 
@@ -372,6 +529,15 @@ def block_hours(hours: float) -> int:
     return days * 24
 
 
+
+
+def _opens_ssh_to(group: Mapping[str, Any], cidr: str) -> bool:
+    for rule in group.get("IpPermissions") or []:
+        if rule.get("IpProtocol") in ("tcp", "-1") and rule.get("FromPort", 0) <= 22 <= rule.get("ToPort", 65535):
+            if any(r.get("CidrIp") == cidr for r in rule.get("IpRanges") or []) or any(
+                    r.get("CidrIpv6") == cidr for r in rule.get("Ipv6Ranges") or []):
+                return True
+    return False
 
 
 def _recent(started: str, now: datetime) -> bool:

@@ -3,7 +3,16 @@
 Credentials come from Application Default Credentials (``GOOGLE_APPLICATION_CREDENTIALS``,
 ``gcloud auth application-default login``, the metadata server) unless a credentials
 object is passed; they never appear in a message or a log line. google-cloud-compute is
-imported only when a client is first needed.
+imported only when a client is first needed. ``JUPYTER_PORTABLE_GCP_ENDPOINT`` (a URL,
+``http://`` allowed) replaces ``https://compute.googleapis.com`` for every client, the
+way to reach Compute Engine through a proxy or a twin.
+
+SSH: the user's public key goes in the ``ssh-keys`` metadata for ``ssh_user``
+(``JUPYTER_PORTABLE_GCP_SSH_USER``, default ``ubuntu``); the VM is reached on its
+external IP, port 22 (the network's firewall must let 22 in; the default network's
+``default-allow-ssh`` rule does). A launch given ``host_key`` pins the VM's host key
+through cloud-init ``user-data`` and turns off the guest agent's own host-key
+generation, which would replace it on first boot.
 
 Where the answers come from:
 
@@ -42,7 +51,7 @@ from typing import Any
 
 from jupyter_portable.compute import gpu_catalog
 from jupyter_portable.compute.base import Allocation, AllocationStatus, Provider, SshEndpoint
-from jupyter_portable.compute.cloudinit import cloud_config, parse_zone_offer_id
+from jupyter_portable.compute.cloudinit import HostKey, check_host_key, cloud_config, parse_zone_offer_id
 from jupyter_portable.core.errors import (
     AuthError,
     ComputeError,
@@ -58,6 +67,10 @@ from jupyter_portable.core.offers import Offer, Requirements
 # with `gcloud compute images list --project deeplearning-platform-release`.
 DLVM_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu128-ubuntu-2204-nvidia-570"
 ALLOCATION_LABEL = "jupyter-portable-allocation"
+WORKSPACE_LABEL = "jupyter-portable-workspace"
+# Google's guest agent regenerates host keys on a new instance unless told not to.
+_GUEST_AGENT_CONFIG = {"path": "/etc/default/instance_configs.cfg", "permissions": "0644",
+                       "content": "[InstanceSetup]\nset_host_keys = false\n"}
 # The project-wide cap on GPUs across every region; a VM needs room under it as well.
 ALL_REGIONS_METRIC = "GPUS_ALL_REGIONS"
 
@@ -81,10 +94,12 @@ class GcpProvider(Provider):
     """
 
     name = "gcp"
+    accepts_host_key = True  # launch(host_key=...) pins the VM's host key through user-data
 
     def __init__(self, *, project: str | None = None, zones: Sequence[str] = (), credentials: Any = None,
                  image: str = DLVM_IMAGE, network: str = "global/networks/default", subnetwork: str | None = None,
-                 disk_gb: int = 200, ssh_user: str = "ubuntu", spot: bool = True, operation_timeout: float = 120.0,
+                 disk_gb: int = 200, ssh_user: str | None = None, spot: bool = True, operation_timeout: float = 120.0,
+                 endpoint: str | None = None,
                  instances_client: Any = None, regions_client: Any = None, accelerator_types_client: Any = None,
                  projects_client: Any = None, shapes: Mapping[str, gpu_catalog.MachineShape] | None = None) -> None:
         self._project = project or os.environ.get("GOOGLE_CLOUD_PROJECT") or None
@@ -94,7 +109,8 @@ class GcpProvider(Provider):
         self.network = network
         self.subnetwork = subnetwork
         self.disk_gb = disk_gb
-        self.ssh_user = ssh_user
+        self.ssh_user = ssh_user or os.environ.get("JUPYTER_PORTABLE_GCP_SSH_USER") or "ubuntu"
+        self.endpoint = endpoint or os.environ.get("JUPYTER_PORTABLE_GCP_ENDPOINT") or None
         self.spot = spot
         self.operation_timeout = operation_timeout
         self._clients: dict[str, Any] = {"instances": instances_client, "regions": regions_client,
@@ -112,7 +128,8 @@ class GcpProvider(Provider):
                 cls = {"instances": compute_v1.InstancesClient, "regions": compute_v1.RegionsClient,
                        "accelerator_types": compute_v1.AcceleratorTypesClient,
                        "projects": compute_v1.ProjectsClient}[kind]
-                self._clients[kind] = cls(credentials=self._credentials)
+                options = {"api_endpoint": self.endpoint} if self.endpoint else None
+                self._clients[kind] = cls(credentials=self._credentials, client_options=options)
         return self._clients[kind]
 
     @property
@@ -231,12 +248,16 @@ class GcpProvider(Provider):
     # -- check 4: launched ------------------------------------------------------------
 
     def launch(self, offer: Offer, *, allocation_id: str, image: str | None = None,
-               ssh_public_key: str | None = None, env: dict[str, str] | None = None) -> Allocation:
+               ssh_public_key: str | None = None, env: dict[str, str] | None = None,
+               host_key: HostKey | None = None) -> Allocation:
         """``instances.insert`` and wait (up to ``operation_timeout``) on its operation. The
         key goes in the ``ssh-keys`` metadata for ``ssh_user``; ``env`` as cloud-init
-        user data writing ``/etc/jupyter-portable/env`` (mode 0600)."""
+        user data writing ``/etc/jupyter-portable/env`` (mode 0600), ``host_key`` as the
+        VM's host key. Labelled with the allocation (and workspace) id."""
         from google.cloud import compute_v1 as c
 
+        if host_key is not None:
+            host_key = check_host_key(host_key)
         machine, zone, spot = parse_zone_offer_id(offer.id, "GCP")
         shape = self._shape(machine)
         name = instance_name(allocation_id)
@@ -245,7 +266,8 @@ class GcpProvider(Provider):
                  c.Items(key="install-nvidia-driver", value="True")]
         if ssh_public_key:
             items.append(c.Items(key="ssh-keys", value=f"{self.ssh_user}:{ssh_public_key.strip()}"))
-        user_data = cloud_config(None, env)
+        user_data = cloud_config(None, env, host_key=host_key,
+                                 files=[_GUEST_AGENT_CONFIG] if host_key is not None else [])
         if user_data:
             items.append(c.Items(key="user-data", value=user_data))
         nic = c.NetworkInterface(network=self.network,
@@ -263,6 +285,9 @@ class GcpProvider(Provider):
                 source_image=image or self.image, disk_size_gb=self.disk_gb))],
             network_interfaces=[nic], metadata=c.Metadata(items=items), scheduling=scheduling,
             labels={ALLOCATION_LABEL: _label_value(allocation_id)})
+        workspace = (env or {}).get("JUPYTER_PORTABLE_WORKSPACE_ID")
+        if workspace:
+            instance.labels[WORKSPACE_LABEL] = _label_value(workspace)
         if shape.attach:
             # N1 machines take their GPUs as attached accelerators; A2, A3 and G2 come with theirs.
             instance.guest_accelerators = [c.AcceleratorConfig(
@@ -275,10 +300,12 @@ class GcpProvider(Provider):
                 operation.result(timeout=self.operation_timeout)
             except (FutureTimeout, TimeoutError):
                 pass  # accepted and still going: status() follows it from here
+        details: dict[str, Any] = {"project": self.project, "zone": zone, "machine_type": machine,
+                                   "market": "spot" if spot else "on-demand"}
+        if host_key is not None:
+            details["host_key"] = host_key[1]  # the public half only: the private one is in the user-data alone
         return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id, ref=f"{zone}/{name}",
-                          started=datetime.now(timezone.utc).isoformat(),
-                          details={"project": self.project, "zone": zone, "machine_type": machine,
-                                   "market": "spot" if spot else "on-demand"})
+                          started=datetime.now(timezone.utc).isoformat(), details=details)
 
     def _shape(self, machine: str) -> gpu_catalog.MachineShape:
         try:
