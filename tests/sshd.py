@@ -15,6 +15,7 @@ setup this helper does not do, so :func:`unavailable` says why to skip there::
 from __future__ import annotations
 
 import contextlib
+import errno
 import getpass
 import os
 import shutil
@@ -90,35 +91,44 @@ class Sshd:
                 self.proc.wait()
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
 def start_sshd(directory: Path, *, path_prefix: Sequence[Path] = (), extra_config: Sequence[str] = (),
-               env: dict[str, str] | None = None, timeout: float = 10.0) -> Sshd:
-    """Start sshd on a free 127.0.0.1 port with keys made in ``directory``.
+               env: dict[str, str] | None = None, timeout: float = 10.0, host: str = "127.0.0.1",
+               port: int | None = None, host_key: tuple[str, str] | None = None) -> Sshd:
+    """Start sshd on ``host`` (a loopback address), on ``port`` or a free one, with keys made in
+    ``directory``; ``host_key`` (OpenSSH private text, public line) replaces the made host key.
 
     ``path_prefix`` goes in front of PATH in every session (sshd's ``SetEnv``), e.g. a bin dir
     with a fake ``nvidia-smi``; ``env`` adds variables to that ``SetEnv`` line (sshd takes only its
     first ``SetEnv``; values may not hold spaces). ``extra_config`` lines are appended to sshd_config.
+    Raises OSError(EADDRINUSE) when a given ``port`` is taken, so a caller can pick another address.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    host_key = keygen(directory / "host_ed25519")
+    if host_key is None:
+        host_key_path = keygen(directory / "host_ed25519")
+    else:
+        host_key_path = directory / "host_ed25519"
+        host_key_path.write_text(host_key[0].strip() + "\n")
+        host_key_path.chmod(0o600)
+        host_key_path.with_suffix(".pub").write_text(host_key[1].strip() + "\n")
     client_key = keygen(directory / "client_ed25519")
     authorized = directory / "authorized_keys"
     authorized.write_text(client_key.with_suffix(".pub").read_text())
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # the privilege-separation directory sshd insists on
     path = ":".join([*(str(p) for p in path_prefix), BASE_PATH])
     last = ""
-    for _attempt in range(3):  # the free port may be taken between choosing and binding it
-        port = _free_port()
+    for _attempt in range(3 if port is None else 1):  # a free port may be taken between choosing and binding
+        listen = port if port is not None else _free_port(host)
         config = directory / "sshd_config"
         config.write_text("\n".join([
-            f"Port {port}",
-            "ListenAddress 127.0.0.1",
-            f"HostKey {host_key}",
+            f"Port {listen}",
+            f"ListenAddress {host}",
+            f"HostKey {host_key_path}",
             f"PidFile {directory / 'sshd.pid'}",
             f"AuthorizedKeysFile {authorized}",
             "PasswordAuthentication no",
@@ -133,7 +143,8 @@ def start_sshd(directory: Path, *, path_prefix: Sequence[Path] = (), extra_confi
         log = directory / "sshd.log"
         log.write_text("")
         proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)], stdin=subprocess.DEVNULL)
-        sshd = Sshd(dir=directory, port=port, client_key=client_key, host_key=host_key, log=log, proc=proc)
+        sshd = Sshd(dir=directory, port=listen, client_key=client_key, host_key=host_key_path, log=log, proc=proc,
+                    host=host)
         deadline = time.monotonic() + timeout
         while proc.poll() is None and time.monotonic() < deadline:
             if "Server listening" in sshd.log_text():
@@ -143,6 +154,8 @@ def start_sshd(directory: Path, *, path_prefix: Sequence[Path] = (), extra_confi
         last = sshd.log_text()
         if "Address already in use" not in last:
             break
+    if port is not None and "Address already in use" in last:
+        raise OSError(errno.EADDRINUSE, f"{host}:{port} is taken")
     raise RuntimeError(f"sshd did not start: {last.strip()[-1000:]}")
 
 

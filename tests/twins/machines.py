@@ -105,11 +105,14 @@ exec /bin/sh -l
 
 
 def start_machine(root: Path, machine_id: str, *, gpus: list[dict[str, Any]], driver: str, cuda: str,
-                  public_keys: Iterable[str] = (), nvidia_mode: str = "ok") -> TwinMachine:
+                  public_keys: Iterable[str] = (), nvidia_mode: str = "ok", host: str = "127.0.0.1",
+                  port: int | None = None, host_key: tuple[str, str] | None = None) -> TwinMachine:
     """Start a machine under ``root/machine_id``: sshd, home, fake GPUs, bare Python.
 
     Only ``public_keys`` may log in (as root); more can be added with :meth:`TwinMachine.authorize`
-    (a provider that attaches keys after the launch). Raises RuntimeError when sshd cannot start.
+    (a provider that attaches keys after the launch). ``host``/``port`` say where its sshd listens
+    (a cloud twin gives each machine its own 127.x.y.z and port 22); ``host_key`` is the host key
+    its user data installed. Raises RuntimeError when sshd cannot start, OSError when ``port`` is taken.
     """
     base = root / machine_id
     home = base / "home"
@@ -122,7 +125,7 @@ def start_machine(root: Path, machine_id: str, *, gpus: list[dict[str, Any]], dr
     session.write_text(_SESSION)
     session.chmod(0o755)
     sshd = start_sshd(base / "sshd", path_prefix=[bin_dir], env={"HOME": str(home), "TWIN_MACHINE": machine_id},
-                      extra_config=[f"ForceCommand {session}"])
+                      extra_config=[f"ForceCommand {session}"], host=host, port=port, host_key=host_key)
     machine = TwinMachine(machine_id=machine_id, sshd=sshd, home=home, gpus=gpus, driver=driver, cuda=cuda)
     machine.authorize(public_keys)  # replaces the helper's own client key: only the launch's keys log in
     return machine
