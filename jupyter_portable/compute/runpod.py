@@ -12,6 +12,7 @@ endpoint carries a shell only (no scp, rsync or port forwarding).
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable
@@ -47,6 +48,9 @@ from jupyter_portable.core.times import now_iso
 
 API = "https://api.runpod.io"
 KEY_ENV = "RUNPOD_API_KEY"
+# where the APIs are (a proxy, or a twin in tests); the constructor's base_url/graphql_url win
+URL_ENV = "RUNPOD_API_URL"
+GRAPHQL_ENV = "RUNPOD_GRAPHQL_URL"
 DEFAULT_IMAGE = "runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404"
 
 # RunPod has no machine-readable code for these; only the human-readable text tells.
@@ -116,13 +120,15 @@ def _capacity(level: str | None) -> int | None:
 
 class RunPodProvider(HttpProvider):
     """RunPod pods. ``api_key`` defaults to ``$RUNPOD_API_KEY``; ``cloud`` is SECURE or
-    COMMUNITY; ``include_spot`` adds interruptible offers priced at the minimum bid."""
+    COMMUNITY; ``include_spot`` adds interruptible offers priced at the minimum bid. The REST base
+    is ``base_url``, else ``$RUNPOD_API_URL``, else the real one; GraphQL is ``graphql_url``,
+    else ``$RUNPOD_GRAPHQL_URL``, else ``/graphql`` on the REST base."""
 
     name = "runpod"
 
     def __init__(self, api_key: str | None = None, *, cloud: str = "SECURE", include_spot: bool = False,
-                 default_image: str = DEFAULT_IMAGE, disk_gb: int = 50, base_url: str = API,
-                 timeout: float = 30.0, retries: int = 4, backoff: float = 0.5,
+                 default_image: str = DEFAULT_IMAGE, disk_gb: int = 50, base_url: str | None = None,
+                 graphql_url: str | None = None, timeout: float = 30.0, retries: int = 4, backoff: float = 0.5,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.cloud = cloud.upper()
@@ -131,6 +137,8 @@ class RunPodProvider(HttpProvider):
         self.include_spot = include_spot
         self.default_image = default_image
         self.disk_gb = disk_gb
+        base_url = base_url or os.environ.get(URL_ENV) or API
+        self.graphql_url = graphql_url or os.environ.get(GRAPHQL_ENV) or base_url.rstrip("/") + "/graphql"
         self._api = ApiClient(provider=self.name, base_url=base_url, key=key_from(api_key, KEY_ENV), key_env=KEY_ENV,
                               key_hint="create one at https://www.runpod.io/console/user/settings",
                               classify=_classify, timeout=timeout, retries=retries, backoff=backoff, sleep=sleep,
@@ -341,7 +349,9 @@ class RunPodProvider(HttpProvider):
         payload: dict[str, Any] = {"query": query}
         if variables is not None:
             payload["variables"] = variables
-        _, body = self._api.request("POST", "/graphql", operation=operation, json_body=payload, secrets=secrets)
+        # an absolute URL: httpx sends it as is, past the REST base
+        _, body = self._api.request("POST", self.graphql_url, operation=operation, json_body=payload,
+                                    secrets=secrets)
         with self._api.reading("POST /graphql"):
             errors = opt(body, "errors", list)
             if errors:
