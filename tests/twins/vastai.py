@@ -1,0 +1,183 @@
+"""A Vast.ai twin: the marketplace search (``POST /api/v0/bundles/``, Vast's filter format), renting
+an ask (``PUT /api/v0/asks/{id}/``), attaching an SSH key, reading and destroying instances, and
+the current user.
+
+Every unit of an offer's stock is one ask (one host machine); renting it takes it off the
+market, destroying the instance puts it back. An ask that is gone answers 410 ``no_such_ask``
+(the launch sends ``cancel_unavail``). Instances report ``actual_status`` loading, then running;
+``public_ipaddr`` and the Docker-style ``ports["22/tcp"]`` appear only once sshd listens. A
+killed instance goes ``offline`` with the reason in ``status_msg``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twins.server import Refused, Rental, Reply, Twin, TwinOffer
+
+OPS = {"eq": lambda a, b: a == b, "neq": lambda a, b: a != b, "gt": lambda a, b: a is not None and a > b,
+       "gte": lambda a, b: a is not None and a >= b, "lt": lambda a, b: a is not None and a < b,
+       "lte": lambda a, b: a is not None and a <= b, "in": lambda a, b: a in b, "notin": lambda a, b: a not in b}
+# the query's keys that are not filters
+NOT_FILTERS = {"order", "limit", "allocated_storage", "type"}
+
+
+def _error(status: int, error: str, msg: str, **extra: Any) -> Reply:
+    return Reply(status, {"success": False, "error": error, "msg": msg, **extra})
+
+
+class VastTwin(Twin):
+    """Vast.ai on loopback."""
+
+    provider = "vastai"
+    key_env = "VAST_API_KEY"
+    url_env = "VAST_API_URL"
+    error_schema = {"type": "object", "properties": {"success": {"type": "boolean"}, "error": {"type": "string"},
+                                                     "msg": {"type": "string"}, "detail": {"type": "string"}}}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.asks: dict[int, TwinOffer] = {}  # free asks (not rented)
+        self._next_ask = 30_000_000
+        self._next_instance = 7_000_000
+        super().__init__(*args, **kwargs)
+        for offer in self.offers:
+            self.on_stock(offer)
+
+    def provider_kwargs(self) -> dict[str, Any]:
+        return {"api_key": self.api_key, "base_url": self.url}
+
+    # -- errors ----------------------------------------------------------------------------
+
+    def unauthorized(self, op_id: str | None) -> Reply:
+        if op_id == "searchOffers":  # the document: a bad key on search is a 404
+            return Reply(404, {"error": "auth_error", "msg": "Invalid user key"})
+        return Reply(401, {"success": False, "error": "auth_error", "msg": "Invalid user key"},
+                     undocumented=op_id is None or op_id == "destroyInstance")
+
+    def invalid(self, op_id: str, errors: list[str]) -> Reply:
+        return _error(400, "invalid_args", "; ".join(errors))
+
+    def rate_limited(self, op_id: str | None, wait_s: float) -> Reply:
+        # Vast documents only the body; no header says when to come back
+        return Reply(429, {"detail": f"API requests too frequent endpoint threshold={self.rate}"},
+                     undocumented=True)
+
+    # -- the market ------------------------------------------------------------------------
+
+    def on_stock(self, offer: TwinOffer) -> None:
+        """Free asks follow the offer's stock (a rented ask is off the market already)."""
+        mine = [ask for ask, o in self.asks.items() if o is offer]
+        while len(mine) > max(0, offer.stock):
+            del self.asks[mine.pop()]
+        while len(mine) < offer.stock:
+            self._next_ask += 1
+            self.asks[self._next_ask] = offer
+            mine.append(self._next_ask)
+
+    def _row(self, ask: int, offer: TwinOffer) -> dict[str, Any]:
+        cuda = float(".".join(offer.cuda.split(".")[:2]))
+        major, *rest = (offer.driver.split(".") + ["0", "0"])[:3]
+        return {"id": ask, "ask_contract_id": ask, "bundle_id": ask, "machine_id": ask % 100_000,
+                "host_id": 55555, "gpu_name": offer.model, "num_gpus": offer.count, "gpu_ram": offer.memory_mb,
+                "gpu_total_ram": offer.memory_mb * offer.count, "gpu_arch": "nvidia", "compute_cap": 890,
+                "cuda_max_good": cuda, "driver_version": offer.driver,
+                "driver_vers": int(major) * 1_000_000 + int(rest[0]) * 1000 + int(rest[1]),
+                "dph_base": offer.price, "dph_total": offer.price, "min_bid": round(offer.price / 2, 4),
+                "storage_cost": 0.15, "inet_up": 800.0, "inet_down": 900.0, "inet_up_cost": 0.003,
+                "inet_down_cost": 0.002, "reliability": 0.995, "reliability2": 0.99, "geolocation": offer.region,
+                "verification": "verified", "verified": True, "rentable": True, "rented": False,
+                "direct_port_count": 40, "disk_space": 512.0, "public_ipaddr": "127.0.0.1", "is_bid": False,
+                "external": False}
+
+    @staticmethod
+    def _passes(row: dict[str, Any], query: dict[str, Any]) -> bool:
+        for name, condition in query.items():
+            if name in NOT_FILTERS or not isinstance(condition, dict):
+                continue
+            for op, wanted in condition.items():
+                if op in OPS and not OPS[op](row.get(name), wanted):
+                    return False
+        return True
+
+    # -- instances -------------------------------------------------------------------------
+
+    def _instance(self, rental: Rental) -> dict[str, Any] | None:
+        if rental.deleted:
+            return None
+        phase = self.phase(rental)
+        offer = rental.offer
+        inst: dict[str, Any] = {
+            "id": int(rental.ref), "intended_status": "running", "label": rental.name,
+            "image_uuid": rental.extra.get("image", ""), "image_runtype": rental.extra.get("runtype", "ssh"),
+            "machine_id": rental.extra["ask"] % 100_000, "bundle_id": rental.extra["ask"], "start_date": 1768471200.5,
+            "gpu_name": offer.model, "num_gpus": offer.count, "gpu_ram": offer.memory_mb,
+            "gpu_totalram": offer.memory_mb * offer.count, "geolocation": offer.region, "dph_total": offer.price,
+            "is_bid": False, "direct_port_count": 40}
+        if phase == "killed":
+            inst.update(actual_status="offline", cur_state="running", status_msg=rental.killed)
+        elif phase == "failed":
+            inst.update(actual_status="exited", cur_state="stopped", status_msg=rental.start_error)
+        elif phase == "booting":
+            inst.update(actual_status="loading", cur_state="running", status_msg="Pulling image")
+        else:
+            inst.update(actual_status="running", cur_state="running", status_msg="Container started")
+            if phase == "up" and rental.machine is not None:
+                inst.update(public_ipaddr=rental.machine.host,
+                            ports={"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(rental.machine.port)}]})
+        return inst
+
+    def _rental(self, ref: str) -> Rental | None:
+        rental = self.rentals.get(ref)
+        return None if rental is None or rental.deleted else rental
+
+    # -- the operations --------------------------------------------------------------------
+
+    def handle(self, op_id: str, params: dict[str, str], query: dict[str, Any], body: Any) -> Reply:
+        with self.lock:
+            return getattr(self, "op_" + op_id)(params, body)
+
+    def op_searchOffers(self, params: dict[str, str], body: Any) -> Reply:
+        rows = [self._row(ask, offer) for ask, offer in sorted(self.asks.items())]
+        rows = [r for r in rows if self._passes(r, body)]
+        for field, direction in reversed(body.get("order") or []):
+            rows.sort(key=lambda r, f=field: (r.get(f) is None, r.get(f)), reverse=direction == "desc")
+        return Reply(200, {"offers": rows[:int(body.get("limit") or 64)]})
+
+    def op_createInstance(self, params: dict[str, str], body: Any) -> Reply:
+        ask = int(params["id"]) if params["id"].isdigit() else -1
+        offer = self.asks.get(ask)
+        if offer is None:
+            msg = f"error 410/3907: no_such_ask Instance type {ask} is no longer available."
+            if body.get("cancel_unavail"):
+                raise Refused(_error(410, "no_such_ask", msg, ask_id=ask))
+            raise Refused(_error(404, "invalid_args", f"error 404/3603: no_such_ask Instance type by id {ask} "
+                                 "is not available.", ask_id=ask))
+        del self.asks[ask]
+        self._next_instance += 1
+        self.rent(offer, str(self._next_instance), name=body.get("label", ""), ask=ask, image=body["image"],
+                  runtype=body.get("runtype", "ssh"))
+        return Reply(200, {"success": True, "new_contract": self._next_instance})
+
+    def op_attachSshKey(self, params: dict[str, str], body: Any) -> Reply:
+        rental = self._rental(params["id"])
+        if rental is None:
+            raise Refused(_error(404, "not_found", "Instance not found"))
+        self.authorize(rental, [body.get("ssh_key", "")])
+        return Reply(200, {"success": True, "msg": "SSH key attached successfully"})
+
+    def op_showInstance(self, params: dict[str, str], body: Any) -> Reply:
+        rental = self.rentals.get(params["id"])
+        return Reply(200, {"instances": self._instance(rental) if rental else None})
+
+    def op_destroyInstance(self, params: dict[str, str], body: Any) -> Reply:
+        rental = self._rental(params["id"])
+        if rental is None:
+            raise Refused(_error(404, "not_found", "Instance not found"))
+        if not self.delete(rental):
+            raise Refused(Reply(500, {"success": False, "error": "server_error",
+                                      "msg": "Internal error destroying the instance; try again"}, undocumented=True))
+        return Reply(200, {"success": True, "msg": f"destroying instance {rental.ref}."})
+
+    def op_showUser(self, params: dict[str, str], body: Any) -> Reply:
+        return Reply(200, {"id": 424242, "key_id": 17, "email": "researcher@example.org", "balance": 100.0,
+                           "ssh_key": "", "sid": "s-1"})
