@@ -281,17 +281,21 @@ class AwsTwin:
         with self.lock:
             if booting.ended:
                 return
-            for _attempt in range(20):  # each machine its own "public IP" on loopback, sshd on port 22
-                address = f"127.{random.randint(1, 254)}.{random.randint(0, 255)}.{random.randint(1, 254)}"
-                with contextlib.suppress(OSError):
-                    booting.machine = start_machine(
-                        self.root, booting.instance_id, gpus=offer.gpus, driver=offer.driver,
-                        cuda=offer.cuda, public_keys=keys, host=address, port=22, host_key=host_key)
-                    break
-                shutil.rmtree(self.root / booting.instance_id, ignore_errors=True)
-            else:
-                raise RuntimeError("no free loopback address for the machine's sshd")
-            booting.address = address
+            booting.machine = start_on_public_address(self.root, booting.instance_id, offer, keys, host_key)
+            booting.address = booting.machine.host
             for nic in instance.nics.values():
-                nic.public_ip = address
+                nic.public_ip = booting.machine.host
             instance._state.name, instance._state.code = "running", 16
+
+
+def start_on_public_address(root: Path, machine_id: str, offer: AwsOffer, keys: list[str],
+                            host_key: tuple[str, str] | None) -> TwinMachine:
+    """A machine with its own "public IP" on loopback (a random 127.x.y.z) and sshd on port 22."""
+    for _attempt in range(20):
+        address = f"127.{random.randint(1, 254)}.{random.randint(0, 255)}.{random.randint(1, 254)}"
+        try:
+            return start_machine(root, machine_id, gpus=offer.gpus, driver=offer.driver, cuda=offer.cuda,
+                                 public_keys=keys, host=address, port=22, host_key=host_key)
+        except OSError:  # that address's port 22 is taken (another twin's machine): pick another
+            shutil.rmtree(root / machine_id, ignore_errors=True)
+    raise RuntimeError("no free loopback address for the machine's sshd")
