@@ -27,4 +27,10 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 .venv/bin/python -m pip install -q -e ".[test]"
+# The worker's wheels for this interpreter, once: the tests bootstrap bare machines from this
+# folder (JUPYTER_PORTABLE_WHEEL_FIND_LINKS) and never ask a package index themselves.
+if ! ls .wheelhouse/uv-*.whl >/dev/null 2>&1 || [ pyproject.toml -nt .wheelhouse ]; then
+    rm -rf .wheelhouse
+    .venv/bin/python -m jupyter_portable.worker.bootstrap --wheelhouse .wheelhouse
+fi
 echo "set-up done: .venv"

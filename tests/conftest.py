@@ -129,3 +129,15 @@ def jp_server_config() -> dict[str, Any]:
     request authenticated, so an endpoint without auth fails its test."""
     return {"ServerApp": {"jpserver_extensions": {"jupyter_portable": True},
                           "allow_unauthenticated_access": False}}
+
+
+@pytest.fixture
+def wheelhouse(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The worker's wheels for this interpreter, downloaded by ``make setup`` (scripts/setup.sh) so
+    that bootstrapping a bare machine in a test asks no package index."""
+    folder = Path(__file__).resolve().parents[1] / ".wheelhouse"
+    if not any(folder.glob("uv-*.whl")):
+        pytest.fail(f"{folder} holds no wheels: run `make setup` (it downloads them once)")
+    monkeypatch.setenv("JUPYTER_PORTABLE_WHEEL_FIND_LINKS", str(folder))
+    monkeypatch.setenv("JUPYTER_PORTABLE_NO_INDEX", "1")
+    return folder

@@ -342,5 +342,19 @@ def test_a_cloud_machine_is_reached_the_same_way_as_an_ssh_host(tmp_path: Path, 
         class Cloud(Provider):
             name = "aws"
 
+        from jupyter_portable.compute.keys import pin_host_key
+
+        # a machine whose host key is not pinned for this allocation is never talked to
+        from jupyter_portable.core.errors import LaunchFailed
+
+        with pytest.raises(LaunchFailed, match="no host key is pinned"):
+            default_runner(Cloud(), alloc)
+        # pinned to another key: ssh refuses (strict checking, this allocation's file alone)
+        other = tmp_path / "other"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+        pin_host_key("al-cloud-1", sshd.host, sshd.port, other.with_suffix(".pub").read_text())
+        rc, _, err = default_runner(Cloud(), alloc)(["true"])
+        assert rc == 255 and "host key" in err
+        pin_host_key("al-cloud-1", sshd.host, sshd.port, sshd.host_key.with_suffix(".pub").read_text())
         facts = probe_machine(default_runner(Cloud(), alloc))
         assert facts.driver == "550.54.15" and facts.gpus[0].name == H100["name"]

@@ -1,70 +1,82 @@
-"""A cloud machine's worker: bootstrapped over SSH from the allocation's endpoint alone (what
-RunPod, Vast, Lambda, AWS and GCP hand back), its API and the kernel reached only through SSH
-port forwards. The "cloud machine" is a real sshd on loopback."""
+"""A cloud machine's worker: installed on a bare machine by the bootstrap, over SSH from the
+allocation's endpoint alone (what RunPod, Vast, Lambda, AWS and GCP hand back), its API and the
+kernel reached only through SSH port forwards. The "cloud machine" is a twin machine: a real
+sshd on loopback with its own host key and home, and a Python without this package."""
 
 from __future__ import annotations
 
-import sys
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakegpu import H100, install_fake_nvidia_smi
+from fakegpu import H100
 from jupyter_e2e import make_workspace
-from sshd import Sshd, running_sshd, unavailable
+from twins.machines import BARE_PYTHON, TwinMachine, start_machine, unavailable
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(240)
 
 
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+@pytest.fixture
+def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wheelhouse: Path) -> Iterator[TwinMachine]:
     reason = unavailable()
     if reason:
         pytest.skip(reason)
-    root = tmp_path_factory.mktemp("cloud-sshd")
-    bin_dir = root / "bin"
-    bin_dir.mkdir()
-    install_fake_nvidia_smi(bin_dir, [H100], driver="550.54.15", cuda="12.4")
-    with running_sshd(root / "server", path_prefix=[bin_dir]) as server:
-        yield server
+    from jupyter_portable.compute.keys import user_key
+
+    monkeypatch.setenv("JUPYTER_PORTABLE_SSH_STATE", str(tmp_path / "ssh-state"))
+    m = start_machine(tmp_path / "machines", "m1", gpus=[H100], driver="550.54.15", cuda="12.4",
+                      public_keys=[user_key().public])
+    try:
+        yield m
+    finally:
+        m.remove()
 
 
-def test_a_cloud_machine_runs_the_worker_over_ssh(sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                                   ) -> None:
+def test_a_bare_cloud_machine_gets_the_worker_by_bootstrap(machine: TwinMachine, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from jupyter_client import BlockingKernelClient
 
     from jupyter_portable.compute.base import Allocation, SshEndpoint
+    from jupyter_portable.compute.keys import pin_host_key, scan_host_key
     from jupyter_portable.core.errors import LaunchFailed
     from jupyter_portable.worker.client import AgentClient, start_agent
 
-    monkeypatch.setenv("JUPYTER_PORTABLE_SSH_KEY", str(sshd.client_key))
-    monkeypatch.setenv("JUPYTER_PORTABLE_SSH_STATE", str(tmp_path / "ssh-state"))
     monkeypatch.setenv("JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES", "0")
-    monkeypatch.setenv("JUPYTER_PORTABLE_REMOTE_WORKDIR", str(tmp_path / "remote"))
+    monkeypatch.delenv("JUPYTER_PORTABLE_REMOTE_PYTHON", raising=False)
     ws = make_workspace(tmp_path / "ws", tmp_path / "store")
     epoch = ws.store.claim_epoch(ws.workspace_id)
     head = ws.store.read_head(ws.workspace_id)[0]
     allocation = Allocation("al-cloud1", "runpod", "pod-offer", "pod-123", "2026-11-30T10:00:00Z",
-                            ssh=SshEndpoint("127.0.0.1", sshd.port, sshd.user))
+                            ssh=SshEndpoint(machine.host, machine.port, "root"))
 
-    # the image's Python has no jupyter-portable: a clear refusal, naming the fix
-    monkeypatch.setenv("JUPYTER_PORTABLE_REMOTE_PYTHON", "/usr/bin/python3")
-    with pytest.raises(LaunchFailed) as info:
+    # no host key pinned for the allocation: it is not reached at all
+    with pytest.raises(LaunchFailed, match="no host key is pinned"):
         start_agent(None, allocation, store=ws.config.store, workspace_id=ws.workspace_id, version=head.version,
                     epoch=epoch)
-    assert "not installed" in str(info.value) and "JUPYTER_PORTABLE_REMOTE_PYTHON" in (info.value.hint or "")
+    presented = scan_host_key(machine.host, machine.port)
+    assert presented is not None
+    assert pin_host_key("al-cloud1", machine.host, machine.port, presented) == machine.host_key_fingerprint()
 
-    monkeypatch.setenv("JUPYTER_PORTABLE_REMOTE_PYTHON", sys.executable)
+    # the machine's own Python cannot run the worker: the bootstrap brings it
+    bare = subprocess.run([BARE_PYTHON, "-c", "import jupyter_portable.worker"], capture_output=True, text=True,
+                          cwd=machine.home)
+    assert bare.returncode != 0 and "No module named" in bare.stderr
+    lines: list[str] = []
     rec = start_agent(None, allocation, store=ws.config.store, workspace_id=ws.workspace_id, version=head.version,
-                      epoch=epoch)
+                      epoch=epoch, progress=lines.append)
+    python = allocation.details["python"]
+    assert python.startswith(str(machine.home / ".jupyter-portable" / "venvs")), python
+    assert allocation.details["bootstrap"]["warm"] is False and allocation.details["bootstrap"]["sent"] > 10
+    assert any("sending" in line for line in lines), lines
     client = AgentClient(rec, None)
     try:
         assert client.base != f"http://127.0.0.1:{rec.port}"  # through a forward, never the agent's own port
         st = client.wait(lambda s: s["phase"] in ("ready", "failed"), timeout=60)
         assert st["phase"] == "ready", st["error"]
         assert st["verification"]["matched"] == ["version", "checkpoints", "runtime", "path"]
-        assert Path(st["workdir"]) == tmp_path / "remote" / "allocations" / "al-cloud1" / "work"
+        assert Path(st["workdir"]) == machine.home / ".jupyter-portable" / "allocations" / "al-cloud1" / "work"
         assert Path(st["workdir"], "train.py").read_text() == "print('training')\n"
         info_ = client.start_kernel("k-cloud")
         kc = BlockingKernelClient()
@@ -73,8 +85,11 @@ def test_a_cloud_machine_runs_the_worker_over_ssh(sshd: Sshd, tmp_path: Path, mo
                                  "ip": "127.0.0.1"})
         kc.start_channels()
         kc.wait_for_ready(timeout=60)
-        reply = kc.execute_interactive("import os; print(os.environ['JUPYTER_PORTABLE_ALLOCATION'])", timeout=60)
+        out: list[str] = []
+        reply = kc.execute_interactive("import os, sys; print(os.environ['JUPYTER_PORTABLE_ALLOCATION'], sys.prefix)",
+                                       timeout=60, output_hook=lambda m: out.append(m["content"].get("text", "")))
         assert reply["content"]["status"] == "ok"
+        assert "".join(out).split() == ["al-cloud1", str(Path(python).parent.parent)]  # the kernel runs in the venv
         kc.stop_channels()
         snap = client.snapshot("from the cloud machine")
         assert snap["version"] >= head.version
@@ -88,3 +103,29 @@ def test_a_cloud_machine_runs_the_worker_over_ssh(sshd: Sshd, tmp_path: Path, mo
                 break
             time.sleep(0.2)
         client.close()
+
+    # a second machine of the same kind is warm: every wheel comes from the store, no index is asked
+    from jupyter_portable.store.repo import Store
+    from jupyter_portable.worker.bootstrap import bootstrap
+
+    monkeypatch.setenv("JUPYTER_PORTABLE_WHEEL_FIND_LINKS", str(tmp_path / "nowhere"))
+    second = start_machine(tmp_path / "machines", "m2", gpus=[H100], driver="550.54.15", cuda="12.4",
+                           public_keys=[machine.authorized[0]])
+    try:
+        argv = ["ssh", "-p", str(second.port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+                "-o", f"UserKnownHostsFile={tmp_path / 'kh2'}", "-o", "LogLevel=ERROR", "-i",
+                str(tmp_path / "ssh-state" / "id_ed25519"), f"root@{second.host}"]
+
+        def exec_remote(command: str, data: bytes | None, limit: float) -> tuple[int, bytes, bytes]:
+            proc = subprocess.run([*argv, command], input=data or b"", capture_output=True, timeout=limit)
+            return proc.returncode, proc.stdout, proc.stderr
+
+        warm = bootstrap(exec_remote, Store.open(ws.config.store))
+        assert warm.warm_store and warm.sent > 10 and not warm.reused_venv
+        check = subprocess.run([*argv, f"{warm.python} -c 'import jupyter_portable.worker.agent; print(1)'"],
+                               capture_output=True, text=True, timeout=60)
+        assert check.stdout.strip() == "1", check.stderr
+        again = bootstrap(exec_remote, Store.open(ws.config.store))
+        assert again.reused_venv and again.sent == 0
+    finally:
+        second.remove()

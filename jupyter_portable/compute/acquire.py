@@ -63,26 +63,31 @@ REMOTE_WORKDIR_ENV = "JUPYTER_PORTABLE_REMOTE_WORKDIR"
 
 def cloud_ssh(allocation: Allocation, key: str | None = None) -> tuple[Any, Allocation]:
     """A cloud machine reached the same way as an ``ssh`` host: an :class:`~.ssh.SshProvider` for
-    its endpoint alone, and the allocation as that provider knows it. The key is the one given to
-    the machine at launch (``JUPYTER_PORTABLE_SSH_KEY``, else ``~/.ssh/id_ed25519``); its Python is
-    ``JUPYTER_PORTABLE_REMOTE_PYTHON`` (else ``python3``, the image's); its allocations go under
+    its endpoint alone, held strictly to the host key pinned for this allocation (:mod:`.keys`),
+    and the allocation as that provider knows it. The key is the user's (:func:`.keys.user_key`);
+    the Python is ``details["python"]`` (the bootstrapped worker's), else
+    ``JUPYTER_PORTABLE_REMOTE_PYTHON``, else ``python3`` (the image's); allocations go under
     ``JUPYTER_PORTABLE_REMOTE_WORKDIR`` (else ``~/.jupyter-portable``) on the machine."""
     import os
     from dataclasses import replace
     from pathlib import Path
 
     from jupyter_portable.compute.hosts import Host
+    from jupyter_portable.compute.keys import require_pinned, user_key
     from jupyter_portable.compute.ssh import SshProvider
 
     if allocation.ssh is None:
         raise NotSupported(f"{allocation.provider} gave no SSH endpoint for {allocation.allocation_id}",
                            provider=allocation.provider, offer=allocation.offer_id)
-    key_path = Path(key or os.environ.get("JUPYTER_PORTABLE_SSH_KEY") or "~/.ssh/id_ed25519").expanduser()
+    key_path = Path(key).expanduser() if key else user_key().private
+    python = allocation.details.get("python")
     host = Host(name=allocation.allocation_id, host=allocation.ssh.host, port=allocation.ssh.port,
                 user=allocation.ssh.user, key=key_path if key_path.exists() else None,
-                python=os.environ.get(REMOTE_PYTHON_ENV) or "python3",
+                python=python if isinstance(python, str) and python else
+                os.environ.get(REMOTE_PYTHON_ENV) or "python3",
                 workdir=os.environ.get(REMOTE_WORKDIR_ENV) or "~/.jupyter-portable")
-    return SshProvider(hosts=[host]), replace(allocation, offer_id=host.name)
+    return (SshProvider(hosts=[host], known_hosts=require_pinned(allocation.allocation_id)),
+            replace(allocation, offer_id=host.name))
 
 
 def cloud_ssh_run(allocation: Allocation, key: str | None = None) -> Callable[..., tuple[int, str, str]]:
@@ -124,22 +129,62 @@ def poll_intervals(first_s: float, max_s: float, factor: float = 1.5) -> Iterato
         wait *= factor
 
 
+def _needs_ssh(provider: Provider, allocation: Allocation) -> bool:
+    """A cloud machine: reached over SSH at the endpoint its provider gives (not the local
+    market's processes, not an ``ssh`` host, which runs commands itself)."""
+    return not allocation.details.get("local") and not callable(getattr(provider, "run", None))
+
+
+def _ssh_ready(allocation: Allocation, st: Any) -> str | None:
+    """None once the machine can be reached: an endpoint, sshd answering, its host key pinned
+    for this allocation. Otherwise what it is still waiting for."""
+    from jupyter_portable.compute.keys import pin_host_key, scan_host_key
+
+    if st.ssh is None:
+        return "running, but no SSH endpoint yet"
+    presented = scan_host_key(st.ssh.host, st.ssh.port)
+    if presented is None:
+        return f"running at {st.ssh.host}:{st.ssh.port}, but sshd does not answer yet"
+    sent = allocation.details.get("host_key")
+    if isinstance(sent, str) and sent.split()[:2] != presented.split()[:2]:
+        # cloud-init installs the key it was sent before sshd serves; until then, keep waiting
+        return "sshd answers with a host key other than the one sent at launch"
+    allocation.ssh = st.ssh
+    allocation.details["host_key_fingerprint"] = pin_host_key(allocation.allocation_id, st.ssh.host, st.ssh.port,
+                                                              sent if isinstance(sent, str) else presented)
+    allocation.details["host_key_source"] = "user data" if isinstance(sent, str) else "first use"
+    return None
+
+
 def _wait_up(provider: Provider, allocation: Allocation, timeout_s: float, intervals: Iterator[float], *,
-             clock: Callable[[], float], sleep: Callable[[float], None]) -> None:
+             clock: Callable[[], float], sleep: Callable[[float], None],
+             on_wait: Callable[[float, str], None] | None = None) -> None:
+    """Poll until the machine is up. For a cloud machine "up" means the provider says running,
+    an SSH endpoint exists, and sshd answers (its host key is then pinned, see :mod:`.keys`)."""
     # a provider's documented rate is a floor on every wait, even the last before the deadline
     floor = float(getattr(provider, "min_poll_interval_s", 0.0) or 0.0)
-    deadline = clock() + timeout_s
+    started = clock()
+    deadline = started + timeout_s
+    needs_ssh = _needs_ssh(provider, allocation)
     while True:
         st = provider.status(allocation)
+        waiting = st.state
         if st.state in _UP:
-            return
+            pending = _ssh_ready(allocation, st) if needs_ssh else None
+            if pending is None:
+                if st.ssh is not None and allocation.ssh is None:
+                    allocation.ssh = st.ssh
+                return
+            waiting = pending
         if st.state in _DOWN:
             raise LaunchFailed(f"the machine was {st.state} while booting" + (f": {st.reason}" if st.reason else ""),
                                provider=provider.name, offer=allocation.offer_id)
         now = clock()
         if now >= deadline:
-            raise _BootTimeout(f"still {st.state} after {timeout_s:g}s", provider=provider.name,
+            raise _BootTimeout(f"still {waiting} after {timeout_s:g}s", provider=provider.name,
                                offer=allocation.offer_id)
+        if on_wait is not None:
+            on_wait(now - started, waiting)
         sleep(max(floor, min(next(intervals), deadline - now)))
 
 
@@ -148,8 +193,8 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
             poll_interval_s: float = 1.0, poll_max_s: float = 10.0,
             runner_for: Callable[[Provider, Allocation], Runner] = default_runner,
             ssh_public_key: str | None = None, launch_env: dict[str, str] | None = None,
-            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
-            ) -> tuple[Allocation, list[Attempt]]:
+            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+            boot_timeouts: dict[str, float] | None = None) -> tuple[Allocation, list[Attempt]]:
     """The first admitted allocation, and every attempt given up on the way.
 
     Raises NoCapacity("every route failed: ...") naming each route's reason when none is
@@ -157,7 +202,10 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
     ``on_event``: ``{"state": "ACQUIRING" | "PROBING" | "REFUSED" | "FAILED" | "ACQUIRED",
     "offer": key, "reason": ..., "checks": {...}, ...}``. While a machine boots its status is
     polled every ``poll_interval_s``, backing off to ``poll_max_s`` (never faster than the
-    provider's ``min_poll_interval_s``), on ``clock`` and ``sleep``.
+    provider's ``min_poll_interval_s``), on ``clock`` and ``sleep``, for ``boot_timeouts[provider]``
+    seconds (else ``boot_timeout_s``); ``{"state": "BOOTING", "waited_s": ..., "reason": ...}`` says
+    what it still waits for. A provider that takes user data (``accepts_host_key``) is sent a fresh
+    host key for the machine, which is then the only one it is trusted with.
     """
     attempts: list[Attempt] = []
 
@@ -185,11 +233,22 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
             checks.capacity = None if free is None else True
             checks.notes["capacity"] = "the provider cannot say before launching" if free is None else f"{free} free"
             stage = "launch"
+            launch_kw: dict[str, Any] = {}
+            if getattr(provider, "accepts_host_key", False):
+                from jupyter_portable.compute.keys import host_key_pair
+
+                launch_kw["host_key"] = host_key_pair()
             allocation = provider.launch(offer, allocation_id=allocation_id_factory(), image=requirements.image,
-                                         ssh_public_key=ssh_public_key, env=launch_env)
+                                         ssh_public_key=ssh_public_key, env=launch_env, **launch_kw)
+            launch_kw.clear()  # the private host key lives in the machine's user data only
             stage = "boot"
-            _wait_up(provider, allocation, boot_timeout_s, poll_intervals(poll_interval_s, poll_max_s),
-                     clock=clock, sleep=sleep)
+
+            def waiting(waited: float, why: str, offer: Offer = offer, checks: Checks = checks,
+                        aid: str = allocation.allocation_id) -> None:
+                emit("BOOTING", offer, checks, reason=why, waited_s=round(waited, 1), allocation_id=aid)
+
+            _wait_up(provider, allocation, (boot_timeouts or {}).get(provider.name, boot_timeout_s),
+                     poll_intervals(poll_interval_s, poll_max_s), clock=clock, sleep=sleep, on_wait=waiting)
             checks.launched = True
             stage = "probe"
             emit("PROBING", offer, checks, allocation_id=allocation.allocation_id)

@@ -264,9 +264,12 @@ class SshProvider(Provider):
 
     def __init__(self, hosts: Sequence[Host] | None = None, *, hosts_file: Path | str | None = None,
                  state_dir: Path | str | None = None, ssh: str = "ssh", connect_timeout: float = 10.0,
-                 command_timeout: float = 60.0, stale_after: float = 10.0, launch_wait: float = 20.0) -> None:
+                 command_timeout: float = 60.0, stale_after: float = 10.0, launch_wait: float = 20.0,
+                 known_hosts: Path | None = None) -> None:
         """``hosts`` fixes the host list; otherwise ``hosts_file`` (or the default) is re-read on each call,
-        so edits apply without a restart. ``stale_after``: seconds without a heartbeat before a worker is lost."""
+        so edits apply without a restart. ``stale_after``: seconds without a heartbeat before a worker is lost.
+        ``known_hosts``: a file of pinned host keys to hold the hosts to strictly (a cloud allocation's own,
+        see :mod:`.keys`); without it, keys are trusted on first use into the state dir's."""
         self._fixed = list(hosts) if hosts is not None else None
         self._hosts_file = hosts_file
         self.state_dir = Path(state_dir).expanduser() if state_dir is not None else default_state_dir()
@@ -277,11 +280,12 @@ class SshProvider(Provider):
         self.stale_after = stale_after
         self.launch_wait = launch_wait
         self._forwards: dict[str, list[Callable[[], None]]] = {}
+        self._pinned = known_hosts
 
     @property
     def known_hosts(self) -> Path:
-        """Where host keys are pinned on first use."""
-        return self.state_dir / "known_hosts"
+        """Where host keys are pinned (on first use, unless a pinned file was given)."""
+        return self._pinned if self._pinned is not None else self.state_dir / "known_hosts"
 
     # -- the Provider contract ---------------------------------------------------------------
 
@@ -438,6 +442,23 @@ class SshProvider(Provider):
             return 124, _text(exc.stdout), _text(exc.stderr) + f"\ntimed out after {exc.timeout:g}s"
         return proc.returncode, proc.stdout, proc.stderr
 
+    def exec_bytes(self, target: Allocation, command: str, data: bytes | None, timeout: float
+                   ) -> tuple[int, bytes, bytes]:
+        """Run a shell command line on ``target``'s host with ``data`` on its stdin (bytes both ways).
+        SSH's own failures raise as for :meth:`run`; a timeout answers 124."""
+        host = self._host(target.offer_id)
+        argv = self._argv(host, "-o", "ClearAllForwardings=yes", command=command)
+        try:
+            proc = subprocess.run(argv, input=data or b"", capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            return 124, exc.stdout or b"", (exc.stderr or b"") + f"\ntimed out after {timeout:g}s".encode()
+        except OSError as exc:
+            raise ProviderUnavailable(f"cannot run ssh: {exc.strerror or exc}", provider=self.name) from exc
+        error = self._error(host, proc.returncode, proc.stderr.decode(errors="replace"))
+        if error is not None:
+            raise error
+        return proc.returncode, proc.stdout, proc.stderr
+
     def forward_port(self, allocation: Allocation, remote_port: int, *, remote_host: str = "127.0.0.1",
                      timeout: float | None = None) -> tuple[int, Callable[[], None]]:
         """Forward a fresh port on local 127.0.0.1 to ``remote_host:remote_port`` as seen from the host:
@@ -499,7 +520,7 @@ class SshProvider(Provider):
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         argv = [exe, "-p", str(host.port), "-l", host.user,
                 "-o", "BatchMode=yes",  # never prompt: a passphrase comes from ssh-agent or not at all
-                "-o", "StrictHostKeyChecking=accept-new",
+                "-o", f"StrictHostKeyChecking={'yes' if self._pinned is not None else 'accept-new'}",
                 "-o", f'UserKnownHostsFile="{self.known_hosts}"',
                 "-o", "UpdateHostKeys=no",
                 "-o", "HashKnownHosts=no",  # readable, so the user can find and remove a host's line
@@ -508,6 +529,8 @@ class SshProvider(Provider):
                 "-o", "LogLevel=ERROR",  # stderr then carries the remote command's output and ssh's errors only
                 "-o", "ForwardAgent=no", "-o", "ForwardX11=no", "-o", "PermitLocalCommand=no",
                 "-o", "RequestTTY=no"]
+        if self._pinned is not None:
+            argv += ["-o", "GlobalKnownHostsFile=/dev/null"]  # this allocation's pinned key and no other
         if host.key is not None:
             argv += ["-i", str(host.key), "-o", "IdentitiesOnly=yes"]
         return [*argv, *options, "--", host.host, *([command] if command is not None else [])]

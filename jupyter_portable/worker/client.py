@@ -32,6 +32,8 @@ from jupyter_portable.workdir.files import atomic_write
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
 from jupyter_portable.worker.protocol import READY_PREFIX
 
+REMOTE_PYTHON_ENV = "JUPYTER_PORTABLE_REMOTE_PYTHON"  # an image's Python that has this package: no bootstrap
+
 AGENTS_DIR = "agents"
 
 
@@ -113,12 +115,15 @@ def forget_record(copy: WorkspaceCopy, allocation_id: str) -> None:
 def start_agent(provider: Provider, allocation: Allocation, *, store: str, workspace_id: str, version: int,
                 epoch: int, lazy_threshold: int | None = None, environment: dict[str, Any] | None = None,
                 autosnapshot_minutes: float | None = None, timeout: float = 120,
-                credentials: SessionCredentials | None = None) -> AgentRecord:
+                credentials: SessionCredentials | None = None,
+                progress: Callable[[str], None] | None = None) -> AgentRecord:
     """Start the agent on ``allocation``'s machine and return how to reach it.
 
     ``environment``: ``{"mode": "image"}`` (the machine's Python runs the kernel) or
     ``{"mode": "lockfile", "find_links": [...], "index_url": ...}`` (a venv from the recorded
-    lockfile, its wheels cached in the store). An ``s3://`` store's worker gets ``credentials``
+    lockfile, its wheels cached in the store). A cloud machine whose Python lacks this package gets
+    it first (:mod:`.bootstrap`; ``JUPYTER_PORTABLE_REMOTE_PYTHON`` names an image's Python that has
+    it instead), with ``progress`` lines on the way. An ``s3://`` store's worker gets ``credentials``
     (by default fresh STS session credentials scoped to the workspace), over stdin; no other
     store's worker gets any, and no worker gets the user's own keys or a provider's."""
     details = allocation.details
@@ -156,6 +161,8 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
         else:
             remote = f"{host.workdir}/allocations/{allocation.allocation_id}"
             config.update(workdir=f"{remote}/work", state_dir=f"{remote}/agent")
+            if not allocation.details.get("python") and not os.environ.get(REMOTE_PYTHON_ENV):
+                host = _bootstrap(ssh, target, host, allocation, store, progress)
         rc, out, err = ssh.run(target, [host.python, "-m", "jupyter_portable.worker", "--detach"],
                                input=json.dumps(config), timeout=timeout)
         if rc != 0 and "No module named" in err and "jupyter_portable" in err:
@@ -174,6 +181,25 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
                            provider=allocation.provider, offer=allocation.offer_id)
     info = json.loads(ready[-1][len(READY_PREFIX):])
     return AgentRecord(allocation, int(info["port"]), int(info["pid"]), str(info["token"]), str(config["workdir"]))
+
+
+def _bootstrap(ssh: Any, target: Allocation, host: Any, allocation: Allocation, store: str,
+               progress: Callable[[str], None] | None) -> Any:
+    """Install the worker on a bare cloud machine; the host as it is reached from now on."""
+    from dataclasses import replace
+
+    from jupyter_portable.compute.ssh import remote_python
+    from jupyter_portable.store.repo import Store
+    from jupyter_portable.worker.bootstrap import bootstrap
+
+    def exec_remote(command: str, data: bytes | None, limit: float) -> tuple[int, bytes, bytes]:
+        return ssh.exec_bytes(target, command, data, limit)  # type: ignore[no-any-return]
+
+    result = bootstrap(exec_remote, Store.open(store), workdir=host.workdir, python=remote_python(host),
+                       progress=progress)
+    allocation.details["python"] = result.python  # every later command and the worker's record use it
+    allocation.details["bootstrap"] = result.to_json()
+    return replace(host, python=result.python)
 
 
 def ssh_route(provider: Provider | None, allocation: Allocation) -> tuple[Any, Allocation]:
