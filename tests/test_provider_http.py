@@ -596,8 +596,9 @@ def test_lambda_permission_needs_registered_ssh_key_names(api: respx.MockRouter)
     with pytest.raises(AuthError) as info:
         lam(ssh_key_names=["laptop"]).check_permission(offer)
     assert "laptop" in str(info.value)
+    lam(ssh_key_names=[]).check_permission(offer)  # none configured: the launch registers its own key
     with pytest.raises(AuthError) as info:
-        lam(ssh_key_names=[]).check_permission(offer)
+        lam(ssh_key_names=[]).launch(offer, allocation_id="alloc-0003")  # ... and without one, nothing to send
     assert "LAMBDA_SSH_KEY_NAMES" in (info.value.hint or "")
 
 

@@ -5,16 +5,22 @@
 one, ``GET /api/v1/instances/{id}`` reads it, ``POST /api/v1/instance-operations/terminate``
 ends it. Errors carry a stable ``code``; that is what is matched, never the message.
 
-A launch needs an SSH key already registered with Lambda, by name (``ssh_key_names`` or
-``$LAMBDA_SSH_KEY_NAMES``, comma-separated). Lambda's launch takes exactly one: the first
-configured name is sent. The ``ssh_public_key``
-and ``env`` a launch is given travel in cloud-init ``user_data``: the key is authorized
-for ``ubuntu``, the environment lands in ``/etc/jupyter-portable/env`` (mode 0600) for the
-worker. There is no container image: ``image`` is recorded for the worker to run.
+A launch names exactly one SSH key registered with Lambda. A configured name
+(``ssh_key_names`` or ``$LAMBDA_SSH_KEY_NAMES``, comma-separated; the first is sent) wins;
+without one, the launch's ``ssh_public_key`` is looked up among the account's keys and, if it
+is not registered under any name, registered (``POST /api/v1/ssh-keys``) as
+``jupyter-portable-<first 12 hex of its SHA-256>``, and that name is sent. The ``ssh_public_key``
+and ``env`` also travel in cloud-init ``user_data``: the key is authorized for ``ubuntu``, the
+environment lands in ``/etc/jupyter-portable/env`` (mode 0600) for the worker. There is no
+container image: ``image`` is recorded for the worker to run.
+
+The API base is ``base_url``, else ``$LAMBDA_API_URL``, else the real one; the SSH user is
+``ssh_user``, else ``$LAMBDA_SSH_USER``, else ``ubuntu`` (Lambda Stack's).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import time
@@ -52,7 +58,10 @@ from jupyter_portable.core.times import now_iso
 API = "https://cloud.lambda.ai"
 KEY_ENV = "LAMBDA_API_KEY"
 SSH_KEYS_ENV = "LAMBDA_SSH_KEY_NAMES"
+URL_ENV = "LAMBDA_API_URL"  # a proxy, or a twin in tests
 SSH_USER = "ubuntu"  # Lambda Stack images log in as ubuntu, not root
+SSH_USER_ENV = "LAMBDA_SSH_USER"
+KEY_NAME_PREFIX = "jupyter-portable-"
 
 GPU = re.compile(r"\s*(?P<model>.*?)\s*\(\s*(?P<gb>\d+(?:\.\d+)?)\s*GB\s*(?P<form>[^)]*)\)")
 
@@ -96,19 +105,23 @@ def gpu_of(description: str) -> tuple[str, float]:
 
 class LambdaProvider(HttpProvider):
     """Lambda Cloud instances. ``api_key`` defaults to ``$LAMBDA_API_KEY``; ``ssh_key_names``
-    to ``$LAMBDA_SSH_KEY_NAMES``; ``file_system_names`` are attached at launch."""
+    to ``$LAMBDA_SSH_KEY_NAMES`` (none: the launch's key is registered); ``file_system_names``
+    are attached at launch."""
 
     name = "lambda"
 
     def __init__(self, api_key: str | None = None, *, ssh_key_names: list[str] | tuple[str, ...] | None = None,
-                 file_system_names: list[str] | tuple[str, ...] = (), base_url: str = API, timeout: float = 30.0,
+                 file_system_names: list[str] | tuple[str, ...] = (), base_url: str | None = None,
+                 ssh_user: str | None = None, timeout: float = 30.0,
                  retries: int = 4, backoff: float = 0.5, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic, transport: httpx.BaseTransport | None = None) -> None:
         if ssh_key_names is None:
             ssh_key_names = [n.strip() for n in os.environ.get(SSH_KEYS_ENV, "").split(",") if n.strip()]
         self.ssh_key_names = list(ssh_key_names)
         self.file_system_names = list(file_system_names)
-        self._api = ApiClient(provider=self.name, base_url=base_url, key=key_from(api_key, KEY_ENV), key_env=KEY_ENV,
+        self.ssh_user = ssh_user or os.environ.get(SSH_USER_ENV) or SSH_USER
+        self._api = ApiClient(provider=self.name, base_url=base_url or os.environ.get(URL_ENV) or API,
+                              key=key_from(api_key, KEY_ENV), key_env=KEY_ENV,
                               key_hint="create one at https://cloud.lambda.ai/api-keys", classify=_classify,
                               timeout=timeout, retries=retries, backoff=backoff, sleep=sleep, clock=clock,
                               transport=transport)
@@ -147,23 +160,41 @@ class LambdaProvider(HttpProvider):
     # -- check 2: permitted ---------------------------------------------------------------
 
     def check_permission(self, offer: Offer) -> None:
-        """The key works and the configured SSH key names are registered (``GET /api/v1/ssh-keys``).
-        Lambda publishes no quota to read; it refuses at launch with ``global/quota-exceeded``."""
+        """The key works and the configured SSH key names are registered (``GET /api/v1/ssh-keys``;
+        with none configured, the launch registers its own key). Lambda publishes no quota to read;
+        it refuses at launch with ``global/quota-exceeded``."""
         with self._for_offer(offer.id):
-            _, body = self._api.request("GET", "/api/v1/ssh-keys", operation="permission")
-            with self._api.reading("GET /api/v1/ssh-keys"):
-                registered = {need(k, "name", str, where="data[]") for k in need(body, "data", list)}
-            self._require_ssh_keys()
+            registered = {name for name, _ in self._ssh_keys()}
             missing = [n for n in self.ssh_key_names if n not in registered]
             if missing:
                 raise AuthError(f"SSH key(s) not registered with Lambda: {', '.join(missing)}", provider=self.name,
                                 hint=f"add them at https://cloud.lambda.ai/ssh-keys, or fix {SSH_KEYS_ENV}")
 
-    def _require_ssh_keys(self) -> None:
-        if not self.ssh_key_names:
-            raise AuthError("no Lambda SSH key name configured: a Lambda VM cannot be reached without one",
-                            provider=self.name, hint=f"register a key at https://cloud.lambda.ai/ssh-keys and "
-                            f"export {SSH_KEYS_ENV}=its-name (or pass ssh_key_names=)")
+    def _ssh_keys(self) -> list[tuple[str, str]]:
+        """(name, public key) of every SSH key registered with the account."""
+        _, body = self._api.request("GET", "/api/v1/ssh-keys", operation="permission")
+        with self._api.reading("GET /api/v1/ssh-keys"):
+            return [(need(k, "name", str, where="data[]"), opt(k, "public_key", str, where="data[]") or "")
+                    for k in need(body, "data", list)]
+
+    def _key_name(self, ssh_public_key: str | None) -> str:
+        """The one key name a launch sends: the configured one, else the name ``ssh_public_key`` is
+        registered under, registering it first when it is under none."""
+        if self.ssh_key_names:
+            return self.ssh_key_names[0]
+        if not ssh_public_key or not _key_blob(ssh_public_key):
+            raise AuthError("no Lambda SSH key: none is configured and the launch brought none", provider=self.name,
+                            hint=f"register a key at https://cloud.lambda.ai/ssh-keys and export "
+                                 f"{SSH_KEYS_ENV}=its-name (or pass ssh_key_names=)")
+        blob = _key_blob(ssh_public_key)
+        for name, registered in self._ssh_keys():
+            if _key_blob(registered) == blob:
+                return name
+        name = KEY_NAME_PREFIX + hashlib.sha256(blob.encode()).hexdigest()[:12]
+        _, body = self._api.request("POST", "/api/v1/ssh-keys", operation="register-key",
+                                    json_body={"name": name, "public_key": ssh_public_key.strip()})
+        with self._api.reading("POST /api/v1/ssh-keys"):
+            return str(need(need(body, "data", dict), "name", str, where="data"))
 
     # -- check 3: capacity now ------------------------------------------------------------
 
@@ -200,7 +231,7 @@ class LambdaProvider(HttpProvider):
         env = dict(env or {})
         with self._for_offer(offer.id):
             check_env_names(env, self.name)
-            self._require_ssh_keys()
+            key_name = self._key_name(ssh_public_key)
             region = offer.extra.get("region") or self._region_with_capacity(offer)
             if not region:
                 raise NoCapacity(f"lambda has no {offer.extra.get('instance_type', offer.id)} capacity anywhere now",
@@ -208,7 +239,7 @@ class LambdaProvider(HttpProvider):
             body: dict[str, Any] = {"region_name": region,
                                     "instance_type_name": offer.extra.get("instance_type") or offer.id.split("@")[0],
                                     # the API takes exactly one key name; more is refused
-                                    "ssh_key_names": self.ssh_key_names[:1], "name": allocation_id[:64]}
+                                    "ssh_key_names": [key_name], "name": allocation_id[:64]}
             if self.file_system_names:
                 body["file_system_names"] = self.file_system_names
             if ssh_public_key or env:
@@ -228,7 +259,7 @@ class LambdaProvider(HttpProvider):
 
     def status(self, allocation: Allocation) -> AllocationStatus:
         """``GET /api/v1/instances/{id}``: booting is pending; active with an IP is reachable
-        (as ``ubuntu``); unhealthy is running; preempted (or unknown to Lambda) is lost."""
+        (port 22, as :attr:`ssh_user`); unhealthy is running; preempted (or unknown to Lambda) is lost."""
         path = f"/api/v1/instances/{quote(allocation.ref, safe='')}"
         status, body = self._api.request("GET", path, operation="status", allow=(404,))
         if status == 404:
@@ -242,7 +273,7 @@ class LambdaProvider(HttpProvider):
         state = INSTANCE_STATES[raw]
         if raw == "active":
             if ip:
-                return AllocationStatus("reachable", ssh=SshEndpoint(ip, 22, SSH_USER))
+                return AllocationStatus("reachable", ssh=SshEndpoint(ip, 22, self.ssh_user))
             return AllocationStatus("running", reason="active, but no IP address yet")
         reasons = {"unhealthy": "lambda reports the instance unhealthy", "preempted": "lambda preempted the instance"}
         return AllocationStatus(state, reason=reasons.get(raw))
@@ -254,3 +285,8 @@ class LambdaProvider(HttpProvider):
             self._api.request("POST", "/api/v1/instance-operations/terminate", operation="terminate",
                               json_body={"instance_ids": [allocation.ref]}, allow=(404,))
 
+
+def _key_blob(public_key: str) -> str:
+    """``type base64`` of an OpenSSH public key line (its comment dropped), or "" when it is not one."""
+    parts = public_key.split()
+    return f"{parts[0]} {parts[1]}" if len(parts) >= 2 else ""

@@ -20,6 +20,7 @@ at that price, until a page comes back short or ``max_offers`` are listed.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import time
@@ -55,6 +56,7 @@ from jupyter_portable.core.times import now_iso
 
 API = "https://console.vast.ai"
 KEY_ENV = "VAST_API_KEY"
+URL_ENV = "VAST_API_URL"  # a proxy, or a twin in tests; the constructor's base_url wins
 DEFAULT_IMAGE = "vastai/base-image:@vastai-automatic-tag"
 
 NO_ASK = re.compile(r"no_such_ask|no such ask|(?:is )?(?:no longer|not) available", re.I)
@@ -116,19 +118,21 @@ class VastProvider(HttpProvider):
     """Vast.ai instances (Docker containers with direct SSH). ``api_key`` defaults to
     ``$VAST_API_KEY``; ``disk_gb`` is the storage allocated (and priced) per offer;
     ``limit`` is how many offers one search page asks for, ``max_offers`` how many are
-    listed in all (cheapest first)."""
+    listed in all (cheapest first). The API base is ``base_url``, else ``$VAST_API_URL``, else
+    the real one."""
 
     name = "vastai"
 
     def __init__(self, api_key: str | None = None, *, default_image: str = DEFAULT_IMAGE, disk_gb: int = 50,
-                 limit: int = 64, max_offers: int = 512, base_url: str = API, timeout: float = 30.0, retries: int = 4,
-                 backoff: float = 0.5, sleep: Callable[[float], None] = time.sleep,
+                 limit: int = 64, max_offers: int = 512, base_url: str | None = None, timeout: float = 30.0,
+                 retries: int = 4, backoff: float = 0.5, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic, transport: httpx.BaseTransport | None = None) -> None:
         self.default_image = default_image
         self.disk_gb = disk_gb
         self.limit = max(1, limit)
         self.max_offers = max(1, max_offers)
-        self._api = ApiClient(provider=self.name, base_url=base_url, key=key_from(api_key, KEY_ENV), key_env=KEY_ENV,
+        self._api = ApiClient(provider=self.name, base_url=base_url or os.environ.get(URL_ENV) or API,
+                              key=key_from(api_key, KEY_ENV), key_env=KEY_ENV,
                               key_hint="create one at https://cloud.vast.ai/manage-keys/", classify=_classify,
                               timeout=timeout, retries=retries, backoff=backoff, sleep=sleep, clock=clock,
                               transport=transport)
