@@ -26,6 +26,7 @@ from jupyter_portable.core.errors import (
     NotSupported,
     ProviderUnavailable,
     QuotaExceeded,
+    UsageError,
 )
 from jupyter_portable.core.offers import Offer, Requirements
 
@@ -461,3 +462,27 @@ def test_aws_answering_html_leaves_the_other_providers_listing(not_ec2: tuple[st
     offers, errors = list_offers({"aws": provider(html_client(url)), "local": market})
     assert set(errors) == {"aws"} and "could not be read" in errors["aws"] and "canary" not in errors["aws"]
     assert offers and {o.provider for o in offers} == {"local"}
+
+
+# -- SSH access: where port 22 opens ------------------------------------------------------
+
+def test_a_bad_ssh_cidr_is_a_usage_error_before_anything_launches(ec2: tuple[Any, Stubber]) -> None:
+    client, stub = ec2
+    stub.add_response("describe_key_pairs", {"KeyPairs": [{"KeyName": "jupyter-portable-x"}]}, {"KeyNames": ANY})
+    with pytest.raises(UsageError) as err:
+        provider(client, ssh_cidr="my laptop").launch(offer(), allocation_id="alloc-1", ssh_public_key=KEY)
+    assert "JUPYTER_PORTABLE_SSH_CIDR" in (err.value.hint or "")  # and run_instances was never called
+
+
+def test_an_unknown_caller_address_is_unavailable_with_the_setting_to_use(ec2: tuple[Any, Stubber],
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    client, stub = ec2
+    monkeypatch.delenv("JUPYTER_PORTABLE_SSH_CIDR", raising=False)
+    stub.add_response("describe_key_pairs", {"KeyPairs": [{"KeyName": "jupyter-portable-x"}]}, {"KeyNames": ANY})
+
+    def offline() -> str:
+        raise OSError("no route to checkip.amazonaws.com")
+
+    with pytest.raises(ProviderUnavailable) as err:
+        provider(client, caller_address=offline).launch(offer(), allocation_id="alloc-1", ssh_public_key=KEY)
+    assert "checkip.amazonaws.com" in str(err.value) and "JUPYTER_PORTABLE_SSH_CIDR" in (err.value.hint or "")

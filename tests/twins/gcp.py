@@ -82,6 +82,7 @@ class Vm:
     status_message: str = ""
     machine: TwinMachine | None = None
     ended: bool = False
+    deleted: bool = False
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -144,7 +145,7 @@ class GcpTwin:
     def running(self) -> list[str]:
         """Refs (ZONE/NAME) of the VMs that exist and are not TERMINATED."""
         with self.lock:
-            return [ref for ref, vm in self.vms.items() if vm.status != "TERMINATED"]
+            return [ref for ref, vm in self.vms.items() if vm.status != "TERMINATED" and not vm.deleted]
 
     def kill(self, ref: str, reason: str = "Instance was preempted.") -> None:
         """Compute Engine preempts the VM: the machine dies, the VM reads TERMINATED with ``reason``."""
@@ -299,7 +300,8 @@ class GcpTwin:
     # -- the API -------------------------------------------------------------------------------
 
     def _usage(self) -> int:
-        return sum(gpu_catalog.GCP[vm.machine_type].gpu_count for vm in self.vms.values() if vm.status != "TERMINATED")
+        return sum(gpu_catalog.GCP[vm.machine_type].gpu_count for vm in self.vms.values()
+                   if vm.status != "TERMINATED" and not vm.deleted)
 
     def _project(self, body: bytes) -> Any:
         from google.cloud import compute_v1 as c
@@ -357,11 +359,11 @@ class GcpTwin:
             raise HttpError(400, "An instance needs a boot disk and a network interface.", "invalid")
         with self.lock:
             ref = f"{zone}/{vm.name}"
-            if ref in self.vms:
+            if ref in self.vms and not self.vms[ref].deleted:
                 raise HttpError(409, f"The resource 'projects/{self.project}/zones/{zone}/instances/{vm.name}' "
                                      "already exists", "alreadyExists")
             self._seq += 1
-            taken = sum(1 for v in self.vms.values() if v.offer is offer and v.status != "TERMINATED")
+            taken = sum(1 for v in self.vms.values() if v.offer is offer and v.status != "TERMINATED" and not v.deleted)
             if offer.stock is not None and taken >= offer.stock:
                 return self._new_operation(zone, "insert", vm.name, error=(
                     "ZONE_RESOURCE_POOL_EXHAUSTED",
@@ -397,7 +399,7 @@ class GcpTwin:
 
     def _vm(self, zone: str, name: str) -> Vm:
         vm = self.vms.get(f"{zone}/{name}")
-        if vm is None:
+        if vm is None or vm.deleted:
             raise HttpError(404, f"The resource 'projects/{self.project}/zones/{zone}/instances/{name}' was not "
                                  "found", "notFound")
         return vm
@@ -426,7 +428,7 @@ class GcpTwin:
             vm.ended = True
             if vm.machine is not None:
                 vm.machine.kill()
-            del self.vms[vm.ref]
+            vm.deleted = True  # gone from the API; the twin keeps its machine for the test to inspect
             return self._new_operation(zone, "delete", name)
 
     # -- booting -----------------------------------------------------------------------------------
@@ -435,7 +437,8 @@ class GcpTwin:
         while not self._stop.wait(0.05):
             now = time.monotonic()
             with self.lock:
-                due = [vm for vm in self.vms.values() if vm.machine is None and not vm.ended and not vm.errors]
+                due = [vm for vm in self.vms.values()
+                       if vm.machine is None and not vm.ended and not vm.deleted and not vm.errors]
                 for vm in due:
                     if vm.status == "PROVISIONING" and now >= vm.ready_at - self.boot_delay_s / 2:
                         vm.status = "STAGING"
