@@ -203,3 +203,20 @@ def test_gcp_preemption_is_lost_with_the_reason(tmp_path: Path, monkeypatch: pyt
         lost = provider.status(alloc)
         assert lost.state == "lost" and "preempted" in (lost.reason or "") and machine_gone(twin, alloc.ref)
         assert twin.running() == []
+
+
+def test_aws_twin_lists_permits_and_runs_out_like_ec2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_portable.core.errors import NoCapacity
+
+    with AwsTwin(tmp_path / "aws", offers={"g5.xlarge": {"gpu": "NVIDIA A10G", "memory_mb": 24576, "stock": 0}},
+                 boot_delay_s=0.1) as twin:
+        monkeypatch.delenv("AWS_PROFILE", raising=False)
+        for name, value in twin.env().items():
+            monkeypatch.setenv(name, value)
+        provider = AwsProvider(caller_address=never_asked)
+        offer = {o.id: o for o in provider.offers()}["g5.xlarge@us-east-1a"]
+        provider.check_permission(offer)  # EC2's DryRunOperation
+        with pytest.raises(NoCapacity):
+            provider.launch(offer, allocation_id="alloc-1",
+                            ssh_public_key=keygen(tmp_path / "k").with_suffix(".pub").read_text())
+        assert twin.running() == []
