@@ -22,8 +22,8 @@ from twins.gcp import GcpTwin
 
 from jupyter_portable.compute.aws import AwsProvider
 from jupyter_portable.compute.base import Allocation, AllocationStatus, Provider
-from jupyter_portable.compute.cloudinit import new_host_key
 from jupyter_portable.compute.gcp import ALLOCATION_LABEL, WORKSPACE_LABEL, GcpProvider
+from jupyter_portable.compute.keys import host_key_pair as new_host_key
 from jupyter_portable.core.offers import Offer
 
 pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "")

@@ -11,10 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from jupyter_portable.core.errors import UsageError
@@ -26,15 +23,6 @@ _PUBLIC = re.compile(r"\Assh-ed25519 [A-Za-z0-9+/]+={0,2}( [^\n]*)?\Z")
 
 HostKey = tuple[str, str]
 """An ed25519 host key pair: (OpenSSH private key text, public key line)."""
-
-
-def new_host_key(comment: str = "jupyter-portable host key") -> HostKey:
-    """A fresh ed25519 pair for one machine, made by ``ssh-keygen`` (no passphrase)."""
-    with tempfile.TemporaryDirectory(prefix="jp-hostkey-") as tmp:
-        path = Path(tmp) / "key"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-                       check=True, stdin=subprocess.DEVNULL, capture_output=True)
-        return path.read_text(), path.with_suffix(".pub").read_text().strip()
 
 
 def check_host_key(host_key: HostKey) -> HostKey:
