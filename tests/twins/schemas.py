@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import jsonschema
 
@@ -40,7 +41,7 @@ def match(provider: str, method: str, path: str) -> tuple[str, dict[str, str]] |
         pattern = re.sub(r"\\\{[^}]+\\\}", "([^/]+)", re.escape(op["path"]))
         found = re.fullmatch(pattern, path)
         if found:
-            return op_id, dict(zip(names, found.groups(), strict=True))
+            return op_id, dict(zip(names, map(unquote, found.groups()), strict=True))
     return None
 
 
