@@ -39,8 +39,9 @@ def test_continue_state_stop_and_fencing(env: dict[str, Path], root: Path, cli: 
     from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
     out = cli.json("continue", cwd=root)
-    assert set(out) == {"state", "allocation_id", "route", "version", "verified"}
+    assert set(out) == {"state", "allocation_id", "route", "version", "verified", "provider", "machine"}
     assert out["state"] == "ACTIVE" and out["verified"] is True and out["route"].startswith("r-")
+    assert out["provider"] == "local" and out["machine"]["ssh"] is None  # the local market is not reached by SSH
     first = out["allocation_id"]
     state = cli.json("state", cwd=root)
     assert state["state"] == "ACTIVE" and state["alive"] is True

@@ -50,7 +50,9 @@ Reconnect = Callable[[AgentRecord], None]
 
 _DOWN = ("lost", "terminated", "stopped")
 MATERIALIZE_TIMEOUT_S = 3600.0
-ENVIRONMENT_ENV = "JUPYTER_PORTABLE_ENVIRONMENT"  # "image" (default) or "lockfile"
+ENVIRONMENT_ENV = "JUPYTER_PORTABLE_ENVIRONMENT"  # "auto" (default), "image" or "lockfile"
+BOOT_TIMEOUT_ENV = "JUPYTER_PORTABLE_BOOT_TIMEOUT"
+DEFAULT_CLOUD_BOOT_TIMEOUT_S = 900.0
 
 
 class Cancelled(PortableError):
@@ -64,9 +66,9 @@ class Orchestrator:
                  on_state: StateSink | None = None, on_progress: ProgressSink | None = None,
                  reconnect: Reconnect | None = None, lazy_threshold: int | None = None,
                  boot_timeout_s: float = 120, stale_after_s: float = 10.0,
-                 environment: dict[str, Any] | None = None) -> None:
+                 environment: dict[str, Any] | None = None, cloud_boot_timeout_s: float | None = None) -> None:
         self.ws = ws
-        mode = os.environ.get(ENVIRONMENT_ENV, "image")
+        mode = os.environ.get(ENVIRONMENT_ENV, "auto")
         self.environment = environment or {"mode": mode}
         self._providers = providers
         self.on_state = on_state
@@ -74,6 +76,9 @@ class Orchestrator:
         self.reconnect = reconnect
         self.lazy_threshold = lazy_threshold
         self.boot_timeout_s = boot_timeout_s
+        # a rented machine may take minutes to boot; JUPYTER_PORTABLE_BOOT_TIMEOUT (seconds) changes it
+        self.cloud_boot_timeout_s = cloud_boot_timeout_s if cloud_boot_timeout_s is not None else \
+            float(os.environ.get(BOOT_TIMEOUT_ENV) or DEFAULT_CLOUD_BOOT_TIMEOUT_S)
         self.stale_after_s = stale_after_s
         self._cancel = threading.Event()
         self._silent_since: float | None = None
@@ -155,8 +160,17 @@ class Orchestrator:
 
     def summary(self, lc: L.Lifecycle | None = None) -> dict[str, Any]:
         lc = lc or self.lifecycle()
-        return {"state": lc.state, "allocation_id": lc.allocation_id, "route": lc.route, "version": lc.version,
-                "verified": lc.verified}
+        out: dict[str, Any] = {"state": lc.state, "allocation_id": lc.allocation_id, "route": lc.route,
+                               "version": lc.version, "verified": lc.verified, "provider": None, "machine": None}
+        allocation = load_allocation(self.ws.copy, lc.allocation_id) if lc.allocation_id else None
+        if allocation is not None:
+            out["provider"] = allocation.provider
+            out["machine"] = {"ref": allocation.ref, "offer": allocation.offer_id,
+                              "ssh": allocation.ssh.to_json() if allocation.ssh else None,
+                              "host_key_fingerprint": allocation.details.get("host_key_fingerprint"),
+                              "host_key_source": allocation.details.get("host_key_source"),
+                              "python": allocation.details.get("python")}
+        return out
 
     # -- Continue ---------------------------------------------------------------------------------
 
@@ -222,6 +236,10 @@ class Orchestrator:
                                       f"{fail.get('stage')}: {fail.get('reason')}",
                                detail={"given_up": fail.get("offer"), "why": fail.get("reason")})
                 self._progress("acquire", f"launching {ev['offer']}")
+            elif st == "BOOTING":
+                waited = int(ev.get("waited_s") or 0)
+                self._progress("acquire", f"waiting for the machine ({waited // 60}:{waited % 60:02d}): "
+                                          f"{ev.get('reason')}")
             elif st == "PROBING":
                 self._move(L.PROBING)
                 self._progress("probe", f"checking image, GPU and driver on {ev.get('allocation_id')}")
@@ -233,10 +251,19 @@ class Orchestrator:
                 self._progress("acquire", f"{ev['offer']} {st.lower()}: {ev.get('reason')}")
 
         settings = load_settings(self.ws)
+        cloud = sorted({r.offer.provider for r in usable} - {"local", "ssh"})
+        public_key = None
+        if cloud:  # only a rented machine needs the user's key; made on first use (compute.keys)
+            from jupyter_portable.compute.keys import user_key
+
+            public_key = user_key().public
         try:
             allocation, attempts = acquire([r.offer for r in usable], self.providers, settings.requirements,
                                            allocation_id_factory=new_allocation, on_event=on_event,
-                                           boot_timeout_s=self.boot_timeout_s)
+                                           boot_timeout_s=self.boot_timeout_s,
+                                           boot_timeouts={name: self.cloud_boot_timeout_s for name in cloud},
+                                           ssh_public_key=public_key,
+                                           launch_env={"JUPYTER_PORTABLE_WORKSPACE_ID": wsid})
         except (ComputeError, Cancelled) as exc:
             given_up = list(exc.context.get("attempts") or [])  # type: ignore[call-overload]
             lc = self.lifecycle()
@@ -292,7 +319,8 @@ class Orchestrator:
         rec = start_agent(self.provider_of(allocation), allocation, store=self.ws.config.store,
                           workspace_id=self.ws.workspace_id, version=version, epoch=epoch,
                           lazy_threshold=self.lazy_threshold, environment=self.environment,
-                          autosnapshot_minutes=load_settings(self.ws).autosnapshot_minutes)
+                          autosnapshot_minutes=load_settings(self.ws).autosnapshot_minutes,
+                          progress=lambda line: self._progress("materialize", line))
         save_record(self.ws.copy, rec)
         return self._await_ready(rec)
 

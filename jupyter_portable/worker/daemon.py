@@ -74,8 +74,8 @@ def check_config(obj: Any) -> dict[str, Any]:
         if not isinstance(obj.get(key), int) or obj[key] < 0:
             raise UsageError(f"the agent's configuration needs a non-negative integer {key!r}")
     environment = obj.get("environment") or {"mode": "image"}
-    if not isinstance(environment, dict) or environment.get("mode") not in ("image", "lockfile"):
-        raise UsageError("environment must be {\"mode\": \"image\"} or {\"mode\": \"lockfile\", ...}")
+    if not isinstance(environment, dict) or environment.get("mode") not in ("auto", "image", "lockfile"):
+        raise UsageError('environment must be {"mode": "auto"}, {"mode": "image"} or {"mode": "lockfile", ...}')
     env = obj.get("env") or {}
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise UsageError("env must map names to text")
