@@ -321,6 +321,7 @@ class Orchestrator:
                           lazy_threshold=self.lazy_threshold, environment=self.environment,
                           autosnapshot_minutes=load_settings(self.ws).autosnapshot_minutes,
                           progress=lambda line: self._progress("materialize", line))
+        save_allocation(self.ws.copy, allocation)  # with what the start learnt: the worker's Python
         save_record(self.ws.copy, rec)
         return self._await_ready(rec)
 

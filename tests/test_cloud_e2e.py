@@ -1,0 +1,181 @@
+"""Continue onto a rented cloud GPU, end to end, on every provider (issue 12, item 5).
+
+Each provider is pointed at its twin by the environment alone (``RUNPOD_API_URL``,
+``VAST_API_URL``, ``LAMBDA_API_URL``, ``AWS_ENDPOINT_URL_EC2``, ``JUPYTER_PORTABLE_GCP_ENDPOINT``),
+and every machine the twin rents is a real sshd on loopback with a bare Python. The flow:
+routes -> Continue -> ACTIVE -> the portable kernel runs a cell on the machine -> ``%workspace
+checkpoint`` -> the twin takes the machine back -> LOST with the provider's reason -> Continue to
+a new machine -> the same files and checkpoint hash -> Stop -> the machine is deleted.
+
+The worker is installed by the bootstrap (the machine's Python lacks the package, and the
+allocation records the venv it made), never found on the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_e2e import EventStream, KernelSocket, is_state, make_workspace, start_session
+from twins.machines import unavailable
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+pytestmark = pytest.mark.timeout(420)
+
+PROVIDERS = ("runpod", "vastai", "lambda", "aws", "gcp")
+H100 = {"gpu": "NVIDIA H100 80GB HBM3", "model": "H100 SXM", "memory_mb": 81559, "count": 1, "price": 2.69,
+        "driver": "550.90.07", "cuda": "12.4", "stock": 3, "region": "US-TX-3"}
+
+
+@contextlib.contextmanager
+def twin_for(provider: str, root: Path) -> Iterator[Any]:
+    if provider == "runpod":
+        from twins.runpod import RunPodTwin
+
+        with RunPodTwin(root, offers=[H100], boot_delay_s=0.5) as twin:
+            yield twin
+    elif provider == "vastai":
+        from twins.vastai import VastTwin
+
+        with VastTwin(root, offers=[H100], boot_delay_s=0.5) as twin:
+            yield twin
+    elif provider == "lambda":
+        from twins.lambdalabs import LambdaTwin
+        from twins.lambdalabs import unavailable as lambda_unavailable
+
+        reason = lambda_unavailable()
+        if reason:
+            pytest.skip(reason)
+        with LambdaTwin(root, offers=[{**H100, "region": "us-east-1"}], boot_delay_s=0.5) as twin:
+            yield twin
+    elif provider == "aws":
+        from twins.aws import AwsTwin
+
+        with AwsTwin(root, offers={"g5.xlarge": {"gpu": "NVIDIA A10G", "memory_mb": 24576, "count": 1,
+                                                 "driver": "550.54.15", "cuda": "12.4", "stock": None}},
+                     boot_delay_s=0.5, ssh_cidr="127.0.0.1/32") as twin:
+            yield twin
+    else:
+        from twins.gcp import GcpOffer, GcpTwin
+
+        # a spot VM: Compute Engine's preemption is what takes it back (on demand, it would be "stopped")
+        with GcpTwin(root, offers=[GcpOffer(machine_type="g2-standard-4", zone="us-central1-a")],
+                     boot_delay_s=0.5) as twin:
+            yield twin
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One store for every provider's workspace: the worker's wheels are fetched into it once (cold,
+    from the local wheelhouse), and every later machine is warm."""
+    return tmp_path_factory.mktemp("cloud-store")
+
+
+@pytest.fixture(params=PROVIDERS)
+def cloud(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+          wheelhouse: Path) -> Iterator[tuple[str, Any]]:
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    provider = request.param
+    with twin_for(provider, tmp_path / "twin") as twin:
+        for key, value in twin.env().items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("JUPYTER_PORTABLE_PROVIDERS", provider)
+        monkeypatch.setenv("JUPYTER_PORTABLE_SSH_STATE", str(tmp_path / "ssh-state"))
+        monkeypatch.setenv("JUPYTER_PORTABLE_MARKET_DIR", str(tmp_path / "market"))
+        monkeypatch.setenv("JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES", "0")
+        # the lockfile recorded here is this test venv's (torch, jupyterlab...): building it needs an
+        # index, so the kernel runs in the bootstrapped Python (tests/test_worker_env.py covers "auto")
+        monkeypatch.setenv("JUPYTER_PORTABLE_ENVIRONMENT", "image")
+        monkeypatch.delenv("JUPYTER_PORTABLE_REMOTE_PYTHON", raising=False)
+        monkeypatch.delenv("JUPYTER_PORTABLE_SSH_KEY", raising=False)
+        yield provider, twin
+
+
+@pytest.fixture
+def jp_root_dir(tmp_path: Path, cloud: tuple[str, Any], store: Path) -> Path:
+    root = tmp_path / "workspace"
+    make_workspace(root, store)
+    return root
+
+
+@pytest.fixture
+def jp_server_config() -> dict[str, Any]:
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_portable": True}, "allow_unauthenticated_access": False},
+            "Portable": {"check_interval_s": 1.0}}
+
+
+async def _state(jp_fetch: Any) -> dict[str, Any]:
+    return json.loads((await jp_fetch("portable", "api", "state")).body)
+
+
+def _allocation(root: Path, allocation_id: str) -> Any:
+    from jupyter_portable import Workspace
+    from jupyter_portable.worker.client import load_allocation
+
+    return load_allocation(Workspace.find(root).copy, allocation_id)
+
+
+async def test_continue_onto_a_bare_cloud_machine(jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any,
+                                                  jp_root_dir: Path, cloud: tuple[str, Any], store: Path) -> None:
+    provider, twin = cloud
+    events = EventStream(await jp_ws_fetch("api", "events", "subscribe"))
+    kernel_id = await start_session(jp_fetch)
+    await events.wait_for(is_state("ACTIVE"), timeout=240)
+    state = await _state(jp_fetch)
+    assert state["lifecycle"]["state"] == "ACTIVE" and state["allocation"]["provider"] == provider
+    first = state["lifecycle"]["allocation_id"]
+    alloc = _allocation(jp_root_dir, first)
+    assert alloc.ref in twin.machines, (alloc.ref, list(twin.machines))
+    machine = twin.machines[alloc.ref]
+    # the worker was installed by the bootstrap into the machine's own home, not found there
+    assert alloc.details["python"].startswith(str(machine.home)), alloc.details["python"]
+    assert alloc.details["bootstrap"]["sent"] > 0
+    # reached at the provider's endpoint, its host key pinned for this allocation alone
+    assert alloc.ssh is not None and alloc.details["host_key_fingerprint"] == machine.host_key_fingerprint()
+    assert alloc.details["host_key_source"] == ("user data" if provider in ("aws", "gcp") else "first use")
+
+    kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
+    status, out = await kernel.run("import os, sys; open('made-on-cloud.txt', 'w').write('from the cloud');"
+                                   "open('ckpt.bin', 'wb').write(bytes(range(256)) * 64);"
+                                   "print(os.environ['JUPYTER_PORTABLE_ALLOCATION'], os.getcwd())")
+    assert status == "ok", out
+    assert out.split()[0] == first and out.split()[1].startswith(str(machine.home))
+    status, out = await kernel.run("%workspace checkpoint ckpt.bin --step 3 --settle 0.2")
+    assert status == "ok" and "verified" in out, out
+    cps = json.loads((await jp_fetch("portable", "api", "checkpoints")).body)
+    recorded = cps["latest"]["hash"]
+
+    # the provider takes the machine back: LOST within 30 s, with the provider's reason
+    mark = len(events.seen)
+    taken = time.monotonic()
+    twin.kill(alloc.ref, "host maintenance")
+    lost = await events.wait_for(is_state("LOST"), timeout=30, after=mark)
+    assert time.monotonic() - taken < 30
+    assert lost["allocation_id"] == first and lost["reason"] and "heartbeats" not in lost["reason"], lost
+
+    mark = len(events.seen)
+    await jp_fetch("portable", "api", "continue", method="POST", body="{}")
+    await events.wait_for(is_state("ACTIVE"), timeout=240, after=mark)
+    ready = next(e for e in events.seen[mark:] if e.get("state") == "READY")
+    assert ready["verified"] is True and ready["detail"]["checkpoints"]["ckpt.bin"] == recorded
+    state = await _state(jp_fetch)
+    second = state["lifecycle"]["allocation_id"]
+    assert second != first and state["allocation"]["provider"] == provider
+    again = _allocation(jp_root_dir, second)
+    assert again.details["bootstrap"]["warm"] is True  # every wheel from the store, no index asked
+    await kernel.follow_restart(lambda: jp_ws_fetch("api", "kernels", kernel_id, "channels"))
+    status, out = await kernel.run("import os; print(os.environ['JUPYTER_PORTABLE_ALLOCATION']);"
+                                   "print(open('made-on-cloud.txt').read())", timeout=60)
+    assert status == "ok", out
+    assert out.split() == [second, "from", "the", "cloud"]
+
+    await jp_fetch("portable", "api", "stop", method="POST", body="{}")
+    await events.wait_for(is_state("RELEASED"), timeout=120)
+    assert again.ref not in twin.running() and alloc.ref not in twin.running(), twin.running()
