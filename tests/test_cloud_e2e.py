@@ -179,3 +179,75 @@ async def test_continue_onto_a_bare_cloud_machine(jp_serverapp: Any, jp_fetch: A
     await jp_fetch("portable", "api", "stop", method="POST", body="{}")
     await events.wait_for(is_state("RELEASED"), timeout=120)
     assert again.ref not in twin.running() and alloc.ref not in twin.running(), twin.running()
+
+
+def _twin_env(tmp_path: Path, twin: Any) -> dict[str, str]:
+    return {**twin.env(), "JUPYTER_PORTABLE_PROVIDERS": "runpod", "JUPYTER_PORTABLE_SSH_STATE": str(tmp_path / "ssh"),
+            "JUPYTER_PORTABLE_MARKET_DIR": str(tmp_path / "market"), "JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES": "0",
+            "JUPYTER_PORTABLE_ENVIRONMENT": "image"}
+
+
+def test_the_cli_continues_onto_a_twin_and_shows_the_machine(tmp_path: Path, wheelhouse: Path, store: Path,
+                                                             cli: Any) -> None:
+    from twins.runpod import RunPodTwin
+
+    if unavailable():
+        pytest.skip(unavailable())
+    root = tmp_path / "ws"
+    make_workspace(root, store)
+    with RunPodTwin(tmp_path / "twin", offers=[H100], boot_delay_s=0.5) as twin:
+        env = {**_twin_env(tmp_path, twin), "JUPYTER_PORTABLE_WHEEL_FIND_LINKS": str(wheelhouse),
+               "JUPYTER_PORTABLE_NO_INDEX": "1"}
+        out = cli.json("continue", cwd=root, extra_env=env, timeout=300)
+        assert out["state"] == "ACTIVE" and out["provider"] == "runpod", out
+        [ref] = twin.running()
+        machine = twin.machines[ref]
+        state = cli.json("state", cwd=root, extra_env=env)
+        assert state["machine"]["ssh"] == {"host": machine.host, "port": machine.port, "user": "root"}
+        assert state["machine"]["host_key_fingerprint"] == machine.host_key_fingerprint()
+        assert state["machine"]["host_key_source"] == "first use"
+        cli("stop", cwd=root, extra_env=env, timeout=180)
+        assert twin.running() == []
+        # the private key stayed on this side: nothing of it in the store
+        private = (tmp_path / "ssh" / "id_ed25519").read_bytes()
+        assert private.startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----")
+        body = private.split(b"\n")[1]
+        assert not any(body in p.read_bytes() for p in store.rglob("*") if p.is_file())
+
+
+def test_a_request_the_published_schema_refuses_fails_the_continue(tmp_path: Path, wheelhouse: Path, store: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """RunPod v2 renamed ``containerDiskInGb`` to ``disk``: sending the old name is refused by the twin as by
+    RunPod, and the Continue fails on that route (it does not pass by accident)."""
+    from twins.runpod import RunPodTwin
+
+    from jupyter_portable.compute.runpod import RunPodProvider
+    from jupyter_portable.core import lifecycle as L
+    from jupyter_portable.core.errors import NoCapacity
+    from jupyter_portable.orchestration.orchestrator import Orchestrator
+
+    if unavailable():
+        pytest.skip(unavailable())
+    ws = make_workspace(tmp_path / "ws", store)
+    with RunPodTwin(tmp_path / "twin", offers=[H100], boot_delay_s=0.5) as twin:
+        for key, value in _twin_env(tmp_path, twin).items():
+            monkeypatch.setenv(key, value)
+        provider = RunPodProvider()
+        request = provider._api.request
+
+        def old_names(method: str, path: str, **kw: Any) -> Any:
+            body = kw.get("json_body")
+            if method == "POST" and path == "/v2/pods" and isinstance(body, dict):
+                kw["json_body"] = {("containerDiskInGb" if k == "disk" else k): v for k, v in body.items()}
+            return request(method, path, **kw)
+
+        monkeypatch.setattr(provider._api, "request", old_names)
+        orch = Orchestrator(ws, providers={"runpod": provider})
+        try:
+            with pytest.raises(NoCapacity, match="422"):
+                orch.continue_()
+        finally:
+            orch.close()
+        assert orch.lifecycle().state == L.FAILED
+        assert twin.violations and "containerDiskInGb" in twin.violations[0]
+        assert twin.running() == []
