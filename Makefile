@@ -39,6 +39,7 @@ test-load: setup
 
 bench: setup
 	$(PY) bench/snapshot.py
+	$(PY) bench/bootstrap.py
 
 clean:
 	rm -rf $(VENV) demo test-output

@@ -62,9 +62,11 @@ INDEX_URL_ENV = "JUPYTER_PORTABLE_INDEX_URL"
 NO_INDEX_ENV = "JUPYTER_PORTABLE_NO_INDEX"
 FORMAT = "jupyter-portable.workerwheels"
 
-# what the worker imports on the machine (its HTTP API, the kernel, the store backends)
+# what the worker imports on the machine (its HTTP API, the kernel, the store); the S3 client
+# (a third of the bytes and most of the files) only for an s3:// store
 WORKER_REQUIREMENTS = ("blake3", "pathspec", "tornado", "jupyter_core", "jupyter_client", "traitlets", "ipykernel",
-                       "ipython", "ipywidgets", "fsspec", "s3fs", "boto3", "httpx", "tenacity", "uv")
+                       "ipython", "ipywidgets", "fsspec", "httpx", "tenacity", "uv")
+STORE_REQUIREMENTS = {"s3": ("s3fs", "boto3")}
 _WHEEL_NAME = re.compile(r"\A[A-Za-z0-9_.]+-[A-Za-z0-9_.!+]+(-[A-Za-z0-9_.]+){2,3}\.whl\Z")
 _HEX64 = re.compile(r"\A[0-9a-f]{64}\Z")
 _ENV_TAG = re.compile(r"\A[a-z0-9_.]+-[0-9]{2,3}[a-z]*-[a-z0-9_-]+\Z")
@@ -145,12 +147,13 @@ def probe_python(run_python: Callable[[str], str]) -> Target:
 
 # -- the wheel set -----------------------------------------------------------------------------
 
-def requirements() -> list[str]:
-    """The worker's requirements, pinned to the versions that run here."""
+def requirements(store_url: str = "") -> list[str]:
+    """The worker's requirements for a store at ``store_url``, pinned to the versions that run here."""
     from importlib.metadata import PackageNotFoundError, version
 
     out = []
-    for name in WORKER_REQUIREMENTS:
+    scheme = store_url.split("://", 1)[0] if "://" in store_url else "file"
+    for name in (*WORKER_REQUIREMENTS, *STORE_REQUIREMENTS.get(scheme, ())):
         try:
             out.append(f"{name}=={version(name)}")
         except PackageNotFoundError:
@@ -310,7 +313,7 @@ def fetch_wheels(reqs: list[str], target: Target, dest: Path, *, find_links: lis
 def wheel_set(store: Store, target: Target, *, find_links: list[str] | None = None, index_url: str | None = None,
               no_index: bool | None = None, progress: Progress | None = None) -> WheelSet:
     """The worker's wheels for ``target``, from the store (warm) or fetched once and stored (cold)."""
-    reqs = requirements()
+    reqs = requirements(store.url)
     name, data = own_wheel()
     own = _put_wheel(store, data, name)
     found = _read_set(store, reqs, target.tag)
@@ -371,10 +374,14 @@ with tarfile.open(fileobj=sys.stdin.buffer, mode="r|") as tar:
         os.replace(tmp, os.path.join(wheels, name))
         with open(os.path.join(wheels, name + ".sha256"), "w") as fh:
             fh.write(want[name])
-for name, sha in want.items():
-    with open(os.path.join(wheels, name), "rb") as fh:
-        if hashlib.sha256(fh.read()).hexdigest() != sha:
-            sys.exit("wheel %s on the machine is not the one expected" % name)
+for name, sha in want.items():  # each checked when it arrived; its sidecar says which bytes it holds
+    try:
+        with open(os.path.join(wheels, name + ".sha256")) as fh:
+            ok = fh.read().strip() == sha and os.path.exists(os.path.join(wheels, name))
+    except OSError:
+        ok = False
+    if not ok:
+        sys.exit("wheel %s is missing on the machine" % name)
 uvdir = os.path.join(root, "uv", P["uv"][:16])
 uvbin = os.path.join(uvdir, "uv")
 if not os.path.exists(uvbin):
@@ -395,7 +402,8 @@ def run(args):
     if proc.returncode != 0:
         sys.exit("%s failed: %s" % (args[1], (proc.stderr.strip().splitlines() or ["?"])[-1]))
 run([uvbin, "venv", "--quiet", "--system-site-packages", "--python", sys.executable, venv])
-run([uvbin, "pip", "install", "--quiet", "--offline", "--no-index", "--no-deps", "--python",
+# no cache: the venv is made once per wheel set, and unpacking straight into it is half the work
+run([uvbin, "pip", "install", "--quiet", "--offline", "--no-index", "--no-deps", "--no-cache", "--python",
      os.path.join(venv, "bin", "python")] + [os.path.join(wheels, n) for n in sorted(want)])
 with open(os.path.join(venv, ".complete"), "w") as fh:
     fh.write(P["set"])
@@ -498,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jupyter_portable.worker.bootstrap")
     parser.add_argument("--wheelhouse", required=True, type=Path)
     args = parser.parse_args(argv)
-    files = fetch_wheels(requirements(), local_target(), args.wheelhouse, find_links=[], no_index=False,
+    files = fetch_wheels(requirements("s3://"), local_target(), args.wheelhouse, find_links=[], no_index=False,
                          progress=print)
     print(f"{len(files)} wheels in {args.wheelhouse}")
     return 0
