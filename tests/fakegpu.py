@@ -27,6 +27,8 @@ _FIELDS = {
     "driver_version": lambda i, g, drv, units: drv,
     "memory.total": lambda i, g, drv, units: f"{g['memory_mb']}" if not units else f"{g['memory_mb']} MiB",
     "uuid": lambda i, g, drv, units: g["uuid"],
+    # what each GPU reports now; the script reads the data dir's "utilization" (see set_utilization)
+    "utilization.gpu": lambda i, g, drv, units: "0" if not units else "0 %",
 }
 
 _SCRIPT = '''#!{python}
@@ -56,6 +58,12 @@ if len(args) != 2 or not query or not fmt or "csv" not in fmt[0].split("=", 1)[1
 opts = fmt[0].split("=", 1)[1].split(",")
 fields = query[0].split("=", 1)[1].split(",")
 table = json.loads((data / "query.json").read_text())
+util = data / "utilization"
+if util.exists():
+    percents = util.read_text().split()
+    for n, row in enumerate(table["rows"]):
+        p = percents[min(n, len(percents) - 1)]
+        row["utilization.gpu"] = {{"units": p + " %", "nounits": p}}
 bad = [f for f in fields if f not in table["header"]]
 if bad:
     print('Field "%s" is not a valid field to query.' % bad[0])
@@ -157,7 +165,7 @@ def install_fake_nvidia_smi(bin_dir: Path, gpus: list[dict[str, Any]], driver: s
     (data / "table.txt").write_text(render_table(gpus, driver, cuda))
     (data / "q.txt").write_text(render_q(gpus, driver, cuda))
     header = {"index": "index", "name": "name", "driver_version": "driver_version",
-              "memory.total": "memory.total [MiB]", "uuid": "uuid"}
+              "memory.total": "memory.total [MiB]", "uuid": "uuid", "utilization.gpu": "utilization.gpu [%]"}
     rows = [{f: {"units": fn(i, g, driver, True), "nounits": fn(i, g, driver, False)} for f, fn in _FIELDS.items()}
             for i, g in enumerate(_gpus(gpus))]
     (data / "query.json").write_text(json.dumps({"header": header, "rows": rows}))
@@ -165,6 +173,13 @@ def install_fake_nvidia_smi(bin_dir: Path, gpus: list[dict[str, Any]], driver: s
     exe.write_text(_SCRIPT.format(python=sys.executable, data=str(data)))
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return exe
+
+
+def set_utilization(bin_dir: Path, *percents: int) -> None:
+    """Make ``utilization.gpu`` answer ``percents`` (one for every GPU, or one each) from now on."""
+    if not percents or not all(0 <= p <= 100 for p in percents):
+        raise ValueError("give one or more percents from 0 to 100")
+    (bin_dir / "nvidia-smi.d" / "utilization").write_text(" ".join(str(int(p)) for p in percents))
 
 
 def calls(bin_dir: Path) -> list[list[str]]:

@@ -6,6 +6,9 @@ the real probe (:func:`jupyter_portable.compute.gpus.query_gpus`) and admission 
 unchanged against it. Answered: the default table, ``-q`` (abridged), ``-L``,
 ``--version``, and ``--query-gpu=FIELDS --format=csv[,noheader][,nounits]`` with ``-i``.
 With ``count=0`` it says "No devices were found" and exits 6, as a pod without GPUs does.
+``utilization.gpu`` is 0 unless a file ``utilization`` beside the script says otherwise (one
+percent for every GPU, or one each: :func:`set_utilization`), so a demo or a test can make a
+machine's GPUs busy.
 """
 
 from __future__ import annotations
@@ -22,9 +25,21 @@ from pathlib import Path
 _SCRIPT = r'''#!__PYTHON__
 """nvidia-smi as a local-market machine presents it (written by jupyter_portable.compute.fake_nvidia_smi)."""
 import json
+import os
 import sys
 
 D = json.loads(__DATA__)
+
+
+def utilization(i):
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "utilization")) as f:
+            percents = f.read().split()
+        return str(int(percents[min(i, len(percents) - 1)]))
+    except (OSError, ValueError, IndexError):
+        return "0"
+
+
 GPUS = D["gpus"]
 INVALID = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help."
 # field -> (header, value for GPU g at index i, unit shown without nounits)
@@ -42,7 +57,7 @@ FIELDS = {
     "pci.bus_id": ("pci.bus_id", lambda i, g: g["bus_id"], ""),
     "gpu_bus_id": ("pci.bus_id", lambda i, g: g["bus_id"], ""),
     "temperature.gpu": ("temperature.gpu", lambda i, g: "30", ""),
-    "utilization.gpu": ("utilization.gpu [%]", lambda i, g: "0", " %"),
+    "utilization.gpu": ("utilization.gpu [%]", lambda i, g: utilization(i), " %"),
 }
 
 
@@ -174,4 +189,13 @@ def write_fake_nvidia_smi(bin_dir: Path, *, gpu: str, count: int, memory_mb: int
     return exe
 
 
-__all__ = ["write_fake_nvidia_smi"]
+def set_utilization(bin_dir: Path, *percents: int) -> None:
+    """Make the machine's ``nvidia-smi`` in ``bin_dir`` report ``percents`` as ``utilization.gpu``."""
+    if not percents or not all(0 <= p <= 100 for p in percents):
+        raise ValueError("give one or more percents from 0 to 100")
+    tmp = Path(bin_dir) / f".utilization.{os.getpid()}.tmp"
+    tmp.write_text(" ".join(str(int(p)) for p in percents))
+    os.replace(tmp, Path(bin_dir) / "utilization")
+
+
+__all__ = ["set_utilization", "write_fake_nvidia_smi"]

@@ -4,7 +4,7 @@ A settings document is kept with the workspace in its store (``orchestration/set
 reads and writes it)::
 
     {"requirements": {...Requirements...}, "budget": {...Budget...},
-     "hours": 8.0, "autosnapshot_minutes": null}
+     "hours": 8.0, "autosnapshot_minutes": null, "idle_minutes": 30.0}
 
 Every value is checked against :data:`FIELDS`: finite numbers within a sensible range,
 whole counts, bounded strings and lists. A value that breaks a rule is a UsageError that
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_portable.core.errors import UsageError
+from jupyter_portable.core.idle import DEFAULT_IDLE_MINUTES
 from jupyter_portable.core.offers import Requirements
 from jupyter_portable.core.spend import Budget
 from jupyter_portable.core.validate import check_int, check_number, check_str, check_str_list, short_repr
@@ -31,6 +32,8 @@ MAX_GPU_COUNT = 64
 MAX_GPU_MEMORY_GB = 4096.0
 MAX_AUTOSNAPSHOT_MINUTES = 24 * 60.0
 MIN_AUTOSNAPSHOT_MINUTES = 0.1  # under 6 s the kernel would do little but snapshot
+MIN_IDLE_MINUTES = 1.0  # the GPU's utilization is sampled every few seconds; under a minute it says little
+MAX_IDLE_MINUTES = 7 * 24 * 60.0
 MAX_ITEMS = 32
 MAX_TEXT = 64
 
@@ -91,12 +94,16 @@ FIELDS: tuple[Field, ...] = (
           f"0 (off), or minutes from {MIN_AUTOSNAPSHOT_MINUTES:g} to {MAX_AUTOSNAPSHOT_MINUTES:g}, "
           "or \"\" for the machine's default", minimum=MIN_AUTOSNAPSHOT_MINUTES,
           maximum=MAX_AUTOSNAPSHOT_MINUTES, nullable=True, off_value=0),
+    Field("idle_minutes", "", "idle_minutes", "number",
+          f"0 (off), or minutes from {MIN_IDLE_MINUTES:g} to {MAX_IDLE_MINUTES:g} after which an idle machine "
+          f"is sealed and released, or \"\" for the default ({DEFAULT_IDLE_MINUTES:g})",
+          minimum=MIN_IDLE_MINUTES, maximum=MAX_IDLE_MINUTES, nullable=True, off_value=0),
 )
 FIELD_NAMES = frozenset(f.name for f in FIELDS)
 _BY_NAME = {f.name: f for f in FIELDS}
 _BY_PLACE = {(f.section, f.key): f for f in FIELDS}
 _SECTIONS = ("requirements", "budget")
-_TOP = frozenset({"requirements", "budget", "hours", "autosnapshot_minutes"})
+_TOP = frozenset({"requirements", "budget", "hours", "autosnapshot_minutes", "idle_minutes"})
 
 
 def check_setting(name: str, value: object) -> Any:
@@ -152,10 +159,12 @@ class Settings:
     hours: float = DEFAULT_HOURS
     # the kernel's auto-snapshot on the worker, in minutes (0: off); None: the machine's default
     autosnapshot_minutes: float | None = None
+    # a machine with no cell run and no GPU work for this long is sealed and released (0: never)
+    idle_minutes: float = DEFAULT_IDLE_MINUTES
 
     def to_json(self) -> dict[str, Any]:
         return {"requirements": self.requirements.to_json(), "budget": self.budget.to_json(), "hours": self.hours,
-                "autosnapshot_minutes": self.autosnapshot_minutes}
+                "autosnapshot_minutes": self.autosnapshot_minutes, "idle_minutes": self.idle_minutes}
 
     @classmethod
     def from_json(cls, obj: object) -> "Settings":
@@ -170,8 +179,8 @@ class Settings:
                              f"{', '.join(sorted(map(str, unknown)))[:200]}")
         values: dict[str, Any] = {}
         for section in ("", *_SECTIONS):
-            part = _section(obj, section) if section else {k: obj[k] for k in ("hours", "autosnapshot_minutes")
-                                                           if k in obj}
+            part = _section(obj, section) if section else {k: obj[k] for k in ("hours", "autosnapshot_minutes",
+                                                                               "idle_minutes") if k in obj}
             for key, value in part.items():
                 values[_BY_PLACE[(section, key)].name] = check_setting(_BY_PLACE[(section, key)].name, value)
         req_defaults, budget_defaults = Requirements(), Budget()
@@ -187,7 +196,8 @@ class Settings:
             max_price_per_hour=values.get("max_price_per_hour"), regions=tuple(pick("regions", ())))
         budget = Budget(max_price_per_hour=values.get("budget_max_price_per_hour"), total=values.get("budget_total"),
                         warn_fraction=pick("budget_warn_fraction", budget_defaults.warn_fraction))
-        return cls(requirements, budget, pick("hours", DEFAULT_HOURS), values.get("autosnapshot_minutes"))
+        return cls(requirements, budget, pick("hours", DEFAULT_HOURS), values.get("autosnapshot_minutes"),
+                   pick("idle_minutes", DEFAULT_IDLE_MINUTES))
 
 
 def apply_changes(current: object, changes: Mapping[str, Any]) -> Settings:

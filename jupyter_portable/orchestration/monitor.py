@@ -1,5 +1,5 @@
 """What the server extension does besides answering requests: the workspace it serves,
-Continue in the background, the loss monitor, reservations that start, files saved in
+Continue in the background, the loss monitor and idle autostop, reservations that start, files saved in
 JupyterLab forwarded to the worker, and the events that tell the sidebar about all of it.
 
 Blocking work (the orchestrator, the store) runs on threads; events are emitted on the
@@ -27,6 +27,7 @@ from jupyter_portable.core import lifecycle as L
 from jupyter_portable.core.errors import ConflictError, PortableError
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.engine.workspace import Workspace
+from jupyter_portable.orchestration.idle import IdleWatch
 from jupyter_portable.orchestration.orchestrator import Orchestrator
 from jupyter_portable.orchestration.state_view import StateView
 from jupyter_portable.store.repo import digest
@@ -60,6 +61,7 @@ class PortableService:
         self.orch: Orchestrator | None = None
         self.make_providers = providers  # None: the environment's (compute.registry)
         self.view = StateView(ws, self.orchestrator) if ws is not None else None
+        self.idle = IdleWatch(ws, self.orchestrator, notice=self.notice) if ws is not None else None
         self.synced: dict[str, str] = {}  # path -> the hash both sides agreed on last
         self.started_reservations: set[str] = set()
         self._checking = False
@@ -252,6 +254,8 @@ class PortableService:
                 if lc.state in (L.ACTIVE, L.READY):
                     orch.check()
                     orch.refresh_credentials()  # the worker's store credentials, before they expire
+                if self.idle is not None and orch.lifecycle().state == L.ACTIVE:
+                    self.idle.check()  # seals and releases a machine idle for the workspace's idle_minutes
                 self._watch_head()
                 if lc.state == L.ACTIVE and self._kernels_elsewhere(lc.allocation_id):
                     # another process (`jupyter portable continue` in a terminal) moved the workspace
@@ -340,8 +344,9 @@ class PortableService:
 
     def state(self) -> dict[str, Any]:
         """What the sidebar shows (docs/api.md, "State"); never calls a provider."""
-        assert self.view is not None
-        return self.view.state(continuing=self.is_continuing(), conflicts=self.conflicts)
+        assert self.view is not None and self.idle is not None
+        out = self.view.state(continuing=self.is_continuing(), conflicts=self.conflicts)
+        return {**out, "idle": self.idle.view(self.orchestrator().lifecycle())}
 
     def _published_hash(self, rel: str) -> str | None:
         assert self.ws is not None

@@ -397,18 +397,22 @@ class Orchestrator:
 
     # -- Stop (seal) ------------------------------------------------------------------------------
 
-    def stop(self, reason: str = "stopped by the user") -> dict[str, Any]:
-        """Seal, read back, release: the allocation ends with nothing unpublished."""
+    def stop(self, reason: str = "stopped by the user", *, detail: dict[str, Any] | None = None,
+             allocation_id: str | None = None) -> dict[str, Any]:
+        """Seal, read back, release: the allocation ends with nothing unpublished. ``detail`` goes
+        with the DRAINING event; ``allocation_id``, when given, must be the one still serving."""
         with self._exclusive():
             lc = self.lifecycle()
             if lc.state not in (L.ACTIVE, L.DRAINING, L.SEALED):
                 raise UsageError(f"nothing to stop: the workspace is {lc.state}")
-            return self._stop_locked(lc, reason)
+            if allocation_id is not None and lc.allocation_id != allocation_id:
+                raise ConflictError(f"{allocation_id} no longer serves the workspace ({lc.allocation_id} does)")
+            return self._stop_locked(lc, reason, detail)
 
-    def _stop_locked(self, lc: L.Lifecycle, reason: str) -> dict[str, Any]:
+    def _stop_locked(self, lc: L.Lifecycle, reason: str, detail: dict[str, Any] | None = None) -> dict[str, Any]:
         rec = self.record(lc.allocation_id)
         if lc.state == L.ACTIVE:
-            lc = self._move(L.DRAINING, reason=reason)
+            lc = self._move(L.DRAINING, reason=reason, detail=detail)
         if lc.state == L.DRAINING:
             self._progress("seal", "no new writes; publishing the final version")
             try:

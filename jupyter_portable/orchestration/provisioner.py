@@ -120,6 +120,11 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 time.sleep(0.1)  # a Continue is under way: the kernel starts on its machine
                 lc = orch.lifecycle()
             if lc.state not in (L.ACTIVE, L.READY):
+                from jupyter_portable.orchestration.idle import no_machine_hint
+
+                idle = no_machine_hint(lc)  # released as idle: Continue, on the same route
+                if idle is not None:
+                    raise UsageError(f"workspace {ws.workspace_id} has no machine: {idle[0]}", hint=idle[1])
                 why = ""
                 if lc.state in (L.LOST, L.FAILED) and lc.events and lc.events[-1].reason:
                     why = f" ({lc.events[-1].reason})"

@@ -159,6 +159,7 @@ def prepare(state: AgentState) -> None:
         warm.start()  # no user code runs in it before READY: it only has to come up
         state.verification = verify(state)
         warm.join()
+        state.activity.ready()  # the idle clock starts when the machine can first be used
         state.phase = "ready"
     except Exception as exc:  # reported through /status: the orchestrator decides what next
         state.error = exc.one_line() if isinstance(exc, PortableError) else f"{type(exc).__name__}: {exc}"

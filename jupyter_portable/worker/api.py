@@ -14,6 +14,7 @@ API (JSON; ``Authorization: token <token>``)::
     POST /fetch {"path"}            fetch a pending large file now
     POST /seal {"message"}          seal: {"version", "manifest"}
     PUT  /credentials {credential_process JSON}   fresh store credentials: {"expiration"}
+    POST /activity {}               "Keep running": the idle clock starts again now: {"kept_at"}
     POST /shutdown                  stop the kernel and exit
 """
 
@@ -190,6 +191,12 @@ class CredentialsHandler(_Handler):
         self.answer({"expiration": creds.expiration})
 
 
+class ActivityHandler(_Handler):
+    def post(self) -> None:
+        self.body()
+        self.answer({"kept_at": self.state.activity.keep()})
+
+
 class ShutdownHandler(_Handler):
     def post(self) -> None:
         self.answer({"stopping": True})
@@ -208,4 +215,5 @@ def make_app(state: AgentState) -> web.Application:
         (r"/kernel/signal", KernelSignalHandler, args), (r"/snapshot", SnapshotHandler, args),
         (r"/files", FilesHandler, args), (r"/fetch", FetchHandler, args), (r"/seal", SealHandler, args),
         (r"/shutdown", ShutdownHandler, args), (r"/credentials", CredentialsHandler, args),
+        (r"/activity", ActivityHandler, args),
     ], max_body_size=_MAX_BODY)

@@ -356,6 +356,10 @@ class AgentClient:
         """Hand the agent fresh store credentials; it (and its kernel) use them from the next request."""
         return self.request("PUT", "/credentials", credentials.to_json(), timeout=30)
 
+    def keep_running(self) -> dict[str, Any]:
+        """"Keep running": the worker's idle clock starts again now; ``{"kept_at"}`` on its clock."""
+        return self.request("POST", "/activity", {}, timeout=10)
+
     def shutdown(self) -> None:
         with contextlib.suppress(PortableError):
             self.request("POST", "/shutdown", timeout=5)

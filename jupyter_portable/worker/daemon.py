@@ -22,6 +22,7 @@ from tornado.ioloop import IOLoop
 
 from jupyter_portable.core.errors import UsageError
 from jupyter_portable.workdir.files import atomic_write
+from jupyter_portable.worker.activity import start_watchers
 from jupyter_portable.worker.agent import prepare
 from jupyter_portable.worker.api import make_app, shutdown_soon
 from jupyter_portable.worker.kernel import stop_kernel
@@ -118,6 +119,7 @@ def serve(config: dict[str, Any], ready_out: Any) -> int:
     ready_out.close()  # whoever started the agent reads to the end of this pipe
     threading.Thread(target=_heartbeat, args=(state, config.get("machine_pid")), daemon=True).start()
     threading.Thread(target=prepare, args=(state,), daemon=True).start()
+    start_watchers(state)
 
     def stop(_signum: int, _frame: object) -> None:
         IOLoop.current().add_callback_from_signal(shutdown_soon, state)

@@ -14,6 +14,7 @@ from typing import Any
 
 from jupyter_portable.core.errors import PortableError
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
+from jupyter_portable.worker.activity import Activity
 
 
 class AgentState:
@@ -47,6 +48,7 @@ class AgentState:
         self.machine_gone = False
         self.lock = threading.Lock()
         self.credentials_expiration: str | None = None  # of the store credentials in use; never the keys
+        self.activity = Activity()  # the kernel's cells and the GPUs' work, for idle autostop
 
     # -- the store, opened lazily in the threads that need it --
     def store(self) -> Any:
@@ -69,7 +71,8 @@ class AgentState:
                 "verification": self.verification, "progress": dict(self.progress), "timings": dict(self.timings),
                 "pending": pending, "accepting": self.accepting, "sealed": self.sealed, "heartbeat": time.time(),
                 "pid": os.getpid(), "python": self.kernel_python, "environment": self.env_build,
-                "kernel": self.kernel_status(), "credentials": {"expiration": self.credentials_expiration}}
+                "kernel": self.kernel_status(), "credentials": {"expiration": self.credentials_expiration},
+                "activity": self.activity.to_json()}
 
     def kernel_status(self) -> dict[str, Any]:
         k = self.kernel

@@ -305,6 +305,7 @@ export interface ISettingsBody {
   budget_warn_fraction?: number | '' | null;
   hours?: number | '' | null;
   autosnapshot_minutes?: number | '' | null;
+  idle_minutes?: number | '' | null;
 }
 /**
  * GET and PUT /portable/api/settings: what the workspace needs and may spend, kept with it in its store.
@@ -320,6 +321,10 @@ export interface IWorkspaceSettings {
    * The kernel's auto-snapshot on the worker, in minutes (0: off); null: the machine's default.
    */
   autosnapshot_minutes: number | null;
+  /**
+   * A machine whose kernel ran nothing and whose GPUs did no work for this many minutes is sealed and released (0: never).
+   */
+  idle_minutes: number;
 }
 /**
  * What the work needs; an empty list or null admits anything.
@@ -394,6 +399,10 @@ export interface IPortableState {
   checkpoints: ICheckpoint[];
   budget: IBudget;
   conflicts: IConflict[];
+  /**
+   * Idle autostop: the countdown while a machine is active (state idle, warning or busy), or what an idle stop did (state released); null when there is nothing to say.
+   */
+  idle?: IIdle | null;
 }
 export interface IWorkspaceInfo {
   id: string;
@@ -508,6 +517,57 @@ export interface IBudget {
   left?: number | null;
   state: 'ok' | 'warn' | 'exhausted' | 'unknown';
   message?: string | null;
+}
+/**
+ * The active machine's idle clock, as the last check saw it, or the idle stop that released the last one.
+ */
+export interface IIdle {
+  /**
+   * off (idle_minutes is 0), busy (a cell runs), idle, warning (the last warn_s seconds: count down, offer Keep running), stop (being released), released.
+   */
+  state: 'off' | 'busy' | 'idle' | 'warning' | 'stop' | 'released';
+  /**
+   * The workspace's idle_minutes.
+   */
+  minutes: number;
+  /**
+   * When no cell ran and the GPUs did no work from.
+   */
+  idle_since: string | null;
+  /**
+   * When the machine is sealed and released unless it is used.
+   */
+  stop_at: string | null;
+  /**
+   * Seconds until stop_at, when the state was answered.
+   */
+  remaining_s: number | null;
+  /**
+   * How long before stop_at the sidebar counts down.
+   */
+  warn_s: number;
+  released: IIdleRelease | null;
+}
+/**
+ * An idle stop: which machine, on which route, when, and what it saves from then on.
+ */
+export interface IIdleRelease {
+  allocation_id: string | null;
+  /**
+   * The route it ran on: Continue may take it again if it is still open.
+   */
+  route: string | null;
+  minutes: number;
+  at: string | null;
+  idle_since: string | null;
+  /**
+   * The machine's $/h, no longer billed from the stop on.
+   */
+  saved_per_hour: number | null;
+  /**
+   * What happened and what it saves, e.g. Released after 30 min idle; saves about $1.35/h from now on.
+   */
+  message: string;
 }
 /**
  * POST /portable/api/stop: sealed, read back and released.

@@ -165,6 +165,17 @@ class StopHandler(_Base):
         self.reply(out)
 
 
+class KeepRunningHandler(_Base):
+    """"Keep running": the active machine's idle clock starts again (another idle_minutes)."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        self.workspace()
+        self.json_body(set())
+        assert self.service.idle is not None
+        self.reply(await self.blocking(self.service.idle.keep_running))
+
+
 class SnapshotHandler(_Base):
     @web.authenticated
     async def post(self) -> None:
@@ -260,6 +271,8 @@ class SettingsHandler(_Base):
         ws = self.workspace()
         body = self.json_body(set(FIELD_NAMES))  # each value is checked by core.settings before it is stored
         settings = await self.blocking(update_settings, ws, **body)
+        if self.service.idle is not None:
+            self.service.idle.settings_changed()  # a new idle_minutes counts from the next check
         self.reply(settings.to_json())
 
 
@@ -305,6 +318,7 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
         (url_path_join(base, "continue"), ContinueHandler),
         (url_path_join(base, "cancel"), CancelHandler),
         (url_path_join(base, "stop"), StopHandler),
+        (url_path_join(base, "keep-running"), KeepRunningHandler),
         (url_path_join(base, "snapshot"), SnapshotHandler),
         (url_path_join(base, "checkpoints"), CheckpointsHandler),
         (url_path_join(base, "files"), FilesHandler),
