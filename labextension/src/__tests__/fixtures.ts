@@ -64,11 +64,13 @@ export function settingsAnswer(
     budget?: Partial<IBudgetSettings>;
     hours?: number;
     autosnapshot_minutes?: number | null;
+    idle_minutes?: number;
   } = {}
 ): IWorkspaceSettings {
   return {
     hours: 8,
     autosnapshot_minutes: null,
+    idle_minutes: 30,
     ...over,
     requirements: {
       gpus: [],

@@ -4,6 +4,7 @@ import * as fmt from '../format';
 import { PortableModel } from '../model';
 import { ApiErrorLine, StatusLine } from './common';
 import { ContinuePanel } from './ContinuePanel';
+import { IdleCountdown } from './IdleCountdown';
 import { ReservationsPanel } from './ReservationsPanel';
 import { RoutesPanel } from './RoutesPanel';
 import { CheckpointsPanel, SnapshotPanel } from './SnapshotPanel';
@@ -29,6 +30,7 @@ export function Sidebar(props: { model: PortableModel; now: number; onOpenSettin
       {model.stateError ? <ApiErrorLine error={model.stateError} /> : null}
       <WorkspaceHeader state={state} />
       <AllocationPanel state={state} now={now} fetchedAt={model.fetchedAt} />
+      <IdleCountdown model={model} now={now} />
       <ContinuePanel
         state={state}
         progress={model.progress}
