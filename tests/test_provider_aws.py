@@ -178,7 +178,7 @@ def test_launch_tags_the_allocation_and_hands_over_the_key(ec2: tuple[Any, Stubb
     client.meta.events.register("provide-client-params.ec2.RunInstances",
                                 lambda params, **_: sent.append(dict(params)))
     stub.add_response("run_instances", launched(), {
-        "ImageId": "ami-0abc", "InstanceType": "g5.xlarge", "MinCount": 1, "MaxCount": 1,
+        "ImageId": "ami-0abc", "InstanceType": "g5.xlarge", "MinCount": 1, "MaxCount": 1, "ClientToken": "alloc-7",
         "Placement": {"AvailabilityZone": "us-east-1a"}, "KeyName": "mine", "SecurityGroupIds": ["sg-1"],
         "TagSpecifications": [{"ResourceType": "instance", "Tags": [
             {"Key": "jupyter-portable:allocation", "Value": "alloc-7"},
@@ -206,7 +206,7 @@ def test_launch_into_a_capacity_block(ec2: tuple[Any, Stubber]) -> None:
     client, stub = ec2
     stub.add_response("run_instances", launched(), {
         "ImageId": DLAMI_IMAGE, "InstanceType": "p5.48xlarge", "MinCount": 1, "MaxCount": 1,
-        "Placement": {"AvailabilityZone": "us-east-1a"}, "TagSpecifications": ANY,
+        "ClientToken": "alloc-8", "Placement": {"AvailabilityZone": "us-east-1a"}, "TagSpecifications": ANY,
         "InstanceMarketOptions": {"MarketType": "capacity-block"},
         "CapacityReservationSpecification": {"CapacityReservationTarget": {"CapacityReservationId": "cr-0abc"}}})
     block = offer("p5.48xlarge@us-east-1a", extra={"capacity_reservation_id": "cr-0abc"})

@@ -259,11 +259,12 @@ def test_runpod_full_lifecycle_reachable_only_with_an_ssh_endpoint(api: respx.Mo
     assert dict(sent(stock).url.params)["product"] == "POD"
     alloc = provider.launch(offer, allocation_id="alloc-0001", ssh_public_key=PUBKEY, env={"HF_TOKEN": "hf_x"})
     request = sent_json(create)
-    assert request["name"] == "alloc-0001" and request["image"].startswith("runpod/pytorch")
+    # named (and its env tagged) so that it can be found again: `jupyter portable machines`
+    assert request["name"] == "jupyter-portable.alloc-0001" and request["image"].startswith("runpod/pytorch")
     assert request["gpu"] == {"id": "NVIDIA GeForce RTX 4090", "count": 1}
     assert (request["cloud"], request["dataCenterIds"], request["ports"], request["startSsh"]) == (
         "SECURE", ["US-KS-2"], ["22/tcp"], True)
-    assert request["env"] == {"HF_TOKEN": "hf_x", "PUBLIC_KEY": PUBKEY}
+    assert request["env"] == {"HF_TOKEN": "hf_x", "PUBLIC_KEY": PUBKEY, "JUPYTER_PORTABLE_ALLOCATION_ID": "alloc-0001"}
     assert (alloc.ref, alloc.provider, alloc.offer_id) == ("7h9k2m4n6p", "runpod", offer.id)
 
     states = [provider.status(alloc) for _ in range(3)]
@@ -417,8 +418,8 @@ def test_vast_full_lifecycle(api: respx.MockRouter) -> None:
                             ssh_public_key=PUBKEY, env={"HF_TOKEN": "hf x"})
     request = sent_json(create)
     assert (request["image"], request["label"], request["runtype"], request["cancel_unavail"], request["disk"]) == (
-        "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", "alloc-0002", "ssh_direct", True, 50)
-    assert request["env"] == "-e 'HF_TOKEN=hf x'"
+        "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", "jupyter-portable.alloc-0002", "ssh_direct", True, 50)
+    assert request["env"] == "-e 'HF_TOKEN=hf x' -e JUPYTER_PORTABLE_ALLOCATION_ID=alloc-0002"
     assert sent_json(attach) == {"ssh_key": PUBKEY}
     assert alloc.ref == "7654321"
 
@@ -531,7 +532,8 @@ def test_lambda_full_lifecycle(api: respx.MockRouter) -> None:
     alloc = provider.launch(offer, allocation_id="alloc-0003", ssh_public_key=PUBKEY, env={"HF_TOKEN": "hf x"})
     request = sent_json(launch)
     assert (request["region_name"], request["instance_type_name"], request["ssh_key_names"], request["name"]) == (
-        "us-west-3", "gpu_1x_h100_pcie", ["jp-worker"], "alloc-0003")
+        "us-west-3", "gpu_1x_h100_pcie", ["jp-worker"], "jupyter-portable.alloc-0003")
+    assert request["tags"] == [{"key": "jupyter-portable:allocation", "value": "alloc-0003"}]
     assert request["user_data"].startswith("#cloud-config\n")
     config = json.loads(request["user_data"].split("\n", 1)[1])
     assert config["ssh_authorized_keys"] == [PUBKEY]
@@ -712,9 +714,11 @@ def test_gets_are_retried_and_posts_are_not(api: respx.MockRouter) -> None:
     assert runpod(retries=2).status(allocation("runpod", "7h9k2m4n6p")).state == "reachable"
     assert poll.call_count == 3
     create = api.post(f"{RUNPOD}/v2/pods").mock(side_effect=httpx.ReadTimeout("timed out"))
+    # the lost answer is looked up by the pod's name, never sent again: none found, so it fails
+    listing = api.get(f"{RUNPOD}/v2/pods").mock(return_value=httpx.Response(200, json={"pods": []}))
     with pytest.raises(ProviderUnavailable) as info:
         runpod(retries=2).launch(spot_offer(spot=False), allocation_id="alloc-0001")
-    assert create.call_count == 1
+    assert create.call_count == 1 and listing.call_count == 1
     assert "may have gone through" in (info.value.hint or "")
 
 

@@ -54,7 +54,15 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from jupyter_portable.compute import gpu_catalog
-from jupyter_portable.compute.base import Allocation, AllocationStatus, Provider, Reservation, SshEndpoint
+from jupyter_portable.compute.base import (
+    Allocation,
+    AllocationStatus,
+    MachineInfo,
+    Provider,
+    Reservation,
+    SshEndpoint,
+    spend_since,
+)
 from jupyter_portable.compute.cloudinit import HostKey, check_host_key, cloud_config, parse_zone_offer_id
 from jupyter_portable.core.errors import (
     AuthError,
@@ -72,8 +80,11 @@ from jupyter_portable.core.times import parse_iso, parse_iso_or_none
 # EC2 resolves ``resolve:ssm:`` image ids at launch, so the default follows AWS's own
 # "latest Deep Learning Base AMI" parameter instead of an AMI id that ages per region.
 DLAMI_IMAGE = "resolve:ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
-ALLOCATION_TAG = "jupyter-portable:allocation"
-WORKSPACE_TAG = "jupyter-portable:workspace"
+ALLOCATION_TAG = "jupyter-portable:allocation"  # = base.ALLOCATION_TAG
+WORKSPACE_TAG = "jupyter-portable:workspace"  # = base.WORKSPACE_TAG
+# EC2's Pricing API answers from these regions only
+PRICING_REGION = "us-east-1"
+PRICING_ENDPOINT_ENV = "AWS_ENDPOINT_URL_PRICING"
 PURPOSE_TAG = "jupyter-portable:purpose"
 SSH_GROUP_NAME = "jupyter-portable-ssh"
 KEY_PAIR_PREFIX = "jupyter-portable-"
@@ -123,8 +134,10 @@ class AwsProvider(Provider):
                  subnets: Mapping[str, str] | None = None, ssh_user: str | None = None, spot: bool = True,
                  shapes: Mapping[str, gpu_catalog.MachineShape] | None = None,
                  clock: Callable[[], datetime] = _utcnow, ssh_cidr: str | None = None,
-                 caller_address: Callable[[], str] = checkip) -> None:
+                 caller_address: Callable[[], str] = checkip, pricing_client: Any = None) -> None:
         self._region = region
+        self._pricing = pricing_client
+        self._prices: dict[tuple[str, str], float | None] = {}  # (type, region) -> Pricing API's $/h
         # EC2's eventual consistency is judged against this clock; tests pass a fixed one.
         self.clock = clock
         self._profile = profile
@@ -281,6 +294,8 @@ class AwsProvider(Provider):
                 groups = groups or (self._ensure_ssh_group(zone),)
         params = self._run_params(offer, allocation_id=allocation_id, image=image, user_data_key=user_data_key,
                                   env=env, host_key=host_key, key_name=key_name, groups=groups)
+        # idempotent: the same launch sent again (its answer lost) starts no second instance
+        params["ClientToken"] = allocation_id
         with self._boundary("launch", offer.id, default=LaunchFailed):
             resp = self.client.run_instances(**params)
         instance = resp["Instances"][0]
@@ -300,9 +315,9 @@ class AwsProvider(Provider):
                     env: dict[str, str] | None, host_key: HostKey | None, key_name: str | None,
                     groups: Sequence[str]) -> dict[str, Any]:
         machine, zone, spot = parse_zone_offer_id(offer.id, "AWS")
+        workspace = (env or {}).get("JUPYTER_PORTABLE_WORKSPACE_ID")
         tags = [{"Key": ALLOCATION_TAG, "Value": allocation_id},
                 {"Key": "Name", "Value": f"jupyter-portable {allocation_id}"}]
-        workspace = (env or {}).get("JUPYTER_PORTABLE_WORKSPACE_ID")
         if workspace:
             tags.append({"Key": WORKSPACE_TAG, "Value": workspace})
         params: dict[str, Any] = {
@@ -443,6 +458,11 @@ class AwsProvider(Provider):
         if not instances:
             return AllocationStatus("terminated", reason=f"instance {allocation.ref} no longer exists")
         instance = instances[0]
+        st = self._state(instance)
+        st.spend, st.spend_source = self._spend(instance)
+        return st
+
+    def _state(self, instance: Mapping[str, Any]) -> AllocationStatus:
         state = instance["State"]["Name"]
         why = instance.get("StateReason") or {}
         reason = why.get("Message") or instance.get("StateTransitionReason") or None
@@ -459,6 +479,116 @@ class AwsProvider(Provider):
         if state in ("stopping", "stopped"):
             return AllocationStatus("stopped", reason=reason)
         return AllocationStatus("terminated", reason=reason)
+
+    # -- what it costs ----------------------------------------------------------------
+
+    def _pricing_client(self) -> Any:
+        """The Pricing API client, or None where it cannot be reached: with EC2's endpoint
+        pointed elsewhere (a proxy, a twin), only when ``AWS_ENDPOINT_URL_PRICING`` is set too."""
+        if self._pricing is None:
+            if os.environ.get("AWS_ENDPOINT_URL_EC2") and not os.environ.get(PRICING_ENDPOINT_ENV):
+                return None
+            import boto3
+            from botocore.config import Config
+
+            self._pricing = boto3.session.Session(profile_name=self._profile).client(
+                "pricing", region_name=PRICING_REGION,
+                config=Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 2}))
+        return self._pricing
+
+    def on_demand_price(self, machine: str, region: str) -> float | None:
+        """$/h of a Linux, shared-tenancy ``machine`` in ``region`` from the Pricing API
+        (``get_products``), asked once per type and region; None when it cannot say."""
+        import json
+
+        key = (machine, region)
+        if key in self._prices:
+            return self._prices[key]
+        price = None
+        client = self._pricing_client()
+        if client is not None:
+            filters = [{"Type": "TERM_MATCH", "Field": f, "Value": v} for f, v in (
+                ("instanceType", machine), ("regionCode", region), ("operatingSystem", "Linux"),
+                ("tenancy", "Shared"), ("preInstalledSw", "NA"), ("capacitystatus", "Used"))]
+            try:
+                with self._boundary("read the on-demand price"):
+                    answer = client.get_products(ServiceCode="AmazonEC2", Filters=filters, MaxResults=10)
+                for item in answer.get("PriceList", []):
+                    product = json.loads(item) if isinstance(item, str) else item
+                    for term in (product.get("terms", {}).get("OnDemand") or {}).values():
+                        for dim in (term.get("priceDimensions") or {}).values():
+                            usd = (dim.get("pricePerUnit") or {}).get("USD")
+                            if usd is not None and float(usd) > 0:
+                                price = float(usd)
+            except (ComputeError, ValueError, TypeError, AttributeError):
+                price = None  # the table's estimate stands in
+        self._prices[key] = price
+        return price
+
+    def spot_spend(self, machine: str, zone: str, since: datetime, until: datetime) -> float | None:
+        """Dollars one spot ``machine`` in ``zone`` cost from ``since`` to ``until``: each price in
+        ``describe_spot_price_history`` for the time it was in force; None when EC2 gives none."""
+        with self._boundary("read the spot price history"):
+            rows = list(self._pages("describe_spot_price_history", "SpotPriceHistory", InstanceTypes=[machine],
+                                    AvailabilityZone=zone, ProductDescriptions=["Linux/UNIX"],
+                                    StartTime=since, EndTime=until))
+        points = sorted((r["Timestamp"], float(r["SpotPrice"])) for r in rows if r.get("Timestamp"))
+        if not points:
+            return None
+        total = 0.0
+        for i, (when, price) in enumerate(points):
+            begin = max(when, since)
+            end = points[i + 1][0] if i + 1 < len(points) else until
+            if end > begin:
+                total += price * (min(end, until) - begin).total_seconds() / 3600
+        return total
+
+    def _spend(self, instance: Mapping[str, Any]) -> tuple[float | None, str | None]:
+        """Spend so far: spot price history or the Pricing API's on-demand price, x time since
+        ``LaunchTime`` (measured); else the table's price (estimated)."""
+        launched = instance.get("LaunchTime")
+        machine = instance.get("InstanceType", "")
+        if not isinstance(launched, datetime):
+            return None, None
+        now = self.clock()
+        if instance.get("InstanceLifecycle") == "spot":
+            zone = (instance.get("Placement") or {}).get("AvailabilityZone", "")
+            try:
+                spent = self.spot_spend(machine, zone, launched, now)
+            except ComputeError:
+                spent = None
+            if spent is not None:
+                return spent, "provider"
+        elif (price := self.on_demand_price(machine, self.region)) is not None:
+            return spend_since(price, launched, now)[1], "provider"
+        shape = self.shapes.get(machine)
+        if shape is None:
+            return None, None
+        return spend_since(shape.price_per_hour, launched, now)[1], "estimate"
+
+    def list_machines(self) -> list[MachineInfo]:
+        """``describe_instances`` filtered on our allocation tag (terminated ones left out)."""
+        out = []
+        with self._boundary("list machines"):
+            for reservation in self._pages("describe_instances", "Reservations",
+                                           Filters=[{"Name": "tag-key", "Values": [ALLOCATION_TAG]},
+                                                    {"Name": "instance-state-name",
+                                                     "Values": ["pending", "running", "stopping", "stopped"]}]):
+                for inst in reservation.get("Instances", []):
+                    tags = {t.get("Key"): t.get("Value") for t in inst.get("Tags") or []}
+                    launched = inst.get("LaunchTime")
+                    uptime = spend_since(0.0, launched, self.clock())[0] if isinstance(launched, datetime) else None
+                    spend, source = self._spend(inst)
+                    shape = self.shapes.get(inst.get("InstanceType", ""))
+                    out.append(MachineInfo(
+                        provider=self.name, ref=inst["InstanceId"], allocation_id=tags.get(ALLOCATION_TAG),
+                        workspace_id=tags.get(WORKSPACE_TAG), state=self._state(inst).state,
+                        name=tags.get("Name") or "",
+                        started=launched.isoformat() if isinstance(launched, datetime) else None,
+                        uptime_s=uptime, price_per_hour=shape.price_per_hour if shape else None, spend=spend,
+                        spend_source=source, details={"instance_type": inst.get("InstanceType"),
+                                                      "state": inst["State"]["Name"]}))
+        return out
 
     def terminate(self, allocation: Allocation) -> None:
         """``terminate_instances``; an instance that is already gone is fine."""

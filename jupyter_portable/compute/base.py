@@ -11,12 +11,60 @@ a log line.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from jupyter_portable.core.errors import NotSupported
 from jupyter_portable.core.offers import Offer, Requirements
+from jupyter_portable.core.times import parse_iso_or_none
 
 STATES = ("pending", "running", "reachable", "stopped", "lost", "terminated")
+
+# How every rented machine is found again: its provider name (RunPod pod name, Vast label,
+# Lambda name, GCP/AWS "Name") is ``jupyter-portable.<allocation>.<workspace>``, and where the
+# provider has tags or labels they carry both ids under these keys (AWS tags, Lambda tags;
+# GCP labels use ``jupyter-portable-allocation``/``-workspace``, its keys admit no ":").
+NAME_PREFIX = "jupyter-portable"
+ALLOCATION_TAG = "jupyter-portable:allocation"
+WORKSPACE_TAG = "jupyter-portable:workspace"
+WORKSPACE_ENV = "JUPYTER_PORTABLE_WORKSPACE_ID"
+ALLOCATION_ENV = "JUPYTER_PORTABLE_ALLOCATION_ID"
+# where a status' spend figure comes from: the provider's own (measured) or price x time (estimated)
+SPEND_SOURCES = ("provider", "estimate")
+
+
+def machine_name(allocation_id: str, workspace_id: str | None = None, *, limit: int | None = None) -> str:
+    """``jupyter-portable.<allocation>.<workspace>``; the workspace is left out when it would pass
+    ``limit`` characters (the provider's tags still carry it)."""
+    base = f"{NAME_PREFIX}.{allocation_id}"
+    full = f"{base}.{workspace_id}" if workspace_id else base
+    return full if limit is None or len(full) <= limit else base[:limit]
+
+
+def parse_machine_name(name: object) -> tuple[str, str | None] | None:
+    """``(allocation_id, workspace_id or None)`` from a :func:`machine_name`, else None."""
+    if not isinstance(name, str) or not name.startswith(NAME_PREFIX + "."):
+        return None
+    parts = name[len(NAME_PREFIX) + 1:].split(".", 1)
+    if not parts[0]:
+        return None
+    return parts[0], (parts[1] if len(parts) > 1 and parts[1] else None)
+
+
+def spend_since(price_per_hour: float | None, started: object, now: datetime) -> tuple[float | None, float | None]:
+    """``(uptime seconds, dollars)`` at ``price_per_hour`` from ``started`` (an ISO time or a
+    datetime) to ``now``; ``(None, None)`` when either is unknown."""
+    begin = started if isinstance(started, datetime) else parse_iso_or_none(started)
+    if begin is None:
+        return None, None
+    if begin.tzinfo is None:
+        begin = begin.replace(tzinfo=timezone.utc)
+    seconds = max(0.0, (now - begin).total_seconds())
+    if price_per_hour is None or not (0 <= price_per_hour < float("inf")):
+        return seconds, None
+    return seconds, float(price_per_hour) * seconds / 3600
+
+
 
 
 @dataclass
@@ -58,6 +106,39 @@ class AllocationStatus:
     ssh: SshEndpoint | None = None
     reason: str | None = None
     spend: float | None = None
+    spend_source: str | None = None  # one of SPEND_SOURCES when spend is set
+
+
+@dataclass
+class MachineInfo:
+    """One machine a provider holds with our name or labels (see :func:`machine_name`).
+    ``state`` is one of STATES; ``spend`` so far in USD with its ``spend_source``."""
+
+    provider: str
+    ref: str
+    allocation_id: str | None
+    workspace_id: str | None
+    state: str
+    name: str = ""
+    started: str | None = None
+    uptime_s: float | None = None
+    price_per_hour: float | None = None
+    spend: float | None = None
+    spend_source: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def allocation(self) -> Allocation:
+        """An :class:`Allocation` good enough to ask for its status or terminate it."""
+        return Allocation(allocation_id=self.allocation_id or self.ref, provider=self.provider,
+                          offer_id=str(self.details.get("offer_id") or ""), ref=self.ref, started=self.started or "",
+                          details=dict(self.details))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"provider": self.provider, "ref": self.ref, "allocation_id": self.allocation_id,
+                "workspace_id": self.workspace_id, "state": self.state, "name": self.name, "started": self.started,
+                "uptime_s": None if self.uptime_s is None else round(self.uptime_s, 1),
+                "price_per_hour": self.price_per_hour,
+                "spend": None if self.spend is None else round(self.spend, 6), "spend_source": self.spend_source}
 
 
 @dataclass
@@ -108,6 +189,18 @@ class Provider:
     def terminate(self, allocation: Allocation) -> None:
         """Release the machine. Terminating one that is already gone is not an error."""
         raise NotImplementedError
+
+    def list_machines(self) -> list[MachineInfo]:
+        """Every machine the account holds that carries our name or labels (terminated ones
+        left out), with state, uptime and spend so far. NotSupported where it cannot list."""
+        raise NotSupported(f"{self.name} cannot list its machines", provider=self.name)
+
+    def find_machines(self, *, allocation_id: str | None = None,
+                      workspace_id: str | None = None) -> list[MachineInfo]:
+        """The listed machines of ``allocation_id`` and/or ``workspace_id``."""
+        return [m for m in self.list_machines()
+                if (allocation_id is None or m.allocation_id == allocation_id)
+                and (workspace_id is None or m.workspace_id == workspace_id)]
 
     def reserve(self, offer: Offer, *, start: str, hours: float) -> Reservation:
         """Book ``offer`` for a slot, where the provider sells reservations."""

@@ -43,14 +43,14 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
 from jupyter_portable.compute import gpu_catalog
-from jupyter_portable.compute.base import Allocation, AllocationStatus, Provider, SshEndpoint
+from jupyter_portable.compute.base import Allocation, AllocationStatus, MachineInfo, Provider, SshEndpoint, spend_since
 from jupyter_portable.compute.cloudinit import HostKey, check_host_key, cloud_config, parse_zone_offer_id
 from jupyter_portable.core.errors import (
     AuthError,
@@ -101,7 +101,9 @@ class GcpProvider(Provider):
                  disk_gb: int = 200, ssh_user: str | None = None, spot: bool = True, operation_timeout: float = 120.0,
                  endpoint: str | None = None,
                  instances_client: Any = None, regions_client: Any = None, accelerator_types_client: Any = None,
-                 projects_client: Any = None, shapes: Mapping[str, gpu_catalog.MachineShape] | None = None) -> None:
+                 projects_client: Any = None, shapes: Mapping[str, gpu_catalog.MachineShape] | None = None,
+                 now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+        self.now = now  # the wall clock spend so far is counted to
         self._project = project or os.environ.get("GOOGLE_CLOUD_PROJECT") or None
         self.zones = tuple(zones)
         self._credentials = credentials
@@ -327,6 +329,14 @@ class GcpProvider(Provider):
                 instance = self._client("instances").get(project=self.project, zone=zone, instance=name)
             except NotFound:
                 return AllocationStatus("terminated", reason=f"instance {name} no longer exists")
+        st = self._state(instance)
+        machine = instance.machine_type.rsplit("/", 1)[-1]
+        _, st.spend = self._spend(machine, instance.scheduling.provisioning_model == "SPOT",
+                                  instance.creation_timestamp or allocation.started)
+        st.spend_source = "estimate" if st.spend is not None else None
+        return st
+
+    def _state(self, instance: Any) -> AllocationStatus:
         state = instance.status
         note = instance.status_message or None
         if state in _PENDING:
@@ -342,6 +352,43 @@ class GcpProvider(Provider):
                 return AllocationStatus("lost", reason=reason)
             return AllocationStatus("stopped", reason=note)
         return AllocationStatus("lost", reason=f"unexpected instance status {state}")
+
+    def _spend(self, machine_type: str, spot: bool, started: object) -> tuple[float | None, float | None]:
+        """``(uptime s, dollars)`` at the machine type's table price (``gpu_catalog.PRICES_AS_OF``:
+        an estimate, Compute Engine's API gives no running cost)."""
+        shape = self.shapes.get(machine_type)
+        price = None if shape is None else (shape.spot_price_per_hour if spot else shape.price_per_hour)
+        return spend_since(price, started, self.now())
+
+    def list_machines(self) -> list[MachineInfo]:
+        """``instances.aggregatedList`` filtered on our allocation label, every zone of the project;
+        spend is the dated table's price x time since ``creationTimestamp`` (an estimate)."""
+        out = []
+        with self._boundary("list machines"):
+            pages = self._client("instances").aggregated_list(
+                request={"project": self.project, "filter": f"labels.{ALLOCATION_LABEL}:*"})
+            for _zone, scoped in pages:
+                for inst in scoped.instances:
+                    labels = dict(inst.labels)
+                    aid = labels.get(ALLOCATION_LABEL)
+                    if not aid:
+                        continue
+                    zone = inst.zone.rsplit("/", 1)[-1]
+                    machine = inst.machine_type.rsplit("/", 1)[-1]
+                    spot = inst.scheduling.provisioning_model == "SPOT"
+                    uptime, spend = self._spend(machine, spot, inst.creation_timestamp or None)
+                    shape = self.shapes.get(machine)
+                    state = ("pending" if inst.status in _PENDING else "running" if inst.status == "RUNNING"
+                             else "stopped" if inst.status in _STOPPING else "terminated")
+                    out.append(MachineInfo(
+                        provider=self.name, ref=f"{zone}/{inst.name}", allocation_id=aid,
+                        workspace_id=labels.get(WORKSPACE_LABEL), state=state, name=inst.name,
+                        started=inst.creation_timestamp or None, uptime_s=uptime,
+                        price_per_hour=None if shape is None else
+                        (shape.spot_price_per_hour if spot else shape.price_per_hour),
+                        spend=spend, spend_source="estimate" if spend is not None else None,
+                        details={"status": inst.status, "price_source": gpu_catalog.PRICES_AS_OF}))
+        return out
 
     def terminate(self, allocation: Allocation) -> None:
         """``instances.delete``; a VM that is already gone is fine. Does not wait for it."""

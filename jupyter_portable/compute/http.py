@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 import tenacity
 
-from jupyter_portable.compute.base import Allocation, Provider
+from jupyter_portable.compute.base import Allocation, MachineInfo, Provider, spend_since  # noqa: F401 (re-exported)
 from jupyter_portable.core.errors import AuthError, ComputeError, LaunchFailed, ProviderUnavailable, UsageError
 from jupyter_portable.core.offers import Offer
 
@@ -477,6 +477,23 @@ class HttpProvider(Provider):
                         + (f" ({exc.hint})" if exc.hint else ""))
             raise
 
+    def _found_after_lost_answer(self, exc: ComputeError, allocation_id: str) -> MachineInfo | None:
+        """After a launch whose answer never came (the provider may have acted on it): the machine
+        that launch made, looked up by its name, else None. A rate limit was never acted on."""
+        if not isinstance(exc, ProviderUnavailable) or exc.context.get("rate_limited") \
+                or exc.context.get("status") is not None:
+            return None
+        try:
+            found = [m for m in self.find_machines(allocation_id=allocation_id) if m.state != "terminated"]
+        except ComputeError as again:
+            exc.args = (f"{exc}; looking the launch up by its name failed too ({again}): machine "
+                        f"{allocation_id} may be running",)
+            exc.context.update(may_be_running=True, allocation_id=allocation_id)
+            raise exc from again
+        self._api.log.info("%s: the launch's answer was lost; found %s by its name", self.name,
+                           [m.ref for m in found])
+        return found[0] if found else None
+
     @contextmanager
     def _for_offer(self, offer_id: str) -> Iterator[None]:
         """Errors raised inside name the offer they concern."""
@@ -517,3 +534,4 @@ def slug(text: str) -> str:
 def matches(pattern: re.Pattern[str], *texts: object) -> bool:
     """Whether any of ``texts`` (strings; others ignored) matches ``pattern``."""
     return any(isinstance(t, str) and pattern.search(t) for t in texts)
+

@@ -25,12 +25,23 @@ import os
 import re
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from jupyter_portable.compute.base import Allocation, AllocationStatus, SshEndpoint
+from jupyter_portable.compute.base import (
+    ALLOCATION_TAG,
+    WORKSPACE_ENV,
+    WORKSPACE_TAG,
+    Allocation,
+    AllocationStatus,
+    MachineInfo,
+    SshEndpoint,
+    machine_name,
+    parse_machine_name,
+)
 from jupyter_portable.compute.cloudinit import cloud_config
 from jupyter_portable.compute.http import (
     NUMBER,
@@ -43,6 +54,7 @@ from jupyter_portable.compute.http import (
     make_offer,
     need,
     opt,
+    spend_since,
 )
 from jupyter_portable.core.errors import (
     AuthError,
@@ -53,7 +65,7 @@ from jupyter_portable.core.errors import (
     QuotaExceeded,
 )
 from jupyter_portable.core.offers import Offer, Requirements
-from jupyter_portable.core.times import now_iso
+from jupyter_portable.core.times import now_iso, utcnow
 
 API = "https://cloud.lambda.ai"
 KEY_ENV = "LAMBDA_API_KEY"
@@ -114,7 +126,9 @@ class LambdaProvider(HttpProvider):
                  file_system_names: list[str] | tuple[str, ...] = (), base_url: str | None = None,
                  ssh_user: str | None = None, timeout: float = 30.0,
                  retries: int = 4, backoff: float = 0.5, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic, transport: httpx.BaseTransport | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, transport: httpx.BaseTransport | None = None,
+                 now: Callable[[], datetime] = utcnow) -> None:
+        self.now = now  # the wall clock spend so far is counted to
         if ssh_key_names is None:
             ssh_key_names = [n.strip() for n in os.environ.get(SSH_KEYS_ENV, "").split(",") if n.strip()]
         self.ssh_key_names = list(ssh_key_names)
@@ -239,13 +253,23 @@ class LambdaProvider(HttpProvider):
             body: dict[str, Any] = {"region_name": region,
                                     "instance_type_name": offer.extra.get("instance_type") or offer.id.split("@")[0],
                                     # the API takes exactly one key name; more is refused
-                                    "ssh_key_names": [key_name], "name": allocation_id[:64]}
+                                    "ssh_key_names": [key_name],
+                                    "name": machine_name(allocation_id, env.get(WORKSPACE_ENV), limit=64),
+                                    "tags": [{"key": ALLOCATION_TAG, "value": allocation_id[:128]}]}
+            if env.get(WORKSPACE_ENV):
+                body["tags"].append({"key": WORKSPACE_TAG, "value": env[WORKSPACE_ENV][:128]})
             if self.file_system_names:
                 body["file_system_names"] = self.file_system_names
             if ssh_public_key or env:
                 body["user_data"] = cloud_config(ssh_public_key, env)
-            _, reply = self._api.request("POST", "/api/v1/instance-operations/launch", operation="launch",
-                                         json_body=body, secrets=env.values())
+            try:
+                _, reply = self._api.request("POST", "/api/v1/instance-operations/launch", operation="launch",
+                                             json_body=body, secrets=env.values())
+            except ComputeError as exc:
+                found = self._found_after_lost_answer(exc, allocation_id)
+                if found is None:
+                    raise
+                reply = {"data": {"instance_ids": [found.ref]}}
             with self._api.reading("POST /api/v1/instance-operations/launch"):
                 ids = need(need(reply, "data", dict), "instance_ids", list, where="data")
                 if not ids or not isinstance(ids[0], str):
@@ -259,7 +283,9 @@ class LambdaProvider(HttpProvider):
 
     def status(self, allocation: Allocation) -> AllocationStatus:
         """``GET /api/v1/instances/{id}``: booting is pending; active with an IP is reachable
-        (port 22, as :attr:`ssh_user`); unhealthy is running; preempted (or unknown to Lambda) is lost."""
+        (port 22, as :attr:`ssh_user`); unhealthy is running; preempted (or unknown to Lambda) is lost.
+        ``spend`` is an estimate: the instance type's own price x time since the launch was
+        answered (Lambda's instance record carries no start time)."""
         path = f"/api/v1/instances/{quote(allocation.ref, safe='')}"
         status, body = self._api.request("GET", path, operation="status", allow=(404,))
         if status == 404:
@@ -270,13 +296,36 @@ class LambdaProvider(HttpProvider):
             if raw not in INSTANCE_STATES:
                 raise ShapeError(f"unknown instance status {raw!r}")
             ip = opt(inst, "ip", str, where="data")
+            _, spend = spend_since(_price(inst), allocation.started, self.now())
+        measured: dict[str, Any] = {"spend": spend, "spend_source": "estimate" if spend is not None else None}
         state = INSTANCE_STATES[raw]
         if raw == "active":
             if ip:
-                return AllocationStatus("reachable", ssh=SshEndpoint(ip, 22, self.ssh_user))
-            return AllocationStatus("running", reason="active, but no IP address yet")
+                return AllocationStatus("reachable", ssh=SshEndpoint(ip, 22, self.ssh_user), **measured)
+            return AllocationStatus("running", reason="active, but no IP address yet", **measured)
         reasons = {"unhealthy": "lambda reports the instance unhealthy", "preempted": "lambda preempted the instance"}
-        return AllocationStatus(state, reason=reasons.get(raw))
+        return AllocationStatus(state, reason=reasons.get(raw), **measured)
+
+    def list_machines(self) -> list[MachineInfo]:
+        """``GET /api/v1/instances``: those named :func:`~.base.machine_name` or tagged with our
+        allocation tag. Lambda records no start time, so uptime and spend are unknown here."""
+        _, body = self._api.request("GET", "/api/v1/instances", operation="list")
+        out = []
+        with self._api.reading("GET /api/v1/instances"):
+            for inst in need(body, "data", list):
+                tags = {opt(t, "key", str): opt(t, "value", str) for t in opt(inst, "tags", list) or []
+                        if isinstance(t, dict)}
+                ids = parse_machine_name(opt(inst, "name", str))
+                aid = tags.get(ALLOCATION_TAG) or (ids[0] if ids else None)
+                if not aid:
+                    continue
+                raw = need(inst, "status", str, where="data[]")
+                out.append(MachineInfo(provider=self.name, ref=need(inst, "id", str, where="data[]"),
+                                       allocation_id=aid,
+                                       workspace_id=tags.get(WORKSPACE_TAG) or (ids[1] if ids else None),
+                                       state=INSTANCE_STATES.get(raw, "pending"), name=opt(inst, "name", str) or "",
+                                       price_per_hour=_price(inst), details={"status": raw}))
+        return [m for m in out if m.state != "terminated"]
 
     def terminate(self, allocation: Allocation) -> None:
         """``POST /api/v1/instance-operations/terminate``, tried until Lambda confirms; one that is
@@ -284,6 +333,13 @@ class LambdaProvider(HttpProvider):
         with self._releasing(allocation, "instance"):
             self._api.request("POST", "/api/v1/instance-operations/terminate", operation="terminate",
                               json_body={"instance_ids": [allocation.ref]}, allow=(404,))
+
+
+def _price(inst: dict[str, Any]) -> float | None:
+    """The instance type's $/h from ``instance_type.price_cents_per_hour``."""
+    kind = opt(inst, "instance_type", dict)
+    cents = opt(kind, "price_cents_per_hour", int) if kind else None
+    return None if cents is None else cents / 100
 
 
 def _key_blob(public_key: str) -> str:

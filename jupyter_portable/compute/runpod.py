@@ -16,12 +16,22 @@ import os
 import re
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from jupyter_portable.compute.base import Allocation, AllocationStatus, SshEndpoint
+from jupyter_portable.compute.base import (
+    ALLOCATION_ENV,
+    WORKSPACE_ENV,
+    Allocation,
+    AllocationStatus,
+    MachineInfo,
+    SshEndpoint,
+    machine_name,
+    parse_machine_name,
+)
 from jupyter_portable.compute.http import (
     NUMBER,
     ApiClient,
@@ -34,6 +44,7 @@ from jupyter_portable.compute.http import (
     need,
     opt,
     slug,
+    spend_since,
 )
 from jupyter_portable.core.errors import (
     AuthError,
@@ -44,7 +55,7 @@ from jupyter_portable.core.errors import (
     QuotaExceeded,
 )
 from jupyter_portable.core.offers import Offer, Requirements, version_tuple
-from jupyter_portable.core.times import now_iso
+from jupyter_portable.core.times import now_iso, utcnow
 
 API = "https://api.runpod.io"
 KEY_ENV = "RUNPOD_API_KEY"
@@ -130,7 +141,8 @@ class RunPodProvider(HttpProvider):
                  default_image: str = DEFAULT_IMAGE, disk_gb: int = 50, base_url: str | None = None,
                  graphql_url: str | None = None, timeout: float = 30.0, retries: int = 4, backoff: float = 0.5,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, now: Callable[[], datetime] = utcnow) -> None:
+        self.now = now  # the wall clock spend so far is counted to
         self.cloud = cloud.upper()
         if self.cloud not in ("SECURE", "COMMUNITY"):
             raise ValueError(f"cloud must be SECURE or COMMUNITY, not {cloud!r}")
@@ -250,16 +262,26 @@ class RunPodProvider(HttpProvider):
                ssh_public_key: str | None = None, env: dict[str, str] | None = None) -> Allocation:
         """Create the pod (``POST /v2/pods``, or GraphQL ``podRentInterruptable`` for a spot
         offer) with SSH on 22/tcp. ``ssh_public_key`` goes in as ``PUBLIC_KEY``, which RunPod
-        images install for root."""
+        images install for root. The pod is named :func:`~.base.machine_name` and its env carries
+        both ids; a launch whose answer was lost is looked up by that name, never sent twice."""
         env = dict(env or {})
+        env[ALLOCATION_ENV] = allocation_id
         if ssh_public_key:
             env["PUBLIC_KEY"] = ssh_public_key
         image = image or self.default_image
+        name = machine_name(allocation_id, env.get(WORKSPACE_ENV))
         with self._for_offer(offer.id):
-            if offer.spot:
-                pod_id, details = self._launch_spot(offer, allocation_id, image, env)
-            else:
-                pod_id, details = self._launch_on_demand(offer, allocation_id, image, env)
+            try:
+                if offer.spot:
+                    pod_id, details = self._launch_spot(offer, name, image, env)
+                else:
+                    pod_id, details = self._launch_on_demand(offer, name, image, env)
+            except ComputeError as exc:
+                found = self._found_after_lost_answer(exc, allocation_id)
+                if found is None:
+                    raise
+                pod_id, details = found.ref, {"status": found.details.get("status"),
+                                              "cost_per_hour": found.price_per_hour, "found_by_name": True}
         return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id, ref=pod_id,
                           started=now_iso("seconds"), details={**details, "image": image, "spot": offer.spot})
 
@@ -305,7 +327,8 @@ class RunPodProvider(HttpProvider):
     def status(self, allocation: Allocation) -> AllocationStatus:
         """``GET /v2/pods/{id}``: PROVISIONING/STARTING are pending, RUNNING is running until a
         direct SSH endpoint exists (then reachable), EXITED is stopped (lost for a spot pod:
-        it was outbid), ERROR is lost, TERMINATED (or 404) is terminated/lost."""
+        it was outbid), ERROR is lost, TERMINATED (or 404) is terminated/lost. ``spend``: the
+        pod's own ``cost`` ($/h) from its ``createdAt``, both RunPod's figures."""
         path = f"/v2/pods/{quote(allocation.ref, safe='')}"
         status, pod = self._api.request("GET", path, operation="status", allow=(404,))
         if status == 404:
@@ -317,14 +340,43 @@ class RunPodProvider(HttpProvider):
                 raise ShapeError(f"unknown pod status {raw!r}")
             state = POD_STATES[raw]
             ssh = _ssh_endpoint(pod) if state == "running" else None
+            _, spend = spend_since(opt(pod, "cost", NUMBER), opt(pod, "createdAt", str), self.now())
+        measured: dict[str, Any] = {"spend": spend, "spend_source": "provider" if spend is not None else None}
         if state == "running":
             if ssh is not None:
-                return AllocationStatus("reachable", ssh=ssh)
-            return AllocationStatus("running", reason="RUNNING, but no direct SSH endpoint yet")
+                return AllocationStatus("reachable", ssh=ssh, **measured)
+            return AllocationStatus("running", reason="RUNNING, but no direct SSH endpoint yet", **measured)
         if raw == "EXITED" and allocation.details.get("spot"):
-            return AllocationStatus("lost", reason="the interruptible pod was stopped (outbid or reclaimed)")
+            return AllocationStatus("lost", reason="the interruptible pod was stopped (outbid or reclaimed)",
+                                    **measured)
         reasons = {"ERROR": "the pod is in ERROR", "EXITED": "the pod's container exited (stopped)"}
-        return AllocationStatus(state, reason=reasons.get(raw))
+        return AllocationStatus(state, reason=reasons.get(raw), **measured)
+
+    def list_machines(self) -> list[MachineInfo]:
+        """``GET /v2/pods``: the pods named :func:`~.base.machine_name` (or whose env carries our
+        allocation id), with RunPod's own ``cost`` x time since ``createdAt`` as spend."""
+        _, body = self._api.request("GET", "/v2/pods", operation="list")
+        out = []
+        now = self.now()
+        with self._api.reading("GET /v2/pods"):
+            for pod in need(body, "pods", list):
+                env = opt(pod, "env", dict) or {}
+                ids = parse_machine_name(opt(pod, "name", str))
+                aid = ids[0] if ids else env.get(ALLOCATION_ENV)
+                if not isinstance(aid, str) or not aid:
+                    continue  # not ours
+                wsid = (ids[1] if ids else None) or env.get(WORKSPACE_ENV)
+                raw = need(pod, "status", str)
+                created = opt(pod, "createdAt", str)
+                price = opt(pod, "cost", NUMBER)
+                uptime, spend = spend_since(price, created, now)
+                out.append(MachineInfo(provider=self.name, ref=need(pod, "id", str), allocation_id=aid,
+                                       workspace_id=wsid if isinstance(wsid, str) else None,
+                                       state=POD_STATES.get(raw, "pending"), name=opt(pod, "name", str) or "",
+                                       started=created, uptime_s=uptime, price_per_hour=price, spend=spend,
+                                       spend_source="provider" if spend is not None else None,
+                                       details={"status": raw}))
+        return [m for m in out if m.state != "terminated"]
 
     def terminate(self, allocation: Allocation) -> None:
         """``DELETE /v2/pods/{id}``, tried until RunPod confirms; a pod that is already gone (404)

@@ -25,12 +25,22 @@ import re
 import shlex
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from jupyter_portable.compute.base import Allocation, AllocationStatus, SshEndpoint
+from jupyter_portable.compute.base import (
+    ALLOCATION_ENV,
+    WORKSPACE_ENV,
+    Allocation,
+    AllocationStatus,
+    MachineInfo,
+    SshEndpoint,
+    machine_name,
+    parse_machine_name,
+)
 from jupyter_portable.compute.http import (
     NUMBER,
     ApiClient,
@@ -43,6 +53,7 @@ from jupyter_portable.compute.http import (
     matches,
     need,
     opt,
+    spend_since,
 )
 from jupyter_portable.core.errors import (
     AuthError,
@@ -52,7 +63,7 @@ from jupyter_portable.core.errors import (
     QuotaExceeded,
 )
 from jupyter_portable.core.offers import Offer, Requirements
-from jupyter_portable.core.times import now_iso
+from jupyter_portable.core.times import now_iso, utcnow
 
 API = "https://console.vast.ai"
 KEY_ENV = "VAST_API_KEY"
@@ -126,7 +137,9 @@ class VastProvider(HttpProvider):
     def __init__(self, api_key: str | None = None, *, default_image: str = DEFAULT_IMAGE, disk_gb: int = 50,
                  limit: int = 64, max_offers: int = 512, base_url: str | None = None, timeout: float = 30.0,
                  retries: int = 4, backoff: float = 0.5, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic, transport: httpx.BaseTransport | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, transport: httpx.BaseTransport | None = None,
+                 now: Callable[[], datetime] = utcnow) -> None:
+        self.now = now  # the wall clock spend so far is counted to
         self.default_image = default_image
         self.disk_gb = disk_gb
         self.limit = max(1, limit)
@@ -243,18 +256,27 @@ class VastProvider(HttpProvider):
                ssh_public_key: str | None = None, env: dict[str, str] | None = None) -> Allocation:
         """Accept the ask (``PUT /api/v0/asks/{id}/``, runtype ``ssh_direct``), then attach
         ``ssh_public_key`` to the new instance; if that fails, the instance is destroyed."""
-        env = dict(env or {})
+        env = {**(env or {}), ALLOCATION_ENV: allocation_id}
         image = image or self.default_image
         with self._for_offer(offer.id):
             check_env_names(env, self.name)
-            body: dict[str, Any] = {"image": image, "disk": self.disk_gb, "label": allocation_id,
+            # the label is how the instance is found again (machines, a launch whose answer was lost)
+            body: dict[str, Any] = {"image": image, "disk": self.disk_gb,
+                                    "label": machine_name(allocation_id, env.get(WORKSPACE_ENV)),
                                     "runtype": "ssh_direct", "cancel_unavail": True}
             if env:
                 # the document types env as a Docker flag string
                 body["env"] = " ".join(f"-e {shlex.quote(f'{k}={v}')}" for k, v in env.items())
             ask = self._ask(offer)
             path = f"/api/v0/asks/{ask}/"
-            _, reply = self._api.request("PUT", path, operation="launch", json_body=body, secrets=env.values())
+            try:
+                _, reply = self._api.request("PUT", path, operation="launch", json_body=body,
+                                             secrets=env.values())
+            except ComputeError as exc:
+                found = self._found_after_lost_answer(exc, allocation_id)
+                if found is None:
+                    raise
+                reply = {"success": True, "new_contract": int(found.ref)}
             with self._api.reading(f"PUT {path}"):
                 if need(reply, "success", bool) is not True:
                     raise LaunchFailed(f"vastai did not rent ask {ask}: {opt(reply, 'msg', str) or 'no reason given'}",
@@ -284,7 +306,8 @@ class VastProvider(HttpProvider):
 
     def status(self, allocation: Allocation) -> AllocationStatus:
         """``GET /api/v0/instances/{id}/``: running with a published SSH port is reachable;
-        exited/unknown/offline, or stopped when it was meant to run, is lost."""
+        exited/unknown/offline, or stopped when it was meant to run, is lost. ``spend``: Vast's
+        ``dph_total`` ($/h, storage included) from its ``start_date``."""
         path = f"/api/v0/instances/{quote(allocation.ref, safe='')}/"
         status, body = self._api.request("GET", path, operation="status", allow=(404,))
         if status == 404:
@@ -293,27 +316,66 @@ class VastProvider(HttpProvider):
             inst = need(body, "instances", (dict, type(None)))
             if inst is None:
                 return AllocationStatus("lost", reason="vastai no longer lists this instance")
-            actual = opt(inst, "actual_status", str)
-            intended = opt(inst, "intended_status", str)
-            message = opt(inst, "status_msg", str)
-            if actual is None or actual in PENDING:
-                if intended == "stopped":
-                    return AllocationStatus("stopped", reason=message)
-                return AllocationStatus("pending", reason=message)
-            if actual == "running":
-                ssh = _ssh_endpoint(inst)
-                if ssh is None:
-                    return AllocationStatus("running", reason="running, but no SSH port published yet")
-                return AllocationStatus("reachable", ssh=ssh)
-            if actual in STOPPED:
-                if intended == "stopped":
-                    return AllocationStatus("stopped", reason=message)
-                return AllocationStatus("lost", reason=f"the host {actual} it while it was meant to run "
-                                        "(outbid, or the host took it back)")
-            if actual in DEAD:
-                return AllocationStatus("lost", reason=f"actual_status is {actual!r}: it will not reach running"
-                                        + (f" ({message})" if message else ""))
-            raise ShapeError(f"unknown actual_status {actual!r}")
+            st = self._state(inst)
+            _, st.spend = self._spend(inst)
+            st.spend_source = "provider" if st.spend is not None else None
+            return st
+
+    def _spend(self, inst: dict[str, Any]) -> tuple[float | None, float | None]:
+        start = opt(inst, "start_date", NUMBER)
+        began = datetime.fromtimestamp(float(start), timezone.utc) if start else None
+        return spend_since(opt(inst, "dph_total", NUMBER), began, self.now())
+
+    def _state(self, inst: dict[str, Any]) -> AllocationStatus:
+        """The state ``inst`` is in (see :meth:`status`)."""
+        actual = opt(inst, "actual_status", str)
+        intended = opt(inst, "intended_status", str)
+        message = opt(inst, "status_msg", str)
+        if actual is None or actual in PENDING:
+            if intended == "stopped":
+                return AllocationStatus("stopped", reason=message)
+            return AllocationStatus("pending", reason=message)
+        if actual == "running":
+            ssh = _ssh_endpoint(inst)
+            if ssh is None:
+                return AllocationStatus("running", reason="running, but no SSH port published yet")
+            return AllocationStatus("reachable", ssh=ssh)
+        if actual in STOPPED:
+            if intended == "stopped":
+                return AllocationStatus("stopped", reason=message)
+            return AllocationStatus("lost", reason=f"the host {actual} it while it was meant to run "
+                                    "(outbid, or the host took it back)")
+        if actual in DEAD:
+            return AllocationStatus("lost", reason=f"actual_status is {actual!r}: it will not reach running"
+                                    + (f" ({message})" if message else ""))
+        raise ShapeError(f"unknown actual_status {actual!r}")
+
+    def list_machines(self) -> list[MachineInfo]:
+        """``GET /api/v1/instances`` (paged by ``next_token``): the instances labelled
+        :func:`~.base.machine_name`, with Vast's ``dph_total`` x time since ``start_date``."""
+        out: list[MachineInfo] = []
+        token: str | None = None
+        for _ in range(1000):  # a bound on pages, should the provider loop
+            params: dict[str, Any] = {"limit": 25, **({"after_token": token} if token else {})}
+            _, body = self._api.request("GET", "/api/v1/instances", operation="list", params=params)
+            with self._api.reading("GET /api/v1/instances"):
+                for inst in need(body, "instances", list):
+                    ids = parse_machine_name(opt(inst, "label", str))
+                    if ids is None:
+                        continue
+                    uptime, spend = self._spend(inst)
+                    start = opt(inst, "start_date", NUMBER)
+                    out.append(MachineInfo(
+                        provider=self.name, ref=str(need(inst, "id", int)), allocation_id=ids[0], workspace_id=ids[1],
+                        state=self._state(inst).state, name=opt(inst, "label", str) or "",
+                        started=datetime.fromtimestamp(float(start), timezone.utc).isoformat() if start else None,
+                        uptime_s=uptime, price_per_hour=opt(inst, "dph_total", NUMBER), spend=spend,
+                        spend_source="provider" if spend is not None else None,
+                        details={"actual_status": opt(inst, "actual_status", str)}))
+                token = opt(body, "next_token", str)
+            if not token:
+                break
+        return out
 
     def terminate(self, allocation: Allocation) -> None:
         """``DELETE /api/v0/instances/{id}/``, tried until Vast confirms (``success`` not false);

@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,7 @@ class Vm:
     machine: TwinMachine | None = None
     ended: bool = False
     deleted: bool = False
+    created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -281,6 +283,7 @@ class GcpTwin:
         routes: list[tuple[str, str, Any]] = [
             ("GET", r"", self._project),
             ("GET", r"/aggregated/acceleratorTypes", self._accelerators),
+            ("GET", r"/aggregated/instances", self._aggregated_instances),
             ("GET", r"/regions/(?P<region>[a-z0-9-]+)", self._region),
             ("POST", r"/zones/(?P<zone>[a-z0-9-]+)/instances", self._insert),
             ("GET", r"/zones/(?P<zone>[a-z0-9-]+)/instances/(?P<name>[a-z0-9-]+)", self._get),
@@ -404,6 +407,17 @@ class GcpTwin:
                                  "found", "notFound")
         return vm
 
+    def _aggregated_instances(self, body: bytes) -> Any:
+        """Every VM not deleted, by zone (the provider filters by label itself as well)."""
+        with self.lock:
+            keys = [k for k, vm in self.vms.items() if not vm.deleted]
+        items: dict[str, Any] = {}
+        for key in keys:
+            zone, name = key.split("/", 1)
+            items.setdefault(f"zones/{zone}", {"instances": []})["instances"].append(self._get(zone, name, b""))
+        return {"kind": "compute#instanceAggregatedList", "id": f"projects/{self.project}/aggregated/instances",
+                "items": items}
+
     def _get(self, zone: str, name: str, body: bytes) -> Any:
         from google.cloud import compute_v1 as c
 
@@ -412,6 +426,7 @@ class GcpTwin:
             answer = c.Instance(vm.resource)
             answer.id = vm.id
             answer.status = vm.status
+            answer.creation_timestamp = vm.created_at
             answer.zone = f"{self.url}/compute/v1/projects/{self.project}/zones/{zone}"
             if vm.status_message:
                 answer.status_message = vm.status_message

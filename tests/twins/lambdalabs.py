@@ -117,6 +117,7 @@ class LambdaTwin(Twin):
     error_schema = {"type": "object", "required": ["error"], "properties": {"error": {
         "type": "object", "required": ["code", "message"],
         "properties": {"code": {"type": "string"}, "message": {"type": "string"}, "suggestion": {"type": "string"}}}}}
+    launch_ops = frozenset({"launchInstance"})
 
     def __init__(self, *args: Any, ssh_keys: dict[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -184,7 +185,8 @@ class LambdaTwin(Twin):
         inst: dict[str, Any] = {"id": rental.ref, "name": rental.name, "status": status,
                                 "ssh_key_names": rental.extra["key_names"], "file_system_names": [],
                                 "region": {"name": rental.offer.region, "description": rental.offer.region},
-                                "instance_type": self._type(rental.offer), "tags": [],
+                                "instance_type": self._type(rental.offer),
+                                "tags": list(rental.extra.get("tags") or []),
                                 "actions": {a: {"available": status == "active"}
                                             for a in ("migrate", "rebuild", "restart", "cold_reboot", "terminate")}}
         forwarder = self.forwarders.get(rental.ref)
@@ -245,8 +247,12 @@ class LambdaTwin(Twin):
                                  "Not enough capacity to fulfill launch request.",
                                  "Choose an instance type with more availability, or try again later."))
         keys = [self.ssh_keys[n] for n in names] + _cloud_init_keys(body.get("user_data"))
-        rental = self.rent(offer, os.urandom(16).hex(), name=body.get("name", ""), keys=keys, key_names=names)
+        rental = self.rent(offer, os.urandom(16).hex(), name=body.get("name", ""), keys=keys, key_names=names,
+                             tags=list(body.get("tags") or []))
         return Reply(200, {"data": {"instance_ids": [rental.ref]}})
+
+    def op_listInstances(self, params: dict[str, str], body: Any) -> Reply:
+        return Reply(200, {"data": [self._instance(r) for r in self.rentals.values() if not r.deleted]})
 
     def op_getInstance(self, params: dict[str, str], body: Any) -> Reply:
         rental = self.rentals.get(params["id"])

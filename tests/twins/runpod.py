@@ -21,7 +21,6 @@ from twins.server import Refused, Rental, Reply, Twin, TwinOffer, ceil_seconds, 
 
 NO_CAPACITY = ("There are no longer any instances available with the requested specifications. "
                "Please refresh and try again.")
-CREATED = "2026-01-15T10:00:00Z"
 
 
 def _problem(status: int, title: str, detail: str, errors: list[str] | None = None) -> Reply:
@@ -44,6 +43,7 @@ class RunPodTwin(Twin):
     error_schema = {"type": "object", "required": ["title", "status", "detail"],
                     "properties": {"title": {"type": "string"}, "status": {"type": "integer"},
                                    "detail": {"type": "string"}}}
+    launch_ops = frozenset({"createPod", "graphql.podRentInterruptable"})
 
     def __init__(self, *args: Any, account_keys: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -145,7 +145,7 @@ class RunPodTwin(Twin):
                 "cloud": rental.extra.get("cloud", "SECURE"), "dataCenterId": offer.region,
                 "cudaVersion": offer.cuda if up else None, "ssh": {"proxy": None, "direct": direct},
                 "template": None, "cost": offer.price, "locked": False, "runtime": runtime,
-                "createdAt": CREATED, "startedAt": CREATED if status == "RUNNING" else None,
+                "createdAt": rental.created_iso, "startedAt": rental.created_iso if status == "RUNNING" else None,
                 "globalNetworking": {"enabled": False}}
 
     def _rental(self, ref: str) -> Rental:
@@ -195,6 +195,9 @@ class RunPodTwin(Twin):
 
     def op_getPod(self, params: dict[str, str], query: dict[str, Any], body: Any) -> Reply:
         return Reply(200, self._pod(self._rental(params["id"])))
+
+    def op_listPods(self, params: dict[str, str], query: dict[str, Any], body: Any) -> Reply:
+        return Reply(200, {"pods": [self._pod(r) for r in self.rentals.values() if not r.deleted]})
 
     def op_deletePod(self, params: dict[str, str], query: dict[str, Any], body: Any) -> Reply:
         rental = self._rental(params["id"])

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,12 @@ class Rental:
     killed: str | None = None
     deletes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    # the provider's own record of when the machine was rented (what spend figures count from)
+    created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+    @property
+    def created_iso(self) -> str:
+        return self.created_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Twin:
@@ -106,10 +113,13 @@ class Twin:
     url_env = ""
     # the answer the document has no schema for (injected faults, undocumented 429s)
     error_schema: Any = {"type": "object"}
+    # the operations that rent a machine (whose answer ``lose_answers`` drops)
+    launch_ops: frozenset[str] = frozenset()
 
     def __init__(self, root: Path, *, offers: Iterable[TwinOffer | dict[str, Any]] | None = None,
                  boot_delay_s: float = 1.0, clock: Callable[[], float] = time.monotonic, rate: float | None = None,
-                 fail_first_delete: Iterable[str] | bool = (), api_key: str | None = None) -> None:
+                 fail_first_delete: Iterable[str] | bool = (), api_key: str | None = None,
+                 lose_answers: int = 0) -> None:
         self.root = Path(root)
         self.offers = [TwinOffer.of(o) for o in (offers if offers is not None else [TwinOffer()])]
         self.boot_delay_s = boot_delay_s
@@ -119,6 +129,8 @@ class Twin:
                                                    else set(fail_first_delete))
         self.api_key = api_key or f"twin-{self.provider}-{secrets.token_hex(8)}"
         self.rentals: dict[str, Rental] = {}
+        # this many successful launches are carried out, then the connection drops unanswered
+        self.lose_answers = lose_answers
         self.requests: list[dict[str, Any]] = []
         self.violations: list[str] = []
         self.bugs: list[str] = []
@@ -369,6 +381,13 @@ class Twin:
         entry.update(status=reply.status, headers=dict(headers), body=reply.body)
         with self.lock:
             self.requests.append(entry)
+            lose = entry["op"] in self.launch_ops and reply.status < 300 and self.lose_answers > 0
+            if lose:
+                self.lose_answers -= 1
+        if lose:  # done, but the answer never reaches the caller
+            entry["lost"] = True
+            http.close_connection = True
+            return
         http.send_response(reply.status)
         if data:
             headers.setdefault("Content-Type", "application/json")

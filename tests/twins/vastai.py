@@ -34,6 +34,7 @@ class VastTwin(Twin):
     url_env = "VAST_API_URL"
     error_schema = {"type": "object", "properties": {"success": {"type": "boolean"}, "error": {"type": "string"},
                                                      "msg": {"type": "string"}, "detail": {"type": "string"}}}
+    launch_ops = frozenset({"createInstance"})
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.asks: dict[int, TwinOffer] = {}  # free asks (not rented)
@@ -109,7 +110,8 @@ class VastTwin(Twin):
         inst: dict[str, Any] = {
             "id": int(rental.ref), "intended_status": "running", "label": rental.name,
             "image_uuid": rental.extra.get("image", ""), "image_runtype": rental.extra.get("runtype", "ssh"),
-            "machine_id": rental.extra["ask"] % 100_000, "bundle_id": rental.extra["ask"], "start_date": 1768471200.5,
+            "machine_id": rental.extra["ask"] % 100_000, "bundle_id": rental.extra["ask"],
+            "start_date": rental.created_at.timestamp(),
             "gpu_name": offer.model, "num_gpus": offer.count, "gpu_ram": offer.memory_mb,
             "gpu_totalram": offer.memory_mb * offer.count, "geolocation": offer.region, "dph_total": offer.price,
             "is_bid": False, "direct_port_count": 40}
@@ -168,6 +170,11 @@ class VastTwin(Twin):
     def op_showInstance(self, params: dict[str, str], body: Any) -> Reply:
         rental = self.rentals.get(params["id"])
         return Reply(200, {"instances": self._instance(rental) if rental else None})
+
+    def op_showInstances(self, params: dict[str, str], body: Any) -> Reply:
+        found = [i for i in (self._instance(r) for r in self.rentals.values()) if i is not None]
+        return Reply(200, {"success": True, "instances_found": len(found), "total_instances": len(found),
+                           "next_token": None, "instances": found})
 
     def op_destroyInstance(self, params: dict[str, str], body: Any) -> Reply:
         rental = self._rental(params["id"])

@@ -44,16 +44,19 @@ SOURCES = {
 OPERATIONS = {
     "runpod": [("listGpuTypes", "get", "/v2/catalog/gpus"), ("getGpuType", "get", "/v2/catalog/gpus/{id}"),
                ("getSshKeys", "get", "/v2/account/ssh-keys"), ("createPod", "post", "/v2/pods"),
-               ("getPod", "get", "/v2/pods/{id}"), ("deletePod", "delete", "/v2/pods/{id}")],
+               ("getPod", "get", "/v2/pods/{id}"), ("deletePod", "delete", "/v2/pods/{id}"),
+               ("listPods", "get", "/v2/pods")],
     "vastai": [("searchOffers", "post", "/api/v0/bundles"), ("createInstance", "put", "/api/v0/asks/{id}"),
                ("attachSshKey", "post", "/api/v0/instances/{id}/ssh"),
                ("showInstance", "get", "/api/v0/instances/{id}"),
-               ("destroyInstance", "delete", "/api/v0/instances/{id}"), ("showUser", "get", "/api/v0/users/current")],
+               ("destroyInstance", "delete", "/api/v0/instances/{id}"), ("showUser", "get", "/api/v0/users/current"),
+               ("showInstances", "get", "/api/v1/instances")],
     "lambda": [("listInstanceTypes", "get", "/api/v1/instance-types"),
                ("launchInstance", "post", "/api/v1/instance-operations/launch"),
                ("getInstance", "get", "/api/v1/instances/{id}"),
                ("terminateInstance", "post", "/api/v1/instance-operations/terminate"),
-               ("listSSHKeys", "get", "/api/v1/ssh-keys"), ("addSSHKey", "post", "/api/v1/ssh-keys")],
+               ("listSSHKeys", "get", "/api/v1/ssh-keys"), ("addSSHKey", "post", "/api/v1/ssh-keys"),
+               ("listInstances", "get", "/api/v1/instances")],
 }
 
 
