@@ -194,7 +194,8 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
             runner_for: Callable[[Provider, Allocation], Runner] = default_runner,
             ssh_public_key: str | None = None, launch_env: dict[str, str] | None = None,
             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-            boot_timeouts: dict[str, float] | None = None) -> tuple[Allocation, list[Attempt]]:
+            boot_timeouts: dict[str, float] | None = None,
+            on_launched: Callable[[Allocation], None] | None = None) -> tuple[Allocation, list[Attempt]]:
     """The first admitted allocation, and every attempt given up on the way.
 
     Raises NoCapacity("every route failed: ...") naming each route's reason when none is
@@ -205,7 +206,8 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
     provider's ``min_poll_interval_s``), on ``clock`` and ``sleep``, for ``boot_timeouts[provider]``
     seconds (else ``boot_timeout_s``); ``{"state": "BOOTING", "waited_s": ..., "reason": ...}`` says
     what it still waits for. A provider that takes user data (``accepts_host_key``) is sent a fresh
-    host key for the machine, which is then the only one it is trusted with.
+    host key for the machine, which is then the only one it is trusted with. ``on_launched`` gets
+    each allocation the moment its provider accepted it, before the boot wait (to record its id).
     """
     attempts: list[Attempt] = []
 
@@ -241,6 +243,8 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
             allocation = provider.launch(offer, allocation_id=allocation_id_factory(), image=requirements.image,
                                          ssh_public_key=ssh_public_key, env=launch_env, **launch_kw)
             launch_kw.clear()  # the private host key lives in the machine's user data only
+            if on_launched is not None:
+                on_launched(allocation)
             stage = "boot"
 
             def waiting(waited: float, why: str, offer: Offer = offer, checks: Checks = checks,

@@ -14,24 +14,39 @@ from jupyter_portable.core.times import parse_iso_or_none, utcnow
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.orchestration.settings import load_settings
 
-SpendFigure = Callable[[dict[str, Any]], "float | None"]
+# An allocation's spend so far as its provider reports it: dollars, or (dollars, source) where
+# source is "provider" (measured: the provider's own figures) or "estimate"; None: unknown.
+SpendFigure = Callable[[dict[str, Any]], "float | tuple[float | None, str | None] | None"]
+# Providers whose recorded spend at release comes from their own figures (compute/*.py status):
+# RunPod's pod cost x createdAt, Vast's dph_total x start_date, AWS's Pricing API or spot price
+# history x LaunchTime. Lambda and GCP records are price x time, estimates.
+MEASURED_BY = frozenset({"runpod", "vastai", "aws"})
 
 
 def provider_figure(providers: dict[str, Provider]) -> SpendFigure:
     """Ask each active allocation's provider for its own spend figure (one API call each)."""
     from jupyter_portable.compute.base import Allocation
 
-    def figure(a: dict[str, Any]) -> float | None:
+    def figure(a: dict[str, Any]) -> tuple[float | None, str | None] | None:
         provider = providers.get(a.get("provider", ""))
         if provider is None or not a.get("ref"):
             return None
         try:
-            return provider.status(Allocation(a["allocation_id"], a["provider"], a.get("offer", ""), a["ref"],
-                                              a.get("started", ""))).spend
+            st = provider.status(Allocation(a["allocation_id"], a["provider"], a.get("offer", ""), a["ref"],
+                                            a.get("started", "")))
         except PortableError:
             return None
+        return st.spend, st.spend_source
 
     return figure
+
+
+def _figure(value: float | tuple[float | None, str | None] | None) -> tuple[float | None, str]:
+    """``(dollars or None, "provider" | "estimate")`` from what a :data:`SpendFigure` gave."""
+    if isinstance(value, tuple):
+        amount, source = value
+        return amount, source if amount is not None and source == "provider" else "estimate"
+    return value, "provider" if value is not None else "estimate"
 
 
 def budget_report(ws: Workspace, *, providers: dict[str, Provider] | None = None,
@@ -52,17 +67,28 @@ def budget_report(ws: Workspace, *, providers: dict[str, Provider] | None = None
         # the head, not this copy's version: machines record their fate there while this copy stays put
         manifest = ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
     spent, price, active = 0.0, 0.0, []
+    by_source = {"provider": 0.0, "estimate": 0.0}
+    latest: dict[str, dict[str, Any]] = {}  # an allocation's newest record is the one that counts
     for a in manifest.allocations if manifest else ():
+        if isinstance(a, dict) and a.get("allocation_id"):
+            latest.pop(a["allocation_id"], None)
+            latest[a["allocation_id"]] = a
+    for a in latest.values():
         if a.get("state") != "active":
-            spent += float(a.get("spend") or 0)
-            continue
-        started = parse_iso_or_none(a.get("started")) or now
-        cost = spend_of(float(a.get("price_per_hour") or 0), started, None, now, figure(a))
+            cost = float(a.get("spend") or 0)
+            source = "provider" if a.get("provider") in MEASURED_BY else "estimate"
+        else:
+            started = parse_iso_or_none(a.get("started")) or now
+            amount, source = _figure(figure(a))
+            cost = spend_of(float(a.get("price_per_hour") or 0), started, None, now, amount)
+            price += float(a.get("price_per_hour") or 0)
+            active.append({**a, "spend": round(cost, 4), "spend_source": source})
         spent += cost
-        price += float(a.get("price_per_hour") or 0)
-        active.append({**a, "spend": round(cost, 4)})
+        by_source[source] += cost
     state = budget_state(spent, load_settings(ws).budget, price)
-    return {**state, "active": active}
+    # measured: the providers' own figures; estimated: listed price x time (see MEASURED_BY)
+    return {**state, "active": active, "measured": round(by_source["provider"], 4),
+            "estimated": round(by_source["estimate"], 4)}
 
 
 def enforce_budget(ws: Workspace, *, providers: dict[str, Provider] | None = None, seal: Any = None,
@@ -95,7 +121,7 @@ def enforce_budget(ws: Workspace, *, providers: dict[str, Provider] | None = Non
         if provider is not None and a.get("ref"):
             provider.terminate(Allocation(a["allocation_id"], a["provider"], a.get("offer", ""), a["ref"],
                                           a.get("started", "")))
-        record = {k: v for k, v in a.items() if k != "spend"}
+        record = {k: v for k, v in a.items() if k not in ("spend", "spend_source")}
         record.update(state="released", stopped=now_iso(), spend=a["spend"],
                       stop_reason="budget exhausted: sealed, then released")
         ws.record_allocation(record)

@@ -250,6 +250,11 @@ class Orchestrator:
                                       "allocation_id": ev.get("allocation_id")}
                 self._progress("acquire", f"{ev['offer']} {st.lower()}: {ev.get('reason')}")
 
+        def launched(allocation: Allocation) -> None:
+            # the provider's machine id, recorded before the boot wait: a killed Continue can release it
+            save_allocation(self.ws.copy, allocation)
+            faults.entered_state("LAUNCHED")
+
         settings = load_settings(self.ws)
         cloud = sorted({r.offer.provider for r in usable} - {"local", "ssh"})
         public_key = None
@@ -263,7 +268,8 @@ class Orchestrator:
                                            boot_timeout_s=self.boot_timeout_s,
                                            boot_timeouts={name: self.cloud_boot_timeout_s for name in cloud},
                                            ssh_public_key=public_key,
-                                           launch_env={"JUPYTER_PORTABLE_WORKSPACE_ID": wsid})
+                                           launch_env={"JUPYTER_PORTABLE_WORKSPACE_ID": wsid},
+                                           on_launched=launched)
         except (ComputeError, Cancelled) as exc:
             given_up = list(exc.context.get("attempts") or [])  # type: ignore[call-overload]
             lc = self.lifecycle()
@@ -620,6 +626,10 @@ class Orchestrator:
             if finder is not None:
                 with contextlib.suppress(PortableError):
                     allocation = finder(allocation_id)
+        if allocation is None:  # killed before the launch answered: find it by its name (compute.base)
+            from jupyter_portable.orchestration.machines import find_allocation
+
+            allocation = find_allocation(self.providers, allocation_id)
         if allocation is not None:
             with contextlib.suppress(PortableError):
                 self.provider_of(allocation).terminate(allocation)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -39,7 +41,9 @@ def _read(entry: Any, index: int) -> Booking | str:
 
 
 def read_reservations(ws: Workspace) -> tuple[list[Booking], list[str]]:
-    """The workspace's bookings, and one line for each stored entry that could not be read (skipped)."""
+    """The workspace's bookings, and one line for each stored entry that could not be read (skipped).
+    A booking bought but kept in this copy (the store refused it then) is recorded first."""
+    record_unrecorded(ws)
     try:
         doc = _entries(ws.store.read_doc(ws.workspace_id, "reservations"))
     except (UsageError, ManifestError) as exc:
@@ -88,9 +92,82 @@ def _find_offer(providers: dict[str, Provider], offer_key: str) -> tuple[Provide
     raise UsageError(f"{name} does not list an offer {offer_id!r}", hint="see `jupyter portable offers`")
 
 
+RECORD_TRIES = 5
+UNRECORDED = "unrecorded-reservations.json"  # in the copy's .portable/: bought, not yet in the store
+
+
+def _record(ws: Workspace, booking: Booking, *, check: Any) -> None:
+    """Add ``booking`` to the store's reservations; ``check(existing)`` may refuse it first."""
+
+    def add(current: Any) -> Any:
+        entries = _entries(current)
+        existing = [b for b in (_read(e, i) for i, e in enumerate(entries)) if isinstance(b, Booking)]
+        if any(b.reservation_id == booking.reservation_id for b in existing):
+            return _kept(entries)  # recorded already (a retry after an answer that was lost)
+        check(existing)
+        new = _kept(entries) + [booking.to_json()]
+        dumps_strict(new, "the reservations", error=UsageError)
+        return new
+
+    ws.store.update_doc(ws.workspace_id, "reservations", add)
+
+
+def _unrecorded_path(ws: Workspace) -> Any:
+    return ws.copy.meta / UNRECORDED
+
+
+def _keep_unrecorded(ws: Workspace, booking: Booking) -> None:
+    """Keep a bought booking the store would not take in this copy, to be recorded later."""
+    import json
+
+    from jupyter_portable.workdir.files import atomic_write
+
+    path = _unrecorded_path(ws)
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        kept = []
+    kept = [e for e in kept if isinstance(e, dict) and e.get("reservation_id") != booking.reservation_id]
+    atomic_write(path, json.dumps([*kept, booking.to_json()]).encode(), mode=0o600)
+
+
+def record_unrecorded(ws: Workspace) -> list[str]:
+    """Record in the store every booking bought but kept only in this copy (see :func:`reserve`);
+    the ids recorded now. Those the store still refuses stay kept for the next try."""
+    import json
+
+    from jupyter_portable.workdir.files import atomic_write
+
+    path = _unrecorded_path(ws)
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    done, left = [], []
+    for entry in kept if isinstance(kept, list) else []:
+        try:
+            booking = Booking.from_json(entry)
+            _record(ws, booking, check=lambda existing: None)
+            done.append(booking.reservation_id)
+        except PortableError:
+            left.append(entry)
+    if left:
+        atomic_write(path, json.dumps(left).encode(), mode=0o600)
+    else:
+        path.unlink(missing_ok=True)
+    return done
+
+
 def reserve(ws: Workspace, offer_key: str, start: str, hours: float, charge: str = "before", *,
-            providers: dict[str, Provider] | None = None, now: datetime | None = None) -> Booking:
-    """Book a slot for an offer type, with the charge policy; persisted with the workspace."""
+            providers: dict[str, Provider] | None = None, now: datetime | None = None,
+            sleep: Callable[[float], None] = time.sleep) -> Booking:
+    """Book a slot for an offer type, with the charge policy; persisted with the workspace.
+
+    The booking is checked against the stored ones before anything is bought. A slot the
+    provider sold (AWS Capacity Blocks: paid, final) is then recorded whatever else was booked
+    meanwhile, retried ``RECORD_TRIES`` times; if the store still refuses it, it is kept in this
+    copy (``.portable/unrecorded-reservations.json``) and recorded by the next
+    :func:`read_reservations`, and the error names the reservation id. Never lost."""
     providers = providers if providers is not None else enabled_providers()
     now = now or datetime.now(timezone.utc)
     when = parse_time(start, "start")
@@ -101,43 +178,67 @@ def reserve(ws: Workspace, offer_key: str, start: str, hours: float, charge: str
     if reason:
         raise UsageError(f"cannot book {offer_key} at {start} for {short_repr(hours)} h: {reason}")
     provider, offer = _find_offer(providers, offer_key)
-    try:
-        sold = provider.reserve(offer, start=when.isoformat().replace("+00:00", "Z"), hours=hours)
-        guarantee, price, rid = sold.guarantee, sold.price, sold.reservation_id
-    except NotSupported:
-        guarantee, price, rid = "best-effort", round(offer.price_per_hour * hours, 2), f"res-{uuid.uuid4().hex[:12]}"
     listed = getattr(provider, "catalog", None)
     full = listed.offer(offer.id) if listed is not None else None  # capacity of the type, not what is free now
-    capacity: dict[str, int | None] = {
-        offer.key: (full.capacity if full is not None else offer.capacity) if guarantee == "capacity-checked" else None}
-    booking = Booking.new(rid, offer.key, when, hours, charge=charge, guarantee=guarantee, price=price, created=now)
+    capacity: dict[str, int | None] = {offer.key: full.capacity if full is not None else offer.capacity} \
+        if listed is not None else {}
 
-    def add(current: Any) -> Any:
-        entries = _entries(current)
-        existing = [b for b in (_read(e, i) for i, e in enumerate(entries)) if isinstance(b, Booking)]
+    def refuse_if_taken(existing: list[Booking]) -> None:
         reason = can_book(offer.key, when, hours, existing, capacity, now=now)
         if reason and "capacity" in reason:
             raise NoCapacity(f"cannot book {offer.key} at {start} for {hours:g} h: {reason}",
                              provider=provider.name, offer=offer.id)
         if reason:
             raise UsageError(f"cannot book {offer.key} at {start} for {hours:g} h: {reason}")
-        new = _kept(entries) + [booking.to_json()]
-        dumps_strict(new, "the reservations", error=UsageError)
-        return new
 
+    # the booking as the store holds it now, before anything is bought (a refusal costs nothing)
+    refuse_if_taken(reservations_strict(ws))
+    Booking.new("res-check", offer.key, when, hours, charge=charge, guarantee="best-effort",
+                price=round(offer.price_per_hour * hours, 2), created=now)
     try:
-        ws.store.update_doc(ws.workspace_id, "reservations", add)
-    except PortableError:
-        if guarantee != "best-effort":
-            try:
-                from jupyter_portable.compute.base import Reservation
+        sold = provider.reserve(offer, start=when.isoformat().replace("+00:00", "Z"), hours=hours)
+        guarantee, price, rid = sold.guarantee, sold.price, sold.reservation_id
+        # the booked slot's own offer (a Capacity Block may be in another zone than asked)
+        key = f"{provider.name}/{sold.offer_id}" if sold.offer_id else offer.key
+    except NotSupported:
+        guarantee, price, rid = "best-effort", round(offer.price_per_hour * hours, 2), f"res-{uuid.uuid4().hex[:12]}"
+        key = offer.key
+    booking = Booking.new(rid, key, when, hours, charge=charge, guarantee=guarantee, price=price, created=now)
+    if guarantee != "provider":
+        try:
+            _record(ws, booking, check=refuse_if_taken)
+        except PortableError:
+            if guarantee == "capacity-checked":
+                try:
+                    from jupyter_portable.compute.base import Reservation
 
-                provider.cancel_reservation(Reservation(rid, provider.name, offer.id, booking.start.isoformat(),
-                                                        hours, guarantee, price))
-            except PortableError:
-                pass
-        raise
-    return booking
+                    provider.cancel_reservation(Reservation(rid, provider.name, offer.id, booking.start.isoformat(),
+                                                            hours, guarantee, price))
+                except PortableError:
+                    pass
+            raise
+        return booking
+    # bought and paid: record it, whatever was booked meanwhile
+    last: PortableError | None = None
+    for attempt in range(RECORD_TRIES):
+        try:
+            _record(ws, booking, check=lambda existing: None)
+            return booking
+        except PortableError as exc:
+            last = exc
+            if attempt + 1 < RECORD_TRIES:
+                sleep(min(8.0, 0.5 * 2 ** attempt))
+    _keep_unrecorded(ws, booking)
+    raise PortableError(f"{provider.name} sold reservation {rid} ({key} from {booking.start.isoformat()}, "
+                        f"{hours:g} h, ${price:,.2f}) but the store did not record it: {last}; it is kept in "
+                        f"this copy and recorded when the store answers",
+                        hint="run `jupyter portable reservations` again later; do not buy it again")
+
+
+def reservations_strict(ws: Workspace) -> list[Booking]:
+    """The stored bookings; a document that cannot be read raises (nothing is bought on it)."""
+    doc = _entries(ws.store.read_doc(ws.workspace_id, "reservations"))
+    return [b for b in (_read(e, i) for i, e in enumerate(doc)) if isinstance(b, Booking)]
 
 
 def cancel_rules(booking: Booking) -> str:

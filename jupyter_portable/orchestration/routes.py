@@ -4,8 +4,10 @@ whole cost, and acquiring a machine down that ranking.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
+from datetime import datetime, timedelta
 from typing import Any
 
 from jupyter_portable.compute.base import Provider
@@ -13,6 +15,7 @@ from jupyter_portable.compute.registry import enabled_providers
 from jupyter_portable.core.errors import ConflictError, NoCapacity, PortableError, UsageError
 from jupyter_portable.core.offers import Checks, Offer, Requirements
 from jupyter_portable.core.routing import Caps, Route, Signals, WorkspaceFacts, rank_routes
+from jupyter_portable.core.times import utcnow
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.orchestration.settings import load_settings
 
@@ -90,11 +93,12 @@ def compute_routes(ws: Workspace, *, hours: float | None = None, providers: dict
 
 
 def routes_to_try(ws: Workspace, route_id: str | None = None, *, hours: float | None = None,
-                  providers: dict[str, Provider] | None = None) -> list[Route]:
-    """The open routes in the order to try them: ``route_id`` first when given, then by cost.
+                  providers: dict[str, Provider] | None = None, now: datetime | None = None) -> list[Route]:
+    """The open routes in the order to try them: ``route_id`` first when given, then a slot the
+    provider sold that is in force at ``now`` (launched into it), then by cost.
     UsageError for an unknown or blocked ``route_id``; NoCapacity when every route is blocked."""
     routes, _ = compute_routes(ws, hours=hours, providers=providers)
-    usable = [r for r in routes if not r.blocked]
+    usable = into_reserved(ws, [r for r in routes if not r.blocked], now=now or utcnow())
     if route_id is not None:
         chosen = [r for r in routes if r.id == route_id]
         if not chosen:
@@ -105,6 +109,34 @@ def routes_to_try(ws: Workspace, route_id: str | None = None, *, hours: float | 
     if not usable:
         raise NoCapacity("no route is open: every offer is blocked", hint="see `jupyter portable routes`")
     return usable
+
+
+def into_reserved(ws: Workspace, routes: list[Any], *, now: datetime) -> list[Any]:
+    """``routes`` with those of a provider-sold slot in force at ``now`` first, their offers
+    naming the reservation (``extra["capacity_reservation_id"]``) so the launch goes into it."""
+    from jupyter_portable.core.calendar import Booking
+
+    try:
+        doc = ws.store.read_doc(ws.workspace_id, "reservations")
+    except PortableError:
+        return routes
+    books = []
+    for entry in doc if isinstance(doc, list) else []:
+        with contextlib.suppress(UsageError):
+            books.append(Booking.from_json(entry))
+    held: dict[str, str] = {}
+    for b in books:
+        in_force = b.start <= now < b.start + timedelta(hours=b.hours)
+        if b.guarantee == "provider" and b.status != "cancelled" and in_force:
+            held[b.offer_key] = b.reservation_id
+    if not held:
+        return routes
+    first = []
+    for r in routes:
+        if r.offer.key in held:
+            r.offer.extra["capacity_reservation_id"] = held[r.offer.key]
+            first.append(r)
+    return first + [r for r in routes if r not in first]
 
 
 def acquire_for(ws: Workspace, *, hours: float | None = None, providers: dict[str, Provider] | None = None,

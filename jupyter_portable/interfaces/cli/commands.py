@@ -7,6 +7,7 @@ A failure exits non-zero with a one-line reason on stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from typing import Any
@@ -140,6 +141,16 @@ def _build() -> argparse.ArgumentParser:
                     help="at the budget, seal the workspace and release its machines")
     sp.add_argument("-C", dest="dir", default=".")
 
+    sp = verb("machines", "every machine the enabled providers hold for jupyter-portable, and which are orphans")
+    sp.add_argument("--orphans", action="store_true",
+                    help="only the orphans: machines that are not the current allocation of a known workspace")
+    sp.add_argument("--terminate", nargs="?", const="", metavar="ID",
+                    help="terminate the machine ID (provider ref or allocation id); with --orphans and no ID, "
+                         "every orphan")
+    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
+                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
+    sp.add_argument("-C", dest="dir", default=".", help="a workspace copy whose store says which workspaces are known")
+
     sp = verb("market", "the local market: let it take a machine back, or list its machines")
     sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
                     "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
@@ -212,6 +223,8 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
             raise UsageError(f"--catalog {args.catalog}: no such file")
     if args.verb in ("offers", "market"):
         return _market(args)
+    if args.verb == "machines":
+        return _machines(args)
     ws = Workspace.find(args.dir)
     if args.verb == "spend":
         from jupyter_portable.orchestration import budget
@@ -219,7 +232,9 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
         providers = _config(args).make_providers()
         report = (budget.enforce_budget(ws, providers=providers) if args.enforce
                   else budget.budget_report(ws, providers=providers))
-        return report, report["message"], 0
+        text = report["message"] + (f" (measured by the providers ${report['measured']:,.2f}, estimated "
+                                    f"${report['estimated']:,.2f})" if "measured" in report else "")
+        return report, text, 0
     if args.verb in ("routes", "settings", "reserve", "reservations"):
         return _workspace_market(args, ws)
     if args.verb in ("continue", "stop", "state"):
@@ -387,6 +402,49 @@ def _workspace_market(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any]
     text = "\n".join(f"{b.reservation_id}  {b.offer_key:<26} {b.start.isoformat()}  {b.hours:g} h  ${b.price:.2f}  "
                      f"{b.status:<9} {b.guarantee}  charge {b.charge}" for b in books) or "no reservations"
     return out, text, 0
+
+
+def _machines(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
+    """``machines``: list (or terminate) what the providers hold with our labels."""
+    from jupyter_portable.engine.workspace import Workspace
+    from jupyter_portable.orchestration import machines
+
+    if args.terminate == "" and not args.orphans:
+        raise UsageError("--terminate needs a machine id, or --orphans to terminate every orphan")
+    providers = _config(args).make_providers()
+    copies = []
+    with contextlib.suppress(PortableError):
+        copies.append(Workspace.find(args.dir))
+    if args.terminate:
+        done = machines.terminate(providers, args.terminate)
+        return done, f"terminated {done['provider']}/{done['ref']} (the provider says: {done['state']})", 0
+    if args.terminate == "":
+        out = machines.terminate_orphans(providers, copies)
+        lines = [f"terminated {d['provider']}/{d['ref']} ({d['allocation_id']}, workspace {d['workspace_id']}): "
+                 f"{d['state']}" for d in out["terminated"]] or ["no orphans"]
+    else:
+        out = machines.machines_report(providers, copies)
+        rows = out["orphans"] if args.orphans else out["machines"]
+        lines = [f"{r['provider']}/{r['ref']:<14} {r['allocation_id'] or '-':<16} {r['workspace_id'] or '-':<26} "
+                 f"{r['state']:<10} {_uptime(r['uptime_s']):>8} "
+                 f"{_dollars(r['spend']):>8} "
+                 f"{'ORPHAN' if r['orphan'] else '' if r['orphan'] is False else 'not judged'}  {r['why']}"
+                 for r in rows] or [("no orphans" if args.orphans else "no machines")]
+        if args.orphans:
+            out = {**out, "machines": out["orphans"]}
+    lines += [f"warning: {p}" for p in out["problems"]]
+    return out, "\n".join(lines), EXIT_FAIL if out.get("problems") and args.terminate == "" else 0
+
+
+def _dollars(amount: float | None) -> str:
+    return "?" if amount is None else f"${amount:.2f}"
+
+
+def _uptime(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    minutes = int(seconds // 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 def main(argv: list[str] | None = None) -> int:
