@@ -25,14 +25,51 @@ def _workspace(tmp_path: Path, store: str) -> Workspace:
     return ws
 
 
-def _publish_raw(ws: Workspace, mutate: Any) -> None:
-    """Publish a hand-edited version 2 straight into the store, as an attacker could."""
+def _raw_trees(store: Any, files: list[Any]) -> str:
+    """Trees of hand-edited entries, written as they are (no validation), as an attacker could."""
+    root: list[Any] = []
+    for e in files:
+        path = e.get("path") if isinstance(e, dict) else None
+        segs = path.split("/") if isinstance(path, str) else [path]
+        folder = root
+        for seg in segs[:-1]:
+            sub = next((x for x in folder if x[0] == seg and isinstance(x[1], list)), None)
+            if sub is None:
+                sub = (seg, [])
+                folder.append(sub)
+            folder = sub[1]
+        folder.append((segs[-1], {k: v for k, v in e.items() if k != "path"}))
+
+    def write(items: list[Any]) -> str:
+        entries = []
+        for name, x in sorted(items, key=lambda it: (str(it[0]) + "/") if isinstance(it[1], list) else str(it[0])):
+            entries.append({"name": name, "type": "dir", "tree": write(x)} if isinstance(x, list)
+                           else dict(x, name=name))
+        body = json.dumps({"format": "jupyter-portable.tree", "schema": 2, "entries": entries},
+                          sort_keys=True, separators=(",", ":")).encode()
+        return store.put_object(body)
+
+    return write(root)
+
+
+def _publish_raw(ws: Workspace, mutate: Any, schema: int = 2) -> None:
+    """Publish a hand-edited version 2 straight into the store, as an attacker could: the
+    edit is made to the flat file list, then stored as that list (schema 1) or as trees (schema 2)."""
     store, wsid = ws.store, ws.workspace_id
-    obj = store.read_manifest(wsid).to_json()
+    manifest = store.read_manifest(wsid)
+    obj = manifest.to_json()
+    for key in ("tree", "file_count", "total_bytes"):
+        obj.pop(key, None)
+    obj["schema"] = 1
+    obj["files"] = [e.to_json() for e in manifest.files]
     head, token = store.read_head(wsid)
     obj["version"] = 2
     obj["parent"] = {"version": 1, "manifest": head.manifest}
     mutate(obj)
+    if schema == 2:
+        files = obj.pop("files")
+        obj.update(schema=2, tree=_raw_trees(store, files), file_count=len(files),
+                   total_bytes=sum(e["size"] for e in files if isinstance(e.get("size"), int) and e["size"] > 0))
     body = json.dumps(obj).encode()
     mhash = digest(body)
     store.backend.write(manifest_key(wsid, 2, mhash), body)
@@ -77,11 +114,12 @@ HOSTILE = {
 }
 
 
+@pytest.mark.parametrize("schema", [1, 2])
 @pytest.mark.parametrize("case", sorted(HOSTILE))
-def test_hostile_manifest_is_refused(case: str, tmp_path: Path, store_url: str, cli) -> None:
+def test_hostile_manifest_is_refused(case: str, tmp_path: Path, store_url: str, cli, schema: int) -> None:
     mutate, error = HOSTILE[case]
     ws = _workspace(tmp_path, store_url)
-    _publish_raw(ws, mutate)
+    _publish_raw(ws, mutate, schema)
     outside = tmp_path / "outside.txt"
     dest = tmp_path / "deep" / "er" / "dest"
     with pytest.raises(error):
@@ -111,14 +149,15 @@ def test_symlinked_folder_in_destination_is_not_written_through(tmp_path: Path, 
     assert list(outside.iterdir()) == []
 
 
-def test_symlink_chain_resolving_outside_is_removed(tmp_path: Path, file_store: str) -> None:
+@pytest.mark.parametrize("schema", [1, 2])
+def test_symlink_chain_resolving_outside_is_removed(tmp_path: Path, file_store: str, schema: int) -> None:
     # Each link is lexically inside, but together they resolve outside.
     ws = _workspace(tmp_path, file_store)
 
     def mutate(obj: dict) -> None:
         obj["files"] += [{"path": "d1/d2/d3/x", "type": "symlink", "target": "../.."},
                          {"path": "d1/d2/d3/y", "type": "symlink", "target": "x/../../.."}]
-    _publish_raw(ws, mutate)
+    _publish_raw(ws, mutate, schema)
     dest = tmp_path / "dest"
     with pytest.raises(UnsafePath, match="outside"):
         Workspace.restore(file_store, ws.workspace_id, dest, progress=None)

@@ -27,6 +27,7 @@ import blake3
 import pytest
 
 from jupyter_portable.core.manifest import FileEntry, Head, Manifest, PackIndex
+from jupyter_portable.core.tree import parse_tree
 from jupyter_portable.store.repo import Store
 from jupyter_portable.workdir.workcopy import CopyConfig
 
@@ -35,6 +36,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "store-format.md"
 MANIFEST = "jupyter-portable.manifest"
 HEAD = "jupyter-portable.head"
 PACKINDEX = "jupyter-portable.packindex"
+TREE = "jupyter-portable.tree"
 WORKSPACE = "jupyter-portable.workspace"
 STORE = "jupyter-portable.store"
 
@@ -91,6 +93,9 @@ def classify(raw: str) -> str:
     if fmt == PACKINDEX:
         PackIndex.from_bytes(data)
         return "packindex"
+    if fmt == TREE:
+        parse_tree(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode(), "", FileEntry.from_json)
+        return "tree"
     if fmt == WORKSPACE:
         CopyConfig.from_bytes(data, Path(".portable/workspace.json"))
         return "workspace"
@@ -115,7 +120,7 @@ def classify(raw: str) -> str:
 def test_every_json_example_is_valid() -> None:
     blocks = fenced_blocks("json")
     kinds = [classify(raw) for raw in blocks]
-    for needed in ("store", "manifest", "head", "packindex", "workspace", "entry"):
+    for needed in ("store", "manifest", "head", "packindex", "workspace", "entry", "tree"):
         assert needed in kinds, f"docs/store-format.md has no {needed} example"
     # Both kinds of regular file and a symlink are shown as fragments.
     entries = [FileEntry.from_json(json.loads(r)) for r, k in zip(blocks, kinds, strict=True) if k == "entry"]
@@ -177,7 +182,7 @@ def _examples() -> dict[str, list[dict[str, Any]]]:
 def test_worked_example_is_consistent() -> None:
     text = doc_text()
     ex = _examples()
-    [manifest] = ex["manifest"]
+    [manifest] = [m for m in ex["manifest"] if m["schema"] == 1]
     ws = manifest["workspace_id"]
     stored = json.dumps(manifest, separators=(",", ":"), sort_keys=True).encode()
     mhash = b3(stored)
@@ -244,6 +249,25 @@ def test_worked_example_is_consistent() -> None:
         assert h == b3(zeros[off:off + n])
         off += n
     assert model["parts"][0][1] == 16 * 1024 * 1024
+
+    # Section 4.7: the format-2 manifest names the root tree by the hash of its stored bytes,
+    # the root names data/'s tree the same way, and their entries are the worked example's.
+    [m2] = [m for m in ex["manifest"] if m["schema"] == 2]
+    assert m2["workspace_id"] == ws and m2["parent"] == {"version": 2, "manifest": mhash}
+    trees = {}
+    for t in ex["tree"]:
+        body = json.dumps(t, sort_keys=True, separators=(",", ":")).encode()
+        assert f"{len(body)} bytes with BLAKE3 `{b3(body)}`" in text.replace("\n", " ")
+        trees[b3(body)] = t
+    root = trees[m2["tree"]]
+    [data] = [e for e in root["entries"] if e["name"] == "data"]
+    sub = trees[data["tree"]]
+    flat = [{**{k: v for k, v in e.items() if k != "name"}, "path": "data/" + e["name"]} for e in sub["entries"]]
+    flat += [{**{k: v for k, v in e.items() if k != "name"}, "path": e["name"]}
+             for e in root["entries"] if e["type"] != "dir"]
+    for e in flat:
+        assert by_path[e["path"]] == e
+    assert m2["file_count"] == len(flat) and m2["total_bytes"] == sum(e.get("size", 0) for e in flat)
 
 
 def test_documented_constants_match_the_code() -> None:
@@ -349,12 +373,34 @@ class DocReader:
         raw = self.read(f"workspaces/{ws}/manifests/{version:010d}-{mhash}.json")
         assert b3(raw) == mhash, "manifest does not hash to its name"
         man = json.loads(raw)
-        assert (man["format"], man["schema"]) == (MANIFEST, 1)
-        assert set(man) == {"format", "schema", "workspace_id", "version", "parent", "created",
-                            "message", "epoch", "files", "checkpoints", "runtime",
-                            "next_action", "allocations"}
+        assert man["format"] == MANIFEST and man["schema"] in (1, 2)
+        records = {"format", "schema", "workspace_id", "version", "parent", "created", "message", "epoch",
+                   "checkpoints", "runtime", "next_action", "allocations"}
+        assert set(man) == records | ({"files"} if man["schema"] == 1 else {"tree", "file_count", "total_bytes"})
         assert man["workspace_id"] == ws and man["version"] == version
         return man
+
+    def files(self, man: dict[str, Any]) -> list[dict[str, Any]]:
+        """Section 4.7: a manifest's entries (schema 1's list, or every tree walked) with their paths."""
+        if man["schema"] == 1:
+            return list(man["files"])
+        out: list[dict[str, Any]] = []
+
+        def walk(h: str, prefix: str) -> None:
+            tree = json.loads(self.obj(h))
+            assert set(tree) == {"format", "schema", "entries"} and (tree["format"], tree["schema"]) == (TREE, 2)
+            keys = [e["name"] + "/" if e["type"] == "dir" else e["name"] for e in tree["entries"]]
+            assert keys == sorted(keys) and len(set(keys)) == len(keys), "tree entries in git's order, once each"
+            for e in tree["entries"]:
+                if e["type"] == "dir":
+                    assert set(e) == {"name", "type", "tree"}
+                    walk(e["tree"], prefix + e["name"] + "/")
+                else:
+                    out.append({**{k: v for k, v in e.items() if k != "name"}, "path": prefix + e["name"]})
+
+        walk(man["tree"], "")
+        assert len(out) == man["file_count"] and sum(e.get("size", 0) for e in out) == man["total_bytes"]
+        return out
 
     def content(self, e: dict[str, Any]) -> bytes:
         if "pack" in e:
@@ -447,10 +493,12 @@ def test_workspace_reads_back_with_only_the_document(real_store: dict[str, Any],
 
     # Every entry's bytes, mode, mtime and symlink target equal the workspace's.
     latest = chain[0]
+    assert latest["schema"] == 2
     expected = _tree(root)
-    files = {e["path"]: e for e in latest["files"]}
+    latest_files = reader.files(latest)
+    files = {e["path"]: e for e in latest_files}
     assert sorted(files) == sorted(expected)
-    assert [e["path"] for e in latest["files"]] == sorted(files)
+    assert [e["path"] for e in latest_files] == sorted(files)
     dest = tmp_path / "restored"
     for path, e in files.items():
         kind, value, mode = expected[path]
@@ -476,10 +524,10 @@ def test_workspace_reads_back_with_only_the_document(real_store: dict[str, Any],
     assert len(files["big.bin"]["parts"]) == 2
     assert files["empty.txt"]["parts"] == [] and files["empty.txt"]["hash"] == b3(b"")
     # Equal content is stored once: both copies point at the same bytes of the same pack.
-    v1 = {e["path"]: e for e in chain[1]["files"]}
+    v1 = {e["path"]: e for e in reader.files(chain[1])}
     assert v1["dup_a.txt"]["pack"] == v1["dup_b.txt"]["pack"]
     # The older version is reachable and readable too, with the file removed since.
-    old = {e["path"]: e for e in chain[1]["files"]}
+    old = {e["path"]: e for e in reader.files(chain[1])}
     assert "dup_b.txt" in old and "new.txt" not in old
     assert reader.content(old["dup_b.txt"]) == b"same bytes\n"
     assert reader.content(old["notebook.ipynb"]) == b'{"cells": [], "nbformat": 4}\n'
@@ -610,7 +658,7 @@ def _corrupt_copy(real_store: dict[str, Any], base: Path, path: str) -> Path:
     reader = DocReader(store)
     head = reader.head(real_store["ws"])
     man = reader.manifest(real_store["ws"], head["version"], head["manifest"])
-    [e] = [e for e in man["files"] if e["path"] == path]
+    [e] = [e for e in reader.files(man) if e["path"] == path]
     h, at = (e["pack"]["id"], e["pack"]["offset"]) if "pack" in e else (e["parts"][-1][0], 7)
     obj = store / "objects" / h[:2] / h
     data = bytearray(obj.read_bytes())
@@ -634,3 +682,57 @@ def test_readers_in_the_document_refuse_flipped_bytes(
         run = _run_shell_recipe(store, real_store["ws"], dest, tmp_path)
         assert run.returncode != 0 and "error:" in run.stderr
         assert not (dest / path).exists()
+
+
+def _edge_workspace(base: Path, *, odd_names: bool) -> tuple[Path, Path, str]:
+    """A workspace written by the package whose files could trip a reader: names like its
+    temp files, (optionally) a name that is not UTF-8 and mtimes far from now."""
+    from jupyter_portable import Workspace
+
+    root, store = base / "edge-src", base / "edge-store"
+    files = {".restore-tmp": b"top-level temp name\n", "a": b"a\n", "a.restore-tmp": b"beside a\n",
+             "d/.restore-x": b"temp prefix\n", "d/x": b"x\n", "d/x.restore-tmp": b"x tmp\n"}
+    for rel, data in files.items():
+        _write(root, rel, data)
+    if odd_names:
+        os.makedirs(os.fsencode(root / "latin"), exist_ok=True)
+        with open(os.fsencode(root / "latin") + b"/caf\xe9.txt", "wb") as fh:
+            fh.write(b"latin-1 name\n")
+        os.utime(root / "a", ns=(2**62, 2**62))  # year 2116
+        os.utime(root / "d" / "x", ns=(-(2**31) * 10**9, -(2**31) * 10**9))  # 1901, the oldest ext4 keeps
+    ws = Workspace.init(root, "file://" + str(store))
+    ws.snapshot("edge", progress=None)
+    return root, store, ws.workspace_id
+
+
+def _bytes_tree(root: Path) -> dict[bytes, tuple[bytes, int]]:
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(os.fsencode(root)):
+        dirnames[:] = [d for d in dirnames if d != b".portable"]
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            with open(full, "rb") as fh:
+                out[os.path.relpath(full, os.fsencode(root))] = (fh.read(), os.lstat(full).st_mtime_ns)
+    return out
+
+
+def test_python_reader_in_the_document_handles_temp_names_odd_names_and_far_mtimes(tmp_path: Path) -> None:
+    root, store, ws = _edge_workspace(tmp_path, odd_names=True)
+    assert b"latin/caf\xe9.txt" in _bytes_tree(root)
+    dest = tmp_path / "py"
+    ns = _doc_python_reader()
+    ns["read_workspace"](str(store), ws, str(dest))
+    assert _bytes_tree(dest) == _bytes_tree(root), "names, bytes and mtimes come back exactly"
+    from jupyter_portable import Workspace
+
+    back = tmp_path / "pkg"
+    Workspace.restore("file://" + str(store), ws, back, progress=None)
+    assert _bytes_tree(back) == _bytes_tree(root)
+
+
+def test_shell_recipe_in_the_document_never_overwrites_a_file_named_like_its_temp(tmp_path: Path) -> None:
+    root, store, ws = _edge_workspace(tmp_path, odd_names=False)
+    dest = tmp_path / "sh"
+    run = _run_shell_recipe(store, ws, dest, tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert {k: v[0] for k, v in _bytes_tree(dest).items()} == {k: v[0] for k, v in _bytes_tree(root).items()}

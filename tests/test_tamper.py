@@ -69,15 +69,24 @@ def test_tampered_blob_read_by_range_is_refused(file_store: str, tmp_path: Path)
     assert not (dest / "f0.txt").exists()
 
 
-def test_tampered_manifest_is_refused(file_store: str, tmp_path: Path, cli) -> None:
+@pytest.mark.parametrize("victim", ["manifest", "tree"])
+def test_tampered_manifest_is_refused(file_store: str, tmp_path: Path, cli, victim: str) -> None:
+    """Format 2 keeps names in trees: a renamed entry in the root tree is refused like a
+    changed manifest (both are named by the hash of their bytes)."""
     src = tmp_path / "src"
     write_tree(src, FILES)
     ws = Workspace.init(src, file_store)
     ws.snapshot(progress=None)
     backend = ws.store.backend
     key = backend.list(f"workspaces/{ws.workspace_id}/manifests")[0]
-    body = backend.read(key).replace(b"notes.txt", b"notez.txt")
+    if victim == "tree":
+        key = object_key(ws.store.read_manifest(ws.workspace_id).tree)
+        assert b"notes.txt" in backend.read(key)
+        body = backend.read(key).replace(b"notes.txt", b"notez.txt")
+    else:
+        assert b'"epoch":0' in backend.read(key)
+        body = backend.read(key).replace(b'"epoch":0', b'"epoch":1')
     backend.write(key, body)
     proc = cli("restore", "--store", file_store, "--workspace", ws.workspace_id, str(tmp_path / "d"), check=False)
-    assert proc.returncode == 1 and "manifest" in proc.stderr and "corrupt" in proc.stderr
+    assert proc.returncode == 1 and victim in proc.stderr and "corrupt" in proc.stderr
     assert not (tmp_path / "d" / "notez.txt").exists()

@@ -6,12 +6,14 @@ Anything that is not exactly that format is refused with :class:`ManifestError`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_portable.core.errors import ManifestError, UnsafePath
 from jupyter_portable.core.paths import check_link_target, check_relpath
 from jupyter_portable.core.records import CheckpointRecord, check_allocation, check_next_action
+from jupyter_portable.core.tree import LazyFiles, TreeReader
 from jupyter_portable.core.validate import (
     HASH_RE,
     MTIME_NS_MAX,
@@ -29,7 +31,8 @@ from jupyter_portable.core.validate import check_str as _str
 MANIFEST_FORMAT = "jupyter-portable.manifest"
 HEAD_FORMAT = "jupyter-portable.head"
 PACK_INDEX_FORMAT = "jupyter-portable.packindex"
-SCHEMA = 1
+SCHEMA = 1  # heads and pack indexes; manifests are written at MANIFEST_SCHEMA
+MANIFEST_SCHEMA = 2  # a root record naming a tree (schema 1: one flat list of files, still read)
 
 _MAX_MODE = 0o7777
 # The largest object S3 and GCS store (5 TiB); no file, part, pack or offset in one may exceed it,
@@ -201,12 +204,15 @@ class ParentRef:
 
 @dataclass(frozen=True)
 class Manifest:
-    """One immutable version of a workspace."""
+    """One immutable version of a workspace.
+
+    Schema 2 (what is written) names a root ``tree`` and iterates ``files`` from the trees
+    as it goes; schema 1 (still read) holds every file in one list."""
 
     workspace_id: str
     version: int
     created: str
-    files: tuple[FileEntry, ...]
+    files: Sequence[FileEntry]
     parent: ParentRef | None = None
     message: str = ""
     epoch: int = 0
@@ -216,12 +222,42 @@ class Manifest:
     next_action: dict[str, Any] | None = None
     allocations: tuple[dict[str, Any], ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    tree: str | None = None  # schema 2: the root tree's hash
+    total: int = 0  # schema 2: the bytes of every file (schema 1 adds them up)
+
+    @classmethod
+    def with_tree(cls, tree: str, file_count: int, total: int, reader: TreeReader | None = None,
+                  **fields: Any) -> "Manifest":
+        """A schema-2 version whose files are the tree ``tree`` (read through ``reader``)."""
+        return cls(files=LazyFiles(tree, file_count, reader), tree=tree, total=total, **fields)
+
+    @property
+    def schema(self) -> int:
+        return MANIFEST_SCHEMA if self.tree is not None else 1
+
+    @property
+    def file_count(self) -> int:
+        return len(self.files)
 
     @property
     def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
+        return self.total if self.tree is not None else sum(f.size for f in self.files)
+
+    def bind(self, reader: TreeReader) -> "Manifest":
+        """Let a schema-2 manifest read its trees through ``reader`` (the store it came from)."""
+        if isinstance(self.files, LazyFiles):
+            self.files.reader = reader
+        return self
+
+    def find(self, path: str) -> FileEntry | None:
+        """The entry at ``path``, reading only the trees on its way (schema 2)."""
+        if isinstance(self.files, LazyFiles):
+            found = self.files._need().find(self.files.tree, path)
+            return found if isinstance(found, FileEntry) else None
+        return next((f for f in self.files if f.path == path), None)
 
     def by_path(self) -> dict[str, FileEntry]:
+        """Every entry by path (memory grows with the number of files: prefer iterating)."""
         return {f.path: f for f in self.files}
 
     def object_hashes(self) -> set[str]:
@@ -230,10 +266,28 @@ class Manifest:
             out.update(f.object_keys())
         return out
 
+    def _records(self) -> dict[str, Any]:
+        return {
+            "workspace_id": self.workspace_id,
+            "version": self.version,
+            "parent": None if self.parent is None
+            else {"version": self.parent.version, "manifest": self.parent.manifest},
+            "created": self.created,
+            "message": self.message,
+            "epoch": self.epoch,
+            "checkpoints": list(self.checkpoints),
+            "runtime": self.runtime,
+            "next_action": self.next_action,
+            "allocations": list(self.allocations),
+        }
+
     def to_json(self) -> dict[str, Any]:
+        if self.tree is not None:
+            return {"format": MANIFEST_FORMAT, "schema": MANIFEST_SCHEMA, "tree": self.tree,
+                    "file_count": len(self.files), "total_bytes": self.total, **self._records()}
         return {
             "format": MANIFEST_FORMAT,
-            "schema": SCHEMA,
+            "schema": 1,
             "workspace_id": self.workspace_id,
             "version": self.version,
             "parent": None if self.parent is None
@@ -263,17 +317,19 @@ class Manifest:
 
     @classmethod
     def from_json(cls, obj: object) -> "Manifest":
-        _keys(obj, "manifest", ("format", "schema", "workspace_id", "version", "parent", "created",
-                                "message", "epoch", "files", "checkpoints", "runtime",
-                                "next_action", "allocations"))
-        assert isinstance(obj, dict)
-        if obj["format"] != MANIFEST_FORMAT:
-            raise ManifestError(f"not a manifest (format {obj['format']!r})")
-        if obj["schema"] != SCHEMA:
+        if not isinstance(obj, dict):
+            raise ManifestError("a manifest must be a JSON object")
+        if obj.get("format") != MANIFEST_FORMAT:
+            raise ManifestError(f"not a manifest (format {short_repr(obj.get('format'))})")
+        schema = obj.get("schema")
+        if schema not in (1, MANIFEST_SCHEMA) or type(schema) is not int:
             raise ManifestError(
-                f"manifest schema {obj['schema']!r} is not supported (this package reads {SCHEMA})",
+                f"manifest schema {short_repr(schema)} is not supported (this package reads 1 and {MANIFEST_SCHEMA})",
                 hint="upgrade jupyter-portable",
             )
+        records = ("format", "schema", "workspace_id", "version", "parent", "created", "message", "epoch",
+                   "checkpoints", "runtime", "next_action", "allocations")
+        _keys(obj, "manifest", records + (("files",) if schema == 1 else ("tree", "file_count", "total_bytes")))
         parent = obj["parent"]
         pref = None
         if parent is not None:
@@ -284,21 +340,13 @@ class Manifest:
         if (pref is None) != (version == 1) or (pref is not None and pref.version != version - 1):
             raise ManifestError(f"manifest version {version} must have parent version {version - 1}"
                                 if version > 1 else "manifest version 1 must have no parent")
-        raw_files = obj["files"]
-        if not isinstance(raw_files, list):
-            raise ManifestError("manifest files must be a list")
-        files = tuple(FileEntry.from_json(f) for f in raw_files)
-        seen: set[str] = set()
-        for f in files:
-            if f.path in seen:
-                raise ManifestError(f"manifest names {f.path!r} twice")
-            seen.add(f.path)
-        for f in files:  # a path must not live under a file or a symlink
-            head, _, _ = f.path.rpartition("/")
-            while head:
-                if head in seen:
-                    raise ManifestError(f"{f.path!r} lies under another entry {head!r}")
-                head, _, _ = head.rpartition("/")
+        if schema == 1:
+            files: Sequence[FileEntry] = _flat_files(obj["files"])
+            tree, total = None, 0
+        else:
+            tree = check_hash(obj["tree"], "manifest tree")
+            total = _int(obj["total_bytes"], "manifest total_bytes")
+            files = LazyFiles(tree, _int(obj["file_count"], "manifest file_count"))
         for name in ("checkpoints", "allocations"):
             if not isinstance(obj[name], list) or not all(isinstance(x, dict) for x in obj[name]):
                 raise ManifestError(f"manifest {name} must be a list of objects")
@@ -323,7 +371,28 @@ class Manifest:
             runtime=obj["runtime"],
             next_action=obj["next_action"],
             allocations=tuple(obj["allocations"]),
+            tree=tree,
+            total=total,
         )
+
+
+def _flat_files(raw_files: object) -> tuple[FileEntry, ...]:
+    """A schema-1 file list, validated whole: no path twice, none under another entry."""
+    if not isinstance(raw_files, list):
+        raise ManifestError("manifest files must be a list")
+    files = tuple(FileEntry.from_json(f) for f in raw_files)
+    seen: set[str] = set()
+    for f in files:
+        if f.path in seen:
+            raise ManifestError(f"manifest names {f.path!r} twice")
+        seen.add(f.path)
+    for f in files:  # a path must not live under a file or a symlink
+        head, _, _ = f.path.rpartition("/")
+        while head:
+            if head in seen:
+                raise ManifestError(f"{f.path!r} lies under another entry {head!r}")
+            head, _, _ = head.rpartition("/")
+    return files
 
 
 @dataclass(frozen=True, slots=True)

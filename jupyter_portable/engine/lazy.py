@@ -9,6 +9,7 @@ makes sure each file is fetched once, and the asker never waits behind the queue
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from jupyter_portable.engine.progress import Progress
 from jupyter_portable.store.repo import Store
 from jupyter_portable.workdir.files import file_lock
 from jupyter_portable.workdir.pending import read_pending, write_pending
+from jupyter_portable.workdir.statcache import stat_key
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
 
@@ -44,7 +46,6 @@ def fetch_pending(copy: WorkspaceCopy, path: str | None = None, progress: Progre
         version, entries = read_pending(copy)
         if entry.path not in {e.path for e in entries}:
             return entry.path  # another process placed it while we waited
-        manifest = store.read_manifest(cfg.workspace_id, version)
         if not already_there(copy.root, entry):
             fetch_large(store, Placer(copy.root), entry, progress)
         with file_lock(copy.meta / "pending.lock"):
@@ -54,11 +55,12 @@ def fetch_pending(copy: WorkspaceCopy, path: str | None = None, progress: Progre
                 write_pending(copy, version, rest)
             else:
                 copy.pending_path.unlink(missing_ok=True)
-            cache = copy.read_statcache(manifest.version)
-            if cache is not None:
-                st = os.stat(copy.root / entry.path)
-                cache[entry.path] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-                copy.write_statcache(manifest.version, cache)
+            try:
+                with copy.statcache() as cache:
+                    if cache.valid_for(version):
+                        cache.set_key(entry.path, stat_key(os.stat(copy.root / entry.path)))
+            except sqlite3.Error:
+                pass  # only a cache (a snapshot may hold it): the next snapshot reads the file again
     return entry.path
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import stat as statmod
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -13,16 +14,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from jupyter_portable.core.errors import UsageError
+from jupyter_portable.core.errors import ManifestError, UsageError
 from jupyter_portable.core.manifest import FileEntry, Manifest
+from jupyter_portable.core.tree import SubTree
 from jupyter_portable.engine.fetch import Placer, already_there, fetch_large
 from jupyter_portable.engine.lazy import start_background_fetch
 from jupyter_portable.engine.progress import Progress, human_bytes
 from jupyter_portable.store.repo import Store
 from jupyter_portable.workdir.pending import write_pending
+from jupyter_portable.workdir.statcache import ROOT, Key, StatCache, stat_key
 from jupyter_portable.workdir.workcopy import CopyConfig, WorkspaceCopy
 
 LAZY_THRESHOLD = 64 * 1024 * 1024
+RESTORE_BATCH = 20_000  # files fetched together (packs shared within a batch are read once)
 
 
 @dataclass
@@ -66,9 +70,10 @@ def _fetch_packed(store: Store, placer: Placer, pack: str, entries: list[FileEnt
 
 
 def materialize(store: Store, manifest: Manifest, root: Path, entries: Iterable[FileEntry],
-                progress: Progress) -> int:
-    """Fetch ``entries`` of ``manifest`` into ``root``: small files first, then large ones."""
-    placer = Placer(root)
+                progress: Progress, *, placer: Placer | None = None, links_out: list[FileEntry] | None = None) -> int:
+    """Fetch ``entries`` of ``manifest`` into ``root``: small files first, then large ones.
+    With ``links_out``, symlinks are left there for the caller to make once every file is in place."""
+    placer = placer or Placer(root)
     by_pack: dict[str, list[FileEntry]] = {}
     large: list[FileEntry] = []
     links: list[FileEntry] = []
@@ -95,11 +100,30 @@ def materialize(store: Store, manifest: Manifest, root: Path, entries: Iterable[
     for e in sorted(large, key=lambda e: e.size):
         fetched += fetch_large(store, placer, e, progress, workers)
         progress.add(files=1)
+    if links_out is not None:
+        links_out += links
+        return fetched
     for e in links:
         placer.link(e)
         progress.add(files=1)
     placer.check_links(links)
     return fetched
+
+
+def check_trees(store: Store, manifest: Manifest) -> None:
+    """Read and validate every tree of a version before anything is written (a hostile entry
+    anywhere refuses the whole version); memory is depth x width, as for the restore."""
+    if manifest.tree is None:
+        return  # schema 1 was validated whole when read
+    files = total = 0
+    for _depth, node in store.iter_nodes(manifest.tree):
+        if not isinstance(node, SubTree):
+            files += 1
+            total += node.size
+    if (files, total) != (manifest.file_count, manifest.total_bytes):
+        raise ManifestError(f"version {manifest.version} says {manifest.file_count} files and "
+                            f"{manifest.total_bytes} bytes, but its trees hold {files} files and {total} bytes",
+                            hint="run `jupyter portable fsck`; restore another version")
 
 
 def _holds_files(dest: Path) -> bool:
@@ -201,6 +225,7 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
     dest.mkdir(parents=True, exist_ok=True)
     head, _ = store.read_head(workspace_id)
     manifest = store.read_manifest(workspace_id, version)
+    check_trees(store, manifest)
     kept = keep_differing(dest, manifest.files, now) if foreign and now is not None else {}
     if not copy.exists():
         copy.write_restoring(workspace_id)  # after the files in the way were kept: a rerun keeps the rest
@@ -210,38 +235,101 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
     def wanted_now(path: str) -> bool:
         return any(path == p or path.startswith(p.rstrip("/") + "/") for p in keep_now)
 
-    pending = [e for e in manifest.files
-               if lazy and e.target is None and e.size >= lazy_threshold and not wanted_now(e.path)
-               and not already_there(dest, e)]
-    pending_paths = {e.path for e in pending}
-    at_once = [e for e in manifest.files if e.path not in pending_paths]
-    progress.files_total = len(at_once)
-    progress.bytes_total = sum(e.size for e in at_once)
+    progress.files_total = manifest.file_count
+    progress.bytes_total = manifest.total_bytes
     progress.set_stage("fetching")
-    fetched = materialize(store, manifest, dest, at_once, progress)
-
+    pending: list[FileEntry] = []
+    placer = Placer(dest)
+    links: list[FileEntry] = []
+    fetched = 0
     removed: list[str] = []
-    if delete:
-        from jupyter_portable.engine.scan import walk
+    try:
+        cache = copy.statcache()
+        cache.open()
+    except sqlite3.Error as exc:
+        raise UsageError(f"cannot open the stat cache in {copy.meta}: {exc}",
+                         hint="delete .portable/statcache.sqlite (it is only a cache)") from exc
+    try:
+        cache.begin()
+        cache.clear()
+        ids: dict[str, int] = {"": ROOT}
 
-        keep = {e.path for e in manifest.files} | set(kept.values())
-        for f in walk(dest, warn=False):
-            if f.path not in keep:
-                os.unlink(os.path.join(dest, f.path))
-                removed.append(f.path)
+        def folder_id(folder: str) -> int:
+            got = ids.get(folder)
+            if got is None:
+                parent, _, name = folder.rpartition("/")
+                got = ids[folder] = cache.ensure_dir(folder_id(parent), name)
+            return got
 
-    copy.write_config(CopyConfig(workspace_id, store.url, manifest.version, head.epoch))
-    copy.clear_restoring()
-    stats: dict[str, Any] = {}
-    for e in at_once:
-        if e.target is None:
-            st = os.stat(os.path.join(dest, e.path))
-            stats[e.path] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-        else:
-            stats[e.path] = e.target
-    for e in pending:
-        stats[e.path] = None
-    copy.write_statcache(manifest.version, stats)
+        def place(batch: list[FileEntry]) -> None:
+            nonlocal fetched
+            fetched += materialize(store, manifest, dest, batch, progress, placer=placer, links_out=links)
+            rows: dict[int, list[tuple[str, Key]]] = {}
+            for e in batch:
+                if e.target is None:
+                    folder, _, name = e.path.rpartition("/")
+                    rows.setdefault(folder_id(folder), []).append(
+                        (name, stat_key(os.stat(os.path.join(dest, e.path)))))
+            for dir_id, got in rows.items():
+                cache.add_rows(dir_id, got)
+
+        # Folder by folder in path order, a batch at a time: memory is the batch plus depth x width.
+        open_dirs: list[list[Any]] = [["", manifest.tree, 0, 0]]  # path, tree, files, bytes
+
+        def close_to(path: str) -> None:
+            while len(open_dirs) > 1 and not path.startswith(open_dirs[-1][0] + "/"):
+                folder, tree, n, b = open_dirs.pop()
+                cache.set_folder(folder_id(folder), tree, n, b)
+                open_dirs[-1][2] += n
+                open_dirs[-1][3] += b
+
+        batch: list[FileEntry] = []
+        nodes = store.iter_nodes(manifest.tree) if manifest.tree is not None else ((0, e) for e in manifest.files)
+        for _depth, node in nodes:
+            close_to(node.path)
+            if isinstance(node, SubTree):
+                open_dirs.append([node.path, node.tree, 0, 0])
+                continue
+            e = node
+            open_dirs[-1][2] += 1
+            open_dirs[-1][3] += e.size
+            if (lazy and e.target is None and e.size >= lazy_threshold and not wanted_now(e.path)
+                    and not already_there(dest, e)):
+                pending.append(e)
+                folder, _, name = e.path.rpartition("/")
+                cache.add_rows(folder_id(folder), [(name, None)])
+                continue
+            batch.append(e)
+            if len(batch) >= RESTORE_BATCH:
+                place(batch)
+                batch = []
+        if batch:
+            place(batch)
+        close_to("")
+        if manifest.tree is not None:
+            cache.set_folder(ROOT, manifest.tree, open_dirs[0][2], open_dirs[0][3])
+        for e in links:
+            placer.link(e)
+            progress.add(files=1)
+            cache.add_rows(folder_id(e.path.rpartition("/")[0]), [(e.path.rpartition("/")[2], e.target)])
+        placer.check_links(links)
+
+        if delete:
+            removed = _remove_others(dest, cache, set(kept.values()))
+
+        cache.set_version(manifest.version)
+        copy.write_config(CopyConfig(workspace_id, store.url, manifest.version, head.epoch))
+        copy.clear_restoring()
+        cache.commit()
+    except BaseException:
+        try:
+            cache.rollback()
+        except sqlite3.Error:
+            pass
+        raise
+    finally:
+        cache.close()
+    pending_paths = [e.path for e in pending]
     if pending:
         write_pending(copy, manifest.version, pending)
         if start_fetcher:
@@ -254,10 +342,29 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
     shutil.rmtree(copy.tmp_dir, ignore_errors=True)
     total = manifest.total_bytes
     progress.done(f"restored version {manifest.version} of {workspace_id} into {dest}: "
-                  f"{len(manifest.files)} files, {human_bytes(total)}"
+                  f"{manifest.file_count} files, {human_bytes(total)}"
                   + (f"; {len(pending)} large file(s) fetching in the background" if pending else "")
                   + (f"; {len(kept)} differing file(s) kept beside them as NAME.orig-TIME" if kept else ""))
-    return RestoreResult(workspace_id, manifest.version, len(manifest.files), total,
+    return RestoreResult(workspace_id, manifest.version, manifest.file_count, total,
                          sorted(pending_paths), fetched, removed, kept)
 
 
+def _remove_others(dest: Path, cache: StatCache, keep: set[str]) -> list[str]:
+    """Delete every file of ``dest`` the version does not have (the cache now lists exactly its files)."""
+    from jupyter_portable.engine.scan import Lister
+
+    lister = Lister(dest, warn=False, strict=False)
+    removed: list[str] = []
+    stack: list[tuple[str, str, int | None]] = [("", str(dest), ROOT)]
+    while stack:
+        rel, path, dir_id = stack.pop()
+        listing = lister.list(rel, path)
+        rows = cache.rows(dir_id) if dir_id is not None else {}
+        for f in listing.files:
+            if cache.lookup_name(f.path.rpartition("/")[2]) not in rows and f.path not in keep:
+                os.unlink(os.path.join(dest, f.path))
+                removed.append(f.path)
+        for name, sub in listing.dirs:
+            got = cache.child(dir_id, name) if dir_id is not None else None
+            stack.append((f"{rel}/{name}" if rel else name, sub, got[0] if got else None))
+    return sorted(removed)

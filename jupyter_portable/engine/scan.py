@@ -89,41 +89,52 @@ class Scan:
     special: list[tuple[str, str]] = field(default_factory=list)  # (path, kind): never read, never recorded
 
 
-def scan(root: Path, *, warn: bool = True, strict: bool = True) -> Scan:
-    """Every regular file and in-workspace symlink under ``root`` (sorted by path), and the
-    special files (FIFOs, sockets, devices) it skipped.
+@dataclass(slots=True)
+class Listing:
+    """One folder as a walk sees it: its files and links, its subfolders, its special files."""
 
-    ``.portable`` is never included. Symlinks are recorded, never followed; one that
-    points outside the workspace is skipped with a warning. A folder that cannot be listed
-    (or an entry that cannot be stat'ed) raises :class:`UnreadableDirectory`: its files are
-    unknown, and taking them as absent would publish them as deleted. With ``strict=False``
-    it is skipped instead (with a warning), for callers that only look.
-    """
-    spec = ignore_spec(root)
-    match = _matcher(spec)
-    real_root = os.path.realpath(root)
-    out = Scan()
-    found = out.found
-    stack = [("", str(root))]
-    while stack:
-        rel_dir, abs_dir = stack.pop()
+    files: list[Found] = field(default_factory=list)
+    dirs: list[tuple[str, str]] = field(default_factory=list)  # (name, absolute path)
+    special: list[tuple[str, str]] = field(default_factory=list)
+    gone: bool = False  # removed (or replaced by a file) while walking
+
+
+class Lister:
+    """Lists one folder at a time with the workspace's ignore rules (what :func:`scan` does
+    for the whole tree), so that a walk holds one folder per level, not every file."""
+
+    def __init__(self, root: Path, *, warn: bool = True, strict: bool = True) -> None:
+        self.root = root
+        self.match = _matcher(ignore_spec(root))
+        self.real_root = os.path.realpath(root)
+        self.warn = warn
+        self.strict = strict
+
+    def list(self, rel_dir: str, abs_dir: str) -> Listing:
+        """The folder ``rel_dir`` ('' for the root), unsorted."""
+        out = Listing()
+        match, warn, strict = self.match, self.warn, self.strict
         try:
             entries = list(os.scandir(abs_dir))
         except (FileNotFoundError, NotADirectoryError) as exc:
             if rel_dir:
-                continue  # removed (or replaced by a file) while walking: gone for real
+                out.gone = True
+                return out  # removed (or replaced by a file) while walking: gone for real
             if strict:
                 raise _unreadable("cannot list the workspace folder", abs_dir, "", exc) from exc
             if warn:
                 print(f"warning: cannot list {abs_dir}: {exc.strerror}", file=sys.stderr)
-            continue
+            out.gone = True
+            return out
         except OSError as exc:
             if strict:
                 raise _unreadable(f"cannot list folder {rel_dir!r}" if rel_dir else "cannot list the workspace folder",
                                   abs_dir, rel_dir + "/" if rel_dir else "", exc) from exc
             if warn:
                 print(f"warning: cannot list {abs_dir}: {exc.strerror}", file=sys.stderr)
-            continue
+            out.gone = True
+            return out
+        found = out.files
         for entry in entries:
             name = entry.name
             rel = f"{rel_dir}/{name}" if rel_dir else name
@@ -140,7 +151,7 @@ def scan(root: Path, *, warn: bool = True, strict: bool = True) -> Scan:
             mode = st.st_mode
             if statmod.S_ISDIR(mode):
                 if not match(rel + "/"):
-                    stack.append((rel, entry.path))
+                    out.dirs.append((name, entry.path))
             elif statmod.S_ISREG(mode):
                 if not match(rel):
                     if "\\" in rel:
@@ -158,7 +169,7 @@ def scan(root: Path, *, warn: bool = True, strict: bool = True) -> Scan:
                 try:
                     check_link_target(rel, target)
                     real = os.path.realpath(entry.path)
-                    if real != real_root and not real.startswith(real_root + os.sep):
+                    if real != self.real_root and not real.startswith(self.real_root + os.sep):
                         raise UnsafePath(f"symlink {rel!r} resolves outside the workspace")
                 except UnsafePath as exc:
                     if warn:
@@ -171,7 +182,29 @@ def scan(root: Path, *, warn: bool = True, strict: bool = True) -> Scan:
                 if warn:
                     print(f"warning: skipping {rel!r}: a {kind} is not a file; it is not recorded", file=sys.stderr)
                 out.special.append((rel, kind))
-    found.sort(key=lambda f: f.path)
+        return out
+
+
+def scan(root: Path, *, warn: bool = True, strict: bool = True) -> Scan:
+    """Every regular file and in-workspace symlink under ``root`` (sorted by path), and the
+    special files (FIFOs, sockets, devices) it skipped.
+
+    ``.portable`` is never included. Symlinks are recorded, never followed; one that
+    points outside the workspace is skipped with a warning. A folder that cannot be listed
+    (or an entry that cannot be stat'ed) raises :class:`UnreadableDirectory`: its files are
+    unknown, and taking them as absent would publish them as deleted. With ``strict=False``
+    it is skipped instead (with a warning), for callers that only look.
+    """
+    lister = Lister(root, warn=warn, strict=strict)
+    out = Scan()
+    stack = [("", str(root))]
+    while stack:
+        rel_dir, abs_dir = stack.pop()
+        listing = lister.list(rel_dir, abs_dir)
+        out.found.extend(listing.files)
+        out.special.extend(listing.special)
+        stack.extend((f"{rel_dir}/{name}" if rel_dir else name, path) for name, path in listing.dirs)
+    out.found.sort(key=lambda f: f.path)
     out.special.sort()
     return out
 

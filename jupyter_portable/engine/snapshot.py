@@ -8,8 +8,10 @@ is not published this time; its previous version (if any) stays.
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,11 +20,14 @@ from typing import Any
 import blake3
 
 from jupyter_portable.core.errors import ConflictError, FencedError, PortableError
-from jupyter_portable.core.manifest import FileEntry, Manifest, PackIndex, ParentRef
+from jupyter_portable.core.manifest import FileEntry, Manifest, PackIndex, PackRef, ParentRef
 from jupyter_portable.core.times import now_iso
+from jupyter_portable.core.tree import MAX_DEPTH, Node, encode_tree, node_json
 from jupyter_portable.engine.progress import Progress, human_bytes
-from jupyter_portable.engine.scan import Found, scan
+from jupyter_portable.engine.scan import IGNORE_FILE, Found, Lister
+from jupyter_portable.engine.trees import BaseTree, as_tree, iter_under, replace_at, write_trees
 from jupyter_portable.store.repo import CONFLICT_HINT, Store, digest, object_key
+from jupyter_portable.workdir.statcache import ROOT, Key, StatCache, stat_key
 from jupyter_portable.workdir.workcopy import CopyConfig, WorkspaceCopy
 
 SMALL_MAX = 512 * 1024  # files below this are packed
@@ -30,7 +35,9 @@ PART_SIZE = 16 * 1024 * 1024  # large files are stored in parts of this size
 PACK_TARGET = 8 * 1024 * 1024  # a pack is flushed once it holds this much
 INFLIGHT_MAX = 256 * 1024 * 1024  # bytes read but not yet durable
 RACY_NS = 2_000_000_000  # files modified this recently are re-hashed next time
-BATCH = 128  # small files per hashing task
+BATCH = 64  # small files per hashing task
+PACKED_KEEP = 100_000  # pack refs of this run kept for deduplication
+WAITING_MAX = 20_000  # entries of folders waiting for their pack refs before a pack is formed early
 PERMS = 0o777  # setuid, setgid and sticky bits are never recorded or restored
 
 
@@ -46,6 +53,7 @@ class SnapshotResult:
     hashed: int = 0  # files read and hashed (the rest were known from the stat cache)
     # FIFOs, sockets and devices, never recorded: [{"path": ..., "kind": "FIFO"}]
     special: list[dict[str, str]] = field(default_factory=list)
+    tree_bytes: int = 0  # tree objects written (format 2), besides the data in new_bytes
 
     def to_json(self) -> dict[str, Any]:
         """``skipped`` lists every path not recorded as it is now: changed while read, or special."""
@@ -90,9 +98,12 @@ class _Uploader:
         self._lock = threading.Lock()
         self._buf: list[tuple[str, bytes]] = []
         self._buf_size = 0
-        self.packed: dict[str, dict[str, Any]] = {}  # blob hash -> pack ref, this run
+        # blob hash -> pack ref of this run's packs, the newest PACKED_KEEP kept (for
+        # deduplication within the run; every folder takes its refs long before eviction)
+        self.packed: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._pending_blobs: set[str] = set()
         self._parts_seen: set[str] = set()
+        self.tree_bytes = 0
 
     def _reserve(self, n: int) -> None:
         with self._budget:
@@ -140,10 +151,45 @@ class _Uploader:
         with self._lock:
             for h, d in blobs:
                 self.packed[h] = {"id": ph, "offset": off, "length": len(d)}
+                self._pending_blobs.discard(h)
                 entries.append((h, off, len(d)))
                 off += len(d)
+            while len(self.packed) > PACKED_KEEP:
+                self.packed.popitem(last=False)
         index = PackIndex(ph, len(body), tuple(entries))
         self._submit(len(body), self.store.write_pack, index, body)
+
+    def ref(self, h: str) -> dict[str, Any] | None:
+        """The pack ref of a blob of this run, once its pack is formed."""
+        with self._lock:
+            return self.packed.get(h)
+
+    def pending(self) -> bool:
+        with self._lock:
+            return bool(self._buf)
+
+    def flush_now(self) -> None:
+        """Form a pack of what is buffered (so that folders waiting for refs can be written)."""
+        with self._lock:
+            rest, self._buf, self._buf_size = self._buf, [], 0
+        if rest:
+            self._flush(rest)
+
+    def add_tree(self, body: bytes) -> str:
+        """Write one tree object in the background; its hash."""
+        h = digest(body)
+        with self._lock:
+            self.tree_bytes += len(body)
+        self._reserve(len(body))
+
+        def run() -> None:
+            try:
+                self.store.put_object(body, h)
+            finally:
+                self._release(len(body))
+
+        self.futures.append(self.pool.submit(run))
+        return h
 
     def add_part(self, h: str, data: bytes, known: set[str]) -> None:
         with self._lock:
@@ -177,7 +223,11 @@ def _same(st: os.stat_result, fst: os.stat_result) -> bool:
     return st.st_size == fst.st_size and st.st_mtime_ns == fst.st_mtime_ns
 
 
-def _hash_small(root: str, f: Found, up: _Uploader, known_blobs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _pack_json(ref: PackRef) -> dict[str, Any]:
+    return {"id": ref.pack, "offset": ref.offset, "length": ref.length}
+
+
+def _hash_small(root: str, f: Found, up: _Uploader, prev: FileEntry | None) -> dict[str, Any]:
     with open(os.path.join(root, f.path), "rb") as fh:
         data = fh.read()
         if len(data) != f.st.st_size or not _same(f.st, os.fstat(fh.fileno())):
@@ -187,15 +237,20 @@ def _hash_small(root: str, f: Found, up: _Uploader, known_blobs: dict[str, dict[
                              "mode": f.st.st_mode & PERMS, "hash": h, "mtime_ns": f.st.st_mtime_ns}
     if not data:
         entry["parts"] = []
-    elif h in known_blobs:
-        entry["pack"] = known_blobs[h]
+    elif prev is not None and prev.pack is not None and prev.hash == h:
+        entry["pack"] = _pack_json(prev.pack)  # same bytes as the base version: already stored
     else:
-        up.add_blob(h, data)
-        entry["pack"] = None  # filled in once the pack is flushed
+        ref = up.ref(h)
+        if ref is not None:
+            entry["pack"] = dict(ref)
+        else:
+            up.add_blob(h, data)
+            entry["pack"] = None  # filled in once the pack is formed
     return entry
 
 
-def _hash_large(root: str, f: Found, up: _Uploader, known_parts: set[str]) -> dict[str, Any]:
+def _hash_large(root: str, f: Found, up: _Uploader, prev: FileEntry | None) -> dict[str, Any]:
+    known_parts = {h for h, _n in prev.parts} if prev is not None else set()
     whole = blake3.blake3()
     parts: list[list[Any]] = []
     with open(os.path.join(root, f.path), "rb") as fh:
@@ -214,22 +269,6 @@ def _hash_large(root: str, f: Found, up: _Uploader, known_parts: set[str]) -> di
             "hash": whole.hexdigest(), "mtime_ns": f.st.st_mtime_ns, "parts": parts}
 
 
-def _all_unchanged(keys: dict[str, Any], found: list[Found]) -> bool:
-    """Every file's stat matches the cache (the hot loop of a no-change snapshot: no lists built)."""
-    get = keys.get
-    for f in found:
-        k = get(f.path)
-        if f.target is not None:
-            if k != f.target:
-                return False
-            continue
-        st = f.st
-        if (k is None or k.__class__ is not list or k[0] != st.st_size or k[1] != st.st_mtime_ns
-                or k[2] != st.st_ctime_ns or k[3] != st.st_ino):
-            return False
-    return True
-
-
 Entry = dict[str, Any] | FileEntry  # a new entry (dict) or one kept from the base version
 
 
@@ -242,6 +281,320 @@ def _identity(e: Entry) -> tuple[Any, ...]:
 
 def _size(e: Entry) -> int:
     return e.size if isinstance(e, FileEntry) else int(e.get("size", 0))
+
+
+def _entry_json(e: Entry) -> dict[str, Any]:
+    if isinstance(e, FileEntry):
+        return node_json(e)
+    out = dict(e)
+    out["name"] = out.pop("path").rpartition("/")[2]
+    return out
+
+
+@dataclass
+class _Result:
+    """What a folder became: its tree (None until written), and what it holds."""
+
+    tree: str | None
+    files: int
+    bytes: int
+    unchanged: bool  # exactly the tree the stat cache remembers
+
+
+@dataclass
+class _Folder:
+    rel: str
+    abs: str
+    name: str
+    depth: int
+    parent: "_Folder | None"
+    cache_id: int | None
+    cached: tuple[str | None, int, int] | None
+    rows: dict[str, Key]
+    subdirs: list[tuple[str, str]]
+    changed: bool = False
+    next_sub: int = 0
+    kept: dict[str, Entry] = field(default_factory=dict)
+    keys: dict[str, Key] = field(default_factory=dict)
+    maybe: list[tuple[Found, Key]] = field(default_factory=list)  # stat as cached: kept if the base has it
+    jobs: list[Future[list[tuple[Found, Entry | None]]]] = field(default_factory=list)
+    children: dict[str, _Result] = field(default_factory=dict)
+    entries: list[Entry | tuple[str, _Result]] = field(default_factory=list)
+    result: _Result | None = None
+
+
+class _Walk:
+    """One snapshot's walk: folders listed one at a time, changed files hashed in a pool,
+    each changed folder's tree written once its new blobs are in packs (post-order), and the
+    stat cache updated folder by folder inside one transaction."""
+
+    def __init__(self, copy: WorkspaceCopy, store: Store, cache: StatCache, usable: bool, base: BaseTree,
+                 up: _Uploader, progress: Progress, started_ns: int,
+                 pending: dict[str, dict[str, FileEntry]]) -> None:
+        self.root = str(copy.root)
+        self.copy = copy
+        self.store = store
+        self.cache = cache
+        self.usable = usable
+        self.base = base
+        self.up = up
+        self.progress = progress
+        self.started_ns = started_ns
+        self.pending = pending
+        # Folders that hold files not fetched yet, by parent: walked even where nothing is on disk yet.
+        self.pending_dirs: dict[str, set[str]] = {}
+        for folder in pending:
+            while folder:
+                parent, _, name = folder.rpartition("/")
+                self.pending_dirs.setdefault(parent, set()).add(name)
+                folder = parent
+        self.lister = Lister(copy.root)
+        self.skipped: list[str] = []
+        self.special: list[dict[str, str]] = []
+        self.hashed = 0
+        self.queue: deque[_Folder] = deque()
+        self.waiting = 0
+        workers = max(2, min(8, (os.cpu_count() or 2) * 2))
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="portable-hash")
+
+    # -- hashing -------------------------------------------------------------------------
+
+    def _hash_batch(self, batch: list[tuple[Found, FileEntry | None]]) -> list[tuple[Found, Entry | None]]:
+        out: list[tuple[Found, Entry | None]] = []
+        for f, prev in batch:
+            try:
+                if f.st.st_size < SMALL_MAX:
+                    e = _hash_small(self.root, f, self.up, prev)
+                    self.progress.add(files=1, nbytes=f.st.st_size)
+                else:
+                    e = _hash_large(self.root, f, self.up, prev)
+                    self.progress.add(files=1)
+                out.append((f, e))
+            except (_Unstable, FileNotFoundError):
+                out.append((f, None))
+        return out
+
+    def _submit(self, fr: _Folder, todo: list[Found], nodes: dict[str, Node] | None) -> None:
+        if not todo:
+            return
+        self.progress.files_total += len(todo)
+        self.progress.bytes_total += sum(f.st.st_size for f in todo)
+        self.hashed += len(todo)
+        pairs = []
+        for f in todo:
+            prev = nodes.get(f.path.rpartition("/")[2]) if nodes else None
+            pairs.append((f, prev if isinstance(prev, FileEntry) and prev.target is None else None))
+        small = [p for p in pairs if p[0].st.st_size < SMALL_MAX]
+        large = [p for p in pairs if p[0].st.st_size >= SMALL_MAX]
+        fr.jobs += [self.pool.submit(self._hash_batch, [p]) for p in large]
+        fr.jobs += [self.pool.submit(self._hash_batch, small[i:i + BATCH]) for i in range(0, len(small), BATCH)]
+
+    # -- folders -------------------------------------------------------------------------
+
+    def visit(self, rel: str, abs_dir: str, name: str, parent: _Folder | None) -> _Folder:
+        depth = parent.depth + 1 if parent is not None else 0
+        if depth > MAX_DEPTH:
+            raise PortableError(f"folder {rel!r} is nested more than {MAX_DEPTH} levels deep; nothing was published",
+                                hint=f"move it higher up, or add it to {IGNORE_FILE}")
+        listing = self.lister.list(rel, abs_dir)
+        cache_id: int | None
+        cached: tuple[str | None, int, int] | None
+        if parent is None:
+            cache_id, cached = ROOT, self.cache.folder(ROOT)
+        elif parent.cache_id is not None:
+            got = self.cache.child(parent.cache_id, name)
+            cache_id, cached = (got[0], got[1:]) if got is not None else (None, None)
+        else:
+            cache_id, cached = None, None
+        rows = self.cache.rows(cache_id) if cache_id is not None and self.usable else {}
+        subdirs = listing.dirs
+        if rel in self.pending_dirs:
+            on_disk = {n for n, _p in subdirs}
+            subdirs += [(n, os.path.join(abs_dir, n)) for n in self.pending_dirs[rel] if n not in on_disk]
+        fr = _Folder(rel, abs_dir, name, depth, parent, cache_id, cached, rows, sorted(subdirs))
+        self.special += [{"path": p, "kind": k} for p, k in listing.special]
+        lookup = self.cache.lookup_name
+        todo: list[Found] = []
+        seen: set[str] = set()
+        for f in listing.files:
+            fname = f.path.rpartition("/")[2]
+            lname = lookup(fname)
+            seen.add(lname)
+            was = rows.get(lname)
+            if f.target is not None:
+                fr.kept[fname] = {"path": f.path, "type": "symlink", "target": f.target}
+                fr.keys[fname] = f.target
+                if was != f.target:
+                    fr.changed = True
+                continue
+            key = stat_key(f.st)
+            if was is not None and was == key:
+                fr.maybe.append((f, key))
+            else:
+                fr.changed = True
+                todo.append(f)
+        if seen != rows.keys():
+            fr.changed = True
+        for pname, e in self.pending.get(rel, {}).items():
+            if lookup(pname) not in seen:  # not fetched yet: still part of the copy
+                fr.kept[pname] = e
+                fr.keys[pname] = None
+                fr.changed = True
+        nodes = self.base.nodes(rel) if todo else None
+        self._submit(fr, todo, nodes)
+        return fr
+
+    def _racy(self, key: Key) -> Key:
+        if isinstance(key, tuple) and key[1] >= self.started_ns - RACY_NS:
+            return None  # too fresh to trust: a write in the same clock tick would be missed
+        return key
+
+    def _take(self, fr: _Folder, f: Found, e: Entry | None, nodes: dict[str, Node] | None) -> None:
+        fname = f.path.rpartition("/")[2]
+        if e is None:
+            self.skipped.append(f.path)
+            prev = nodes.get(fname) if nodes else None
+            if isinstance(prev, FileEntry):  # changed while read: the previous version stays
+                fr.kept[fname] = prev
+                fr.keys[fname] = None
+            return
+        fr.kept[fname] = e
+        fr.keys[fname] = self._racy(stat_key(f.st))
+
+    def finish(self, fr: _Folder) -> _Result:
+        """Decide the folder's entries once its subfolders are done; queue its tree."""
+        results = [(f, e) for job in fr.jobs for f, e in job.result()]
+        fr.jobs = []
+        if results:
+            fr.changed = True
+        kids = {n: r for n, r in fr.children.items() if r.files}
+        cached_kids = self.cache.children(fr.cache_id) if fr.cache_id is not None else {}
+        if (self.usable and not fr.changed and fr.cached is not None and fr.cached[0] is not None
+                and all(r.unchanged for r in kids.values())
+                and {self.cache.lookup_name(n) for n in kids} == cached_kids.keys()):
+            tree, files, nbytes = fr.cached
+            return _Result(tree, files, nbytes, True)
+        nodes = self.base.nodes(fr.rel)
+        for f, e in results:
+            self._take(fr, f, e, nodes)
+        rehash: list[Found] = []
+        for f, key in fr.maybe:
+            prev = nodes.get(f.path.rpartition("/")[2]) if nodes else None
+            if isinstance(prev, FileEntry) and prev.target is None:
+                fr.kept[prev.path.rpartition("/")[2]] = prev
+                fr.keys[prev.path.rpartition("/")[2]] = self._racy(key)
+            else:
+                rehash.append(f)  # the cache and the base disagree: read it again
+        fr.maybe = []
+        if rehash:
+            self._submit(fr, rehash, nodes)
+            for job in fr.jobs:
+                for f, e in job.result():
+                    self._take(fr, f, e, nodes)
+            fr.jobs = []
+        files = len(fr.kept) + sum(r.files for r in kids.values())
+        nbytes = sum(_size(e) for e in fr.kept.values()) + sum(r.bytes for r in kids.values())
+        result = _Result(None, files, nbytes, False)
+        # The stat cache follows the folder (inside the snapshot's transaction).
+        for gone, (gid, _tree) in cached_kids.items():
+            if gone not in {self.cache.lookup_name(n) for n in kids}:
+                self.cache.drop_folder(gid)
+        if not files and fr.parent is not None:
+            if fr.cache_id is not None:
+                self.cache.drop_folder(fr.cache_id)
+            return result  # an empty folder is not recorded
+        if fr.cache_id is None:
+            fr.cache_id = self._ensure_id(fr)
+        self.cache.replace_rows(fr.cache_id, fr.keys.items())
+        fr.entries = [*fr.kept.values(), *((n, r) for n, r in sorted(kids.items()))]
+        fr.kept, fr.keys = {}, {}
+        fr.result = result
+        self.queue.append(fr)
+        self.waiting += len(fr.entries)
+        return result
+
+    def _ensure_id(self, fr: _Folder) -> int:
+        if fr.cache_id is None:
+            assert fr.parent is not None
+            fr.cache_id = self.cache.ensure_dir(self._ensure_id(fr.parent), fr.name)
+        return fr.cache_id
+
+    def drain(self, force: bool = False) -> None:
+        """Write the trees of queued folders, oldest first, while their blobs have pack refs."""
+        while self.queue:
+            fr = self.queue[0]
+            for e in fr.entries:
+                if isinstance(e, dict) and e.get("type") == "file" and e.get("pack", 0) is None:
+                    ref = self.up.ref(e["hash"])
+                    if ref is None and force:
+                        self.up.flush_now()
+                        ref = self.up.ref(e["hash"])
+                    if ref is None:
+                        return
+                    e["pack"] = dict(ref)
+            out: list[tuple[str, dict[str, Any]]] = []
+            for e in fr.entries:
+                if isinstance(e, tuple):
+                    name, r = e
+                    assert r.tree is not None, "a subfolder's tree is written before its parent's"
+                    out.append((name + "/", {"name": name, "type": "dir", "tree": r.tree}))
+                else:
+                    j = _entry_json(e)
+                    out.append((j["name"], j))
+            out.sort(key=lambda kv: kv[0])
+            body = encode_tree([j for _k, j in out], fr.rel or "the workspace root")
+            assert fr.result is not None and fr.cache_id is not None
+            fr.result.tree = self.up.add_tree(body)
+            self.cache.set_folder(fr.cache_id, fr.result.tree, fr.result.files, fr.result.bytes)
+            self.waiting -= len(fr.entries)
+            fr.entries = []
+            self.queue.popleft()
+
+    def run(self) -> _Result:
+        try:
+            top = self.visit("", self.root, "", None)
+            stack = [top]
+            while stack:
+                fr = stack[-1]
+                if fr.next_sub < len(fr.subdirs):
+                    name, path = fr.subdirs[fr.next_sub]
+                    fr.next_sub += 1
+                    stack.append(self.visit(f"{fr.rel}/{name}" if fr.rel else name, path, name, fr))
+                    continue
+                stack.pop()
+                result = self.finish(fr)
+                if fr.parent is not None:
+                    fr.parent.children[fr.name] = result
+                self.drain()
+                if self.waiting > WAITING_MAX and self.up.pending():
+                    self.up.flush_now()
+                    self.drain()
+            self.drain(force=True)
+            return result
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _pending_by_folder(copy: WorkspaceCopy, version: int) -> dict[str, dict[str, FileEntry]]:
+    from jupyter_portable.workdir.pending import read_pending
+
+    pending_version, pending = read_pending(copy)
+    out: dict[str, dict[str, FileEntry]] = {}
+    if pending_version == version:
+        for e in pending:
+            folder, _, name = e.path.rpartition("/")
+            out.setdefault(folder, {})[name] = e
+    return out
+
+
+def _count(store: Store, root: str | None, path: str) -> tuple[int, int]:
+    if root is None:
+        return 0, 0
+    n = b = 0
+    for e in iter_under(store, root, path):
+        n += 1
+        b += e.size
+    return n, b
 
 
 def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: bool = False,
@@ -262,181 +615,134 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
             f"workspace {ws} is at version {head.version} but this copy is based on version {cfg.version}",
             hint=CONFLICT_HINT)
     base_version = head.version if force else cfg.version
-
+    extras = extras or Extras()
     started_ns = time.time_ns()
     progress.set_stage("scanning")
-    scanned = scan(copy.root)
-    found = scanned.found
-    special = [{"path": path, "kind": kind} for path, kind in scanned.special]
-    extras = extras or Extras()
-    keys = copy.read_statcache(cfg.version, extras.fingerprint) if not force else None
-    if keys is not None and base_version and extras.before_publish is None and not extras.allocations \
-            and len(keys) == len(found) and _all_unchanged(keys, found):
-        # Every file's size, mtime, ctime and inode (every link's target) are as
-        # recorded for the base version: nothing changed, nothing to read.
-        total = sum(f.st.st_size for f in found if f.target is None)
-        progress.done(f"no changes since version {base_version} ({len(found)} files, {human_bytes(total)})")
-        return SnapshotResult(ws, base_version, len(found), total, 0, False, [], 0, special)
-    keys = keys or {}
     base_manifest = store.read_manifest(ws, base_version) if base_version else None
-    # Entries of the base version stay FileEntry objects (validated when read); new ones are dicts.
-    base: dict[str, FileEntry] = base_manifest.by_path() if base_manifest else {}
-
-    entries: dict[str, Entry] = {}
-    new_stats: dict[str, list[int] | str | None] = {}
-    todo_small: list[Found] = []
-    todo_large: list[Found] = []
-    for f in found:
-        key = f.key
-        prev = base.get(f.path)
-        if f.target is not None:
-            entries[f.path] = {"path": f.path, "type": "symlink", "target": f.target}
-            new_stats[f.path] = key
-        elif prev is not None and prev.target is None and keys.get(f.path) == key:
-            entries[f.path] = prev
-            new_stats[f.path] = key
-        elif f.st.st_size < SMALL_MAX:
-            todo_small.append(f)
-        else:
-            todo_large.append(f)
-
-    skipped: list[str] = []
-    workers = max(2, min(8, (os.cpu_count() or 2) * 2))
+    # A schema-1 base gets trees now (the upgrade); a schema-2 base is read folder by folder.
+    base_root = as_tree(store, base_manifest)[0] if base_manifest is not None else None
+    base = BaseTree(store, base_root)
     up = _Uploader(store, 8 if store.url.startswith("s3") else 2, progress)
-    if todo_small or todo_large:
-        known_blobs: dict[str, dict[str, Any]] = {}
-        known_parts: set[str] = set()
-        for e in base.values():
-            if e.pack is not None:
-                known_blobs[e.hash] = {"id": e.pack.pack, "offset": e.pack.offset, "length": e.pack.length}
-            for h, _n in e.parts:
-                known_parts.add(h)
-        progress.files_total = len(todo_small) + len(todo_large)
-        progress.bytes_total = sum(f.st.st_size for f in todo_small) + sum(f.st.st_size for f in todo_large)
-        progress.set_stage("hashing")
-        root = str(copy.root)
-        lock = threading.Lock()
-
-        def do_small(batch: list[Found]) -> None:
-            for f in batch:
-                try:
-                    e = _hash_small(root, f, up, known_blobs)
-                except (_Unstable, FileNotFoundError):
-                    with lock:
-                        skipped.append(f.path)
-                    continue
-                with lock:
-                    entries[f.path] = e
-                    new_stats[f.path] = f.key
-                progress.add(files=1, nbytes=f.st.st_size)
-
-        def do_large(f: Found) -> None:
-            try:
-                e = _hash_large(root, f, up, known_parts)
-            except (_Unstable, FileNotFoundError):
-                with lock:
-                    skipped.append(f.path)
-                return
-            with lock:
-                entries[f.path] = e
-                new_stats[f.path] = f.key
-            progress.add(files=1)
-
-        with ThreadPoolExecutor(workers, thread_name_prefix="portable-hash") as pool:
-            futs = [pool.submit(do_large, f) for f in todo_large]
-            futs += [pool.submit(do_small, todo_small[i:i + BATCH]) for i in range(0, len(todo_small), BATCH)]
-            try:
-                for fut in futs:
-                    fut.result()
-            except BaseException:
-                up.pool.shutdown(wait=False, cancel_futures=True)
-                raise
+    try:
+        cache = StatCache(copy.meta)
+        cache.open()
+    except sqlite3.Error as exc:
+        raise PortableError(f"cannot open the stat cache in {copy.meta}: {exc}",
+                            hint="delete .portable/statcache.sqlite (it is only a cache)") from exc
+    try:
+        cache.begin()
+        usable = (not force and base_manifest is not None and base_manifest.tree is not None
+                  and cache.valid_for(cfg.version))
+        fingerprint_same = usable and cache.fingerprint() == extras.fingerprint
+        if not usable:
+            cache.clear()
+        walk = _Walk(copy, store, cache, usable, base, up, progress, started_ns,
+                     _pending_by_folder(copy, cfg.version))
+        try:
+            top = walk.run()
+        except BaseException:
+            up.pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        skipped, special = walk.skipped, walk.special
+        if (top.unchanged and fingerprint_same and extras.before_publish is None and not extras.allocations
+                and base_manifest is not None):
+            # Every file's size, mtime, ctime and inode (every link's target) are as
+            # recorded for the base version: nothing changed, nothing to read.
+            up.pool.shutdown()
+            cache.rollback()
+            progress.done(f"no changes since version {base_version} ({top.files} files, {human_bytes(top.bytes)})")
+            return SnapshotResult(ws, base_version, top.files, top.bytes, 0, False, [], 0, special)
         progress.set_stage("uploading")
         up.finish()
-        for new in entries.values():
-            if isinstance(new, dict) and "pack" in new and new["pack"] is None:
-                new["pack"] = up.packed[new["hash"]]
-    else:
-        up.pool.shutdown()
+        assert top.tree is not None
+        root, files, total = top.tree, top.files, top.bytes
 
-    # Files a lazy restore has not fetched yet are part of the copy, just not here yet.
-    from jupyter_portable.workdir.pending import read_pending
+        new_checkpoints: list[dict[str, Any]] = []
+        if extras.before_publish is not None:
+            rel = getattr(extras.before_publish, "rel", None)
+            mine = iter_under(store, root, rel) if isinstance(rel, str) else store.iter_files(root)
+            entries: dict[str, Any] = {e.path: e for e in mine}
+            new_checkpoints, revert = extras.before_publish(entries, base_manifest)
+            for path in revert:  # back to what the base version had there, or absent
+                was_n, was_b = _count(store, root, path)
+                now_n, now_b = _count(store, base_root, path)
+                root = replace_at(store, root, path, base.node(path))
+                files, total = files - was_n + now_n, total - was_b + now_b
+                _forget(cache, path)
+        unchanged = (base_manifest is not None and base_manifest.tree is not None and root == base_root
+                     and not new_checkpoints and not extras.allocations)
+        runtime = base_manifest.runtime if base_manifest else None
+        if extras.runtime is not None:
+            runtime = extras.runtime(base_manifest)
+            if base_manifest is not None and runtime != base_manifest.runtime:
+                unchanged = False
+        if unchanged and not force:
+            cache.set_version(base_version, extras.fingerprint)
+            cache.commit()
+            progress.done(f"no changes since version {base_version} ({files} files, {human_bytes(total)})")
+            return SnapshotResult(ws, base_version, files, total, up.new_bytes, False, sorted(skipped),
+                                  walk.hashed, special)
 
-    pending_version, pending = read_pending(copy)
-    if pending_version == cfg.version:
-        for e in pending:
-            if e.path not in entries:
-                entries[e.path] = e
-                new_stats[e.path] = None
-    # A file that changed while read keeps its previous version, if it had one.
-    for path in skipped:
-        if path in base:
-            entries[path] = base[path]
-            new_stats[path] = None
-
-    new_checkpoints: list[dict[str, Any]] = []
-    if extras.before_publish is not None:
-        new_checkpoints, revert = extras.before_publish(entries, base_manifest)
-        for path in revert:  # back to what the base version had there, or absent
-            for p in [p for p in entries if p == path or p.startswith(path + "/")]:
-                del entries[p]
-                new_stats.pop(p, None)
-            for p in [p for p in base if p == path or p.startswith(path + "/")]:
-                entries[p] = base[p]
-
-    ordered = [entries[p] for p in sorted(entries)]
-    total = sum(_size(e) for e in ordered)
-    unchanged = (bool(base_version) and not new_checkpoints and not extras.allocations
-                 and len(ordered) == len(base)
-                 and all(p in base and _identity(base[p]) == _identity(entries[p]) for p in entries))
-    runtime = base_manifest.runtime if base_manifest else None
-    if extras.runtime is not None:
-        runtime = extras.runtime(base_manifest)
-        if base_manifest is not None and runtime != base_manifest.runtime:
-            unchanged = False
-    if unchanged and not force:
-        version = base_version
-        _write_cache(copy, version, entries, new_stats, started_ns, extras.fingerprint)
-        progress.done(f"no changes since version {version} ({len(ordered)} files, {human_bytes(total)})")
-        return SnapshotResult(ws, version, len(ordered), total, up.new_bytes, False, sorted(skipped),
-                              len(todo_small) + len(todo_large), special)
-
-    # Carry the records later layers keep (checkpoints, runtime, ...) forward.
-    head, _ = store.read_head(ws)
-    parent = None
-    if base_version:
-        assert base_manifest is not None
-        if head.version == base_version and head.manifest:
-            parent = ParentRef(base_version, head.manifest)
-        else:
-            raise ConflictError(f"workspace {ws} moved to version {head.version} during the snapshot",
-                                hint=CONFLICT_HINT)
-    manifest = Manifest(
-        workspace_id=ws, version=base_version + 1, created=now_iso(),
-        files=tuple(e if isinstance(e, FileEntry) else FileEntry.from_json(e) for e in ordered),
-        parent=parent, message=message,
-        epoch=cfg.epoch,
-        checkpoints=(base_manifest.checkpoints if base_manifest else ()) + tuple(new_checkpoints),
-        runtime=runtime,
-        next_action=extras.next_action if extras.next_action is not None
-        else (base_manifest.next_action if base_manifest else None),
-        allocations=_merge_allocations(base_manifest.allocations if base_manifest else (), extras.allocations),
-    )
-    progress.set_stage("publishing")
-    # Say what we are about to publish, so a copy killed right after the head moved
-    # recognises the new version as its own (see adopt_published) instead of a conflict.
-    copy.write_intent(manifest.version, digest(manifest.to_bytes()))
-    store.publish(manifest, expected_version=base_version, epoch=cfg.epoch)
-    cfg.version = manifest.version
-    copy.write_config(cfg)
-    copy.clear_intent()
-    _write_cache(copy, manifest.version, entries, new_stats, started_ns, extras.fingerprint)
-    progress.done(f"published version {manifest.version}: {len(ordered)} files, {human_bytes(total)}, "
+        head, _ = store.read_head(ws)
+        parent = None
+        if base_version:
+            if head.version == base_version and head.manifest:
+                parent = ParentRef(base_version, head.manifest)
+            else:
+                raise ConflictError(f"workspace {ws} moved to version {head.version} during the snapshot",
+                                    hint=CONFLICT_HINT)
+        manifest = Manifest.with_tree(
+            root, files, total, store,
+            workspace_id=ws, version=base_version + 1, created=now_iso(),
+            parent=parent, message=message, epoch=cfg.epoch,
+            checkpoints=(base_manifest.checkpoints if base_manifest else ()) + tuple(new_checkpoints),
+            runtime=runtime,
+            next_action=extras.next_action if extras.next_action is not None
+            else (base_manifest.next_action if base_manifest else None),
+            allocations=_merge_allocations(base_manifest.allocations if base_manifest else (), extras.allocations),
+        )
+        progress.set_stage("publishing")
+        # Say what we are about to publish, so a copy killed right after the head moved
+        # recognises the new version as its own (see adopt_published) instead of a conflict.
+        copy.write_intent(manifest.version, digest(manifest.to_bytes()))
+        store.publish(manifest, expected_version=base_version, epoch=cfg.epoch)
+        cfg.version = manifest.version
+        copy.write_config(cfg)
+        copy.clear_intent()
+        cache.set_version(manifest.version, extras.fingerprint)
+        cache.commit()
+    except BaseException:
+        try:
+            cache.rollback()
+        except sqlite3.Error:
+            pass
+        raise
+    finally:
+        cache.close()
+    progress.done(f"published version {manifest.version}: {files} files, {human_bytes(total)}, "
                   f"{human_bytes(up.new_bytes)} new"
                   + (f"; {len(skipped)} file(s) changed while read, left for the next snapshot"
                      if skipped else ""))
-    return SnapshotResult(ws, manifest.version, len(ordered), total, up.new_bytes, True, sorted(skipped),
-                          len(todo_small) + len(todo_large), special)
+    result = SnapshotResult(ws, manifest.version, files, total, up.new_bytes, True, sorted(skipped),
+                            walk.hashed, special)
+    result.tree_bytes = up.tree_bytes
+    return result
+
+
+def _forget(cache: StatCache, path: str) -> None:
+    """Make the next snapshot look at ``path`` again (its folders' trees are no longer the cached ones)."""
+    dir_id = ROOT
+    cache.set_folder(ROOT, None, 0, 0)
+    for name in path.split("/")[:-1]:
+        got = cache.child(dir_id, name)
+        if got is None:
+            return
+        dir_id = got[0]
+        cache.set_folder(dir_id, None, 0, 0)
+    leaf = cache.child(dir_id, path.rpartition("/")[2])
+    if leaf is not None:
+        cache.drop_folder(leaf[0])
+    cache.add_rows(dir_id, [(path.rpartition("/")[2], None)])
 
 
 def _merge_allocations(old: tuple[dict[str, Any], ...], new: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
@@ -449,20 +755,6 @@ def _merge_allocations(old: tuple[dict[str, Any], ...], new: list[dict[str, Any]
         else:
             out.append(record)
     return tuple(out)
-
-
-def _write_cache(copy: WorkspaceCopy, version: int, entries: dict[str, Entry],
-                 stats: dict[str, list[int] | str | None], started_ns: int, fingerprint: str | None) -> None:
-    out: dict[str, list[int] | str | None] = {}
-    for path in entries:
-        key = stats.get(path)
-        if isinstance(key, list) and key[1] >= started_ns - RACY_NS:
-            key = None  # too fresh to trust: a write in the same clock tick would be missed
-        out[path] = key
-    try:
-        copy.write_statcache(version, out, fingerprint)
-    except OSError as exc:
-        raise PortableError(f"cannot write the stat cache in {copy.meta}: {exc.strerror}") from exc
 
 
 def adopt_published(copy: WorkspaceCopy, cfg: CopyConfig, head_version: int, head_manifest: str | None) -> CopyConfig:
@@ -494,9 +786,12 @@ def publish_records(store: Store, workspace_id: str, *, epoch: int, allocations:
         if head.epoch > epoch:
             raise FencedError(f"workspace {workspace_id} was claimed by a newer allocation (epoch {head.epoch}, "
                               f"this writer holds {epoch}); it can no longer publish")
-        manifest = Manifest(
+        # The same tree as the head (written now if the head is schema 1): no file is read or sent.
+        root, files, total = as_tree(store, base) if base else write_trees(store, ())
+        manifest = Manifest.with_tree(
+            root, files, total, store,
             workspace_id=workspace_id, version=head.version + 1, created=now_iso(),
-            files=base.files if base else (), message=message, epoch=epoch,
+            message=message, epoch=epoch,
             parent=ParentRef(head.version, head.manifest) if base and head.manifest else None,
             checkpoints=base.checkpoints if base else (), runtime=base.runtime if base else None,
             next_action=base.next_action if base else None,

@@ -6,14 +6,18 @@ from __future__ import annotations
 import os
 import random
 import stat as statmod
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jupyter_portable.core.errors import ManifestError, PortableError, StoreError
-from jupyter_portable.core.manifest import FileEntry, Manifest, PackIndex
-from jupyter_portable.engine.scan import walk
+from jupyter_portable.core.manifest import FileEntry, Manifest
+from jupyter_portable.core.tree import Node, SubTree
+from jupyter_portable.engine.scan import Lister
+from jupyter_portable.engine.trees import node_name
 from jupyter_portable.store.repo import Store, digest, hash_file, manifests_prefix, parse_manifest_key
 
 
@@ -55,30 +59,85 @@ def _check_entry(root: Path, e: FileEntry) -> str | None:
     return None
 
 
+def _folders_of_flat(manifest: Manifest) -> dict[str, dict[str, Node]]:
+    """A schema-1 version's files grouped by folder, with its subfolders as nodes."""
+    out: dict[str, dict[str, Node]] = {"": {}}
+    for e in manifest.files:
+        folder, _, name = e.path.rpartition("/")
+        out.setdefault(folder, {})[name] = e
+        while folder:
+            parent, _, fname = folder.rpartition("/")
+            kids = out.setdefault(parent, {})
+            if fname in kids:
+                break
+            kids[fname] = SubTree(fname, folder, "")
+            folder = parent
+    return out
+
+
 def verify_dir(store: Store, manifest: Manifest, root: Path, pending: set[str] | None = None) -> VerifyResult:
-    """Compare ``root`` with ``manifest`` byte for byte, and check its objects are in the store."""
+    """Compare ``root`` with ``manifest`` byte for byte, and check its objects are in the store.
+
+    The version's trees and the directory are walked together, one folder at a time."""
     pending = pending or set()
     mismatches: list[dict[str, str]] = []
-    todo = [e for e in manifest.files if e.path not in pending]
+    by_object: dict[str, str] = {}  # each object the version needs, and the first path that needs it
+    flat = _folders_of_flat(manifest) if manifest.tree is None else None
+    lister = Lister(root, warn=False, strict=False)
+    checks: deque[tuple[list[FileEntry], Future[list[str | None]]]] = deque()
+
+    def collect(limit: int) -> None:
+        while len(checks) > limit:
+            batch, fut = checks.popleft()
+            for e, reason in zip(batch, fut.result(), strict=True):
+                if reason:
+                    mismatches.append({"path": e.path, "reason": reason})
+
+    def nodes_of(folder: str, tree: str | None, depth: int) -> dict[str, Node]:
+        if flat is not None:
+            return flat.get(folder, {})
+        if tree is None:
+            return {}
+        return {node_name(n): n for n in store.read_tree(tree, folder, depth)}
+
     with ThreadPoolExecutor(4) as pool:
-        for e, reason in zip(todo, pool.map(lambda e: _check_entry(root, e), todo), strict=False):
-            if reason:
-                mismatches.append({"path": e.path, "reason": reason})
-    for path in sorted(pending):
-        mismatches.append({"path": path, "reason": "not fetched yet (lazy restore still running)"})
-    known = {e.path for e in manifest.files}
-    for f in walk(root, warn=False):
-        if f.path not in known:
-            mismatches.append({"path": f.path, "reason": f"not in version {manifest.version}"})
-    missing = _missing_objects(store, manifest.object_hashes())
-    by_object: dict[str, str] = {}
-    for e in manifest.files:
-        for h in e.object_keys():
-            by_object.setdefault(h, e.path)
+        stack: list[tuple[str, str | None, str | None, int]] = [("", str(root), manifest.tree, 0)]
+        while stack:
+            rel, path, tree, depth = stack.pop()
+            nodes = nodes_of(rel, tree, depth) if (tree is not None or flat is not None) else {}
+            listing = lister.list(rel, path) if path is not None else None
+            todo: list[FileEntry] = []
+            for node in nodes.values():
+                if isinstance(node, SubTree):
+                    continue
+                for h in node.object_keys():
+                    by_object.setdefault(h, node.path)
+                if node.path in pending:
+                    mismatches.append({"path": node.path, "reason": "not fetched yet (lazy restore still running)"})
+                else:
+                    todo.append(node)
+            for i in range(0, len(todo), 64):
+                batch = todo[i:i + 64]
+                checks.append((batch, pool.submit(lambda b: [_check_entry(root, e) for e in b], batch)))
+            collect(32)
+            disk_dirs: dict[str, str] = {}
+            if listing is not None:
+                for f in listing.files:
+                    fname = f.path.rpartition("/")[2]
+                    if not isinstance(nodes.get(fname), FileEntry):
+                        mismatches.append({"path": f.path, "reason": f"not in version {manifest.version}"})
+                disk_dirs = dict(listing.dirs)
+            for name in sorted(disk_dirs.keys() | {n for n, x in nodes.items() if isinstance(x, SubTree)},
+                               reverse=True):
+                sub = nodes.get(name)
+                stack.append((f"{rel}/{name}" if rel else name, disk_dirs.get(name),
+                              sub.tree if isinstance(sub, SubTree) else None, depth + 1))
+        collect(0)
+    missing = _missing_objects(store, set(by_object))
     for h in sorted(missing):
         mismatches.append({"path": by_object[h], "reason": f"object {h[:16]}… is missing from the store"})
     mismatches.sort(key=lambda m: m["path"])
-    return VerifyResult(not mismatches, manifest.version, len(manifest.files), mismatches)
+    return VerifyResult(not mismatches, manifest.version, manifest.file_count, mismatches)
 
 
 def _missing_objects(store: Store, hashes: set[str]) -> set[str]:
@@ -138,7 +197,8 @@ def fsck(store: Store, *, read_data: bool = False, subset: float | None = None, 
     sizes: dict[str, str] = {k.rsplit("/", 1)[-1]: k for k in object_keys}
     manifests = 0
     needed: dict[str, str] = {}
-    pack_refs: dict[str, list[tuple[str, int, int, str]]] = {}
+    walked: set[str] = set()  # trees already walked: a subtree shared by many versions is read once
+    index_sizes: dict[str, int | None] = {}  # pack -> size its index gives (None: unreadable)
     for ws in store.workspaces():
         try:
             head, _ = store.read_head(ws)
@@ -159,26 +219,18 @@ def fsck(store: Store, *, read_data: bool = False, subset: float | None = None, 
             manifests += 1
             if version not in reachable or version > head.version:
                 warnings.append(f"{key}: not in the history of {ws} (a writer that lost a race); harmless")
-            for e in manifest.files:
-                for h in e.object_keys():
-                    needed.setdefault(h, f"{key} ({e.path})")
-                if e.pack is not None:
-                    pack_refs.setdefault(e.pack.pack, []).append((e.hash, e.pack.offset, e.pack.length, key))
+            try:
+                for e in _files_once(store, manifest, walked, needed, key):
+                    for h in e.object_keys():
+                        needed.setdefault(h, f"{key} ({e.path})")
+                    if e.pack is not None:
+                        if e.pack.pack in sizes:
+                            _check_ref(store, e, key, index_sizes, errors)
+            except PortableError as exc:
+                errors.append(f"{key}: {exc.one_line() if hasattr(exc, 'one_line') else exc}")
     for h, where in sorted(needed.items()):
         if h not in sizes:
             errors.append(f"object {h} named by {where} is missing")
-    indexes: dict[str, PackIndex] = {}
-    for pack, refs in pack_refs.items():
-        if pack not in sizes:
-            continue
-        try:
-            indexes[pack] = store.get_index(pack)
-        except PortableError as exc:
-            errors.append(f"pack {pack}: index: {exc}")
-            continue
-        for h, o, n, key in refs:
-            if o + n > indexes[pack].size:
-                errors.append(f"{key}: blob {h[:16]}… at {o}+{n} runs past the end of pack {pack[:16]}…")
     read = 0
     if read_data:
         names = sorted(sizes)
@@ -190,9 +242,14 @@ def fsck(store: Store, *, read_data: bool = False, subset: float | None = None, 
             data = store.backend.read(sizes[h])
             if digest(data) != h:
                 return f"object {h} is corrupt: its bytes do not hash to its name"
-            for bh, o, n, key in pack_refs.get(h, ()):
-                if digest(data[o:o + n]) != bh:
-                    return f"pack {h}: blob {bh} named by {key} is corrupt"
+            if h in index_sizes:  # a pack: every blob its index lists (and so every entry's range) hashes right
+                try:
+                    index = store.get_index(h)
+                except PortableError as exc:
+                    return f"pack {h}: index: {exc}"
+                for bh, o, n in index.blobs:
+                    if digest(data[o:o + n]) != bh:
+                        return f"pack {h}: blob {bh} named by {needed.get(h, 'its index')} is corrupt"
             return None
 
         with ThreadPoolExecutor(4) as pool:
@@ -201,6 +258,46 @@ def fsck(store: Store, *, read_data: bool = False, subset: float | None = None, 
                 if problem:
                     errors.append(problem)
     return FsckResult(not errors, manifests, len(object_keys), errors, warnings, read)
+
+
+def _files_once(store: Store, manifest: Manifest, walked: set[str], needed: dict[str, str],
+                key: str) -> Iterator[FileEntry]:
+    """A version's files, skipping subtrees an earlier version already had (their objects
+    are recorded); every tree object walked is recorded as needed too."""
+    if manifest.tree is None:
+        yield from manifest.files
+        return
+    needed.setdefault(manifest.tree, f"{key} (root tree)")
+    if manifest.tree in walked:
+        return
+    walked.add(manifest.tree)
+    stack: list[tuple[str, str, int]] = [(manifest.tree, "", 0)]
+    while stack:
+        tree, at, depth = stack.pop()
+        for node in store.read_tree(tree, at, depth):
+            if isinstance(node, SubTree):
+                needed.setdefault(node.tree, f"{key} ({node.path}/)")
+                if node.tree not in walked:
+                    walked.add(node.tree)
+                    stack.append((node.tree, node.path, depth + 1))
+            else:
+                yield node
+
+
+def _check_ref(store: Store, e: FileEntry, key: str, index_sizes: dict[str, int | None], errors: list[str]) -> None:
+    assert e.pack is not None
+    pack = e.pack.pack
+    if pack not in index_sizes:
+        try:
+            index_sizes[pack] = store.get_index(pack).size
+        except PortableError as exc:
+            index_sizes[pack] = None
+            errors.append(f"pack {pack}: index: {exc}")
+            return
+    size = index_sizes[pack]
+    if size is not None and e.pack.offset + e.pack.length > size:
+        errors.append(f"{key}: blob {e.hash[:16]}… at {e.pack.offset}+{e.pack.length} runs past the end of "
+                      f"pack {pack[:16]}…")
 
 
 def _safe_history(store: Store, ws: str, errors: list[str]) -> list[Manifest]:

@@ -239,9 +239,20 @@ class Workspace:
 
         ma, mb = self.manifest(a), self.manifest(b)
         assert ma is not None and mb is not None
-        fa, fb = ma.by_path(), mb.by_path()
-        changed = sorted(p for p in fa.keys() & fb.keys()
-                         if (fa[p].hash, fa[p].target, fa[p].mode) != (fb[p].hash, fb[p].target, fb[p].mode))
+        added: list[str] = []
+        removed: list[str] = []
+        changed: list[str] = []
+        if ma.tree is not None and mb.tree is not None:
+            from jupyter_portable.engine.trees import diff_trees
+
+            # Walks only the subtrees that differ: the cost is the change, not the workspace.
+            for path, old, new in diff_trees(self.store, ma.tree, mb.tree):
+                (added if old is None else removed if new is None else changed).append(path)
+        else:
+            fa, fb = ma.by_path(), mb.by_path()
+            added, removed = sorted(fb.keys() - fa.keys()), sorted(fa.keys() - fb.keys())
+            changed = sorted(p for p in fa.keys() & fb.keys()
+                             if (fa[p].hash, fa[p].target, fa[p].mode) != (fb[p].hash, fb[p].target, fb[p].mode))
 
         def lock(m: Manifest) -> bytes | None:
             h = (m.runtime or {}).get("lockfile")
@@ -251,8 +262,7 @@ class Workspace:
         if ma.runtime and mb.runtime:
             runtime = diff_runtime(ma.runtime, mb.runtime, lock(ma), lock(mb))
         return {"a": a, "b": b,
-                "files": {"added": sorted(fb.keys() - fa.keys()), "removed": sorted(fa.keys() - fb.keys()),
-                          "changed": changed},
+                "files": {"added": sorted(added), "removed": sorted(removed), "changed": sorted(changed)},
                 "runtime": runtime,
                 "checkpoints": {"a": len(ma.checkpoints), "b": len(mb.checkpoints)}}
 

@@ -3,7 +3,7 @@
 Layout (``docs/store-format.md`` is the full description)::
 
     config.json                                     store format marker
-    objects/<h[:2]>/<h>                             immutable blobs keyed by BLAKE3
+    objects/<h[:2]>/<h>                             immutable blobs and trees keyed by BLAKE3
     index/<p[:2]>/<p>.json                          which blobs each pack object holds
     workspaces/<id>/manifests/<v:010d>-<m>.json     manifest version v, BLAKE3 m
     workspaces/<id>/HEAD                            newest version, its manifest, epoch
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +33,7 @@ from jupyter_portable.core.errors import (
 )
 from jupyter_portable.core.manifest import FileEntry, Head, Manifest, PackIndex, check_hash, check_workspace_id
 from jupyter_portable.core.times import now_iso
+from jupyter_portable.core.tree import MAX_DEPTH, Node, SubTree, parse_tree
 from jupyter_portable.store import open_backend
 from jupyter_portable.store.backend import Backend
 
@@ -222,6 +223,54 @@ class Store:
         if got != entry.hash:
             raise IntegrityError(f"{entry.path}: the bytes read back from the store do not match its hash")
 
+    # -- trees (format 2) ------------------------------------------------------------
+
+    def put_tree(self, body: bytes) -> str:
+        """Store one tree object (its bytes from :func:`~jupyter_portable.core.tree.encode_tree`)."""
+        return self.put_object(body)
+
+    def read_tree(self, h: str, dirpath: str = "", depth: int = 0) -> list[Node]:
+        """The validated entries of tree ``h`` found at workspace path ``dirpath``."""
+        if depth > MAX_DEPTH:
+            raise ManifestError(f"folder {dirpath!r} is nested more than {MAX_DEPTH} levels deep",
+                                hint="this store holds a hostile or corrupt tree")
+        return parse_tree(self.get_object(h, what=f"the tree of {dirpath or '/'}"), dirpath, FileEntry.from_json)
+
+    def iter_nodes(self, tree: str, at: str = "") -> Iterator[tuple[int, Node]]:
+        """Every node under ``tree`` (the folder at workspace path ``at``) depth-first in path
+        order, with its depth; a folder comes before its contents. Holds one listing per
+        level: memory is depth x width."""
+        base = at.count("/") + 1 if at else 0
+        stack: list[Iterator[Node]] = [iter(self.read_tree(tree, at, base))]
+        while stack:
+            node = next(stack[-1], None)
+            if node is None:
+                stack.pop()
+                continue
+            yield base + len(stack) - 1, node
+            if isinstance(node, SubTree):
+                stack.append(iter(self.read_tree(node.tree, node.path, base + len(stack))))
+
+    def iter_files(self, tree: str, at: str = "") -> Iterator[FileEntry]:
+        """Every file and symlink under ``tree``, in path order, streamed."""
+        for _depth, node in self.iter_nodes(tree, at):
+            if not isinstance(node, SubTree):
+                yield node
+
+    def find(self, tree: str, path: str) -> Node | None:
+        """The node at ``path`` under ``tree`` (reading only the trees on its way), or None."""
+        parts = path.split("/")
+        nodes = self.read_tree(tree)
+        for depth, name in enumerate(parts):
+            node = next((n for n in nodes if (n.name if isinstance(n, SubTree) else n.path.rpartition("/")[2])
+                         == name), None)
+            if node is None or depth == len(parts) - 1:
+                return node
+            if not isinstance(node, SubTree):
+                return None
+            nodes = self.read_tree(node.tree, node.path, depth + 1)
+        return None
+
     def get_index(self, pack: str) -> PackIndex:
         index = PackIndex.from_bytes(self.backend.read(index_key(pack)))
         if index.pack != pack:
@@ -263,7 +312,7 @@ class Store:
         version, mhash = parse_manifest_key(key)
         if digest(data) != mhash:
             raise IntegrityError(f"manifest {key} is corrupt: its bytes do not hash to its name")
-        manifest = Manifest.from_bytes(data)
+        manifest = Manifest.from_bytes(data).bind(self)
         if manifest.version != version:
             raise ManifestError(f"manifest {key} says version {manifest.version}")
         return manifest

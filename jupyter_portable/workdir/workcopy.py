@@ -9,7 +9,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from jupyter_portable.core.errors import ManifestError, UsageError, WorkspaceNotFound
@@ -17,6 +17,9 @@ from jupyter_portable.core.validate import check_workspace_id
 from jupyter_portable.workdir.files import atomic_write
 
 PORTABLE_DIR = ".portable"
+if TYPE_CHECKING:
+    from jupyter_portable.workdir.statcache import StatCache
+
 CONFIG_NAME = "workspace.json"
 CONFIG_FORMAT = "jupyter-portable.workspace"
 CONFIG_MAX = 64 * 1024  # the file holds a few short fields; anything bigger is not ours
@@ -108,39 +111,28 @@ class WorkspaceCopy:
     def write_config(self, config: CopyConfig) -> None:
         atomic_write(self.config_path, config.to_bytes())
 
-    # The stat cache: path -> [size, mtime_ns, ctime_ns, inode] for a file whose bytes
-    # are those of the version's entry, the target for a symlink, or None (re-read it).
-    def read_statcache(self, version: int, fingerprint: str | None = None) -> dict[str, Any] | None:
-        """The cache if it was written for ``version`` (and, if given, environment ``fingerprint``)."""
-        try:
-            obj = load_json((self.meta / "statcache.json").read_bytes())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(obj, dict) or obj.get("version") != version:
-            return None
-        if fingerprint is not None and obj.get("env") != fingerprint:
-            return None
-        entries = obj.get("entries")
-        return entries if isinstance(entries, dict) else None
+    # The stat cache (``workdir/statcache.py``): what the last snapshot or restore saw.
+    def statcache(self) -> "StatCache":
+        """This copy's stat cache, to be used as a context manager."""
+        from jupyter_portable.workdir.statcache import StatCache
 
-    def write_statcache(self, version: int, entries: dict[str, Any], fingerprint: str | None = None) -> None:
-        body = json.dumps({"version": version, "env": fingerprint, "entries": entries}, separators=(",", ":"))
-        atomic_write(self.meta / "statcache.json", body.encode())
+        return StatCache(self.meta)
 
     def advance(self, version: int) -> None:
         """Move this copy from ``version - 1`` to ``version``, a version with the same files."""
+        import sqlite3
+
         cfg = self.read_config()
         if cfg.version != version - 1:
             return
-        try:
-            obj = load_json((self.meta / "statcache.json").read_bytes())
-        except (OSError, ValueError):
-            obj = None
         cfg.version = version
         self.write_config(cfg)
-        if isinstance(obj, dict) and obj.get("version") == version - 1:
-            obj["version"] = version
-            atomic_write(self.meta / "statcache.json", json.dumps(obj, separators=(",", ":")).encode())
+        try:
+            with self.statcache() as cache:
+                if cache.valid_for(version - 1):
+                    cache.set_version(version, keep_env=True)
+        except sqlite3.Error:
+            pass  # only a cache: the next snapshot reads every file again
 
     @property
     def pending_path(self) -> Path:

@@ -1,0 +1,170 @@
+"""Tree records (format 2): one folder's entries, content-addressed as in git and restic.
+
+A version names one root tree; a folder's entry names its subtree by hash, so a version
+shares every unchanged subtree with its parent. ``docs/store-format.md`` section 4.6 is
+the byte-level description; anything that is not exactly that is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from jupyter_portable.core.errors import ManifestError, UnsafePath
+from jupyter_portable.core.validate import check_hash, dumps_strict, loads_strict, short_repr
+
+TREE_FORMAT = "jupyter-portable.tree"
+TREE_SCHEMA = 2
+# Folders nested deeper than this are refused on both sides: a walk's memory is bounded
+# by depth times width, and no real workspace comes near it (PATH_MAX is 4096 bytes).
+MAX_DEPTH = 1024
+_DIR_KEYS = frozenset({"name", "type", "tree"})
+
+
+@dataclass(frozen=True, slots=True)
+class SubTree:
+    """A folder of a tree: its name, its workspace path and its own tree's hash."""
+
+    name: str
+    path: str
+    tree: str
+
+
+def check_name(name: object, where: str, *, top: bool) -> str:
+    """One path segment: non-empty, no ``/``, NUL or backslash, not ``.``/``..``; not ``.portable`` at the top."""
+    if not isinstance(name, str) or not name:
+        raise UnsafePath(f"an entry of tree {where} has no name (got {short_repr(name)})")
+    if "/" in name or "\x00" in name or "\\" in name or name in (".", ".."):
+        raise UnsafePath(f"tree {where} has an unsafe entry name {name!r}")
+    if top and name == ".portable":
+        raise UnsafePath("the root tree names the reserved .portable folder")
+    return name
+
+
+def order_key(name: str, is_dir: bool) -> str:
+    """Entries are sorted as git sorts them: a folder as if its name ended in ``/``, so that
+    a depth-first walk yields paths in plain string order."""
+    return name + "/" if is_dir else name
+
+
+def join(dirpath: str, name: str) -> str:
+    return f"{dirpath}/{name}" if dirpath else name
+
+
+Node = Any  # FileEntry | SubTree (FileEntry lives in manifest.py, which imports this module)
+
+
+def parse_tree(data: bytes, dirpath: str, entry_from_json: Callable[[object], Any]) -> list[Node]:
+    """The validated entries of one tree object at workspace path ``dirpath`` ('' for the root)."""
+    where = repr(dirpath or "/")
+    obj = loads_strict(data, f"tree {where}")
+    if not isinstance(obj, dict) or set(obj) != {"format", "schema", "entries"}:
+        raise ManifestError(f"tree {where} must have exactly the fields format, schema, entries")
+    if obj["format"] != TREE_FORMAT:
+        raise ManifestError(f"tree {where} is not a tree (format {short_repr(obj['format'])})")
+    if obj["schema"] != TREE_SCHEMA:
+        raise ManifestError(f"tree {where} has schema {short_repr(obj['schema'])}; this package reads {TREE_SCHEMA}",
+                            hint="upgrade jupyter-portable")
+    raw = obj["entries"]
+    if not isinstance(raw, list):
+        raise ManifestError(f"entries of tree {where} must be a list")
+    out: list[Node] = []
+    last: str | None = None
+    top = not dirpath
+    for item in raw:
+        if not isinstance(item, dict):
+            raise ManifestError(f"an entry of tree {where} is not a JSON object")
+        name = check_name(item.get("name"), where, top=top)
+        path = join(dirpath, name)
+        kind = item.get("type")
+        if kind == "dir":
+            if item.keys() != _DIR_KEYS:
+                raise ManifestError(f"folder {path!r} must have exactly the fields name, type, tree")
+            node: Node = SubTree(name, path, check_hash(item["tree"], f"tree of {path!r}"))
+            key = name + "/"
+        else:
+            fields = {k: v for k, v in item.items() if k != "name"}
+            fields["path"] = path
+            node = entry_from_json(fields)
+            key = name
+        if last is not None and key <= last:
+            raise ManifestError(f"entries of tree {where} are out of order or name {name!r} twice",
+                                hint="a tree lists each name once, sorted (a folder as NAME/)")
+        last = key
+        out.append(node)
+    _no_twins(out, where)
+    return out
+
+
+def _no_twins(nodes: list[Node], where: str) -> None:
+    # "a" (a file) and "a/" (a folder) sort apart; a name may still appear once only.
+    names = [n.name if isinstance(n, SubTree) else n.path.rpartition("/")[2] for n in nodes]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise ManifestError(f"tree {where} names {dup!r} twice")
+
+
+def node_json(node: Node) -> dict[str, Any]:
+    """A node as its tree entry (``name`` instead of ``path``)."""
+    if isinstance(node, SubTree):
+        return {"name": node.name, "type": "dir", "tree": node.tree}
+    out: dict[str, Any] = node.to_json()
+    out["name"] = out.pop("path").rpartition("/")[2]
+    return out
+
+
+def encode_tree(entries: Sequence[dict[str, Any]], where: str = "a folder") -> bytes:
+    """Canonical bytes of a tree whose ``entries`` are already in :func:`order_key` order."""
+    return dumps_strict({"format": TREE_FORMAT, "schema": TREE_SCHEMA, "entries": list(entries)},
+                        f"tree of {where}", separators=(",", ":"), sort_keys=True).encode()
+
+
+class TreeReader(Protocol):
+    """What reads a version's trees (the store); core holds no I/O of its own."""
+
+    def iter_files(self, tree: str) -> Iterator[Any]: ...
+
+    def find(self, tree: str, path: str) -> Any: ...
+
+
+class LazyFiles(Sequence[Any]):
+    """A format-2 version's files: counted without reading, streamed from the trees when
+    iterated (memory bounded by depth and width), listed whole only when indexed."""
+
+    def __init__(self, tree: str, count: int, reader: TreeReader | None = None) -> None:
+        self.tree = tree
+        self.n = count
+        self.reader = reader
+        self._all: tuple[Any, ...] | None = None
+
+    def _need(self) -> TreeReader:
+        if self.reader is None:
+            raise ManifestError("this version's trees were not read from a store")
+        return self.reader
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._all is not None:
+            return iter(self._all)
+        return self._need().iter_files(self.tree)
+
+    def __getitem__(self, i: Any) -> Any:
+        if self._all is None:
+            self._all = tuple(self._need().iter_files(self.tree))
+        return self._all[i]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LazyFiles) and other.tree == self.tree
+
+    def __hash__(self) -> int:
+        return hash(self.tree)
+
+    def __repr__(self) -> str:
+        return f"LazyFiles(tree={self.tree[:16]}…, count={self.n})"
+
+
+__all__ = ["MAX_DEPTH", "TREE_FORMAT", "TREE_SCHEMA", "LazyFiles", "SubTree", "TreeReader", "check_name",
+           "encode_tree", "join", "node_json", "order_key", "parse_tree"]

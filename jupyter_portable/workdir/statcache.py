@@ -1,0 +1,239 @@
+"""The stat cache: ``.portable/statcache.sqlite``, what the last snapshot or restore saw.
+
+For each recorded file its size, mtime, ctime and inode (a symlink: its target; unknown:
+all NULL) and for each folder the tree it was stored as, all valid for one version. A
+snapshot reads one folder's rows at a time and writes back only the folders that changed,
+in one transaction committed after the version is published. Deleting it is always safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+NAME = "statcache.sqlite"
+_LAYOUT = 2  # PRAGMA user_version of this layout; any other is dropped and rebuilt
+_I64 = 2**63
+ROOT = 1  # the root folder's id
+
+Key = tuple[int, int, int, int] | str | None  # (size, mtime_ns, ctime_ns, inode) | symlink target | unknown
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT);
+CREATE TABLE IF NOT EXISTS dirs (id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, name TEXT NOT NULL,
+    tree TEXT, files INTEGER, bytes INTEGER, UNIQUE (parent, name));
+CREATE TABLE IF NOT EXISTS files (dir INTEGER NOT NULL, name TEXT NOT NULL, size INTEGER, mtime INTEGER,
+    ctime INTEGER, ino INTEGER, target TEXT, PRIMARY KEY (dir, name)) WITHOUT ROWID;
+"""
+
+
+def _row(key: Key) -> tuple[Any, Any, Any, Any, Any]:
+    if key is None:
+        return (None, None, None, None, None)
+    if isinstance(key, str):
+        return (None, None, None, None, key)
+    size, mtime, ctime, ino = key
+    if not (-_I64 <= mtime < _I64 and -_I64 <= ctime < _I64 and 0 <= size < _I64 and 0 <= ino < 2 * _I64):
+        return (None, None, None, None, None)  # a time SQLite cannot hold: re-read the file next time
+    return (size, mtime, ctime, ino - 2 * _I64 if ino >= _I64 else ino, None)
+
+
+def _key(size: Any, mtime: Any, ctime: Any, ino: Any, target: Any) -> Key:
+    if target is not None:
+        return str(target)
+    if size is None:
+        return None
+    return (size, mtime, ctime, ino + 2 * _I64 if ino < 0 else ino)
+
+
+def _text(name: str) -> str:
+    # Names that are not UTF-8 reach Python as lone surrogates, which SQLite cannot store as text.
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") \
+        if not name.isascii() and _has_surrogate(name) else name
+
+
+def _has_surrogate(name: str) -> bool:
+    return any("\udc80" <= ch <= "\udcff" for ch in name)
+
+
+class StatCache:
+    """One copy's stat cache. Use as a context manager; every method raises only sqlite3 errors."""
+
+    def __init__(self, meta: Path) -> None:
+        self.path = meta / NAME
+        self.db: sqlite3.Connection | None = None
+
+    def __enter__(self) -> "StatCache":
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = self._connect()
+        except sqlite3.DatabaseError:
+            self._remove()  # a damaged cache is only a cache
+            self.db = self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=5.0, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            if db.execute("PRAGMA user_version").fetchone()[0] != _LAYOUT:
+                db.executescript("DROP TABLE IF EXISTS meta; DROP TABLE IF EXISTS dirs; DROP TABLE IF EXISTS files;")
+                db.executescript(_SCHEMA)
+                db.execute(f"PRAGMA user_version={_LAYOUT}")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _remove(self) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(str(self.path) + suffix)
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+            self.db = None
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        assert self.db is not None, "StatCache used outside `with`"
+        return self.db
+
+    # -- which version it describes --------------------------------------------------
+
+    def meta(self, k: str) -> str | None:
+        row = self._db.execute("SELECT v FROM meta WHERE k=?", (k,)).fetchone()
+        return None if row is None else row[0]
+
+    def version(self) -> int | None:
+        v = self.meta("version")
+        return int(v) if v is not None and v.isdigit() else None
+
+    def fingerprint(self) -> str | None:
+        return self.meta("env")
+
+    def valid_for(self, version: int) -> bool:
+        return self.version() == version
+
+    def set_version(self, version: int, fingerprint: str | None = None, *, keep_env: bool = False) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", (str(version),))
+        if not keep_env:
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('env', ?)", (fingerprint,))
+
+    # -- transactions ------------------------------------------------------------------
+
+    def begin(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        if self._db.in_transaction:
+            self._db.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
+
+    def clear(self) -> None:
+        self._db.execute("DELETE FROM files")
+        self._db.execute("DELETE FROM dirs")
+        self._db.execute("DELETE FROM meta")
+        self._db.execute("INSERT INTO dirs (id, parent, name) VALUES (?, 0, '')", (ROOT,))
+
+    # -- folders and files -------------------------------------------------------------
+
+    def child(self, parent: int, name: str) -> tuple[int, str | None, int, int] | None:
+        """``(id, tree, files, bytes)`` of folder ``name`` in folder ``parent``."""
+        row = self._db.execute("SELECT id, tree, files, bytes FROM dirs WHERE parent=? AND name=?",
+                               (parent, _text(name))).fetchone()
+        return None if row is None else (row[0], row[1], row[2] or 0, row[3] or 0)
+
+    def folder(self, dir_id: int) -> tuple[str | None, int, int] | None:
+        row = self._db.execute("SELECT tree, files, bytes FROM dirs WHERE id=?", (dir_id,)).fetchone()
+        return None if row is None else (row[0], row[1] or 0, row[2] or 0)
+
+    def children(self, parent: int) -> dict[str, tuple[int, str | None]]:
+        return {name: (i, tree) for i, name, tree in
+                self._db.execute("SELECT id, name, tree FROM dirs WHERE parent=?", (parent,))}
+
+    def rows(self, dir_id: int) -> dict[str, Key]:
+        """Every file's key in one folder (names not UTF-8 come back as stored, see ``lookup_name``)."""
+        return {name: _key(*rest) for name, *rest in
+                self._db.execute("SELECT name, size, mtime, ctime, ino, target FROM files WHERE dir=?", (dir_id,))}
+
+    @staticmethod
+    def lookup_name(name: str) -> str:
+        """The form ``rows`` uses for a name found on disk."""
+        return _text(name)
+
+    def ensure_dir(self, parent: int, name: str) -> int:
+        got = self.child(parent, name)
+        if got is not None:
+            return got[0]
+        cur = self._db.execute("INSERT INTO dirs (parent, name) VALUES (?, ?)", (parent, _text(name)))
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def set_folder(self, dir_id: int, tree: str | None, files: int, nbytes: int) -> None:
+        self._db.execute("UPDATE dirs SET tree=?, files=?, bytes=? WHERE id=?", (tree, files, nbytes, dir_id))
+
+    def replace_rows(self, dir_id: int, rows: Iterable[tuple[str, Key]]) -> None:
+        """Make folder ``dir_id`` hold exactly ``rows``."""
+        self._db.execute("DELETE FROM files WHERE dir=?", (dir_id,))
+        self.add_rows(dir_id, rows)
+
+    def add_rows(self, dir_id: int, rows: Iterable[tuple[str, Key]]) -> None:
+        self._db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?)",
+                             ((dir_id, _text(name), *_row(key)) for name, key in rows))
+
+    def drop_folder(self, dir_id: int) -> None:
+        """Forget a folder and everything under it."""
+        ids = [r[0] for r in self._db.execute(
+            "WITH RECURSIVE sub(id) AS (SELECT ? UNION ALL SELECT d.id FROM dirs d JOIN sub ON d.parent = sub.id) "
+            "SELECT id FROM sub", (dir_id,))]
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            self._db.execute(f"DELETE FROM files WHERE dir IN ({marks})", chunk)
+            self._db.execute(f"DELETE FROM dirs WHERE id IN ({marks})", chunk)
+
+    def dir_of(self, path: str, *, create: bool = False) -> int | None:
+        """The id of the folder holding ``path``."""
+        dir_id = ROOT
+        for name in path.split("/")[:-1]:
+            got = self.child(dir_id, name)
+            if got is None:
+                if not create:
+                    return None
+                dir_id = self.ensure_dir(dir_id, name)
+            else:
+                dir_id = got[0]
+        return dir_id
+
+    def set_key(self, path: str, key: Key) -> None:
+        """Record one file's key (a file fetched later by a lazy restore)."""
+        dir_id = self.dir_of(path)
+        if dir_id is not None:
+            self.add_rows(dir_id, [(path.rpartition("/")[2], key)])
+
+    def count(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM files").fetchone()[0])
+
+    def all_rows(self) -> Iterator[tuple[int, str, Key]]:
+        for dir_id, name, *rest in self._db.execute("SELECT dir, name, size, mtime, ctime, ino, target FROM files"):
+            yield dir_id, name, _key(*rest)
+
+
+def stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
