@@ -12,7 +12,7 @@ PYTHON ?= python3
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/setup.sh
+$(STAMP): pyproject.toml scripts/setup.sh jupyter_portable/worker/bootstrap.py
 	PYTHON=$(PYTHON) scripts/setup.sh
 	touch $(STAMP)
 

@@ -86,6 +86,7 @@ bandwidth_mbps = 10000
 BASE_LAZY = "restore: small files + checkpoint (lazy)"
 BASE_FULL = "restore: everything (eager)"
 BASE_COPY = "plain copy: small files + checkpoint"
+LOCK_FILE = Path(__file__).resolve().parent / "env-lock.txt"
 LOCK = b"# two tiny wheels made by bench/continue.py\ntiny-dep==2.0\ntinypkg==1.0\n"
 
 
@@ -392,6 +393,25 @@ def env_builds(work: Path, reps: int) -> dict[str, list[float]]:
     return out
 
 
+def env_builds_lockfile(work: Path, reps: int, lock: Path) -> dict[str, list[float]]:
+    """Cold (wheels from the package index, pip's own configuration) and warm (from the store, uv)
+    builds of a real lockfile (bench/env-lock.txt: numpy, pandas, scipy, matplotlib, ipykernel and
+    safetensors, resolved by uv)."""
+    from jupyter_portable.store.repo import Store
+    from jupyter_portable.worker.envcache import build_env, time_cold_and_warm
+
+    out: dict[str, list[float]] = {"cold_s": [], "warm_s": [], "speedup": [], "again_s": []}
+    for i in range(reps):
+        store = Store.open(f"file://{work}/lock-store-{i}")
+        r = time_cold_and_warm(store, lock.read_bytes(), work / f"lock-env-{i}", None)
+        for key in ("cold_s", "warm_s", "speedup"):
+            out[key].append(float(r[key]))
+        # the same lockfile again on this machine: uv's cache of the store's wheels is filled
+        out["again_s"].append(build_env(store, lock.read_bytes(), work / f"lock-env-{i}" / "venv-again").seconds)
+        shutil.rmtree(work / f"lock-env-{i}", ignore_errors=True)
+    return out
+
+
 # -- the report ---------------------------------------------------------------------------------
 
 def fmt(x: float | str | None, spec: str = ".3f") -> str:
@@ -405,7 +425,25 @@ def print_table(head: tuple[str, ...], lines: list[tuple[str, ...]]) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
-def report(b: Bench, env: dict[str, list[float]] | None, reps: int) -> list[dict[str, Any]]:
+def _report_lock_env(lock_env: dict[str, list[float]]) -> None:
+    med = {k: statistics.median(v) for k, v in lock_env.items()}
+    packages = sum(1 for line in LOCK_FILE.read_text().splitlines() if "==" in line)
+    print(f"\nworker environment from bench/env-lock.txt ({packages} packages), medians of "
+          f"{len(lock_env['cold_s'])}:\n")
+    print_table(("build", "median s", "/ cold", "<= 1.5 s", "<= 0.25x cold"),
+                [(label, fmt(med[key]), fmt(med[key] / med["cold_s"], ".2f"),
+                  "met" if med[key] <= 1.5 else "MISSED", "met" if med[key] <= 0.25 * med["cold_s"] else "MISSED")
+                 for label, key in (("cold (package index)", "cold_s"),
+                                    ("warm, a new machine (store only)", "warm_s"),
+                                    ("warm, this machine again (uv cache)", "again_s"))])
+
+
+def report(b: Bench | None, env: dict[str, list[float]] | None, reps: int,
+           lock_env: dict[str, list[float]] | None = None) -> list[dict[str, Any]]:
+    if lock_env is not None:
+        _report_lock_env(lock_env)
+    if b is None:
+        return []
     m = b.median
     base_lazy, base_full, base_copy = BASE_LAZY, BASE_FULL, BASE_COPY
     spec = [
@@ -493,10 +531,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--reps", type=int, default=3, help="repetitions of each measurement")
     ap.add_argument("--env-reps", type=int, help="repetitions of the environment builds (default: --reps)")
     ap.add_argument("--no-env", action="store_true", help="skip the environment's cold and warm build")
+    ap.add_argument("--no-env-lock", action="store_true",
+                    help="skip the cold (package index) and warm builds of bench/env-lock.txt")
+    ap.add_argument("--env-only", action="store_true", help="only the environment builds, no Continue")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", type=Path, help="where the workspace, store and market go (default: a temp dir)")
     ap.add_argument("--json-out", type=Path, help="write every sample, run and the table here")
     return ap.parse_args(argv)
+
+
+class _EnvOnly(Exception):
+    """--env-only: stop after the environment builds."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -517,8 +562,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     b: Bench | None = None
     env: dict[str, list[float]] | None = None
+    lock_env: dict[str, list[float]] | None = None
     problems: list[str] = []
     try:
+        if not args.no_env_lock:  # first: env_builds below takes pip's configuration away
+            log("== environment: cold and warm build of bench/env-lock.txt")
+            lock_env = env_builds_lockfile(work, args.env_reps or args.reps, LOCK_FILE)
+        if args.env_only:
+            raise _EnvOnly
         log(f"== building the workspace: {layout}")
         ws = build_workspace(work / "ws", f"file://{work}/store", layout)
         b = Bench(ws, work / "ws", work, layout)
@@ -531,6 +582,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_env:
             log("== environment: cold and warm build")
             env = env_builds(work, args.env_reps or args.reps)
+    except _EnvOnly:
+        pass
     except Exception as exc:  # keep what was measured so far
         problems.append(f"aborted: {exc!r}")
         log(traceback.format_exc())
@@ -541,9 +594,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n{time.perf_counter() - started:.0f} s in all")
     table: list[dict[str, Any]] = []
-    if b is not None:
-        table = report(b, env, args.reps)
-        problems = b.problems + problems
+    if b is not None or lock_env is not None:
+        table = report(b, env, args.reps, lock_env)
+        problems = (b.problems if b else []) + problems
     for p in problems:
         print(f"PROBLEM: {p}")
     if args.json_out:

@@ -29,7 +29,8 @@ export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 .venv/bin/python -m pip install -q -e ".[test]"
 # The worker's wheels for this interpreter, once: the tests bootstrap bare machines from this
 # folder (JUPYTER_PORTABLE_WHEEL_FIND_LINKS) and never ask a package index themselves.
-if ! ls .wheelhouse/uv-*.whl >/dev/null 2>&1 || [ pyproject.toml -nt .wheelhouse ]; then
+if ! ls .wheelhouse/uv-*.whl >/dev/null 2>&1 || [ pyproject.toml -nt .wheelhouse ] \
+        || [ jupyter_portable/worker/bootstrap.py -nt .wheelhouse ]; then
     rm -rf .wheelhouse
     .venv/bin/python -m jupyter_portable.worker.bootstrap --wheelhouse .wheelhouse
 fi

@@ -99,8 +99,10 @@ def test_cold_build_caches_the_wheels_and_the_next_worker_builds_warm_from_the_s
     assert (warm.kind, warm.wheels, warm.bytes) == ("warm", 2, cold.bytes)
     assert version_in(tmp_path / "venv2", "tinypkg") == "1.0"
     assert version_in(tmp_path / "venv2", "tiny_dep") == "2.0"
-    pip_runs = [ln for ln in lines if ln.startswith("$ pip ")]
-    assert len(pip_runs) == 1 and pip_runs[0].startswith("$ pip install --no-index "), pip_runs
+    # warm: no pip at all, one offline uv install from the wheels the store gave
+    assert not [ln for ln in lines if ln.startswith("$ pip ")], lines
+    installs = [ln for ln in lines if ln.startswith("$ uv pip install")]
+    assert installs == ["$ uv pip install --offline --no-index --no-deps --find-links WHEELS -r LOCKFILE"], lines
     assert not any("Looking in indexes" in ln for ln in lines)
     assert warm.to_json()["kind"] == "warm"
 

@@ -65,7 +65,8 @@ FORMAT = "jupyter-portable.workerwheels"
 # what the worker imports on the machine (its HTTP API, the kernel, the store); the S3 client
 # (a third of the bytes and most of the files) only for an s3:// store
 WORKER_REQUIREMENTS = ("blake3", "pathspec", "tornado", "jupyter_core", "jupyter_client", "traitlets", "ipykernel",
-                       "ipython", "ipywidgets", "fsspec", "httpx", "tenacity", "uv")
+                       "ipython", "ipywidgets", "fsspec", "httpx", "tenacity", "uv",
+                       "pip")  # pip fetches a lockfile environment's wheels the first time (worker/envcache)
 STORE_REQUIREMENTS = {"s3": ("s3fs", "boto3")}
 _WHEEL_NAME = re.compile(r"\A[A-Za-z0-9_.]+-[A-Za-z0-9_.!+]+(-[A-Za-z0-9_.]+){2,3}\.whl\Z")
 _HEX64 = re.compile(r"\A[0-9a-f]{64}\Z")

@@ -1,11 +1,12 @@
 """The worker's Python environment, rebuilt from the workspace's lockfile and cached in the store.
 
 A worker on a fresh machine builds a virtual environment from the workspace's lockfile
-(:mod:`jupyter_portable.engine.runtime.lockfile`). The first build of a lockfile is **cold**: pip
+(:mod:`jupyter_portable.engine.runtime.lockfile`); ``uv`` makes the venv and installs into it,
+hard-linking from its cache beside the venvs. The first build of a lockfile is **cold**: pip
 fetches (or builds) one wheel per requirement from a package index or find-links folder,
 every wheel is stored as an object, and a *wheel index* names them. Every later build of
 the same lockfile on the same kind of interpreter is **warm**: the wheels come from the
-store alone, each hashed on the way in, and pip installs with ``--no-index`` and no pip
+store alone, each hashed on the way in, and uv installs with ``--offline --no-index`` and no
 configuration, so no package index is reached.
 
 Layout, beside the store's other keys::
@@ -282,8 +283,10 @@ def build_env(store: Store, lockfile: bytes, venv: Path, *, find_links: list[str
     try:
         venv.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=f".{venv.name}-wheels-", dir=venv.parent) as tmp:
-            wheel_dir = Path(tmp) / "wheels"
-            wheel_dir.mkdir()
+            # warm: the store's wheels are kept beside the venvs, so a second build on this machine
+            # finds uv's cache of them filled and hard-links instead of unpacking again
+            wheel_dir = venv.parent / "wheel-files" if index is not None else Path(tmp) / "wheels"
+            wheel_dir.mkdir(exist_ok=True)
             if index is not None:
                 wheels = index.wheels
                 say(f"env cache: warm: {_count(len(wheels))} ({_mib(wheels)}) of lockfile {lockhash[:12]} "
@@ -297,7 +300,8 @@ def build_env(store: Store, lockfile: bytes, venv: Path, *, find_links: list[str
                 py = _make_venv(python, venv, say)
                 lock_path = Path(tmp) / "lockfile.txt"
                 lock_path.write_bytes(lockfile)
-                files = _download(py, lock_path, bool(names), wheel_dir, find_links, index_url, say)
+                files = _download(_pip_python(python, py), lock_path, bool(names), wheel_dir, find_links, index_url,
+                                  say)
                 _check_covers((Wheel(p.name, 0, "") for p in files), names, "the wheels pip fetched",
                               "check the lockfile's requirements; pip's output above names what it got")
                 say(f"storing {_count(len(files))} in {redact(store.url)}")
@@ -376,9 +380,15 @@ def _fetch(store: Store, index: WheelIndex, wheel_dir: Path) -> None:
             raise IntegrityError(f"wheel {w.filename} from {redact(store.url)} has {len(data)} bytes, "
                                  f"its index says {w.size}",
                                  hint=f"delete {index.key} from the store; the next build is cold")
-        (wheel_dir / w.filename).write_bytes(data)
+        part = wheel_dir / f".{w.filename}.part"
+        part.write_bytes(data)
+        os.replace(part, wheel_dir / w.filename)
 
-    _parallel(one, index.wheels)
+    def needed(w: Wheel) -> bool:
+        kept = wheel_dir / w.filename
+        return not (kept.is_file() and kept.stat().st_size == w.size and digest(kept.read_bytes()) == w.hash)
+
+    _parallel(one, [w for w in index.wheels if needed(w)])
 
 
 def _upload(store: Store, files: list[Path]) -> tuple[Wheel, ...]:
@@ -398,15 +408,44 @@ def _publish(store: Store, index: WheelIndex, say: Progress) -> None:
     say(f"cached {_count(len(index.wheels))} ({_mib(index.wheels)}) as {index.key}")
 
 
+def _uv() -> str | None:
+    """uv's binary (the ``uv`` package, a dependency of this one), or None where it is missing."""
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return None
+
+
+def _uv_env(venv: Path) -> dict[str, str]:
+    """uv's environment: its cache beside the venvs (same file system, so installs hard-link from it),
+    no user configuration, never a downloaded Python."""
+    return {**os.environ, "UV_CACHE_DIR": str(venv.parent / "uv-cache"), "UV_NO_CONFIG": "1",
+            "UV_PYTHON_DOWNLOADS": "never", "UV_LINK_MODE": "hardlink"}
+
+
 def _make_venv(python: str, venv: Path, say: Progress) -> Path:
-    rc, tail = _run([python, "-m", "venv", str(venv)], say, dict(os.environ))
+    uv = _uv()
+    cmd = [uv, "venv", "--quiet", "--python", python, str(venv)] if uv else [python, "-m", "venv", str(venv)]
+    rc, tail = _run(cmd, say, _uv_env(venv) if uv else dict(os.environ))
     py = _venv_python(venv)
     if rc != 0 or not py.exists():
         reason = next((ln for ln in reversed(tail) if ln.strip()), "no output")
-        raise UsageError(f"`{python} -m venv {venv}` failed (exit {rc}): {reason}",
+        raise UsageError(f"`{' '.join(cmd[:2])} ... {venv}` failed (exit {rc}): {reason}",
                          hint="install Python's venv module (Debian: apt-get install python3-venv), "
                               "or pass another interpreter")
     return py
+
+
+def _pip_python(python: str, venv_python: Path) -> Path:
+    """A Python that has pip, to fetch the cold build's wheels: the new venv's (``python -m venv``
+    seeds it), else the interpreter the venv is made from."""
+    for candidate in (venv_python, Path(python)):
+        if subprocess.run([str(candidate), "-c", "import pip"], capture_output=True).returncode == 0:
+            return candidate
+    raise UsageError(f"neither {venv_python} nor {python} has pip, which fetches the wheels of a cold build",
+                     hint=f"install pip for {python}, or build this lockfile once where pip is")
 
 
 def _download(py: Path, lock_path: Path, any_requirement: bool, wheel_dir: Path, find_links: list[str] | None,
@@ -446,6 +485,19 @@ def _install(py: Path, lockfile: bytes, wheels: Iterable[Wheel], wheel_dir: Path
             lines.append(line)  # NAME==VERSION: pip checks the pin against the wheel it finds
     reqs = tmp / "install.txt"
     reqs.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    uv = _uv()
+    if uv:
+        # NAME==VERSION is checked against the wheel found; hard-linked from uv's cache beside the venvs
+        say("$ uv pip install --offline --no-index --no-deps --find-links WHEELS -r LOCKFILE")
+        rc, tail = _run([uv, "pip", "install", "--quiet", "--offline", "--no-index", "--no-deps", "--python", str(py),
+                         "--find-links", str(wheel_dir), "-r", str(reqs)], say, _uv_env(py.parent.parent))
+        if rc != 0:
+            reason = next((ln for ln in reversed(tail) if ln.strip()), "no output")
+            raise UsageError(f"uv failed installing the cached wheels (exit {rc}): {reason}",
+                             hint="the cached wheels do not install on this machine; check the error above, or "
+                                  "delete the wheel index of this lockfile from the store so the next build is cold",
+                             output=tail)
+        return
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
     _pip(py, ["install", "--no-index", "--no-deps", "--only-binary", ":all:", "--find-links", str(wheel_dir),
