@@ -129,10 +129,18 @@ def test_an_index_written_to_the_documented_format_builds_warm_and_a_tampered_wh
     data = bytearray(store.backend.read(object_key(h)))
     data[len(data) // 2] ^= 0xFF  # same size, other bytes
     store.backend.write(object_key(h), bytes(data))
-    with pytest.raises(IntegrityError) as err:
-        build_env(store, lock, tmp_path / "bad")
+    with pytest.raises(IntegrityError) as err:  # a new machine reads the store's (tampered) wheel
+        build_env(store, lock, tmp_path / "machine-2" / "bad")
     assert "tinypkg-1.0-py3-none-any.whl" in str(err.value)
-    assert not (tmp_path / "bad").exists()  # no venv claims success
+    assert not (tmp_path / "machine-2" / "bad").exists()  # no venv claims success
+    # this machine kept the wheel it verified: a rebuild uses it and never the tampered object...
+    assert build_env(store, lock, tmp_path / "again").kind == "warm"
+    # ...until the kept copy itself changes: then it is fetched again, and the store's is refused
+    kept = tmp_path / "wheel-files" / "tinypkg-1.0-py3-none-any.whl"
+    kept.write_bytes(kept.read_bytes()[:-1] + b"x")
+    with pytest.raises(IntegrityError):
+        build_env(store, lock, tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
 
 
 BAD_INDEXES = {
