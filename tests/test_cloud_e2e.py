@@ -251,3 +251,21 @@ def test_a_request_the_published_schema_refuses_fails_the_continue(tmp_path: Pat
         assert orch.lifecycle().state == L.FAILED
         assert twin.violations and "containerDiskInGb" in twin.violations[0]
         assert twin.running() == []
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("", {"*": 900.0}), ("600", {"*": 600.0}), ("runpod=300, aws=1200", {"*": 900.0, "runpod": 300.0, "aws": 1200.0}),
+    ("runpod=300,120", {"*": 120.0, "runpod": 300.0})])
+def test_boot_timeouts_per_provider(text: str, expected: dict[str, float]) -> None:
+    from jupyter_portable.orchestration.orchestrator import boot_timeouts
+
+    assert boot_timeouts(text) == expected
+
+
+@pytest.mark.parametrize("text", ["soon", "runpod=", "runpod=0", "run pod=60", "aws=1e9"])
+def test_a_bad_boot_timeout_names_the_setting(text: str) -> None:
+    from jupyter_portable.core.errors import UsageError
+    from jupyter_portable.orchestration.orchestrator import boot_timeouts
+
+    with pytest.raises(UsageError, match="JUPYTER_PORTABLE_BOOT_TIMEOUT"):
+        boot_timeouts(text)

@@ -55,6 +55,23 @@ BOOT_TIMEOUT_ENV = "JUPYTER_PORTABLE_BOOT_TIMEOUT"
 DEFAULT_CLOUD_BOOT_TIMEOUT_S = 900.0
 
 
+def boot_timeouts(text: str, default: float | None = None) -> dict[str, float]:
+    """``{provider: seconds, "*": seconds}`` from ``"900"`` or ``"runpod=600,aws=1200[,900]"``;
+    UsageError naming the setting for anything else."""
+    out = {"*": default if default is not None else DEFAULT_CLOUD_BOOT_TIMEOUT_S}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, value = part.rpartition("=")
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = -1.0
+        if not 1 <= seconds <= 86400 or (name and not name.isidentifier()):
+            raise UsageError(f"{BOOT_TIMEOUT_ENV}={text!r}: {part!r} is not SECONDS or PROVIDER=SECONDS "
+                             "(1 to 86400 seconds)", hint=f"e.g. {BOOT_TIMEOUT_ENV}=runpod=600,aws=1200,900")
+        out[name or "*"] = seconds
+    return out
+
+
 class Cancelled(PortableError):
     """The user cancelled the Continue."""
 
@@ -76,9 +93,9 @@ class Orchestrator:
         self.reconnect = reconnect
         self.lazy_threshold = lazy_threshold
         self.boot_timeout_s = boot_timeout_s
-        # a rented machine may take minutes to boot; JUPYTER_PORTABLE_BOOT_TIMEOUT (seconds) changes it
-        self.cloud_boot_timeout_s = cloud_boot_timeout_s if cloud_boot_timeout_s is not None else \
-            float(os.environ.get(BOOT_TIMEOUT_ENV) or DEFAULT_CLOUD_BOOT_TIMEOUT_S)
+        # a rented machine may take minutes to boot: JUPYTER_PORTABLE_BOOT_TIMEOUT says how many
+        # seconds, for every cloud ("900") or per provider ("runpod=600,aws=1200,900")
+        self.cloud_boot_timeouts = boot_timeouts(os.environ.get(BOOT_TIMEOUT_ENV, ""), cloud_boot_timeout_s)
         self.stale_after_s = stale_after_s
         self._cancel = threading.Event()
         self._silent_since: float | None = None
@@ -257,6 +274,7 @@ class Orchestrator:
 
         settings = load_settings(self.ws)
         cloud = sorted({r.offer.provider for r in usable} - {"local", "ssh"})
+        timeouts = self.cloud_boot_timeouts
         public_key = None
         if cloud:  # only a rented machine needs the user's key; made on first use (compute.keys)
             from jupyter_portable.compute.keys import user_key
@@ -266,7 +284,7 @@ class Orchestrator:
             allocation, attempts = acquire([r.offer for r in usable], self.providers, settings.requirements,
                                            allocation_id_factory=new_allocation, on_event=on_event,
                                            boot_timeout_s=self.boot_timeout_s,
-                                           boot_timeouts={name: self.cloud_boot_timeout_s for name in cloud},
+                                           boot_timeouts={name: timeouts.get(name, timeouts["*"]) for name in cloud},
                                            ssh_public_key=public_key,
                                            launch_env={"JUPYTER_PORTABLE_WORKSPACE_ID": wsid},
                                            on_launched=launched)
