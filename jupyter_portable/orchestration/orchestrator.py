@@ -83,7 +83,8 @@ class Orchestrator:
                  on_state: StateSink | None = None, on_progress: ProgressSink | None = None,
                  reconnect: Reconnect | None = None, lazy_threshold: int | None = None,
                  boot_timeout_s: float = 120, stale_after_s: float = 10.0,
-                 environment: dict[str, Any] | None = None, cloud_boot_timeout_s: float | None = None) -> None:
+                 environment: dict[str, Any] | None = None, cloud_boot_timeout_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.ws = ws
         mode = os.environ.get(ENVIRONMENT_ENV, "auto")
         self.environment = environment or {"mode": mode}
@@ -97,6 +98,7 @@ class Orchestrator:
         # seconds, for every cloud ("900") or per provider ("runpod=600,aws=1200,900")
         self.cloud_boot_timeouts = boot_timeouts(os.environ.get(BOOT_TIMEOUT_ENV, ""), cloud_boot_timeout_s)
         self.stale_after_s = stale_after_s
+        self.clock = clock  # heartbeat silence is measured on it, never on a clock read in the check
         self._cancel = threading.Event()
         self._silent_since: float | None = None
         self._clients: dict[str, AgentClient] = {}
@@ -493,10 +495,10 @@ class Orchestrator:
 
     # -- Loss -------------------------------------------------------------------------------------
 
-    def check(self) -> dict[str, Any]:
+    def check(self, now: float | None = None) -> dict[str, Any]:
         """Look at the active machine once: its provider's status and the agent's heartbeat.
         LOST (recorded, with the reason) when the provider says it is gone, or the agent has not
-        answered for ``stale_after_s`` seconds."""
+        answered for ``stale_after_s`` seconds of the orchestrator's ``clock`` (``now``: its reading)."""
         lc = self.lifecycle()
         if lc.state not in (L.ACTIVE, L.READY):
             return {**self.summary(lc), "alive": None}
@@ -518,7 +520,7 @@ class Orchestrator:
             self._silent_since = None
             return {**self.summary(lc), "alive": True}
         except PortableError as exc:
-            now = time.monotonic()
+            now = self.clock() if now is None else now
             self._silent_since = self._silent_since or now
             if now - self._silent_since >= self.stale_after_s:
                 self._lost(lc, f"heartbeats stopped: {exc}", spend=(status.spend or 0.0) if status else 0.0)

@@ -1,0 +1,46 @@
+"""The loss check measures heartbeat silence on the clock it is given, never on one it reads:
+a worker that stops answering is LOST only once ``stale_after_s`` of that clock has passed,
+however long the machine under test takes between two looks."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_e2e import make_workspace, portable_env, release_all
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Path]]:
+    yield portable_env(tmp_path, monkeypatch)
+    release_all()
+
+
+def test_silence_is_lost_only_after_stale_after_s_of_the_given_clock(env: dict[str, Path], tmp_path: Path) -> None:
+    from jupyter_portable.core import lifecycle as L
+    from jupyter_portable.orchestration.orchestrator import Orchestrator
+
+    ws = make_workspace(tmp_path / "ws", env["store"])
+    readings = iter([1000.0])
+
+    def clock() -> float:  # a test that used the wall clock here would pass or fail by the machine's speed
+        raise AssertionError("check() read the clock although it was given now")
+
+    orch = Orchestrator(ws, stale_after_s=10.0, clock=clock)
+    try:
+        assert orch.continue_()["state"] == L.ACTIVE
+        rec = orch.record()
+        assert rec is not None
+        os.kill(rec.pid, signal.SIGKILL)  # the agent goes silent; the machine itself still runs
+        first: Any = orch.check(now=next(readings))
+        assert first["alive"] is False and first["state"] == L.ACTIVE
+        assert orch.check(now=1009.9)["state"] == L.ACTIVE  # 9.9 s of silence: not yet
+        lost = orch.check(now=1010.0)
+        assert lost["state"] == L.LOST and lost["alive"] is False
+        assert "heartbeats stopped" in (orch.lifecycle().events[-1].reason or "")
+    finally:
+        orch.close()
