@@ -97,6 +97,12 @@ class Rental:
     extra: dict[str, Any] = field(default_factory=dict)
     # the provider's own record of when the machine was rented (what spend figures count from)
     created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    deleted_at: datetime | None = None
+
+    def billed(self) -> float:
+        """What the provider charges for it: its price from creation to deletion (or now)."""
+        end = self.deleted_at or datetime.now(timezone.utc)
+        return self.offer.price * (end - self.created_at).total_seconds() / 3600
 
     @property
     def created_iso(self) -> str:
@@ -303,6 +309,7 @@ class Twin:
             if rental.deleted:
                 return True
             rental.deleted = True
+            rental.deleted_at = datetime.now(timezone.utc)
             if not rental.killed:
                 rental.offer.stock += 1  # the GPU goes back on the market
                 self.on_stock(rental.offer)
