@@ -129,3 +129,36 @@ def test_a_bare_cloud_machine_gets_the_worker_by_bootstrap(machine: TwinMachine,
         assert again.reused_venv and again.sent == 0
     finally:
         second.remove()
+
+
+def test_an_interpreter_under_the_remote_home_is_found(machine: TwinMachine, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """``~/...`` names the machine's home: the worker starts with it (quoted, never re-read by a shell)."""
+    import sys
+
+    from jupyter_portable.compute.base import Allocation, SshEndpoint
+    from jupyter_portable.compute.keys import pin_host_key, scan_host_key
+    from jupyter_portable.worker.client import AgentClient, start_agent
+
+    monkeypatch.setenv("JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES", "0")
+    wrapper = machine.home / "my python"  # an image's Python that has this package (a venv's, so not a symlink)
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    ws = make_workspace(tmp_path / "ws", tmp_path / "store")
+    epoch = ws.store.claim_epoch(ws.workspace_id)
+    head = ws.store.read_head(ws.workspace_id)[0]
+    allocation = Allocation("al-home1", "runpod", "pod-offer", "pod-9", "2026-11-30T10:00:00Z",
+                            ssh=SshEndpoint(machine.host, machine.port, "root"), details={"python": "~/my python"})
+    presented = scan_host_key(machine.host, machine.port)
+    assert presented is not None
+    pin_host_key("al-home1", machine.host, machine.port, presented)
+    rec = start_agent(None, allocation, store=ws.config.store, workspace_id=ws.workspace_id, version=head.version,
+                      epoch=epoch)
+    client = AgentClient(rec, None)
+    try:
+        st = client.wait(lambda s: s["phase"] in ("ready", "failed"), timeout=60)
+        assert st["phase"] == "ready", st["error"]
+        assert "bootstrap" not in allocation.details  # the named Python had the package: nothing installed
+    finally:
+        client.shutdown()
+        client.close()

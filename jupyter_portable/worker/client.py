@@ -163,8 +163,12 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
             config.update(workdir=f"{remote}/work", state_dir=f"{remote}/agent")
             if not allocation.details.get("python") and not os.environ.get(REMOTE_PYTHON_ENV):
                 host = _bootstrap(ssh, target, host, allocation, store, progress)
-        rc, out, err = ssh.run(target, [host.python, "-m", "jupyter_portable.worker", "--detach"],
-                               input=json.dumps(config), timeout=timeout)
+        from jupyter_portable.compute.ssh import remote_python
+
+        # remote_python quotes the interpreter and lets a leading ~/ be the remote home
+        code, raw_out, raw_err = ssh.exec_bytes(target, f"{remote_python(host)} -m jupyter_portable.worker --detach",
+                                                json.dumps(config).encode(), timeout)
+        rc, out, err = code, raw_out.decode(errors="replace"), raw_err.decode(errors="replace")
         if rc != 0 and "No module named" in err and "jupyter_portable" in err:
             raise LaunchFailed(f"{allocation.allocation_id}: jupyter-portable is not installed for `{host.python}` "
                                "on the machine", provider=allocation.provider, offer=allocation.offer_id,
