@@ -22,7 +22,8 @@ An **orphan** is a machine that is not the current allocation of a known workspa
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -183,5 +184,53 @@ def terminate_orphans(providers: dict[str, Provider], copies: Iterable[Workspace
     return {**report, "terminated": done, "problems": problems}
 
 
-__all__ = ["GRACE_S", "Known", "find_allocation", "judge", "known_workspaces", "list_machines", "machines_report",
-           "terminate", "terminate_orphans"]
+class OrphanSweep:
+    """The server's view of orphans: swept once in the background when it starts, again after a
+    terminate. :meth:`view` is what the state shows (None until the first sweep finished)."""
+
+    def __init__(self, providers: Callable[[], dict[str, Provider]], copies: Callable[[], list[Workspace]], *,
+                 clock: Callable[[], datetime] = utcnow) -> None:
+        self.providers = providers
+        self.copies = copies
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._result: dict[str, Any] | None = None
+        self._sweeping = False
+        self.sweeps = 0
+
+    def sweep(self) -> dict[str, Any]:
+        """List every machine now and judge it; never raises (a failure is a problem line)."""
+        with self._lock:
+            self._sweeping = True
+        try:
+            report = machines_report(self.providers(), self.copies(), now=self.clock())
+        except Exception as exc:  # noqa: BLE001 - shown in the sidebar, the server goes on
+            reason = exc.one_line() if isinstance(exc, PortableError) else f"{type(exc).__name__}: {exc}"
+            report = {"machines": [], "orphans": [], "problems": [reason], "checked_at": to_iso(self.clock())}
+        with self._lock:
+            self._result, self._sweeping = report, False
+            self.sweeps += 1
+        return report
+
+    def view(self) -> dict[str, Any] | None:
+        """``{"checked_at", "sweeping", "machines": [orphans], "problems"}``, or None before any sweep."""
+        with self._lock:
+            if self._result is None:
+                return None
+            return {"checked_at": self._result["checked_at"], "sweeping": self._sweeping,
+                    "machines": list(self._result["orphans"]), "problems": list(self._result["problems"])}
+
+    def terminate(self, target: str) -> dict[str, Any]:
+        """Terminate one listed orphan (``provider/ref``), confirmed by its provider, then sweep again."""
+        with self._lock:
+            orphans = list(self._result["orphans"]) if self._result else []
+        if not any(target in (f"{o['provider']}/{o['ref']}", o["ref"], o["allocation_id"]) for o in orphans):
+            raise UsageError(f"{target!r} is not a listed orphan", hint="only an orphan the sidebar lists is "
+                             "terminated from here; `jupyter portable machines` shows every machine")
+        done = terminate(self.providers(), target)
+        self.sweep()
+        return {**done, "orphans": self.view()}
+
+
+__all__ = ["GRACE_S", "Known", "OrphanSweep", "find_allocation", "judge", "known_workspaces", "list_machines",
+           "machines_report", "terminate", "terminate_orphans"]

@@ -78,6 +78,8 @@ class StateView:
         self.refresh_s = refresh_s
         self.clock = clock
         self.builds = 0  # how many times the state was built (not served from the cache)
+        # the server's orphan sweep (orchestration.machines.OrphanSweep.view), None where none runs
+        self.orphans: Callable[[], dict[str, Any] | None] | None = None
         self._cached: tuple[tuple[Any, ...], datetime, dict[str, Any]] | None = None
 
     def state(self, *, continuing: bool, conflicts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -89,14 +91,15 @@ class StateView:
         key = (lc.state, lc.updated, lc.allocation_id, lc.version, lc.verified, lc.epoch, len(lc.events),
                head.version, head.manifest, head.epoch, continuing, len(conflicts),
                tuple(sorted((k, v.spend) for k, v in orch.observed.items())))
+        orphans = self.orphans() if self.orphans is not None else None
         if self._cached is not None:
             old_key, built_at, answer = self._cached
             if old_key == key and (now - built_at).total_seconds() < self.refresh_s:
-                return answer
+                return {**answer, "orphans": orphans}
         answer = self._build(orch, lc, now, continuing=continuing, conflicts=conflicts)
         self._cached = (key, now, answer)
         self.builds += 1
-        return answer
+        return {**answer, "orphans": orphans}
 
     def _build(self, orch: Orchestrator, lc: L.Lifecycle, now: datetime, *, continuing: bool,
                conflicts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -133,7 +136,7 @@ class StateView:
             lost = {"reason": ev.reason, "at": ev.at, "allocation_id": ev.allocation_id}
         try:
             budget = budget_report(ws, now=now, manifest=manifest,
-                                   figure=lambda a: getattr(observed.get(a.get("allocation_id", "")), "spend", None))
+                                   figure=lambda a: _observed(observed.get(a.get("allocation_id", ""))))
             budget_view = {"spent": budget.get("spent"), "cap": budget.get("total"), "left": budget.get("left"),
                            "state": budget.get("state"), "message": budget.get("message")}
         except PortableError as exc:
@@ -153,6 +156,11 @@ class StateView:
             "checkpoints": [checkpoint_view(r) for r in records(manifest)], "budget": budget_view,
             "conflicts": list(conflicts),
         }
+
+
+def _observed(status: Any) -> tuple[float | None, str | None] | None:
+    """The spend the loss check last saw, with where it came from (measured or estimated)."""
+    return None if status is None else (status.spend, status.spend_source)
 
 
 __all__ = ["StateView", "checkpoint_view", "checkpoints_view", "files_view", "head_manifest"]

@@ -8,6 +8,8 @@
  *   continue.json
  *   error.json
  *   files.json
+ *   orphan-terminate.json
+ *   orphans.json
  *   reservation-request.json
  *   reservation.json
  *   reservations.json
@@ -128,6 +130,65 @@ export interface IConflict {
   path: string;
   at: string;
   kept: string;
+}
+/**
+ * POST /portable/api/orphans {"terminate": "provider/ref"}: the machine terminated, the state its provider reports afterwards, and the orphans swept again.
+ */
+export interface IOrphanTerminated {
+  provider: string;
+  ref: string;
+  allocation_id: string | null;
+  workspace_id: string | null;
+  state: string;
+  orphans: IOrphans | null;
+}
+/**
+ * GET /portable/api/orphans (and the state's orphans): the machines the enabled providers hold with our labels that are not the current allocation of a known workspace, as the server's last sweep found them.
+ */
+export interface IOrphans {
+  /**
+   * When the sweep listed the machines (ISO 8601, UTC).
+   */
+  checked_at: string;
+  /**
+   * A new sweep is running now.
+   */
+  sweeping: boolean;
+  machines: IOrphanMachine[];
+  /**
+   * One line per provider that could not list its machines.
+   */
+  problems: string[];
+}
+/**
+ * One rented machine, found by the workspace and allocation ids in its provider's name, labels or tags.
+ */
+export interface IOrphanMachine {
+  provider: string;
+  /**
+   * The provider's own id of the machine.
+   */
+  ref: string;
+  allocation_id: string | null;
+  workspace_id: string | null;
+  state: 'pending' | 'running' | 'reachable' | 'stopped' | 'lost' | 'terminated';
+  name: string;
+  started: string | null;
+  uptime_s: number | null;
+  price_per_hour: number | null;
+  /**
+   * Dollars so far.
+   */
+  spend: number | null;
+  /**
+   * provider: the provider's own figures (measured); estimate: a listed price x time.
+   */
+  spend_source: 'provider' | 'estimate' | null;
+  /**
+   * null: not judged here (another store's workspace).
+   */
+  orphan: boolean | null;
+  why: string;
 }
 /**
  * POST /portable/api/reservations: book a slot of an offer type; charge defaults to before.
@@ -403,6 +464,10 @@ export interface IPortableState {
    * Idle autostop: the countdown while a machine is active (state idle, warning or busy), or what an idle stop did (state released); null when there is nothing to say.
    */
   idle?: IIdle | null;
+  /**
+   * The orphans the server's sweep found (machines of ours that no known workspace uses), with Terminate; null until the first sweep.
+   */
+  orphans?: IOrphans | null;
 }
 export interface IWorkspaceInfo {
   id: string;

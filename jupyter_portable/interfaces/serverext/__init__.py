@@ -276,6 +276,30 @@ class SettingsHandler(_Base):
         self.reply(settings.to_json())
 
 
+class OrphansHandler(_Base):
+    """The machines the providers hold for us that no known workspace uses (docs/api.md)."""
+
+    @property
+    def sweep(self) -> Any:
+        return self.settings["portable_orphans"]
+
+    @web.authenticated
+    async def get(self) -> None:
+        self.workspace()
+        if self.get_argument("refresh", "0") == "1":
+            await self.blocking(self.sweep.sweep)
+        self.reply(self.sweep.view())
+
+    @web.authenticated
+    async def post(self) -> None:
+        """``{"terminate": "provider/ref"}``: terminate that orphan, confirmed by its provider."""
+        self.workspace()
+        target = self.json_body({"terminate"}).get("terminate")
+        if not isinstance(target, str) or not target or len(target) > 300:
+            raise web.HTTPError(400, reason="terminate must name a listed orphan as provider/ref")
+        self.reply(await self.blocking(self.sweep.terminate, target))
+
+
 class NotFoundHandler(_Base):
     @web.authenticated
     def get(self, path: str) -> None:
@@ -286,6 +310,20 @@ class NotFoundHandler(_Base):
 
 def _raise(exc: Exception) -> Any:
     raise exc
+
+
+def _sweep_orphans(service: PortableService, ws: Any) -> Any:
+    """Look for orphans once, in the background, as the server starts; the state shows them."""
+    import functools
+
+    from jupyter_portable.orchestration.machines import OrphanSweep
+
+    providers = functools.cache(lambda: service.make_providers() if service.make_providers else {})
+    sweep = OrphanSweep(providers, lambda: [ws] if ws is not None else [])
+    if ws is not None and service.view is not None:
+        service.view.orphans = sweep.view
+        service.pool.submit(sweep.sweep)
+    return sweep
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
@@ -312,6 +350,7 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     web_app = serverapp.web_app
     base = url_path_join(web_app.settings["base_url"], API)
     web_app.settings["portable_service"] = service
+    web_app.settings["portable_orphans"] = _sweep_orphans(service, ws)
     web_app.add_handlers(".*$", [
         (url_path_join(base, "state"), StateHandler),
         (url_path_join(base, "routes"), RoutesHandler),
@@ -324,6 +363,7 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
         (url_path_join(base, "files"), FilesHandler),
         (url_path_join(base, "settings"), SettingsHandler),
         (url_path_join(base, "reservations"), ReservationsHandler),
+        (url_path_join(base, "orphans"), OrphansHandler),
         (url_path_join(base, r"reservations/([A-Za-z0-9_.-]{1,80})"), ReservationHandler),
         (url_path_join(base, r"(.*)"), NotFoundHandler),
     ])

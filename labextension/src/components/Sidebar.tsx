@@ -5,6 +5,7 @@ import { PortableModel } from '../model';
 import { ApiErrorLine, StatusLine } from './common';
 import { ContinuePanel } from './ContinuePanel';
 import { IdleCountdown } from './IdleCountdown';
+import { OrphansPanel } from './OrphansPanel';
 import { ReservationsPanel } from './ReservationsPanel';
 import { RoutesPanel } from './RoutesPanel';
 import { CheckpointsPanel, SnapshotPanel } from './SnapshotPanel';
@@ -31,6 +32,7 @@ export function Sidebar(props: { model: PortableModel; now: number; onOpenSettin
       <WorkspaceHeader state={state} />
       <AllocationPanel state={state} now={now} fetchedAt={model.fetchedAt} />
       <IdleCountdown model={model} now={now} />
+      <OrphansPanel model={model} />
       <ContinuePanel
         state={state}
         progress={model.progress}
