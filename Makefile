@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTHON ?= python3
 
-.PHONY: setup demo test checks test-load bench clean
+.PHONY: setup demo test checks test-load bench bench-scale clean
 
 setup: $(STAMP)
 
@@ -43,3 +43,7 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) demo test-output
+
+# a million-file workspace: snapshot, no change, one file changed, restore, verify (not part of make test)
+bench-scale: setup
+	$(PY) bench/scale.py --files $${FILES:-1000000}
