@@ -456,8 +456,10 @@ class Orchestrator:
         spend = 0.0
         if rec is not None:
             provider = self.provider_of(rec.allocation)
+            seen = self.observed.get(rec.allocation_id)  # the provider's last figure, should it not answer now
+            spend = float(seen.spend or 0.0) if seen is not None else 0.0
             with contextlib.suppress(PortableError):
-                spend = float(provider.status(rec.allocation).spend or 0.0)
+                spend = float(provider.status(rec.allocation).spend or spend)
             with contextlib.suppress(PortableError):
                 self.client(rec.allocation_id).shutdown()  # the agent goes first, then its machine
             provider.terminate(rec.allocation)  # only after SEALED (invariant 6)
