@@ -191,10 +191,10 @@ def test_price_caps_and_budget_block_with_reasons() -> None:
     assert routes[1].blocked == "$2.50/h is over the cap of $2.00/h"
     routes = rank_routes(s3(1), [FAR, NEAR], Requirements(max_price_per_hour=2.00), hours=8)
     assert set(routes[1].reasons) == {"price"}
-    # budget: NEAR bills $20.00 for 8 h, FAR $15.21; $18 left blocks NEAR only
+    # budget: NEAR totals $20.00 for 8 h, FAR less; $18 left blocks NEAR only
     routes = rank_routes(s3(1), [FAR, NEAR], hours=8, caps=Caps(budget_left=18))
     assert routes[0].offer is FAR and routes[0].blocked is None
-    assert routes[1].blocked == "$20.00 projected for 8 h is over the $18.00 left of the budget"
+    assert routes[1].blocked == "$20.00 total for 8 h is over the $18.00 left of the budget"
 
 
 def test_failed_permission_and_launch_checks_block() -> None:
@@ -231,7 +231,7 @@ def test_to_json_has_exactly_the_documented_keys() -> None:
     r = rank_routes(s3(500), [FAR], hours=8)[0]
     out = r.to_json()
     assert set(out) == {"id", "provider", "offer", "gpu", "region", "price_per_hour", "cost", "time_to_ready_s",
-                        "checks", "blocked", "gpu_count", "reasons", "breakdown"}
+                        "checks", "blocked", "gpu_count", "reasons", "breakdown", "p_fail", "history", "words"}
     assert set(out["cost"]) == {"gpu", "egress", "storage", "queue", "risk", "total"}
     assert set(out["checks"]) == {"listed", "permitted", "capacity", "launched"}
     assert (out["provider"], out["offer"], out["region"]) == ("lambda", "gpu_1x_a100", "us-west-1")

@@ -11,6 +11,11 @@ breakdown, never one opaque number (all in dollars, for the planned ``hours``)::
     risk    = p_fail * (wasted GPU time of boot + transfer, plus egress paid again)
     total   = gpu + egress + storage + queue + risk
 
+``p_fail`` grows with what recently happened to the offer (:class:`Incident`: a preemption,
+a failed launch, a driver refusal), at once and fading over :data:`INCIDENT_WINDOW_S`. The
+budget is held against ``total``, the figure the sidebar's Total column shows, and its
+message quotes that figure (:func:`money`, the sidebar's rounding).
+
 Queue time is not billed by anyone; it is priced because a wait delays the work. Routes
 that fail a requirement, a cap, the budget or a check are kept, blocked, with their
 reasons, after every unblocked route. Nothing here reads a clock, a file or the network.
@@ -27,6 +32,7 @@ from typing import Any
 
 from jupyter_portable.core.errors import UsageError
 from jupyter_portable.core.offers import Checks, Offer, Requirements, unmet
+from jupyter_portable.core.spend import money
 
 LOCAL_PROVIDER = "local"  # the local market: workers are processes on this machine
 HOURS_PER_MONTH = 730.0  # storage is priced per GB-month; 8760 h / 12
@@ -36,6 +42,10 @@ RECENT_FAILURE_P = 0.10  # each recent launch failure of this offer adds this to
 DRIVER_MISMATCH_P = 0.25  # each admission refusal (wrong driver) weighs more: it wastes a whole boot
 MAX_P_FAIL = 0.95  # never certain: a route that always failed stays a (very dear) route
 UNKNOWN_STORE_EGRESS_PER_GB = 0.09  # a store the table does not know: assume the dearest common rate
+INCIDENT_WINDOW_S = 2 * 3600.0  # how long what happened to an offer weighs on its risk (fading to nothing)
+# What one incident adds to p_fail at once: a preemption says the market wants the machine back;
+# a refused driver wastes a whole boot and will happen again on the same offer.
+INCIDENT_P = {"preempted": 0.30, "launch failed": 0.20, "refused": 0.40}
 
 
 @dataclass(frozen=True)
@@ -93,12 +103,37 @@ class WorkspaceFacts:
 
 
 @dataclass(frozen=True)
+class Incident:
+    """Something that happened to an offer ``age_s`` seconds ago: ``kind`` is one of
+    :data:`INCIDENT_P` ("preempted", "launch failed", "refused")."""
+
+    kind: str
+    age_s: float
+
+    def __post_init__(self) -> None:
+        if self.kind not in INCIDENT_P:
+            raise UsageError(f"incident kind must be one of {', '.join(INCIDENT_P)}, not {self.kind!r}")
+        if not (0 <= self.age_s < math.inf):
+            raise UsageError(f"incident age_s must be a non-negative number of seconds, not {self.age_s!r}")
+
+    @property
+    def weight(self) -> float:
+        """What it adds to p_fail now: all of it at once, nothing after the window."""
+        return INCIDENT_P[self.kind] * max(0.0, 1.0 - self.age_s / INCIDENT_WINDOW_S)
+
+    def words(self) -> str:
+        """"preempted 4 min ago"."""
+        return f"{self.kind} {_duration(self.age_s)} ago" if self.age_s >= 30 else f"{self.kind} just now"
+
+
+@dataclass(frozen=True)
 class Signals:
     """What recent history says about each offer, keyed by ``Offer.key``."""
 
     recent_launch_failures: dict[str, int] = field(default_factory=dict)
     driver_mismatches: dict[str, int] = field(default_factory=dict)  # exact-driver admission refusals
     queue_seconds: dict[str, float] = field(default_factory=dict)  # observed wait before a launch started
+    incidents: dict[str, tuple[Incident, ...]] = field(default_factory=dict)  # newest first
 
     def __post_init__(self) -> None:
         for name in ("recent_launch_failures", "driver_mismatches", "queue_seconds"):
@@ -109,7 +144,7 @@ class Signals:
 @dataclass(frozen=True)
 class Caps:
     """Spending limits: a $/h ceiling and what is left of the budget. ``budget_left`` is held
-    against what the route would bill (gpu + egress + storage); queue and risk are no invoice."""
+    against the route's total, the one figure the user sees for it."""
 
     max_price_per_hour: float | None = None
     budget_left: float | None = None
@@ -157,13 +192,25 @@ class Route:
     checks: Checks
     reasons: dict[str, str]
     breakdown: tuple[str, ...] = ()
+    p_fail: float = 0.0
+    history: tuple[str, ...] = ()  # what recently happened to the offer, in words ("preempted 4 min ago")
+    words: dict[str, str] = field(default_factory=dict)  # each cost term's one-line definition
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "provider": self.offer.provider, "offer": self.offer.id, "gpu": self.offer.gpu,
                 "gpu_count": self.offer.gpu_count, "region": self.offer.region,
                 "price_per_hour": self.offer.price_per_hour, "cost": self.cost.to_json(),
                 "time_to_ready_s": round(self.time_to_ready_s, 1), "checks": self.checks.to_json(),
-                "blocked": self.blocked, "reasons": dict(self.reasons), "breakdown": list(self.breakdown)}
+                "blocked": self.blocked, "reasons": dict(self.reasons), "breakdown": list(self.breakdown),
+                "p_fail": round(self.p_fail, 4), "history": list(self.history), "words": dict(self.words)}
+
+
+def budget_reason(total: float, hours: float, left: float) -> str | None:
+    """Why ``total`` for ``hours`` does not fit the ``left`` of the budget, or None when it does;
+    the same words for a route and for a reservation."""
+    if round(total, 4) <= round(left, 4):
+        return None
+    return f"{money(total)} total for {hours:g} h is over the {money(left)} left of the budget"
 
 
 def route_id(offer: Offer) -> str:
@@ -215,10 +262,10 @@ def egress_price_per_gb(store_provider: str | None, store_region: str | None, of
     return store_side + offer.egress_per_gb
 
 
-def _p_fail(offer: Offer, failures: int, mismatches: int) -> float:
+def _p_fail(offer: Offer, failures: int, mismatches: int, incidents: tuple[Incident, ...] = ()) -> float:
     # Launch failure and unreliability as independent events, then what history adds.
     p = 1.0 - (1.0 - offer.launch_failure_rate) * offer.reliability
-    p += RECENT_FAILURE_P * failures + DRIVER_MISMATCH_P * mismatches
+    p += RECENT_FAILURE_P * failures + DRIVER_MISMATCH_P * mismatches + sum(i.weight for i in incidents)
     return min(p, MAX_P_FAIL)
 
 
@@ -276,23 +323,35 @@ def _price_route(facts: WorkspaceFacts, offer: Offer, req: Requirements, hours: 
     queue = queue_s / 3600 * wait_rate
     failures = signals.recent_launch_failures.get(key, 0)
     mismatches = signals.driver_mismatches.get(key, 0)
-    p_fail = _p_fail(offer, failures, mismatches)
+    incidents = tuple(i for i in signals.incidents.get(key, ()) if i.weight > 0)
+    p_fail = _p_fail(offer, failures, mismatches, incidents)
     # A failed attempt wastes the boot and the transfer (the GPU meters from launch) and
     # the bytes must be moved, and paid for, again.
     retry = (boot_s + transfer_s) / 3600 * (price + value_of_time) + egress
     risk = p_fail * retry
     cost = Cost(gpu=gpu, egress=egress, storage=storage, queue=queue, risk=risk,
                 total=gpu + egress + storage + queue + risk)
-    if caps.budget_left is not None and cost.billed > caps.budget_left:
-        reasons["budget"] = (f"{_money(cost.billed)} projected for {hours:g} h is over the "
-                             f"{_money(caps.budget_left)} left of the budget")
+    over = budget_reason(cost.total, hours, caps.budget_left) if caps.budget_left is not None else None
+    if over:
+        reasons["budget"] = over
 
     ready_s = queue_s + boot_s + transfer_s
-    history = []
+    history = [i.words() for i in incidents]
     if failures:
         history.append(f"{failures} recent launch failure(s)")
     if mismatches:
         history.append(f"{mismatches} driver mismatch(es)")
+    words = {
+        "gpu": f"GPU: {money(price)}/h for the {hours:g} planned h",
+        "egress": (f"Transfer: moving {gb:,.1f} GB of the workspace there at ${per_gb:.3f}/GB"
+                   if egress > 0 else f"Transfer: moving {gb:,.1f} GB of the workspace there, free on this route"),
+        "storage": f"Storage: keeping {facts.workspace_bytes / 1e9:,.1f} GB in the store for {hours:g} h",
+        "queue": (f"Queue: about {_duration(queue_s)} of waiting ({queue_why}), priced at this GPU's rate"
+                  if queue_s > 0 else "Queue: no wait, capacity is free now"),
+        "risk": (f"Risk: {p_fail:.0%} chance the launch fails: {money(risk)} expected, a boot and transfer"
+                 " wasted" + (f" ({', '.join(history)})" if history else "")),
+        "total": "Total: the whole cost of getting to the next verified state, the figure caps are held to",
+    }
     breakdown = (
         f"GPU: ${price:.2f}/h x {hours:g} h = {_money(gpu)}",
         f"egress: {gb:,.1f} GB x ${per_gb:.3f}/GB = {_money(egress)}",
@@ -306,7 +365,7 @@ def _price_route(facts: WorkspaceFacts, offer: Offer, req: Requirements, hours: 
     )
     return Route(id=route_id(offer), offer=offer, cost=cost, time_to_ready_s=ready_s, transfer_s=transfer_s,
                  queue_s=queue_s, boot_s=boot_s, blocked="; ".join(reasons.values()) or None, checks=checks,
-                 reasons=reasons, breakdown=breakdown)
+                 reasons=reasons, breakdown=breakdown, p_fail=p_fail, history=tuple(history), words=words)
 
 
 def rank_routes(facts: WorkspaceFacts, offers: Iterable[Offer], requirements: Requirements | None = None, *,
@@ -333,11 +392,16 @@ __all__ = [
     "Caps",
     "Cost",
     "EgressPrices",
+    "INCIDENT_P",
+    "INCIDENT_WINDOW_S",
+    "Incident",
     "Route",
     "STORE_EGRESS",
     "Signals",
     "WorkspaceFacts",
+    "budget_reason",
     "egress_price_per_gb",
+    "money",
     "rank_routes",
     "route_id",
 ]

@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from jupyter_portable.core.errors import UsageError
@@ -96,6 +97,25 @@ def budget_state(spent: float, budget: Budget, price_per_hour: float,
     return out
 
 
+def money(dollars: float) -> str:
+    """Dollars as the sidebar shows a 4-decimal figure of the API: cents rounded half up,
+    "<$0.01" under a cent (labextension/src/format.ts ``money``)."""
+    x = round(dollars, 4)
+    if x != 0 and abs(x) < 0.01:
+        return "-<$0.01" if x < 0 else "<$0.01"
+    cents = Decimal(abs(x)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    return f"{'-' if x < 0 and cents else ''}${cents}"
+
+
+def spend_line(total: float, current: float | None) -> str:
+    """One spend figure: "$0.04 so far: $0.03 on this machine, $0.01 before" (``current``:
+    the machine serving the workspace now, None when there is none)."""
+    if current is None:
+        return f"{money(total)} so far, on earlier machines" if total > 0 else "Nothing spent yet"
+    before = max(0.0, total - current)
+    return f"{money(total)} so far: {money(current)} on this machine, {money(before)} before"
+
+
 def admits_price(price_per_hour: float, budget: Budget) -> str | None:
     """The reason ``price_per_hour`` is over the budget's $/h cap, or None when it is within it."""
     cap = budget.max_price_per_hour
@@ -104,4 +124,4 @@ def admits_price(price_per_hour: float, budget: Budget) -> str | None:
     return None
 
 
-__all__ = ["BUDGET_STATES", "Budget", "admits_price", "budget_state", "spend_of"]
+__all__ = ["BUDGET_STATES", "Budget", "admits_price", "budget_state", "money", "spend_line", "spend_of"]

@@ -16,7 +16,7 @@ from jupyter_portable.core.errors import ManifestError, NoCapacity, NotSupported
 from jupyter_portable.core.offers import Offer
 from jupyter_portable.core.validate import dumps_strict, short_repr
 from jupyter_portable.engine.workspace import Workspace
-from jupyter_portable.orchestration.routes import list_offers
+from jupyter_portable.orchestration.routes import list_offers, spent_so_far
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +178,7 @@ def reserve(ws: Workspace, offer_key: str, start: str, hours: float, charge: str
     if reason:
         raise UsageError(f"cannot book {offer_key} at {start} for {short_repr(hours)} h: {reason}")
     provider, offer = _find_offer(providers, offer_key)
+    refuse_over_budget(ws, offer, hours, start)
     listed = getattr(provider, "catalog", None)
     full = listed.offer(offer.id) if listed is not None else None  # capacity of the type, not what is free now
     capacity: dict[str, int | None] = {offer.key: full.capacity if full is not None else offer.capacity} \
@@ -233,6 +234,25 @@ def reserve(ws: Workspace, offer_key: str, start: str, hours: float, charge: str
                         f"{hours:g} h, ${price:,.2f}) but the store did not record it: {last}; it is kept in "
                         f"this copy and recorded when the store answers",
                         hint="run `jupyter portable reservations` again later; do not buy it again")
+
+
+def refuse_over_budget(ws: Workspace, offer: Offer, hours: float, start: str) -> None:
+    """UsageError when a booking of ``offer`` for ``hours`` breaks the $/h cap or does not fit
+    what is left of the budget (bookings not yet charged included), in a route's words."""
+    from jupyter_portable.core.routing import budget_reason
+    from jupyter_portable.core.spend import admits_price
+    from jupyter_portable.orchestration.settings import load_settings
+
+    budget = load_settings(ws).budget
+    why = admits_price(offer.price_per_hour, budget)
+    if why is None and budget.total is not None:
+        # a slot booked and not cancelled is money promised: it counts against what is left
+        promised = sum(b.price for b in reservations(ws) if b.status == "booked")
+        left = max(0.0, budget.total - spent_so_far(ws) - promised)
+        why = budget_reason(round(offer.price_per_hour * hours, 2), hours, left)
+    if why:
+        raise UsageError(f"cannot book {offer.key} at {start} for {hours:g} h: {why}",
+                         hint="raise the budget or the $/h cap in the settings, or book fewer hours")
 
 
 def reservations_strict(ws: Workspace) -> list[Booking]:

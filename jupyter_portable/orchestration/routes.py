@@ -14,8 +14,8 @@ from jupyter_portable.compute.base import Provider
 from jupyter_portable.compute.registry import enabled_providers
 from jupyter_portable.core.errors import ConflictError, NoCapacity, PortableError, UsageError
 from jupyter_portable.core.offers import Checks, Offer, Requirements
-from jupyter_portable.core.routing import Caps, Route, Signals, WorkspaceFacts, rank_routes
-from jupyter_portable.core.times import utcnow
+from jupyter_portable.core.routing import INCIDENT_WINDOW_S, Caps, Incident, Route, Signals, WorkspaceFacts, rank_routes
+from jupyter_portable.core.times import parse_iso_or_none, utcnow
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.orchestration.settings import load_settings
 
@@ -61,25 +61,53 @@ def spent_so_far(ws: Workspace) -> float:
     return sum(float(a.get("spend") or 0) for a in (manifest.allocations if manifest else ()))
 
 
-def signals_from_history(ws: Workspace) -> Signals:
-    """Recent launch failures and driver refusals per offer, from the allocation history."""
-    manifest = ws.manifest()
-    failures: dict[str, int] = {}
-    mismatches: dict[str, int] = {}
+def incident_of(record: dict[str, Any]) -> str | None:
+    """What an allocation record says happened to its offer: "preempted" (lost), "refused"
+    (admission, e.g. a wrong driver), "launch failed", or None (it ended as planned)."""
+    state = record.get("state")
+    reason = str(record.get("stop_reason") or "").lower()
+    if state == "lost":
+        return "preempted"
+    if state == "refused" or "driver" in reason:
+        return "refused"
+    if state == "failed":
+        return "launch failed"
+    return None
+
+
+def history_records(manifest: Any) -> list[dict[str, Any]]:
+    """Each allocation's newest record, in the order they were first recorded."""
+    latest: dict[str, dict[str, Any]] = {}
     for a in manifest.allocations if manifest else ():
-        key = f"{a.get('provider')}/{a.get('offer')}"
-        reason = (a.get("stop_reason") or "").lower()
-        if a.get("state") in ("failed", "refused"):
-            failures[key] = failures.get(key, 0) + 1
-        if "driver" in reason:
-            mismatches[key] = mismatches.get(key, 0) + 1
-    return Signals(recent_launch_failures=failures, driver_mismatches=mismatches)
+        if isinstance(a, dict) and a.get("allocation_id"):
+            latest[a["allocation_id"]] = a
+    return list(latest.values())
+
+
+def signals_from_history(ws: Workspace, *, now: datetime) -> Signals:
+    """What happened to each offer within :data:`INCIDENT_WINDOW_S` of ``now`` (a loss, a
+    failed launch, a driver refusal), newest first, from the store's allocation history."""
+    head, _ = ws.store.read_head(ws.workspace_id)
+    # the head, not this copy's version: a loss is recorded there while this copy stays put
+    manifest = ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
+    incidents: dict[str, list[Incident]] = {}
+    for a in history_records(manifest):
+        kind = incident_of(a)
+        at = parse_iso_or_none(a.get("stopped")) or parse_iso_or_none(a.get("started"))
+        if kind is None or at is None:
+            continue
+        age = max(0.0, (now - at).total_seconds())
+        if age < INCIDENT_WINDOW_S:
+            incidents.setdefault(f"{a.get('provider')}/{a.get('offer')}", []).append(Incident(kind, age))
+    return Signals(incidents={k: tuple(sorted(v, key=lambda i: i.age_s)) for k, v in incidents.items()})
 
 
 def compute_routes(ws: Workspace, *, hours: float | None = None, providers: dict[str, Provider] | None = None,
-                   gpu: str | None = None) -> tuple[list[Route], dict[str, str]]:
-    """Every offer as a route to this workspace's next verified state, ranked by whole cost."""
+                   gpu: str | None = None, now: datetime | None = None) -> tuple[list[Route], dict[str, str]]:
+    """Every offer as a route to this workspace's next verified state, ranked by whole cost;
+    what recently happened to an offer (as of ``now``) raises its risk."""
     providers = providers if providers is not None else enabled_providers()
+    now = now or utcnow()
     settings = load_settings(ws)
     offers, errors = list_offers(providers, None, gpu)
     budget = settings.budget
@@ -88,7 +116,7 @@ def compute_routes(ws: Workspace, *, hours: float | None = None, providers: dict
     checks = {o.key: Checks(listed=True) for o in offers}
     routes = rank_routes(workspace_facts(ws, providers), offers, settings.requirements,
                          hours=hours if hours is not None else settings.hours, caps=caps,
-                         signals=signals_from_history(ws), checks=checks)
+                         signals=signals_from_history(ws, now=now), checks=checks)
     return routes, errors
 
 
@@ -97,8 +125,9 @@ def routes_to_try(ws: Workspace, route_id: str | None = None, *, hours: float | 
     """The open routes in the order to try them: ``route_id`` first when given, then a slot the
     provider sold that is in force at ``now`` (launched into it), then by cost.
     UsageError for an unknown or blocked ``route_id``; NoCapacity when every route is blocked."""
-    routes, _ = compute_routes(ws, hours=hours, providers=providers)
-    usable = into_reserved(ws, [r for r in routes if not r.blocked], now=now or utcnow())
+    now = now or utcnow()
+    routes, _ = compute_routes(ws, hours=hours, providers=providers, now=now)
+    usable = into_reserved(ws, [r for r in routes if not r.blocked], now=now)
     if route_id is not None:
         chosen = [r for r in routes if r.id == route_id]
         if not chosen:

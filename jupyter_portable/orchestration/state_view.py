@@ -1,6 +1,7 @@
 """What the sidebar shows, built in one place: the workspace, its lifecycle, the machine
-and what it has cost, the last published version, checkpoints, the budget, and the facts
-the sidebar acts on (``can_continue``, ``can_cancel``).
+and what it has cost (one spend figure, and every machine the workspace had), the last
+published version, checkpoints, the budget, and the facts the sidebar acts on
+(``can_continue``, ``can_cancel``).
 
 Building it never calls a provider: an active machine's spend is the provider's figure as
 the loss check last saw it (``Orchestrator.observed``), else price x time from
@@ -19,12 +20,13 @@ from typing import Any
 from jupyter_portable.core import lifecycle as L
 from jupyter_portable.core.errors import PortableError
 from jupyter_portable.core.manifest import Manifest
-from jupyter_portable.core.spend import spend_of
+from jupyter_portable.core.spend import spend_line, spend_of
 from jupyter_portable.core.times import parse_iso_or_none, utcnow
 from jupyter_portable.engine.checkpoint.registry import records
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.orchestration.budget import budget_report
 from jupyter_portable.orchestration.orchestrator import Orchestrator
+from jupyter_portable.orchestration.routes import history_records
 
 _WITH_MACHINE = (L.ACTIVE, L.READY, L.DRAINING, L.SEALED, *L.CONTINUE_STATES)
 
@@ -65,6 +67,30 @@ def files_view(ws: Workspace, orch: Orchestrator, conflicts: list[dict[str, Any]
             out["pending"], out["worker"] = w.get("pending", []), w
         except PortableError as exc:
             out["worker"] = {"error": exc.one_line()}
+    return out
+
+
+def machines_view(manifest: Manifest | None, *, current: str | None, current_spend: float | None,
+                  now: datetime) -> list[dict[str, Any]]:
+    """Every allocation of the workspace (each one's newest record), newest first: the GPU,
+    where, when it started and stopped, why it stopped and what it cost. An active machine's
+    cost is ``current_spend`` when it is the current one, else price x time to ``now``."""
+    out = []
+    for a in history_records(manifest):
+        price = float(a.get("price_per_hour") or 0.0)
+        cost = float(a.get("spend") or 0.0)
+        if a.get("state") == "active":
+            if a.get("allocation_id") == current and current_spend is not None:
+                cost = current_spend
+            else:
+                t0 = parse_iso_or_none(a.get("started"))
+                cost = spend_of(price, t0, None, now) if t0 else cost
+        out.append({"allocation_id": a.get("allocation_id"), "provider": a.get("provider"), "offer": a.get("offer"),
+                    "gpu": a.get("gpu"), "region": a.get("region"), "price_per_hour": price or None,
+                    "state": a.get("state") or "unknown", "started": a.get("started"), "stopped": a.get("stopped"),
+                    "reason": a.get("stop_reason"), "cost": round(cost, 4),
+                    "current": a.get("allocation_id") == current})
+    out.sort(key=lambda m: (parse_iso_or_none(m["started"]) or now, m["stopped"] or "~"), reverse=True)
     return out
 
 
@@ -141,6 +167,15 @@ class StateView:
                            "state": budget.get("state"), "message": budget.get("message")}
         except PortableError as exc:
             budget_view = {"state": "unknown", "message": exc.one_line()}
+        current_spend = allocation.get("spend") if allocation and lc.state in _WITH_MACHINE else None
+        machines = machines_view(manifest, current=lc.allocation_id if current_spend is not None else None,
+                                 current_spend=current_spend, now=now)
+        total = budget_view.get("spent")
+        if not isinstance(total, (int, float)):
+            total = sum(m["cost"] for m in machines)
+        spend_view: dict[str, Any] = {"total": round(float(total), 4), "current": current_spend,
+                 "before": round(max(0.0, float(total) - (current_spend or 0.0)), 4),
+                 "text": spend_line(float(total), current_spend)}
         return {
             "workspace": {"id": ws.workspace_id, "name": ws.root.name, "store": ws.config.store,
                           "path": str(ws.root)},
@@ -154,7 +189,7 @@ class StateView:
                                                        "files": len(manifest.files), "bytes": manifest.total_bytes,
                                                        "message": manifest.message},
             "checkpoints": [checkpoint_view(r) for r in records(manifest)], "budget": budget_view,
-            "conflicts": list(conflicts),
+            "conflicts": list(conflicts), "machines": machines, "spend": spend_view,
         }
 
 
@@ -163,4 +198,4 @@ def _observed(status: Any) -> tuple[float | None, str | None] | None:
     return None if status is None else (status.spend, status.spend_source)
 
 
-__all__ = ["StateView", "checkpoint_view", "checkpoints_view", "files_view", "head_manifest"]
+__all__ = ["StateView", "checkpoint_view", "checkpoints_view", "files_view", "head_manifest", "machines_view"]

@@ -320,10 +320,17 @@ def _orchestrate(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str
             out = orch.stop()
             return out, f"sealed version {out['sealed_version']} and released the machine", 0
         out = orch.check()
-        if args.events:
-            out["events"] = [e.to_json() for e in orch.lifecycle().events]
         alive = {True: "answering", False: "not answering", None: "no machine"}[out["alive"]]
-        return out, f"{out['state']} {out['allocation_id'] or ''} ({alive}), version {out['version']}", 0
+        text = f"{out['state']} {out['allocation_id'] or ''} ({alive}), version {out['version']}"
+        if args.events:
+            events = orch.lifecycle().events
+            out["events"] = [e.to_json() for e in events]
+            # one line each, oldest first: "#3 2026-11-02T09:00:00Z IDLE -> ROUTING al-... v4: reason"
+            text += "".join(
+                f"\n#{e.seq} {e.at} {e.previous or '-'} -> {e.state}"
+                + (f" {e.allocation_id}" if e.allocation_id else "") + (f" v{e.version}" if e.version else "")
+                + (f": {e.reason}" if e.reason else "") for e in events) or "\nno events"
+        return out, text, 0
     finally:
         orch.close()
 
