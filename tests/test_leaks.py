@@ -192,3 +192,28 @@ def test_a_launch_whose_answer_was_lost_is_found_by_its_name(provider: str, tmp_
                                                                           "ws-leaktest")
         p.terminate(allocation)
         assert twin.running() == []
+
+
+def test_a_continue_killed_before_the_launch_answered_is_cleaned_up_by_the_next(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write-ahead record names the allocation, the provider has the machine, this copy never
+    learnt its id: the next Continue's resume finds it by its name and terminates it."""
+    from jupyter_portable import Workspace
+    from jupyter_portable.compute.runpod import RunPodProvider
+    from jupyter_portable.core import lifecycle as L
+    from jupyter_portable.core.times import now_iso
+    from jupyter_portable.orchestration.orchestrator import Orchestrator
+    from jupyter_portable.workdir import lifecycle_file
+
+    with cloud("runpod", tmp_path, monkeypatch) as (twin, root):
+        ws = Workspace.find(root)
+        epoch = ws.store.claim_epoch(ws.workspace_id)
+        lifecycle_file.update(ws.copy, lambda cur: L.transition(cur, L.ROUTING, at=now_iso()))
+        lifecycle_file.update(ws.copy, lambda cur: L.transition(cur, L.ACQUIRING, at=now_iso(), route="r-1",
+                                                                allocation_id="al-unanswered1", epoch=epoch))
+        provider = RunPodProvider()
+        provider.launch(provider.offers()[0], allocation_id="al-unanswered1",
+                        env={"JUPYTER_PORTABLE_WORKSPACE_ID": ws.workspace_id})
+        assert len(twin.running()) == 1
+        summary = Orchestrator(ws, providers={"runpod": provider}).resume()
+        assert summary["state"] == L.ROUTING and twin.running() == []
