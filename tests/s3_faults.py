@@ -53,6 +53,8 @@ class Rule:
 class Counts:
     requests: int = 0
     faults: Counter[str] = field(default_factory=Counter)
+    puts: int = 0  # PUT and POST requests forwarded with a body
+    put_bytes: int = 0  # their bodies' bytes: what was written to the store
 
     @property
     def injected(self) -> int:
@@ -175,6 +177,10 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         headers = {k.lower(): v for k, v in self.headers.items()}
         kind, rule = self.owner.choose(self.command, self.path, headers)
+        if self.command in ("PUT", "POST") and body:
+            with self.owner._lock:
+                self.owner.counts.puts += 1
+                self.owner.counts.put_bytes += len(body)
         if rule is not None and rule.hook is not None:
             rule.hook()
         if kind == "slowdown":

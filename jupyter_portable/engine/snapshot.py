@@ -178,13 +178,16 @@ class _Uploader:
     def add_tree(self, body: bytes) -> str:
         """Write one tree object in the background; its hash."""
         h = digest(body)
-        with self._lock:
-            self.tree_bytes += len(body)
         self._reserve(len(body))
 
         def run() -> None:
             try:
-                self.store.put_object(body, h)
+                # a folder re-read (a racy stat, a cache miss) often makes the tree the store has:
+                # asking is one small request, sending it again is the whole folder listing
+                if not self.store.has_object(h):
+                    self.store.put_object(body, h)
+                    with self._lock:
+                        self.tree_bytes += len(body)
             finally:
                 self._release(len(body))
 
