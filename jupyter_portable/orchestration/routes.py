@@ -91,14 +91,32 @@ def signals_from_history(ws: Workspace, *, now: datetime) -> Signals:
     # the head, not this copy's version: a loss is recorded there while this copy stays put
     manifest = ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
     incidents: dict[str, list[Incident]] = {}
-    for a in history_records(manifest):
-        kind = incident_of(a)
-        at = parse_iso_or_none(a.get("stopped")) or parse_iso_or_none(a.get("started"))
-        if kind is None or at is None:
-            continue
+    records = history_records(manifest)
+
+    def add(key: str, kind: str, at: datetime) -> None:
         age = max(0.0, (now - at).total_seconds())
         if age < INCIDENT_WINDOW_S:
-            incidents.setdefault(f"{a.get('provider')}/{a.get('offer')}", []).append(Incident(kind, age))
+            incidents.setdefault(key, []).append(Incident(kind, age))
+
+    counted = set()
+    for a in records:
+        kind = incident_of(a)
+        at = parse_iso_or_none(a.get("stopped")) or parse_iso_or_none(a.get("started"))
+        if kind is not None and at is not None:
+            add(f"{a.get('provider')}/{a.get('offer')}", kind, at)
+            counted.add(a.get("allocation_id"))
+    # The lifecycle says LOST the moment a loss is seen; the history's record follows it. Routes
+    # priced in between (the sidebar prices them on the LOST event) must already know.
+    from jupyter_portable.core import lifecycle as L
+    from jupyter_portable.workdir.lifecycle_file import load
+
+    offers = {a.get("allocation_id"): f"{a.get('provider')}/{a.get('offer')}" for a in records}
+    with contextlib.suppress(PortableError):
+        for ev in load(ws.copy).events:
+            at = parse_iso_or_none(ev.at)
+            if ev.state == L.LOST and ev.allocation_id in offers and ev.allocation_id not in counted and at:
+                add(offers[ev.allocation_id], "preempted", at)
+                counted.add(ev.allocation_id)
     return Signals(incidents={k: tuple(sorted(v, key=lambda i: i.age_s)) for k, v in incidents.items()})
 
 

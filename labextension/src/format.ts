@@ -82,3 +82,39 @@ export function when(iso: string | null | undefined): string {
     minute: '2-digit'
   });
 }
+
+/** The user's time zone as a short name ("UTC", "CET", "GMT+2"). */
+export function zone(iso?: string | null): string {
+  const d = iso ? new Date(iso) : new Date();
+  const part = new Intl.DateTimeFormat(undefined, { timeZoneName: 'short' })
+    .formatToParts(Number.isNaN(d.getTime()) ? new Date() : d)
+    .find(p => p.type === 'timeZoneName');
+  return part?.value ?? 'local time';
+}
+
+/** "Mon 1 Dec 14:00–17:00 CET" (the end's day too when it is another day). */
+export function span(startIso: string, hours: number): string {
+  const start = new Date(startIso);
+  if (Number.isNaN(start.getTime())) {
+    return startIso;
+  }
+  const end = new Date(start.getTime() + hours * 3600_000);
+  const sameDay = start.toDateString() === end.toDateString();
+  const endText = sameDay
+    ? end.toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' })
+    : when(end.toISOString());
+  return `${when(startIso)}–${endText} ${zone(startIso)}`;
+}
+
+/** A long path shortened to its last parts ("…/runs/7/ckpt.pt"); the full one goes in a title. */
+export function shortPath(path: string, max = 32): string {
+  if (path.length <= max) {
+    return path;
+  }
+  const parts = path.split('/');
+  let out = parts[parts.length - 1];
+  for (let i = parts.length - 2; i >= 0 && out.length + parts[i].length + 1 <= max - 2; i--) {
+    out = `${parts[i]}/${out}`;
+  }
+  return `…/${out}`;
+}

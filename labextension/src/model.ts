@@ -198,6 +198,12 @@ export class PortableModel implements IDisposable {
           this._stateAgain = false;
           try {
             const state = await this.client.state();
+            const history = machinesKey(state);
+            if (this.state && history !== machinesKey(this.state)) {
+              // A machine's fate was recorded (a loss may be recorded after the LOST event):
+              // what happened to its offer changes that route's risk.
+              void this.refreshRoutes();
+            }
             this.state = state;
             this.fetchedAt = Date.now();
             this.stateError = null;
@@ -282,6 +288,7 @@ export class PortableModel implements IDisposable {
   }
 
   async book(request: IBookingRequest): Promise<boolean> {
+    delete this.status['cancel-booking']; // the lines say what happened last, not before
     const ok = await this._act('book', async () => {
       const b = await this.client.book(request);
       return `Booked ${b.offer_key} (${b.reservation_id})`;
@@ -291,6 +298,7 @@ export class PortableModel implements IDisposable {
   }
 
   async cancelBooking(id: string): Promise<void> {
+    delete this.status.book; // "Booked ..." no longer holds
     await this._act('cancel-booking', async () => {
       const b = await this.client.cancelBooking(id);
       return b.refund
@@ -390,6 +398,11 @@ export class PortableModel implements IDisposable {
   /** The registry's settings as last applied; null before the first. */
   private _registry: IPortableSettings | null = null;
   private _settingsQueue: Promise<void> = Promise.resolve();
+}
+
+/** What the machines history says, in one string, to see that it changed. */
+function machinesKey(state: IPortableState): string {
+  return (state.machines ?? []).map(m => `${m.allocation_id}:${m.state}`).join(',');
 }
 
 function asApiError(error: unknown): PortableApiError {

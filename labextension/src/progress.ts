@@ -59,6 +59,9 @@ export interface IStepProgress {
   message: string | null;
   done: number | null;
   total: number | null;
+  /** When the step began and ended (the events' times), for its duration. */
+  started?: string | null;
+  ended?: string | null;
 }
 
 export interface IFailover {
@@ -117,7 +120,8 @@ function text(value: unknown): string | null {
 /** Mark steps before ``current`` done, ``current`` running, later ones pending. */
 function runStep(
   steps: { [K in ContinueStep]: IStepProgress },
-  current: ContinueStep
+  current: ContinueStep,
+  when: string | null = null
 ): { [K in ContinueStep]: IStepProgress } {
   const at = STEPS.indexOf(current);
   const out = { ...steps };
@@ -127,10 +131,22 @@ function runStep(
       out[step] =
         status === 'pending'
           ? { status, message: null, done: null, total: null }
-          : { ...out[step], status };
+          : status === 'running'
+            ? { ...out[step], status, started: when, ended: null }
+            : { ...out[step], status, ended: out[step].ended ?? when };
     }
   });
   return out;
+}
+
+/** How long a step took (or has run, to ``now`` in ms), in seconds; null when unknown. */
+export function stepSeconds(step: IStepProgress, now: number): number | null {
+  const t0 = step.started ? Date.parse(step.started) : NaN;
+  if (Number.isNaN(t0)) {
+    return null;
+  }
+  const t1 = step.ended ? Date.parse(step.ended) : step.status === 'running' ? now : NaN;
+  return Number.isNaN(t1) ? null : Math.max(0, (t1 - t0) / 1000);
 }
 
 /**
@@ -198,7 +214,7 @@ export function applyStateEvent(
       ...p,
       running: true,
       route: ev.route ?? p.route,
-      steps: runStep(steps, step),
+      steps: runStep(steps, step, ev.at ?? null),
       failovers,
       reason: ev.reason ?? (failover ? p.reason : null)
     };
@@ -207,7 +223,7 @@ export function applyStateEvent(
   if (ev.state === 'ACTIVE' && previous === 'READY') {
     const steps = { ...p.steps };
     for (const s of STEPS) {
-      steps[s] = { ...steps[s], status: 'done' };
+      steps[s] = { ...steps[s], status: 'done', ended: steps[s].ended ?? ev.at ?? null };
     }
     return { ...p, running: false, steps, outcome: 'ready', reason: null };
   }
@@ -216,7 +232,7 @@ export function applyStateEvent(
     const steps = { ...p.steps };
     const running = STEPS.find(s => steps[s].status === 'running');
     if (running) {
-      steps[running] = { ...steps[running], status: 'failed' };
+      steps[running] = { ...steps[running], status: 'failed', ended: ev.at ?? null };
     }
     return {
       ...p,

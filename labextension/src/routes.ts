@@ -247,3 +247,97 @@ export function routeLabel(route: IRoute): string {
   const gpu = route.gpu_count > 1 ? `${route.gpu} x${route.gpu_count}` : route.gpu;
   return [route.provider, gpu, route.region].filter(Boolean).join(' · ');
 }
+
+/** Providers by the names their users know them by. */
+export const PROVIDER_NAME: { [name: string]: string } = {
+  local: 'Local market',
+  runpod: 'RunPod',
+  vastai: 'Vast.ai',
+  lambda: 'Lambda',
+  aws: 'AWS',
+  gcp: 'Google Cloud',
+  ssh: 'SSH host'
+};
+
+export function providerName(provider: string | null | undefined): string {
+  return provider ? (PROVIDER_NAME[provider] ?? provider) : '—';
+}
+
+/** "NVIDIA A100 80GB · RunPod · EU-RO-1": a machine in words, GPU first. */
+export function machineName(m: {
+  gpu?: string | null;
+  gpu_count?: number | null;
+  provider?: string | null;
+  region?: string | null;
+  offer?: string | null;
+}): string {
+  const gpu = m.gpu ? ((m.gpu_count ?? 1) > 1 ? `${m.gpu} x${m.gpu_count}` : m.gpu) : (m.offer ?? 'a machine');
+  return [gpu, providerName(m.provider), m.region].filter(Boolean).join(' · ');
+}
+
+/** A route in words, GPU first. */
+export function routeName(route: IRoute): string {
+  return machineName(route);
+}
+
+/** An offer key ("local/a100") in words, from the routes that list it; the key when none does. */
+export function offerName(key: string, routes: readonly IRoute[] | null | undefined): string {
+  const route = routes?.find(r => `${r.provider}/${r.offer}` === key);
+  return route ? routeName(route) : key;
+}
+
+/** The checks in words: "capacity checked, not launched". */
+export function checksInWords(route: IRoute): string {
+  const c = route.checks ?? { listed: true, permitted: null, capacity: null, launched: null };
+  if (c.launched === true) {
+    return 'launched and checked';
+  }
+  if (c.launched === false) {
+    return 'a launch of it failed';
+  }
+  if (c.capacity === false) {
+    return 'checked: no capacity now';
+  }
+  if (c.permitted === false) {
+    return 'not permitted (credentials or quota)';
+  }
+  if (c.capacity === true) {
+    return 'capacity checked, not launched';
+  }
+  if (c.permitted === true) {
+    return 'permitted; capacity not checked, not launched';
+  }
+  return c.listed === false ? 'no longer listed' : 'listed only: capacity not checked, not launched';
+}
+
+/** "8% chance the launch fails: $0.40", and what recently happened to the offer. */
+export function riskInWords(route: IRoute, money: (x: number) => string): string {
+  const p = route.p_fail ?? 0;
+  const pct = p > 0 && p < 0.01 ? '<1' : String(Math.round(p * 100));
+  const history = route.history?.length ? ` (${route.history.join(', ')})` : '';
+  return `${pct}% chance the launch fails: ${money(route.cost.risk)}${history}`;
+}
+
+/** Each cost term's one-line definition, for the legend and the cards. */
+export const TERM_LABEL: { [K in CostTerm | 'total']: string } = {
+  gpu: 'GPU',
+  egress: 'Transfer',
+  storage: 'Storage',
+  queue: 'Queue',
+  risk: 'Risk',
+  total: 'Total'
+};
+
+const TERM_DEFINITION: { [K in CostTerm | 'total']: string } = {
+  gpu: 'GPU: its price per hour for the planned hours',
+  egress: 'Transfer: moving the workspace from the store to the machine',
+  storage: 'Storage: keeping the workspace in the store for the planned hours',
+  queue: "Queue: the expected wait before the machine starts, priced at this GPU's rate (no one bills it)",
+  risk: 'Risk: the chance a launch fails times what a failed attempt wastes (no one bills it)',
+  total: 'Total: the whole cost of getting to the next verified state; caps and the budget are held to it'
+};
+
+/** The definition of ``term`` for ``route`` in its own numbers when the server gave them. */
+export function termWords(term: CostTerm | 'total', route?: IRoute | null): string {
+  return route?.words?.[term] ?? TERM_DEFINITION[term];
+}

@@ -329,6 +329,20 @@ export interface IRoute {
     [k: string]: string;
   };
   breakdown?: string[];
+  /**
+   * The chance a launch on this route fails, 0..1, what recently happened to the offer included.
+   */
+  p_fail?: number;
+  /**
+   * What recently happened to the offer, in words ("preempted 4 min ago"), newest first.
+   */
+  history?: string[];
+  /**
+   * Each cost term's one-line definition in plain words, by term (gpu, egress, storage, queue, risk, total).
+   */
+  words?: {
+    [k: string]: string;
+  };
 }
 /**
  * A route's cost in dollars, term by term.
@@ -464,6 +478,11 @@ export interface IPortableState {
    * Idle autostop: the countdown while a machine is active (state idle, warning or busy), or what an idle stop did (state released); null when there is nothing to say.
    */
   idle?: IIdle | null;
+  /**
+   * Every allocation of this workspace from the store's allocation history (each one's newest record), newest first.
+   */
+  machines?: IMachine[];
+  spend?: ISpend;
   /**
    * The orphans the server's sweep found (machines of ours that no known workspace uses), with Terminate; null until the first sweep.
    */
@@ -633,6 +652,53 @@ export interface IIdleRelease {
    * What happened and what it saves, e.g. Released after 30 min idle; saves about $1.35/h from now on.
    */
   message: string;
+}
+/**
+ * One machine the workspace had (or a launch that was given up).
+ */
+export interface IMachine {
+  allocation_id: string | null;
+  provider: string | null;
+  offer: string | null;
+  gpu: string | null;
+  region: string | null;
+  price_per_hour: number | null;
+  /**
+   * active, released, lost, failed (launch), refused (admission), ...
+   */
+  state: string;
+  started: string | null;
+  stopped: string | null;
+  /**
+   * Why it stopped, in the words recorded; null while it runs.
+   */
+  reason: string | null;
+  /**
+   * Dollars: as recorded at its stop, or so far while it runs.
+   */
+  cost: number;
+  /**
+   * It serves the workspace now.
+   */
+  current: boolean;
+}
+/**
+ * One spend figure for the workspace: the total, the current machine's part and the rest.
+ */
+export interface ISpend {
+  total: number;
+  /**
+   * The machine serving the workspace now; null when there is none.
+   */
+  current: number | null;
+  /**
+   * Every earlier machine.
+   */
+  before: number;
+  /**
+   * "$0.04 so far: $0.03 on this machine, $0.01 before".
+   */
+  text: string;
 }
 /**
  * POST /portable/api/stop: sealed, read back and released.

@@ -3,13 +3,42 @@ import React from 'react';
 
 import * as fmt from '../format';
 import { IStatus } from '../model';
-import { IContinueProgress, STEP_LABEL, STEPS, stepFraction } from '../progress';
-import { routeLabel } from '../routes';
+import { IContinueProgress, STEP_LABEL, STEPS, stepFraction, stepSeconds } from '../progress';
+import { machineName, routeName as routeLabel } from '../routes';
 import { IPortableState, IRoute, IRoutesAnswer } from '../types';
 import { Section, StatusLine } from './common';
 import { safeVersion } from './WorkspacePanel';
 
 const STATUS_WORD = { pending: 'waiting', running: 'running', done: 'done', failed: 'failed' } as const;
+
+/** A step's message with allocation ids put in words and long paths shortened. */
+function humanMessage(message: string, state: IPortableState): React.ReactNode {
+  const a = state.allocation;
+  let text = message;
+  if (a?.allocation_id && (a.gpu || a.provider)) {
+    text = text.split(a.allocation_id).join(machineName(a));
+  }
+  text = text.replace(/\bal-[0-9a-f]{6,}\b/g, 'the new machine');
+  const path = /(\/[^\s:,;]+){3,}/.exec(text);
+  if (!path) {
+    return text;
+  }
+  return (
+    <>
+      {text.slice(0, path.index)}
+      <span className="jp-Portable-path" title={path[0]}>
+        {fmt.shortPath(path[0])}
+      </span>
+      {text.slice(path.index + path[0].length)}
+    </>
+  );
+}
+
+/** No machine served the workspace before this one: a first start, not a move. */
+export function isFirstStart(state: IPortableState): boolean {
+  const machines = (state.machines ?? []).filter(m => m.state !== 'failed' && m.state !== 'refused');
+  return machines.length <= (state.allocation ? 1 : 0) && state.lifecycle.state !== 'LOST';
+}
 
 function describe(id: string | null, answer: IRoutesAnswer | null): string {
   if (!id) {
@@ -36,13 +65,15 @@ export function ContinuePanel(props: {
   const route = routes?.routes.find(r => r.id === props.selected) ?? null;
   const running = progress.running || props.state.continuing;
   const showSteps = running || progress.outcome !== null || progress.failovers.length > 0;
+  const first = isFirstStart(props.state);
+  const now = Date.now();
   return (
     <Section id="continue" title="Continue">
       {!running && !props.state.can_continue ? (
         <div className="jp-Portable-row">
           <p className="jp-Portable-grow">
             {props.state.lifecycle.state === 'ACTIVE' && props.state.allocation
-              ? `Running on ${props.state.allocation.gpu} (${props.state.allocation.provider}).`
+              ? `Running on ${machineName(props.state.allocation)}.`
               : `The workspace is ${props.state.lifecycle.state}.`}
           </p>
           {props.state.lifecycle.state === 'ACTIVE' ? (
@@ -80,7 +111,8 @@ export function ContinuePanel(props: {
       ) : (
         <div className="jp-Portable-row">
           <p className="jp-Portable-grow" role="status">
-            Continuing on <strong>{describe(progress.route, routes)}</strong> ({progress.state ?? 'starting'})
+            {first ? 'Starting the first machine' : 'Continuing'} on <strong>{describe(progress.route, routes)}</strong> (
+            {progress.state ?? 'starting'})
           </p>
           <Button
             className="jp-mod-styled jp-mod-reject"
@@ -97,6 +129,7 @@ export function ContinuePanel(props: {
           {STEPS.map(step => {
             const s = progress.steps[step];
             const fraction = stepFraction(s);
+            const took = stepSeconds(s, now);
             return (
               <li key={step} className={`jp-Portable-step jp-mod-${s.status}`} data-step={step} aria-current={s.status === 'running' ? 'step' : undefined}>
                 <span className="jp-Portable-stepMark" aria-hidden="true">
@@ -104,7 +137,10 @@ export function ContinuePanel(props: {
                 </span>
                 <span className="jp-Portable-stepLabel">{STEP_LABEL[step]}</span>
                 <span className="jp-Portable-sr">: {STATUS_WORD[s.status]}</span>
-                {s.message ? <span className="jp-Portable-stepMessage">{s.message}</span> : null}
+                {took !== null && s.status !== 'pending' ? (
+                  <span className="jp-Portable-stepTime"> {fmt.duration(took)}</span>
+                ) : null}
+                {s.message ? <span className="jp-Portable-stepMessage">{humanMessage(s.message, props.state)}</span> : null}
                 {s.status === 'running' && fraction !== null ? (
                   <progress max={1} value={fraction} aria-label={`${STEP_LABEL[step]} progress`} />
                 ) : null}
@@ -125,7 +161,9 @@ export function ContinuePanel(props: {
       ) : null}
       {progress.outcome === 'ready' ? (
         <p className="jp-Portable-status jp-Portable-status-info" role="status">
-          Ready: the new machine read the workspace back and it matched; the notebook's kernel runs there.
+          {first
+            ? "Ready: the first machine read the workspace back and it matched; the notebook's kernel runs there."
+            : "Ready: the new machine read the workspace back and it matched; the notebook's kernel runs there."}
         </p>
       ) : null}
       {progress.outcome === 'failed' ? (

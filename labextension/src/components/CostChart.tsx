@@ -1,7 +1,7 @@
 import React from 'react';
 
 import * as fmt from '../format';
-import { COST_TERMS, costBars, routeLabel } from '../routes';
+import { COST_TERMS, costBars, routeName as routeLabel, TERM_LABEL, termWords } from '../routes';
 import { IRoute } from '../types';
 
 /**
@@ -42,7 +42,7 @@ export function CostChart(props: { routes: IRoute[]; selected: string | null }):
                 width={Math.max(0.4, seg.width * 100)}
                 height={10}
               >
-                <title>{`${seg.term}: ${fmt.money(seg.value)}`}</title>
+                <title>{`${TERM_LABEL[seg.term]}: ${fmt.money(seg.value)}`}</title>
               </rect>
             ))}
           </svg>
@@ -55,7 +55,7 @@ export function CostChart(props: { routes: IRoute[]; selected: string | null }):
               <svg width="10" height="10" aria-hidden="true">
                 <rect className={`jp-Portable-seg jp-Portable-seg-${t}`} width="10" height="10" />
               </svg>
-              {t}
+              <span title={termWords(t)}>{TERM_LABEL[t]}</span>
             </li>
           ))}
         </ul>

@@ -19,6 +19,7 @@ import {
 } from '../calendar';
 import * as fmt from '../format';
 import { IStatus } from '../model';
+import { offerName } from '../routes';
 import { ChargePolicy, IBookingRequest, IReservationsAnswer, IRoutesAnswer } from '../types';
 import { ApiErrorLine, Section, StatusLine } from './common';
 
@@ -35,6 +36,9 @@ function cellLabel(dayLabel: string, c: ICell, selected: boolean): string {
   return `${dayLabel} ${c.label}: ${STATE_WORD[c.state]}${free}${selected ? ', selected' : ''}`;
 }
 
+const AT_START =
+  'When the slot begins, Continue starts on the booked machine (acquiring starts ahead of it where nothing is held).';
+
 /** The calendar of free and taken slots per offer type; book and cancel. */
 export function ReservationsPanel(props: {
   answer: IReservationsAnswer | null;
@@ -44,7 +48,7 @@ export function ReservationsPanel(props: {
   busy: { book: boolean; cancel: boolean };
   status: { book?: IStatus; cancel?: IStatus };
   onBook: (request: IBookingRequest) => Promise<boolean>;
-  onCancel: (id: string) => void;
+  onCancel: (id: string, what: string) => void;
 }): JSX.Element {
   const keys = offerKeys(props.answer?.calendar ?? null);
   const [offer, setOffer] = useState<string>('');
@@ -118,7 +122,7 @@ export function ReservationsPanel(props: {
   const bookings = listBookings(props.answer?.reservations ?? []);
 
   return (
-    <Section id="reservations" title="Reservations">
+    <Section id="reservations" title="Reservations" collapsible summary={`${bookings.filter(b => b.status !== 'cancelled').length} booked`}>
       <ApiErrorLine error={props.error} />
       {props.answer && keys.length === 0 ? <p className="jp-Portable-empty">No offer can be reserved.</p> : null}
       {keys.length ? (
@@ -136,7 +140,7 @@ export function ReservationsPanel(props: {
           >
             {keys.map(k => (
               <option key={k} value={k}>
-                {k}
+                {offerName(k, props.routes?.routes)}
               </option>
             ))}
           </select>
@@ -153,13 +157,13 @@ export function ReservationsPanel(props: {
               className="jp-Portable-calendar"
               role="grid"
               ref={gridRef}
-              aria-label={`Reservation calendar for ${grid.offerKey}: days by hours. Arrow keys move, Enter chooses a start, Shift extends.`}
+              aria-label={`Reservation calendar for ${offerName(grid.offerKey, props.routes?.routes)}, in ${fmt.zone()}: days by hours. Arrow keys move, Enter chooses a start, Shift extends.`}
               onKeyDown={onKeyDown}
             >
               <thead>
                 <tr>
-                  <th scope="col">
-                    <span className="jp-Portable-sr">Day</span>
+                  <th scope="col" title={`Times in ${fmt.zone()}`}>
+                    {fmt.zone()}
                   </th>
                   {grid.hours.map((h, i) => (
                     <th key={h} scope="col" aria-label={h}>
@@ -208,7 +212,7 @@ export function ReservationsPanel(props: {
             <legend>Book</legend>
             <p role="status">
               {selection
-                ? `${fmt.when(selection.start)}, ${selection.hours} h${estimate !== null ? `, about ${fmt.money(estimate)}` : ''}`
+                ? `${fmt.span(selection.start, selection.hours)}, ${selection.hours} h${estimate !== null ? `, about ${fmt.money(estimate)}` : ''}`
                 : 'Choose a start hour (Shift to extend).'}
             </p>
             <div role="radiogroup" aria-label="charge policy" className="jp-Portable-row">
@@ -227,7 +231,9 @@ export function ReservationsPanel(props: {
               </label>
             </div>
             {selection && !problem ? (
-              <p className="jp-Portable-hint">Charged {fmt.when(chargeAt(selection.start, charge, props.now))}.</p>
+              <p className="jp-Portable-hint">
+                Charged {fmt.when(chargeAt(selection.start, charge, props.now))}. {AT_START}
+              </p>
             ) : null}
             {selection && problem ? <p className="jp-Portable-hint">{problem}</p> : null}
             <Button
@@ -246,7 +252,9 @@ export function ReservationsPanel(props: {
           {bookings.map(b => (
             <li key={b.reservation_id} className={`jp-Portable-bookingItem jp-mod-${b.status}`} data-reservation={b.reservation_id}>
               <div>
-                <strong>{b.offer_key}</strong> {fmt.when(b.start)}, {b.hours} h, {fmt.money(b.price)}{' '}
+                <strong>{offerName(b.offer_key, props.routes?.routes)}</strong>{' '}
+                <code className="jp-Portable-offerKey">{b.offer_key}</code>{' '}
+                {fmt.span(b.start, b.hours)}, {b.hours} h, {fmt.money(b.price)}{' '}
                 <span className="jp-Portable-tag">{b.status}</span>
               </div>
               <div className="jp-Portable-hint">
@@ -255,14 +263,19 @@ export function ReservationsPanel(props: {
                   ? b.refund
                     ? `Refunded ${fmt.money(b.refund)}.`
                     : 'Nothing was charged.'
-                  : `Charged ${b.charge === 'now' ? 'at booking' : '2 h before start'}: ${fmt.when(b.charge_at)}.`}
+                  : `Charged ${b.charge === 'now' ? 'at booking' : '2 h before start'}: ${fmt.when(b.charge_at)}. ${AT_START}`}
               </div>
               {b.can_cancel ? (
                 <Button
                   small
                   className="jp-mod-styled jp-mod-warn"
                   disabled={props.busy.cancel}
-                  onClick={() => props.onCancel(b.reservation_id)}
+                  onClick={() =>
+                    props.onCancel(
+                      b.reservation_id,
+                      `${offerName(b.offer_key, props.routes?.routes)}, ${fmt.span(b.start, b.hours)}, ${fmt.money(b.price)}`
+                    )
+                  }
                   aria-label={`Cancel reservation ${b.reservation_id}`}
                 >
                   Cancel

@@ -1,5 +1,5 @@
 import { Button } from '@jupyterlab/ui-components';
-import React, { useState } from 'react';
+import React, { useEffect, useRef, useState } from 'react';
 
 import { PortableApiError } from '../api';
 import * as fmt from '../format';
@@ -7,10 +7,15 @@ import {
   blockReasons,
   CATEGORY_LABEL,
   checkRows,
+  checksInWords,
   checksSummary,
-  routeLabel,
+  COST_TERMS,
+  riskInWords,
+  routeName,
   SortKey,
-  sortRoutes
+  sortRoutes,
+  TERM_LABEL,
+  termWords
 } from '../routes';
 import { IRoute, IRoutesAnswer } from '../types';
 import { CostChart } from './CostChart';
@@ -18,14 +23,125 @@ import { ApiErrorLine, Section } from './common';
 
 const COLUMNS: Array<{ key: SortKey; label: string; title: string }> = [
   { key: 'price', label: '$/h', title: 'GPU price per hour' },
-  { key: 'gpu', label: 'GPU', title: 'GPU: price per hour x planned hours' },
-  { key: 'egress', label: 'Transfer', title: 'Egress: moving the workspace there' },
-  { key: 'storage', label: 'Storage', title: 'Storage for the planned hours' },
-  { key: 'queue', label: 'Queue', title: 'Expected wait, priced at the GPU rate' },
-  { key: 'risk', label: 'Risk', title: 'Chance of a failed attempt x its cost' },
-  { key: 'total', label: 'Total', title: 'Whole cost of getting to the next verified state' },
+  { key: 'gpu', label: 'GPU', title: termWords('gpu') },
+  { key: 'egress', label: 'Transfer', title: termWords('egress') },
+  { key: 'storage', label: 'Storage', title: termWords('storage') },
+  { key: 'queue', label: 'Queue', title: termWords('queue') },
+  { key: 'risk', label: 'Risk', title: termWords('risk') },
+  { key: 'total', label: 'Total', title: termWords('total') },
   { key: 'ready', label: 'Ready in', title: 'Queue + boot + transfer' }
 ];
+
+/** Under this width (px) the routes are cards, not a table. */
+export const CARD_WIDTH = 400;
+
+/** The element's width, kept up to date. */
+function useWidth(): [React.RefObject<HTMLDivElement>, number] {
+  const ref = useRef<HTMLDivElement>(null);
+  const [width, setWidth] = useState(0);
+  useEffect(() => {
+    const node = ref.current;
+    if (!node || typeof ResizeObserver === 'undefined') {
+      return;
+    }
+    const observer = new ResizeObserver(entries => setWidth(entries[0]?.contentRect.width ?? 0));
+    observer.observe(node);
+    setWidth(node.getBoundingClientRect().width);
+    return () => observer.disconnect();
+  }, []);
+  return [ref, width];
+}
+
+function BlockReasons(props: { route: IRoute; id: string }): JSX.Element {
+  return (
+    <ul className="jp-Portable-reasons" id={props.id}>
+      {blockReasons(props.route).map(r => (
+        <li key={r.key} data-category={r.category} data-reason={r.key}>
+          <span className={`jp-Portable-tag jp-Portable-tag-${r.category}`}>{CATEGORY_LABEL[r.category]}</span> {r.text}
+        </li>
+      ))}
+    </ul>
+  );
+}
+
+/** One route as a card: its name, total and time to Ready, a one-line breakdown, the checks and risk in words. */
+function RouteCard(props: {
+  route: IRoute;
+  best: boolean;
+  selected: boolean;
+  disabled: boolean;
+  onSelect: (id: string) => void;
+}): JSX.Element {
+  const { route } = props;
+  const inputId = `jp-Portable-card-${route.id}`;
+  const c = route.cost;
+  return (
+    <li
+      className={[
+        'jp-Portable-routeCard',
+        route.blocked ? 'jp-mod-blocked' : '',
+        props.selected ? 'jp-mod-selected' : '',
+        props.best ? 'jp-mod-best' : ''
+      ].join(' ')}
+      data-route={route.id}
+    >
+      <div className="jp-Portable-cardHead">
+        <input
+          type="radio"
+          name="jp-Portable-route"
+          id={inputId}
+          checked={props.selected}
+          disabled={route.blocked !== null || props.disabled}
+          onChange={() => props.onSelect(route.id)}
+          aria-describedby={route.blocked ? `${inputId}-why` : undefined}
+        />
+        <label htmlFor={inputId} className="jp-Portable-cardName">
+          {routeName(route)}
+          {props.best ? <span className="jp-Portable-best"> best</span> : null}
+        </label>
+      </div>
+      <div className="jp-Portable-cardFigures">
+        <span className="jp-Portable-cardTotal" title={termWords('total', route)}>
+          {fmt.money(c.total)}
+        </span>
+        <span className="jp-Portable-cardReady">ready in ~{fmt.duration(route.time_to_ready_s)}</span>
+      </div>
+      <p className="jp-Portable-cardBreakdown">
+        GPU {fmt.money(c.gpu)} · transfer {fmt.money(c.egress)} · storage {fmt.money(c.storage)} · queue{' '}
+        {fmt.money(c.queue)} · risk {fmt.money(c.risk)}
+      </p>
+      <p className="jp-Portable-cardRisk" data-history={route.history?.length ? 'yes' : 'no'}>
+        Risk: {riskInWords(route, fmt.money)}
+      </p>
+      <p className="jp-Portable-cardChecks">Checks: {checksInWords(route)}</p>
+      {route.blocked ? <BlockReasons route={route} id={`${inputId}-why`} /> : null}
+    </li>
+  );
+}
+
+/** What each part of a route's cost means, in the selected route's own numbers. */
+function CostWords(props: { route: IRoute | null }): JSX.Element {
+  return (
+    <details className="jp-Portable-costWords">
+      <summary>What the costs mean</summary>
+      <dl>
+        {([...COST_TERMS, 'total'] as const).map(t => (
+          <React.Fragment key={t}>
+            <dt>
+              {t !== 'total' ? (
+                <svg width="10" height="10" aria-hidden="true">
+                  <rect className={`jp-Portable-seg jp-Portable-seg-${t}`} width="10" height="10" />
+                </svg>
+              ) : null}{' '}
+              {TERM_LABEL[t]}
+            </dt>
+            <dd>{termWords(t, props.route)}</dd>
+          </React.Fragment>
+        ))}
+      </dl>
+    </details>
+  );
+}
 
 const MARK = { passed: '✓', failed: '✗', 'not-done': '·' } as const;
 
@@ -70,6 +186,9 @@ export function RoutesPanel(props: {
   const [hours, setHours] = useState(String(props.hours));
   const routes = props.answer ? sortRoutes(props.answer.routes, sort.key, sort.desc) : [];
   const blockedCount = routes.filter(r => r.blocked).length;
+  const [wrapRef, width] = useWidth();
+  const narrow = width > 0 && width < CARD_WIDTH;
+  const chosen = routes.find(r => r.id === props.selected) ?? routes[0] ?? null;
 
   const header = (key: SortKey, label: string, title: string) => {
     const active = sort.key === key;
@@ -96,6 +215,8 @@ export function RoutesPanel(props: {
     <Section
       id="routes"
       title="Routes"
+      collapsible
+      summary={`${routes.length} routes`}
       actions={
         <form
           className="jp-Portable-row"
@@ -112,8 +233,8 @@ export function RoutesPanel(props: {
             <input
               className="jp-mod-styled jp-Portable-num"
               type="number"
-              min={1}
-              step={1}
+              min={0.1}
+              step="any"
               value={hours}
               aria-label="planned hours"
               onChange={e => setHours(e.target.value)}
@@ -130,7 +251,27 @@ export function RoutesPanel(props: {
       {props.answer && routes.length === 0 ? (
         <p className="jp-Portable-empty">No provider offers anything now.</p>
       ) : null}
-      {routes.length ? (
+      <div ref={wrapRef} className="jp-Portable-routesBody">
+      {routes.length && narrow ? (
+        <>
+          <p className="jp-Portable-hint">
+            Cost of each route for {props.answer?.hours ?? props.hours} h.{blockedCount ? ` ${blockedCount} blocked.` : ''}
+          </p>
+          <ul className="jp-Portable-routeCards" aria-label="routes">
+            {routes.map(route => (
+              <RouteCard
+                key={route.id}
+                route={route}
+                best={route.id === props.answer?.best}
+                selected={route.id === props.selected}
+                disabled={props.disabled}
+                onSelect={props.onSelect}
+              />
+            ))}
+          </ul>
+        </>
+      ) : null}
+      {routes.length && !narrow ? (
         <div className="jp-Portable-tableWrap">
           <table className="jp-Portable-routeTable">
             <caption>
@@ -177,19 +318,29 @@ export function RoutesPanel(props: {
                       </td>
                       <th scope="row">
                         <label htmlFor={inputId} title={(route.breakdown ?? []).join('\n')}>
-                          {routeLabel(route)}
+                          {routeName(route)}
                           {route.id === props.answer?.best ? <span className="jp-Portable-best"> best</span> : null}
                         </label>
                       </th>
                       {COLUMNS.map(c => (
-                        <td key={c.key} className="jp-Portable-num">
+                        <td
+                          key={c.key}
+                          className="jp-Portable-num"
+                          title={c.key === 'risk' ? riskInWords(route, fmt.money) : undefined}
+                        >
                           {cell(route, c.key)}
                         </td>
                       ))}
                       <td>
-                        <Checks route={route} />
+                        <Checks route={route} /> <span className="jp-Portable-checkWords">{checksInWords(route)}</span>
                       </td>
                     </tr>
+                    {route.history?.length ? (
+                      <tr className="jp-Portable-historyRow">
+                        <td />
+                        <td colSpan={COLUMNS.length + 2}>Risk: {riskInWords(route, fmt.money)}</td>
+                      </tr>
+                    ) : null}
                     {route.blocked ? (
                       <tr className="jp-Portable-blockedRow">
                         <td />
@@ -215,7 +366,14 @@ export function RoutesPanel(props: {
           </table>
         </div>
       ) : null}
-      {routes.length ? <CostChart routes={routes} selected={props.selected} /> : null}
+      </div>
+      {routes.length ? <CostWords route={chosen} /> : null}
+      {routes.length ? (
+        <details className="jp-Portable-chartFold" open={!narrow}>
+          <summary>Cost chart</summary>
+          <CostChart routes={routes} selected={props.selected} />
+        </details>
+      ) : null}
     </Section>
   );
 }

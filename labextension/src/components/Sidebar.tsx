@@ -2,14 +2,16 @@ import React from 'react';
 
 import * as fmt from '../format';
 import { PortableModel } from '../model';
+import { machineName } from '../routes';
 import { ApiErrorLine, StatusLine } from './common';
+import { confirmAction, confirmStop } from './confirm';
 import { ContinuePanel } from './ContinuePanel';
 import { IdleCountdown } from './IdleCountdown';
 import { OrphansPanel } from './OrphansPanel';
 import { ReservationsPanel } from './ReservationsPanel';
 import { RoutesPanel } from './RoutesPanel';
 import { CheckpointsPanel, SnapshotPanel } from './SnapshotPanel';
-import { AllocationPanel, LostBanner, WorkspaceHeader } from './WorkspacePanel';
+import { AllocationPanel, LostBanner, MachinesPanel, WorkspaceHeader } from './WorkspacePanel';
 
 /** The whole sidebar, drawn from the model. */
 export function Sidebar(props: { model: PortableModel; now: number; onOpenSettings?: () => void }): JSX.Element {
@@ -27,24 +29,29 @@ export function Sidebar(props: { model: PortableModel; now: number; onOpenSettin
   return (
     <div className="jp-Portable-body" data-state={state.lifecycle.state}>
       <h2 className="jp-Portable-title">jupyter-portable</h2>
-      <LostBanner state={state} />
-      {model.stateError ? <ApiErrorLine error={model.stateError} /> : null}
-      <WorkspaceHeader state={state} />
+      <div className="jp-Portable-top">
+        <LostBanner state={state} />
+        {model.stateError ? <ApiErrorLine error={model.stateError} /> : null}
+        <ContinuePanel
+          state={state}
+          progress={model.progress}
+          routes={model.routes}
+          selected={model.selectedRoute}
+          canContinue={model.canContinue}
+          busy={{ continue: model.busy.has('continue'), cancel: model.busy.has('cancel'), stop: model.busy.has('stop') }}
+          status={{ continue: model.status.continue, cancel: model.status.cancel, stop: model.status.stop }}
+          onContinue={() => void model.continueWork()}
+          onCancel={() => void model.cancelContinue()}
+          onStop={() =>
+            void confirmStop(state.allocation ? machineName(state.allocation) : null).then(ok =>
+              ok ? model.stop() : undefined
+            )
+          }
+        />
+      </div>
       <AllocationPanel state={state} now={now} fetchedAt={model.fetchedAt} />
       <IdleCountdown model={model} now={now} />
       <OrphansPanel model={model} />
-      <ContinuePanel
-        state={state}
-        progress={model.progress}
-        routes={model.routes}
-        selected={model.selectedRoute}
-        canContinue={model.canContinue}
-        busy={{ continue: model.busy.has('continue'), cancel: model.busy.has('cancel'), stop: model.busy.has('stop') }}
-        status={{ continue: model.status.continue, cancel: model.status.cancel, stop: model.status.stop }}
-        onContinue={() => void model.continueWork()}
-        onCancel={() => void model.cancelContinue()}
-        onStop={() => void model.stop()}
-      />
       <RoutesPanel
         answer={model.routes}
         error={model.routesError}
@@ -55,6 +62,7 @@ export function Sidebar(props: { model: PortableModel; now: number; onOpenSettin
         onSelect={id => model.selectRoute(id)}
         onRefresh={h => void model.refreshRoutes(h)}
       />
+      <MachinesPanel state={state} now={now} />
       <SnapshotPanel
         state={state}
         now={now}
@@ -72,8 +80,15 @@ export function Sidebar(props: { model: PortableModel; now: number; onOpenSettin
         busy={{ book: model.busy.has('book'), cancel: model.busy.has('cancel-booking') }}
         status={{ book: model.status.book, cancel: model.status['cancel-booking'] }}
         onBook={r => model.book(r)}
-        onCancel={id => void model.cancelBooking(id)}
+        onCancel={(id, what) =>
+          void confirmAction(
+            'Cancel this reservation?',
+            `${what}. The slot is given back and cannot be restored; book it again if it is still free.`,
+            'Cancel reservation'
+          ).then(ok => (ok ? model.cancelBooking(id) : undefined))
+        }
       />
+      <WorkspaceHeader state={state} />
       <footer className="jp-Portable-settings" aria-label="settings">
         <span>
           Budget cap {settings.budgetCap !== null ? fmt.money(settings.budgetCap) : 'none'} · driver{' '}
@@ -83,7 +98,7 @@ export function Sidebar(props: { model: PortableModel; now: number; onOpenSettin
             : settings.autoSnapshotMinutes
               ? `every ${settings.autoSnapshotMinutes} min`
               : 'off'}
-          {settings.storeUrl ? ` · store ${settings.storeUrl}` : ''}
+          {settings.storeUrl ? ` · store URL for new workspaces ${settings.storeUrl}` : ''}
         </span>
         {props.onOpenSettings ? (
           <button type="button" className="jp-Portable-link" onClick={props.onOpenSettings}>

@@ -1,14 +1,15 @@
 import React from 'react';
 
 import * as fmt from '../format';
-import { IPortableState } from '../types';
+import { machineName, providerName } from '../routes';
+import { IMachine, IPortableState } from '../types';
 import { Facts, Section, StateBadge } from './common';
 
 /** The workspace's name, id and store. */
 export function WorkspaceHeader(props: { state: IPortableState }): JSX.Element {
   const ws = props.state.workspace;
   return (
-    <Section id="workspace" title="Workspace">
+    <Section id="workspace" title="Workspace" collapsible summary={ws.name}>
       <Facts
         label="workspace"
         rows={[
@@ -68,7 +69,7 @@ export function AllocationPanel(props: {
       <Facts
         label="allocation"
         rows={[
-          ['Provider', a.provider],
+          ['Provider', providerName(a.provider)],
           ['GPU', (a.gpu_count ?? 1) > 1 ? `${a.gpu} x${a.gpu_count}` : a.gpu],
           ['Driver', a.driver ?? '—'],
           ['Region', a.region ?? '—'],
@@ -83,13 +84,15 @@ export function AllocationPanel(props: {
   return (
     <Section id="allocation" title="Machine" actions={<StateBadge state={lifecycle.state} />}>
       {body}
-      {budget ? (
-        <p className={`jp-Portable-budget jp-Portable-budget-${budget.state}`}>
-          Spent {fmt.money(budget.spent)}
-          {typeof budget.cap === 'number' ? ` of ${fmt.money(budget.cap)} budget` : ''} ({budget.state})
-          {budget.message ? `: ${budget.message}` : ''}
-        </p>
-      ) : null}
+      <p className={`jp-Portable-budget jp-Portable-budget-${budget?.state ?? 'ok'}`} aria-label="spend">
+        <span className="jp-Portable-spendLine">{spendText(state)}</span>
+        {budget && typeof budget.cap === 'number'
+          ? ` · budget ${fmt.money(budget.cap)}, ${fmt.money(budget.left ?? Math.max(0, budget.cap - (budget.spent ?? 0)))} left`
+          : ''}
+        {budget && (budget.state === 'warn' || budget.state === 'exhausted' || budget.state === 'unknown') && budget.message
+          ? `: ${budget.message}`
+          : ''}
+      </p>
       {state.conflicts.length ? (
         <ul className="jp-Portable-conflicts" aria-label="edit conflicts">
           {state.conflicts.map(c => (
@@ -99,6 +102,64 @@ export function AllocationPanel(props: {
           ))}
         </ul>
       ) : null}
+    </Section>
+  );
+}
+
+/** "$0.04 so far: $0.03 on this machine, $0.01 before" (the server's words when it sends them). */
+export function spendText(state: IPortableState): string {
+  if (state.spend) {
+    return state.spend.text;
+  }
+  const spent = state.budget?.spent;
+  return typeof spent === 'number' ? `${fmt.money(spent)} so far` : 'Spend unknown';
+}
+
+const MACHINE_STATE: { [state: string]: string } = {
+  active: 'running',
+  released: 'released',
+  lost: 'lost',
+  failed: 'launch failed',
+  refused: 'refused at admission'
+};
+
+function MachineItem(props: { m: IMachine; now: number }): JSX.Element {
+  const { m } = props;
+  const end = m.stopped ? fmt.when(m.stopped) : m.current ? 'now' : '—';
+  return (
+    <li
+      className={`jp-Portable-machineItem jp-mod-${m.state}${m.current ? ' jp-mod-current' : ''}`}
+      data-allocation={m.allocation_id ?? undefined}
+      title={m.allocation_id ?? undefined}
+    >
+      <div>
+        <span className="jp-Portable-machineName">{machineName(m)}</span>{' '}
+        <span className="jp-Portable-tag">{m.current ? 'this machine' : (MACHINE_STATE[m.state] ?? m.state)}</span>{' '}
+        <span className="jp-Portable-machineCost">{fmt.money(m.cost)}</span>
+      </div>
+      <div className="jp-Portable-hint">
+        {fmt.when(m.started)} – {end}
+        {m.price_per_hour ? ` · ${fmt.pricePerHour(m.price_per_hour)}` : ''}
+      </div>
+      {m.reason ? <div className="jp-Portable-machineReason">{m.reason}</div> : null}
+    </li>
+  );
+}
+
+/** Every machine this workspace had, newest first, from the store's allocation history. */
+export function MachinesPanel(props: { state: IPortableState; now: number }): JSX.Element {
+  const machines = props.state.machines ?? [];
+  return (
+    <Section id="machines" title="Machines" collapsible summary={`${machines.length}`}>
+      {machines.length === 0 ? (
+        <p className="jp-Portable-empty">No machine has served this workspace yet.</p>
+      ) : (
+        <ul className="jp-Portable-list" aria-label="machines, newest first">
+          {machines.map((m, i) => (
+            <MachineItem key={`${m.allocation_id}-${i}`} m={m} now={props.now} />
+          ))}
+        </ul>
+      )}
     </Section>
   );
 }

@@ -1,25 +1,77 @@
 import React from 'react';
 
-/** A titled part of the sidebar; its heading labels it for screen readers. */
+const COLLAPSED_KEY = 'jupyter-portable:collapsed';
+
+/** The sections the user folded, remembered in this browser across reloads. */
+export function collapsedSections(): Set<string> {
+  try {
+    const raw = window.localStorage.getItem(COLLAPSED_KEY);
+    const list: unknown = raw ? JSON.parse(raw) : [];
+    return new Set(Array.isArray(list) ? list.filter((x): x is string => typeof x === 'string') : []);
+  } catch {
+    return new Set();
+  }
+}
+
+function rememberCollapsed(id: string, collapsed: boolean): void {
+  const set = collapsedSections();
+  if (collapsed) {
+    set.add(id);
+  } else {
+    set.delete(id);
+  }
+  try {
+    window.localStorage.setItem(COLLAPSED_KEY, JSON.stringify([...set]));
+  } catch {
+    // storage full or refused: the section still folds for this session
+  }
+}
+
+/**
+ * A titled part of the sidebar; its heading labels it for screen readers. A section with
+ * ``collapsible`` folds from its heading's button and stays folded across reloads.
+ */
 export function Section(props: {
   id: string;
   title: string;
   children?: React.ReactNode;
   actions?: React.ReactNode;
+  collapsible?: boolean;
+  summary?: React.ReactNode;
 }): JSX.Element {
   const headingId = `jp-Portable-${props.id}-heading`;
+  const [collapsed, setCollapsed] = React.useState(() => !!props.collapsible && collapsedSections().has(props.id));
+  const toggle = () => {
+    rememberCollapsed(props.id, !collapsed);
+    setCollapsed(!collapsed);
+  };
   return (
     <section
-      className={`jp-Portable-section jp-Portable-${props.id}`}
+      className={`jp-Portable-section jp-Portable-${props.id}${collapsed ? ' jp-mod-collapsed' : ''}`}
       aria-labelledby={headingId}
     >
       <header className="jp-Portable-sectionHeader">
-        <h3 id={headingId}>{props.title}</h3>
-        {props.actions ? (
-          <div className="jp-Portable-sectionActions">{props.actions}</div>
-        ) : null}
+        <h3 id={headingId}>
+          {props.collapsible ? (
+            <button
+              type="button"
+              className="jp-Portable-fold"
+              aria-expanded={!collapsed}
+              aria-controls={`jp-Portable-${props.id}-body`}
+              onClick={toggle}
+            >
+              <span aria-hidden="true">{collapsed ? '▸' : '▾'}</span> {props.title}
+            </button>
+          ) : (
+            props.title
+          )}
+        </h3>
+        {props.actions && !collapsed ? <div className="jp-Portable-sectionActions">{props.actions}</div> : null}
+        {collapsed && props.summary ? <span className="jp-Portable-foldSummary">{props.summary}</span> : null}
       </header>
-      {props.children}
+      <div id={`jp-Portable-${props.id}-body`} hidden={collapsed}>
+        {props.children}
+      </div>
     </section>
   );
 }

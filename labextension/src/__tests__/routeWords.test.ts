@@ -1,0 +1,70 @@
+import { describe, expect, it } from 'vitest';
+
+import * as fmt from '../format';
+import { checksInWords, machineName, offerName, riskInWords, termWords } from '../routes';
+import { IRoute } from '../types';
+import { route } from './fixtures';
+import routes50 from './routes50.json';
+
+// The 50 routes of tests/test_route_words.py, ranked by the Python core with $41.37 of budget left.
+const ROUTES = routes50 as unknown as IRoute[];
+
+describe('the cap message and the Total column', () => {
+  it('quote the same figure for every route of fifty', () => {
+    const blocked = ROUTES.filter(r => r.reasons.budget);
+    expect(blocked.length).toBeGreaterThan(10);
+    for (const r of ROUTES) {
+      if (r.reasons.budget) {
+        expect(r.reasons.budget.startsWith(`${fmt.money(r.cost.total)} total for 7.5 h`)).toBe(true);
+      }
+    }
+  });
+});
+
+describe('routes in words', () => {
+  it('names a machine GPU first, with the provider as its users call it', () => {
+    expect(machineName({ gpu: 'NVIDIA A100 80GB', provider: 'runpod', region: 'EU-RO-1' })).toBe(
+      'NVIDIA A100 80GB · RunPod · EU-RO-1'
+    );
+    expect(machineName({ gpu: null, provider: 'local', offer: 'l4', region: null })).toBe('l4 · Local market');
+  });
+
+  it('names an offer key from the routes, else shows the key', () => {
+    const r = route({ id: 'r', provider: 'local', offer: 'a100', gpu: 'A100', region: 'local-a' });
+    expect(offerName('local/a100', [r])).toBe('A100 · Local market · local-a');
+    expect(offerName('aws/p5', [r])).toBe('aws/p5');
+  });
+
+  it('says which checks were done', () => {
+    const r = route({ id: 'r' });
+    expect(checksInWords({ ...r, checks: { listed: true, permitted: true, capacity: true, launched: null } })).toBe(
+      'capacity checked, not launched'
+    );
+    expect(checksInWords({ ...r, checks: { listed: true, permitted: null, capacity: null, launched: null } })).toBe(
+      'listed only: capacity not checked, not launched'
+    );
+  });
+
+  it('gives risk as a chance and an expected cost, with what happened', () => {
+    const r = { ...route({ id: 'r' }), p_fail: 0.08, history: ['preempted 4 min ago'] };
+    r.cost = { ...r.cost, risk: 0.4 };
+    expect(riskInWords(r, fmt.money)).toBe('8% chance the launch fails: $0.40 (preempted 4 min ago)');
+  });
+
+  it('defines every cost part, in the route’s own numbers when the server gave them', () => {
+    expect(termWords('queue')).toMatch(/^Queue: /);
+    const r = { ...route({ id: 'r' }), words: { queue: 'Queue: about 5 min of waiting' } };
+    expect(termWords('queue', r)).toBe('Queue: about 5 min of waiting');
+  });
+});
+
+describe('shortened paths', () => {
+  it('keep the last parts and fit', () => {
+    const long = '/home/researcher/projects/big-model/runs/2026-11-02/checkpoints/step-700/ckpt.pt';
+    const short = fmt.shortPath(long);
+    expect(short.length).toBeLessThanOrEqual(32);
+    expect(short.startsWith('…/')).toBe(true);
+    expect(short.endsWith('/step-700/ckpt.pt')).toBe(true);
+    expect(fmt.shortPath('/a/b.txt')).toBe('/a/b.txt');
+  });
+});
