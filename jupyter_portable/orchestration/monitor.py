@@ -8,7 +8,6 @@ server's IO loop, where jupyter_events' listeners live.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -89,6 +88,8 @@ class PortableService:
         data["verified"] = ev["state"] in L.VERIFIED_STATES
         data["detail"] = ev.get("detail") or {}
         self.emit(STATE_SCHEMA, data)
+        if ev["state"] in (L.LOST, L.RELEASED):
+            self.pool.submit(self._park_kernels)  # issue 16: no machine, no hanging cells
         kind = {L.LOST: "lost", L.ACTIVE: "ready", L.FAILED: "failed"}.get(ev["state"])
         if kind:
             text = {"lost": f"The GPU machine {ev.get('allocation_id')} was lost: {ev.get('reason')}",
@@ -177,38 +178,44 @@ class PortableService:
     def reconnect(self, record: Any, timeout_s: float = 120.0) -> None:
         """Move every portable kernel of this workspace to the new worker, keeping its id.
 
-        Each kernel's provisioner reports its kernel gone; the server's restarter restarts it
-        (on the new worker, on new ports) and sends the "restarting" status that makes an open
-        notebook reconnect. A kernel whose manager does not auto-restart is restarted here."""
-        km = self.serverapp.kernel_manager
-        assert self.ws is not None
+        Issue 16: a plain restart of each kernel, not the restarter's auto-restart, so JupyterLab
+        shows no "kernel died" dialog; its websockets are dropped and the notebook reconnects to
+        the new ports; then a notice names the machine (orchestration/kernel_moves.py)."""
+        from jupyter_portable.orchestration.kernel_moves import moved_message, restart_kernels
 
-        moving = self._portable_kernels(running_only=True)
-        for kid, prov in moving.items():
-            prov.move()
-            # re-arm the kernel's restarter: after a loss it may have given up on the old machine
-            self.loop.add_callback(km.get_kernel(kid).start_restarter)
-        deadline = time.monotonic() + timeout_s
-        nudged = time.monotonic() + 10.0
-        while moving:
-            for kid, prov in list(moving.items()):
-                if prov.allocation_id == record.allocation_id and prov.has_process and not prov._moved:
-                    del moving[kid]
-            if not moving:
-                break
-            if time.monotonic() > nudged:
-                nudged = float("inf")
-                for kid in moving:  # no restarter picked it up: restart it ourselves
-                    if not getattr(km.get_kernel(kid), "autorestart", True):
-                        asyncio.run_coroutine_threadsafe(km.restart_kernel(kid),
-                                                         self.loop.asyncio_loop)  # type: ignore[attr-defined]
-            if time.monotonic() > deadline:
-                raise PortableError(f"kernel(s) {', '.join(moving)} did not restart on {record.allocation_id}")
-            time.sleep(0.1)
+        assert self.ws is not None
+        restart_kernels(self.serverapp, self.loop, list(self._portable_kernels(running_only=True)), timeout_s)
+        elsewhere = [kid for kid, prov in self._portable_kernels(running_only=True).items()
+                     if prov.allocation_id != record.allocation_id]
+        if elsewhere:
+            raise PortableError(f"kernel(s) {', '.join(elsewhere)} did not restart on {record.allocation_id}")
         moved = len(self._portable_kernels(running_only=True))
         self.on_progress({"workspace_id": self.ws.workspace_id, "step": "reconnect",
                           "message": f"{moved} kernel(s) now run on {record.allocation_id}",
                           "done": moved, "total": moved})
+        rec = next((a for a in reversed(self._history_records()) if a.get("allocation_id") == record.allocation_id),
+                   {"provider": record.allocation.provider, "offer": record.allocation.offer_id})
+        self.notice("moved", moved_message(rec, self.orchestrator().lifecycle().version))
+
+    def _history_records(self) -> list[dict[str, Any]]:
+        assert self.ws is not None
+        with contextlib.suppress(PortableError):
+            head, _ = self.ws.store.read_head(self.ws.workspace_id)
+            if head.version:
+                return list(self.ws.store.read_manifest(self.ws.workspace_id, head.version).allocations)
+        return []
+
+    def _park_kernels(self) -> None:
+        """Issue 16: the machine is gone; each kernel on it restarts as a local placeholder that answers
+        every cell at once with "No GPU machine" (orchestration/provisioner.py)."""
+        from jupyter_portable.orchestration.kernel_moves import restart_kernels
+
+        on_machine = [kid for kid, prov in self._portable_kernels(running_only=True).items()
+                      if prov.allocation_id is not None]
+        try:
+            restart_kernels(self.serverapp, self.loop, on_machine)
+        except PortableError as exc:
+            log.warning("jupyter-portable: %s", exc.one_line())
 
     def _watch_head(self) -> None:
         """A version published on the worker (a snapshot, a checkpoint) is news for the sidebar."""
@@ -229,7 +236,7 @@ class PortableService:
         out = {}
         for kid in list(km.list_kernel_ids()):
             prov = getattr(km.get_kernel(kid), "provisioner", None)
-            if getattr(prov, "workspace_root", None) != root or not hasattr(prov, "move"):
+            if getattr(prov, "workspace_root", None) != root or not hasattr(prov, "is_placeholder"):
                 continue
             if running_only and not getattr(prov, "has_process", False):
                 continue

@@ -10,17 +10,28 @@ same kernel id. After a Continue the allocation is a new one, so the kernel come
 the new worker, on new ports: jupyter_server rebuilds its channels when the ports change,
 and the open notebook goes on without being reopened.
 
-A workspace that never had a machine (IDLE) gets its first one here (a Continue on the
-best route). One whose machine was lost refuses with the reason: where to go next is
-the user's choice (the sidebar's routes, or ``jupyter portable continue``).
+A workspace with no machine (LOST, RELEASED, FAILED) gets a *placeholder*: a small local
+kernel (``interfaces/kernel/placeholder.py``) that answers every cell at once with "No GPU
+machine: press Continue in the portable sidebar" and the route a Continue would take, and
+holds the cells sent while a Continue is under way until the kernel moves. Where to go
+next stays the user's choice (the sidebar's routes, or ``jupyter portable continue``).
+A workspace that never had a machine (IDLE) gets its first one here, on the best route,
+unless ``JUPYTER_PORTABLE_FIRST_MACHINE=first-cell``: then a placeholder too, and the
+notebook asks before renting (docs/continue-experience.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +43,9 @@ from jupyter_portable.core.errors import ConflictError, PortableError, UsageErro
 from jupyter_portable.worker.client import AgentClient, AgentRecord
 
 WORKSPACE_ENV = "JUPYTER_PORTABLE_WORKSPACE"
+NO_MACHINE_ENV = "JUPYTER_PORTABLE_NO_MACHINE"  # what the placeholder kernel tells each cell (JSON)
+FIRST_MACHINE_ENV = "JUPYTER_PORTABLE_FIRST_MACHINE"  # "open" (default) or "first-cell"
+PLACEHOLDER_MODULE = "jupyter_portable.interfaces.kernel.placeholder"
 _PORTS = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
 
 
@@ -49,14 +63,10 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     _record: AgentRecord | None = None
     _workspace_root: str | None = None
     _alive: bool = False
-    _moved: bool = False
     _last_ports: tuple[int, ...] = ()
-
-    def move(self) -> None:
-        """The workspace moved to another machine: report this kernel as gone, so that the
-        server's restarter restarts it (there) and tells every open notebook, which then opens
-        a new websocket to the new ports, as JupyterLab does after any automatic restart."""
-        self._moved = True
+    _no_machine: dict[str, Any] | None = None  # set: this kernel is a local placeholder
+    _placeholder: subprocess.Popen[bytes] | None = None
+    _placeholder_dir: str | None = None
 
     @property
     def allocation_id(self) -> str | None:
@@ -67,9 +77,14 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         return self._workspace_root
 
     @property
+    def is_placeholder(self) -> bool:
+        return self._no_machine is not None
+
+    @property
     def has_process(self) -> bool:
-        # a moved kernel still counts as one: its restarter must restart it (on the new machine)
-        return self._alive or self._moved
+        if self._placeholder is not None:
+            return self._placeholder.poll() is None
+        return self._alive
 
     # -- launch -------------------------------------------------------------------------------
 
@@ -77,13 +92,19 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         cwd = kwargs.get("cwd")
         ws = await asyncio.to_thread(_workspace_for, str(cwd) if cwd else self._workspace_root)
         self._workspace_root = str(ws.root)
-        record = await asyncio.to_thread(self._current_record, ws)
+        record, no_machine = await asyncio.to_thread(self._target, ws)
         self._close()
-        self._record = record
-        self._moved = False
+        self._record, self._no_machine = record, no_machine
         kwargs = await super().pre_launch(**kwargs)
         kwargs.setdefault("cmd", list(self.kernel_spec.argv))
         return kwargs
+
+    def _target(self, ws: Any) -> tuple[AgentRecord | None, dict[str, Any] | None]:
+        """The current machine's record, or (None, what the placeholder says) when there is none."""
+        try:
+            return self._current_record(ws), None
+        except _NoMachine as exc:
+            return None, {**exc.facts, "route": _best_route(ws)}
 
     def _current_record(self, ws: Any, wait_s: float = 900.0) -> AgentRecord:
         from jupyter_portable.orchestration.orchestrator import Orchestrator
@@ -99,6 +120,9 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         orch = service.orchestrator() if service is not None else Orchestrator(ws)
         try:
             lc = orch.lifecycle()
+            if lc.state == L.IDLE and first_machine_mode() == "first-cell" and not (
+                    service is not None and service.is_continuing()):
+                raise _NoMachine({"state": L.IDLE, "reason": "no machine yet", "first": True})
             if lc.state == L.IDLE:
                 if service is not None:  # the first machine, on the best route, as a Continue of the server's
                     with contextlib.suppress(ConflictError):
@@ -123,26 +147,42 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 from jupyter_portable.orchestration.idle import no_machine_hint
 
                 idle = no_machine_hint(lc)  # released as idle: Continue, on the same route
-                if idle is not None:
-                    raise UsageError(f"workspace {ws.workspace_id} has no machine: {idle[0]}", hint=idle[1])
-                why = ""
-                if lc.state in (L.LOST, L.FAILED) and lc.events and lc.events[-1].reason:
-                    why = f" ({lc.events[-1].reason})"
-                raise UsageError(f"workspace {ws.workspace_id} has no machine: it is {lc.state}{why}",
-                                 hint="press Continue in the portable sidebar, or run `jupyter portable continue`")
+                why = idle[0] if idle is not None else ""
+                if not why and lc.events and lc.events[-1].reason:
+                    why = str(lc.events[-1].reason)
+                raise _NoMachine({"state": lc.state, "reason": why, "first": False})
             record = orch.record(lc.allocation_id)
             if record is None:
-                raise UsageError(f"no record of how to reach allocation {lc.allocation_id} on this machine",
-                                 hint="run `jupyter portable continue` to get a fresh machine")
+                raise _NoMachine({"state": lc.state, "first": False,
+                                  "reason": f"no record of how to reach allocation {lc.allocation_id} here"})
             return record
         finally:
             if service is None:
                 orch.close()
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
-        assert self._record is not None
         kernel_id = str(kwargs.get("kernel_id") or self.kernel_id)
+        if self._no_machine is not None:
+            return await asyncio.to_thread(self._launch_placeholder, kernel_id)
+        assert self._record is not None
         return await asyncio.to_thread(self._launch, kernel_id)
+
+    def _launch_placeholder(self, kernel_id: str) -> KernelConnectionInfo:
+        """A local kernel that answers at once while the workspace has no machine (fresh ports,
+        so jupyter_server rebuilds its channels, as for a move)."""
+        from jupyter_client.connect import write_connection_file
+
+        self._placeholder_dir = tempfile.mkdtemp(prefix="portable-placeholder-")
+        fname, cfg = write_connection_file(os.path.join(self._placeholder_dir, f"kernel-{kernel_id}.json"),
+                                           ip="127.0.0.1", key=uuid.uuid4().hex.encode(), kernel_name="portable")
+        assert self._workspace_root is not None
+        env = {**os.environ, NO_MACHINE_ENV: json.dumps(self._no_machine), WORKSPACE_ENV: self._workspace_root}
+        self._placeholder = subprocess.Popen([sys.executable, "-m", PLACEHOLDER_MODULE, "-f", fname],
+                                             cwd=self._workspace_root, env=env, start_new_session=True)
+        conn: dict[str, Any] = dict(cfg)
+        self._last_ports = tuple(int(conn[p]) for p in _PORTS)
+        conn["key"] = str(cfg["key"]).encode()
+        return conn  # type: ignore[return-value]
 
     def _launch(self, kernel_id: str) -> KernelConnectionInfo:
         from jupyter_portable.compute.registry import enabled_providers
@@ -170,8 +210,8 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     # -- the running kernel -----------------------------------------------------------------
 
     async def poll(self) -> int | None:
-        if self._moved:
-            return 1
+        if self._placeholder is not None:
+            return self._placeholder.poll()
         if not self._alive or self._client is None:
             return 0 if not self._alive else None
         try:
@@ -185,6 +225,8 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         return int(rc) if isinstance(rc, int) else 1
 
     async def wait(self) -> int | None:
+        if self._placeholder is not None:
+            return await asyncio.to_thread(self._placeholder.wait)
         while True:
             if self._client is None:
                 return 0
@@ -200,6 +242,10 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             await asyncio.sleep(0.1)
 
     async def send_signal(self, signum: int) -> None:
+        if self._placeholder is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self._placeholder.send_signal(signum)
+            return
         if self._client is not None:
             try:
                 await asyncio.to_thread(self._client.signal_kernel, int(signum))
@@ -213,7 +259,12 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         await self._stop()
 
     async def _stop(self) -> None:
-        if self._client is not None:
+        if self._placeholder is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self._placeholder.kill()
+            await asyncio.to_thread(self._placeholder.wait)
+            return
+        if self._client is not None and await asyncio.to_thread(self._still_serving):
             try:
                 await asyncio.to_thread(self._client.stop_kernel)
             except PortableError as exc:
@@ -223,17 +274,39 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     async def cleanup(self, restart: bool = False) -> None:
         self._close()
 
+    def _still_serving(self) -> bool:
+        """Whether this kernel's machine still serves the workspace: a lost or released one is not
+        asked to stop its kernel (it would only make a restart wait on a dead machine)."""
+        from jupyter_portable.workdir import lifecycle_file
+
+        if self._record is None or self._workspace_root is None:
+            return False
+        with contextlib.suppress(PortableError):
+            ws = _workspace_for(self._workspace_root)
+            lc = lifecycle_file.load(ws.copy)
+            return lc.allocation_id == self._record.allocation_id and lc.state not in (L.LOST, L.RELEASED)
+        return True
+
     def _close(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self._placeholder is not None:
+            if self._placeholder.poll() is None:
+                self._placeholder.kill()
+                self._placeholder.wait()
+            self._placeholder = None
+        if self._placeholder_dir is not None:
+            shutil.rmtree(self._placeholder_dir, ignore_errors=True)
+            self._placeholder_dir = None
 
     # -- persistence across server restarts ----------------------------------------------------
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         info: dict[str, Any] = await super().get_provisioner_info()
         info.update(workspace=self._workspace_root,
-                    allocation_id=self._record.allocation_id if self._record else None)
+                    allocation_id=self._record.allocation_id if self._record else None,
+                    placeholder=self._no_machine is not None)
         return info
 
     async def load_provisioner_info(self, provisioner_info: dict[str, Any]) -> None:
@@ -245,4 +318,41 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         return max(recommended, 10.0)
 
 
-__all__ = ["PortableProvisioner", "WORKSPACE_ENV"]
+class _NoMachine(Exception):
+    """The workspace has no machine for the kernel now; ``facts`` say why (for the placeholder)."""
+
+    def __init__(self, facts: dict[str, Any]) -> None:
+        super().__init__(facts.get("reason") or facts.get("state"))
+        self.facts = facts
+
+
+def first_machine_mode() -> str:
+    """``open``: opening a notebook rents the first machine; ``first-cell``: its first cell does,
+    after a confirmation in the notebook. UsageError naming the setting for anything else."""
+    mode = os.environ.get(FIRST_MACHINE_ENV, "").strip() or "open"
+    if mode not in ("open", "first-cell"):
+        raise UsageError(f"{FIRST_MACHINE_ENV}={mode!r} is not 'open' or 'first-cell'",
+                         hint=f"unset {FIRST_MACHINE_ENV}, or set it to first-cell")
+    return mode
+
+
+def _best_route(ws: Any) -> dict[str, Any] | None:
+    """The route a Continue would take now, as the placeholder names it (None: none is open)."""
+    from jupyter_portable.orchestration.monitor import service_for
+    from jupyter_portable.orchestration.routes import compute_routes
+
+    service = service_for(ws.root)
+    providers = service.orchestrator().providers if service is not None else None
+    try:
+        routes, _ = compute_routes(ws, providers=providers)
+    except PortableError:
+        return None
+    route = next((r for r in routes if not r.blocked), None)
+    if route is None:
+        return None
+    o = route.offer
+    return {"id": route.id, "gpu": o.gpu, "gpu_count": o.gpu_count, "provider": o.provider, "offer": o.id,
+            "region": o.region, "price_per_hour": o.price_per_hour}
+
+
+__all__ = ["FIRST_MACHINE_ENV", "NO_MACHINE_ENV", "PortableProvisioner", "WORKSPACE_ENV", "first_machine_mode"]

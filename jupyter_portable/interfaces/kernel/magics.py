@@ -25,7 +25,9 @@ USAGE = """\
 %workspace checkpoint PATH [--step N] [--note TEXT] [--save VAR] [--settle S] [--timeout S]
                                         register a checkpoint (write check, upload, read-back)
 %workspace checkpoints                  every registered checkpoint
-%workspace latest                       the last verified checkpoint's path (returned)
+%workspace latest [--load VAR]          the last verified checkpoint's path (returned); --load VAR
+                                        loads it into VAR (torch.load weights_only, or safetensors)
+%workspace resume-tag [off]             tag this cell portable-resume: it runs by itself after a Continue
 %workspace next TEXT                    say what comes next
 %workspace log                          versions, newest first
 %workspace diff A B                     what changed between versions A and B
@@ -57,7 +59,10 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--timeout", type=float, default=30.0, metavar="S",
                     help="give up waiting for the file to hold still after this long")
     sub.add_parser("checkpoints")
-    sub.add_parser("latest")
+    sp = sub.add_parser("latest")
+    sp.add_argument("--load", metavar="VAR")
+    sp = sub.add_parser("resume-tag")
+    sp.add_argument("switch", nargs="?", choices=("on", "off"), default="on")
     sp = sub.add_parser("next")
     sp.add_argument("text", nargs="+")
     sub.add_parser("log")
@@ -160,10 +165,28 @@ class WorkspaceMagics(Magics):
         if args.verb == "latest":
             latest = ws.latest_checkpoint()
             if latest is None:
+                if args.load:
+                    raise UsageError(f"--load {args.load}: no verified checkpoint yet (`%workspace checkpoint PATH`)")
                 print("no verified checkpoint yet")
+                return None
+            if args.load:
+                if not args.load.isidentifier():
+                    raise UsageError(f"--load {args.load!r}: not a Python variable name")
+                from jupyter_portable.interfaces.kernel.resume import load_checkpoint
+
+                value = load_checkpoint(ws.root / latest.path)
+                if self.shell is not None:
+                    self.shell.user_ns[args.load] = value
+                step = f" (step {latest.step})" if latest.step is not None else ""
+                print(f"loaded {latest.path}{step}, version {latest.version}, into {args.load}")
                 return None
             print(latest.path)
             return latest.path
+        if args.verb == "resume-tag":
+            from jupyter_portable.interfaces.kernel.resume import resume_tag
+
+            resume_tag(on=args.switch == "on")
+            return None
         if args.verb == "next":
             from jupyter_portable.workdir.next_action import update_next_action
 

@@ -1,0 +1,69 @@
+"""Moving the notebook's portable kernels with their workspace, the way a user's restart does.
+
+A kernel restarted by jupyter_server's restarter reaches JupyterLab as an *automatic* restart,
+which opens the modal "Kernel Restarting: the kernel appears to have died". A move is not a
+death: each kernel is restarted with the kernel manager's plain restart (its provisioner starts
+it on the workspace's current machine, or as a placeholder when there is none) and its open
+websockets are closed; JupyterLab reconnects at once, to the new channels, with no dialog. A
+kernel that really dies still goes through the restarter and gets JupyterLab's own dialog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from jupyter_portable.core.errors import PortableError
+
+log = logging.getLogger("jupyter_portable.server")
+
+
+def drop_websockets(serverapp: Any, kernel_id: str) -> int:
+    """Close the kernel's open websockets (JupyterLab reconnects, to the kernel's new ports); how many."""
+    cls = getattr(serverapp, "kernel_websocket_connection_class", None)
+    closed = 0
+    for conn in list(getattr(cls, "_open_sockets", ()) or ()):
+        if getattr(conn, "kernel_id", None) == kernel_id:
+            handler = getattr(conn, "websocket_handler", None)
+            if handler is not None:
+                handler.close()
+                closed += 1
+    return closed
+
+
+def restart_kernels(serverapp: Any, loop: Any, kernel_ids: Iterable[str], timeout_s: float = 120.0) -> None:
+    """Restart each kernel plainly (not as an auto-restart), on ``loop``, then drop its websockets;
+    call from a thread, never from the loop itself. PortableError naming the kernels that failed."""
+    km = serverapp.kernel_manager
+
+    async def one(kid: str) -> None:
+        await km.restart_kernel(kid, now=True)
+        drop_websockets(serverapp, kid)
+
+    futures = {kid: asyncio.run_coroutine_threadsafe(one(kid), loop.asyncio_loop) for kid in kernel_ids}
+    failed = []
+    for kid, fut in futures.items():
+        try:
+            fut.result(timeout=timeout_s)
+        except Exception as exc:  # noqa: BLE001 - every failure is named in the error below
+            log.warning("jupyter-portable: kernel %s did not restart: %s", kid, exc)
+            failed.append(f"{kid} ({type(exc).__name__}: {exc})")
+    if failed:
+        raise PortableError(f"kernel(s) did not restart: {', '.join(failed)}")
+
+
+def moved_message(allocation: dict[str, Any] | None, version: int | None) -> str:
+    """The notebook's notice after a move: "Now on NVIDIA A100 80GB (runpod, eu-ro-1). Workspace
+    version 12 verified."."""
+    a = allocation or {}
+    gpu = a.get("gpu") or a.get("offer") or "the new machine"
+    where = ", ".join(str(x) for x in (a.get("provider"), a.get("region")) if x)
+    text = f"Now on {gpu}" + (f" ({where})" if where else "") + "."
+    if version:
+        text += f" Workspace version {version} verified."
+    return text
+
+
+__all__ = ["drop_websockets", "moved_message", "restart_kernels"]
