@@ -30,7 +30,7 @@ export interface IProgressEvent {
   total: number | null;
 }
 
-export type NoticeKind = 'lost' | 'ready' | 'failed' | 'conflict' | 'budget' | 'idle';
+export type NoticeKind = 'lost' | 'ready' | 'failed' | 'conflict' | 'budget' | 'idle' | 'moved';
 
 export interface INoticeEvent {
   workspace_id: string;

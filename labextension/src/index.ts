@@ -9,13 +9,15 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import { ICommandPalette, Notification } from '@jupyterlab/apputils';
-import { NotebookActions } from '@jupyterlab/notebook';
+import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { PortableClient } from './api';
+import { addCommands } from './commands';
 import { INotifier, PortableModel } from './model';
 import { readSettings } from './settings';
+import { PortableNotebooks } from './notebook';
 import { PortableSidebar } from './widget';
 
 const PLUGIN_ID = 'jupyter-portable:plugin';
@@ -31,11 +33,7 @@ const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16"
 
 export const portableIcon = new LabIcon({ name: 'jupyter-portable:icon', svgstr: ICON_SVG });
 
-export namespace CommandIDs {
-  export const open = 'jupyter-portable:open';
-  export const snapshot = 'jupyter-portable:snapshot';
-  export const refresh = 'jupyter-portable:refresh';
-}
+export { CommandIDs } from './commands';
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
@@ -68,6 +66,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
             }
             Notification.success(message, { autoClose: 8000 });
             break;
+          case 'moved':
+            break; // the notebooks tell it (notebook.ts)
           case 'failed':
             Notification.error(`Continue failed: ${message}`, {
               autoClose: false,
@@ -93,21 +93,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     app.shell.add(sidebar, 'left', { rank: 250 });
     restorer?.add(sidebar, 'jupyter-portable-sidebar');
 
-    app.commands.addCommand(CommandIDs.open, {
-      label: 'Portable: Show the Workspace Sidebar',
-      execute: showSidebar
-    });
-    app.commands.addCommand(CommandIDs.snapshot, {
-      label: 'Portable: Snapshot the Workspace',
-      execute: () => model.snapshot('from the command palette')
-    });
-    app.commands.addCommand(CommandIDs.refresh, {
-      label: 'Portable: Refresh Routes and Reservations',
-      execute: () => Promise.all([model.refreshState(), model.refreshRoutes(), model.refreshReservations()])
-    });
-    for (const command of Object.values(CommandIDs)) {
-      palette?.addItem({ command, category: 'Portable' });
-    }
+    addCommands(app, model, palette, showSidebar);
 
     if (settingRegistry) {
       settingRegistry
@@ -133,4 +119,30 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+const NOTEBOOK_PLUGIN_ID = 'jupyter-portable:notebook';
+
+/** The notebook side of a Continue: kernel status, held cells, the move notice, resume cells. */
+const notebookPlugin: JupyterFrontEndPlugin<void> = {
+  id: NOTEBOOK_PLUGIN_ID,
+  description: 'No-machine status, cells held during a Continue, resume cells after it.',
+  autoStart: true,
+  requires: [INotebookTracker],
+  optional: [ISettingRegistry],
+  activate: (app: JupyterFrontEnd, tracker: INotebookTracker, settingRegistry: ISettingRegistry | null) => {
+    let confirm = true;
+    settingRegistry
+      ?.load(NOTEBOOK_PLUGIN_ID)
+      .then(settings => {
+        const read = () => (confirm = settings.composite['confirmFirstMachine'] !== false);
+        read();
+        settings.changed.connect(read);
+      })
+      .catch(reason => console.error('jupyter-portable: cannot read the notebook settings', reason));
+    const client = new PortableClient(app.serviceManager.serverSettings);
+    void app.restored.then(
+      () => new PortableNotebooks(app, tracker, client, { confirmFirstMachine: () => confirm })
+    );
+  }
+};
+
+export default [plugin, notebookPlugin];

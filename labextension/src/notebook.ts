@@ -1,0 +1,376 @@
+/**
+ * The notebook side of a Continue (issue 16; docs/continue-experience.md):
+ *
+ * - each notebook on the portable kernel shows, in its toolbar, when the workspace has no
+ *   machine ("No machine (LOST)") or is moving to one;
+ * - cells run while a Continue is under way are held and run again, in order, once the
+ *   kernel has moved;
+ * - after a move: a non-blocking notice ("Now on NVIDIA A100 80GB (runpod, eu-ro-1).
+ *   Workspace version 12 verified."), then the cells tagged `portable-resume`, in notebook
+ *   order, before the user's next cell; the first that fails stops them;
+ * - with no machine yet, the first executed cell asks (Start / Cancel) before renting one;
+ * - `%workspace resume-tag` output turns into the tag on its cell.
+ */
+
+import { JupyterFrontEnd } from '@jupyterlab/application';
+import { Notification } from '@jupyterlab/apputils';
+import { INotebookTracker, Notebook, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
+import { Event } from '@jupyterlab/services';
+import { Widget } from '@lumino/widgets';
+
+import { PortableClient } from './api';
+import { NOTICE_SCHEMA, PROGRESS_SCHEMA, STATE_SCHEMA } from './events';
+
+export const RESUME_TAG = 'portable-resume';
+export const TAG_MIME = 'application/vnd.jupyter-portable.resume-tag+json';
+const PLACEHOLDER = 'portable-placeholder';
+const NO_MACHINE = ['LOST', 'RELEASED', 'FAILED', 'IDLE'];
+const MOVING = ['ROUTING', 'ACQUIRING', 'PROBING', 'MATERIALIZING', 'VERIFYING', 'READY'];
+
+/** What the notebook's kernel status says for a workspace state ('' when it has a machine). */
+export function machineStatus(state: string | null): string {
+  if (state && NO_MACHINE.includes(state)) {
+    return state === 'IDLE' ? 'No machine yet' : `No machine (${state})`;
+  }
+  if (state && MOVING.includes(state)) {
+    return `Moving to a new machine (${state})`;
+  }
+  return '';
+}
+
+/** "resumed: 3 cells, 4.2 s" */
+export function resumedText(cells: number, seconds: number, failed: number | null): string {
+  const base = `resumed: ${cells} cell${cells === 1 ? '' : 's'}, ${seconds.toFixed(1)} s`;
+  return failed === null ? base : `${base}; resume cell ${failed} failed, the rest did not run`;
+}
+
+export interface INotebookOptions {
+  /** Ask before the first machine is rented (the notebook setting confirmFirstMachine). */
+  confirmFirstMachine: () => boolean;
+}
+
+interface IHeld {
+  panel: NotebookPanel;
+  cellId: string;
+}
+
+export class PortableNotebooks {
+  constructor(
+    private readonly app: JupyterFrontEnd,
+    private readonly tracker: INotebookTracker,
+    private readonly client: PortableClient,
+    private readonly options: INotebookOptions
+  ) {
+    tracker.widgetAdded.connect((_, panel) => this._addStatus(panel));
+    tracker.forEach(panel => this._addStatus(panel));
+    app.serviceManager.events.stream.connect(this._onEvent, this);
+    NotebookActions.executionScheduled.connect((_, args) => this._onScheduled(args.notebook, args.cell.model.id));
+    NotebookActions.executed.connect((_, args) => this._applyResumeTag(args.cell));
+    void this.refresh();
+  }
+
+  state: string | null = null;
+  workspaceId: string | null = null;
+  private _held: IHeld[] = [];
+  private _asking = false;
+  private _moving = false;
+  private _notice = '';
+  private _status = new Map<NotebookPanel, Widget>();
+
+  async refresh(): Promise<void> {
+    try {
+      const s = await this.client.state();
+      this.state = s.lifecycle.state;
+      this.workspaceId = s.workspace.id;
+    } catch (reason) {
+      console.warn('jupyter-portable: no workspace state', reason);
+    }
+    this._render();
+  }
+
+  private _portable(panel: NotebookPanel): boolean {
+    const kernel = panel.sessionContext.session?.kernel;
+    const name = kernel?.name ?? panel.sessionContext.kernelPreference.name;
+    return name === 'portable';
+  }
+
+  private _addStatus(panel: NotebookPanel): void {
+    const item = new Widget();
+    item.addClass('jp-Portable-kernelStatus');
+    item.node.setAttribute('role', 'status');
+    item.node.setAttribute('aria-live', 'polite');
+    panel.toolbar.insertItem(10, 'portable-kernel-status', item);
+    this._status.set(panel, item);
+    panel.disposed.connect(() => this._status.delete(panel));
+    panel.sessionContext.kernelChanged.connect(() => this._render());
+    // which kernel answers now (the placeholder or the machine's), for the status and the tests
+    const which = (status: string) => {
+      if (status === 'connected') {
+        void implementationOf(panel).then(impl => {
+          item.node.dataset.kernel = impl;
+        });
+      } else {
+        item.node.dataset.kernel = '';
+      }
+    };
+    panel.sessionContext.connectionStatusChanged.connect((_, status) => which(status));
+    void panel.sessionContext.ready.then(() => which(panel.sessionContext.session?.kernel?.connectionStatus ?? ''));
+    this._render();
+  }
+
+  private _render(): void {
+    for (const [panel, item] of this._status) {
+      const text = this._portable(panel) ? this._notice || machineStatus(this.state) : '';
+      item.node.textContent = text;
+      item.node.title = text;
+      item.node.dataset.state = this.state ?? '';
+      item.setHidden(!text);
+    }
+  }
+
+  private _panelOf(notebook: Notebook): NotebookPanel | null {
+    return this.tracker.find(p => p.content === notebook) ?? null;
+  }
+
+  private async _isPlaceholder(panel: NotebookPanel): Promise<boolean> {
+    return (await implementationOf(panel)) === PLACEHOLDER;
+  }
+
+  private _onScheduled(notebook: Notebook, cellId: string): void {
+    const panel = this._panelOf(notebook);
+    if (!panel || !this._portable(panel) || this._running.has(cellId)) {
+      return;
+    }
+    if (this._moving || (this.state && MOVING.includes(this.state))) {
+      // the placeholder holds it; it runs again on the new kernel, in order
+      this._held.push({ panel, cellId });
+      return;
+    }
+    if (this.state === 'IDLE') {
+      void this._isPlaceholder(panel).then(placeholder => {
+        if (placeholder) {
+          this._held.push({ panel, cellId });
+          void this._askFirstMachine();
+        }
+      });
+    }
+  }
+
+  private async _askFirstMachine(): Promise<void> {
+    if (this._asking) {
+      return;
+    }
+    this._asking = true;
+    let route: { id: string; text: string } | null = null;
+    try {
+      const answer = await this.client.routes(8);
+      const best = answer.routes.find(r => r.id === answer.best) ?? null;
+      if (best) {
+        route = {
+          id: best.id,
+          text: `${best.gpu_count}x ${best.gpu} on ${best.provider}/${best.offer} (${best.region ?? 'any region'}) at $${best.price_per_hour.toFixed(2)}/h`
+        };
+      }
+    } catch (reason) {
+      console.warn('jupyter-portable: no routes', reason);
+    }
+    const start = () => {
+      this._asking = false;
+      this._moving = true;
+      this._render();
+      this.client.continue(route ? route.id : null).catch(reason => {
+        this._moving = false;
+        this._held = [];
+        Notification.error(`Continue failed: ${reason}`, { autoClose: 10000 });
+      });
+    };
+    if (!route) {
+      this._asking = false;
+      this._held = [];
+      Notification.error('No GPU machine, and no route is open: see the portable sidebar', { autoClose: 10000 });
+      return;
+    }
+    if (!this.options.confirmFirstMachine()) {
+      start();
+      return;
+    }
+    Notification.info(`This notebook has no GPU machine yet. Start one: ${route.text}?`, {
+      autoClose: false,
+      actions: [
+        { label: 'Start', callback: start, displayType: 'accent' },
+        {
+          label: 'Cancel',
+          callback: () => {
+            this._asking = false;
+            this._held = [];
+          }
+        }
+      ]
+    });
+  }
+
+  private _onEvent(_: unknown, emission: Event.Emission): void {
+    const id = emission.schema_id;
+    const workspace = emission['workspace_id'];
+    if (this.workspaceId && workspace && workspace !== this.workspaceId) {
+      return;
+    }
+    if (id === STATE_SCHEMA) {
+      this.state = String(emission['state']);
+      if (MOVING.includes(this.state)) {
+        this._moving = true;
+      } else if (this.state === 'FAILED' || this.state === 'LOST') {
+        // the Continue did not get there: the held cells will not run
+        this._moving = false;
+        this._held = [];
+      }
+      this._render();
+    } else if (id === NOTICE_SCHEMA && emission['kind'] === 'moved') {
+      void this._afterMove(String(emission['message']));
+    }
+  }
+
+  private _running = new Set<string>();
+
+  private async _afterMove(message: string): Promise<void> {
+    this._moving = false;
+    this.state = 'ACTIVE';
+    this._notice = message;
+    this._render();
+    Notification.info(message, { autoClose: 8000 });
+    window.setTimeout(() => {
+      this._notice = '';
+      this._render();
+    }, 10000);
+    const held = this._held;
+    this._held = [];
+    const panels: NotebookPanel[] = [];
+    this.tracker.forEach(p => {
+      if (this._portable(p)) {
+        panels.push(p);
+      }
+    });
+    for (const panel of panels) {
+      if (!(await this._connected(panel))) {
+        console.warn('jupyter-portable: the kernel did not reconnect to the new machine', panel.context.path);
+        continue;
+      }
+      const resumed = await this._resume(panel);
+      if (resumed === false) {
+        continue; // a resume cell failed: the user's queued cells wait for them
+      }
+      for (const h of held.filter(h => h.panel === panel)) {
+        if (!(await this._run(panel, h.cellId))) {
+          break;
+        }
+      }
+    }
+  }
+
+  /** The kernel reconnected to its new ports and is the real one, not the placeholder. */
+  private async _connected(panel: NotebookPanel, timeoutMs = 60000): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      const kernel = panel.sessionContext.session?.kernel;
+      if (kernel && kernel.connectionStatus === 'connected') {
+        const impl = await implementationOf(panel);
+        if (impl && impl !== PLACEHOLDER) {
+          return true;
+        }
+      }
+      await new Promise(resolve => window.setTimeout(resolve, 200));
+    }
+    return false;
+  }
+
+  private async _run(panel: NotebookPanel, cellId: string): Promise<boolean> {
+    const notebook = panel.content;
+    const index = notebook.widgets.findIndex(c => c.model.id === cellId);
+    if (index < 0) {
+      return true;
+    }
+    this._running.add(cellId);
+    try {
+      notebook.deselectAll();
+      notebook.activeCellIndex = index;
+      return await NotebookActions.run(notebook, panel.sessionContext);
+    } finally {
+      this._running.delete(cellId);
+    }
+  }
+
+  /** Run the portable-resume cells in order; null when there are none, else whether all passed. */
+  private async _resume(panel: NotebookPanel): Promise<boolean | null> {
+    const ids = panel.content.widgets
+      .filter(c => c.model.type === 'code' && tagsOf(c.model.getMetadata('tags')).includes(RESUME_TAG))
+      .map(c => c.model.id);
+    if (!ids.length) {
+      return null;
+    }
+    const active = panel.content.activeCellIndex;
+    const t0 = performance.now();
+    let failed: number | null = null;
+    let ran = 0;
+    for (const [i, id] of ids.entries()) {
+      ran++;
+      if (!(await this._run(panel, id))) {
+        failed = i + 1;
+        break;
+      }
+    }
+    panel.content.activeCellIndex = active;
+    const text = resumedText(ran, (performance.now() - t0) / 1000, failed);
+    if (failed !== null) {
+      Notification.error(`${panel.context.path}: ${text}`, { autoClose: false });
+    }
+    this._notice = text;
+    this._render();
+    try {
+      await this.app.serviceManager.events.emit({
+        schema_id: PROGRESS_SCHEMA,
+        version: '1',
+        data: { workspace_id: this.workspaceId ?? '', step: 'reconnect', message: text, done: ran, total: ids.length }
+      });
+    } catch (reason) {
+      console.warn('jupyter-portable: the resume was not told to the sidebar', reason);
+    }
+    return failed === null;
+  }
+
+  /** `%workspace resume-tag` sends a display of TAG_MIME: the tag goes on the cell that ran it. */
+  private _applyResumeTag(cell: { model: { type: string; getMetadata(k: string): unknown; setMetadata(k: string, v: unknown): void } }): void {
+    if (cell.model.type !== 'code') {
+      return;
+    }
+    const outputs = (cell.model as unknown as { outputs?: { toJSON(): Array<{ data?: { [k: string]: unknown } }> } }).outputs;
+    const asked = outputs?.toJSON().find(o => o.data && TAG_MIME in o.data)?.data?.[TAG_MIME] as { on?: boolean } | undefined;
+    if (!asked) {
+      return;
+    }
+    const tags = tagsOf(cell.model.getMetadata('tags')).filter(t => t !== RESUME_TAG);
+    if (asked.on !== false) {
+      tags.push(RESUME_TAG);
+    }
+    cell.model.setMetadata('tags', tags);
+  }
+}
+
+/** The kernel's implementation as it answers now: `kernel.info` keeps the first kernel's answer
+ * across a reconnect to a new process, so ask again. */
+async function implementationOf(panel: NotebookPanel): Promise<string> {
+  const kernel = panel.sessionContext.session?.kernel;
+  if (!kernel) {
+    return '';
+  }
+  try {
+    const reply = await kernel.requestKernelInfo();
+    const content = reply?.content as { implementation?: string } | undefined;
+    return content?.implementation ?? '';
+  } catch {
+    return '';
+  }
+}
+
+function tagsOf(value: unknown): string[] {
+  return Array.isArray(value) ? value.filter((t): t is string => typeof t === 'string') : [];
+}
