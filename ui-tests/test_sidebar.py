@@ -209,6 +209,7 @@ def test_book_and_cancel_a_reservation(page: Any, lab: Lab) -> None:
     assert [(b["offer_key"], b["start"], b["charge"]) for b in listed] == [("local/a100", start, "before")]
 
     booking.get_by_role("button", name=re.compile("^Cancel reservation")).click()
+    page.locator(".jp-Dialog").get_by_role("button", name="Cancel reservation").click()  # it asks first
     expect(booking).to_contain_text("cancelled")
     lab.screenshot(page, "10-reservation-cancelled")
     assert [b["status"] for b in lab.api("GET", "portable/api/reservations?days=7")["reservations"]] == ["cancelled"]
@@ -280,6 +281,8 @@ def test_a_slot_can_be_booked_by_keyboard_alone(page: Any, lab: Lab) -> None:
     lab.screenshot(page, "10a-booked-by-keyboard")
     booked.get_by_role("button", name=re.compile("^Cancel reservation")).focus()
     page.keyboard.press("Enter")
+    expect(page.locator(".jp-Dialog")).to_contain_text("Cancel this reservation?")
+    page.keyboard.press("Enter")  # the dialog's default button confirms
     expect(booked).to_contain_text("cancelled")
 
 

@@ -8,6 +8,12 @@ export interface IPortableSettings {
   /** 0: off; null: the machine's default. */
   autoSnapshotMinutes: number | null;
   plannedHours: number;
+  /** $/h; null: no cap. */
+  maxPricePerHour: number | null;
+  gpuModels: string[];
+  regions: string[];
+  /** 0: never; null: the default. */
+  idleMinutes: number | null;
 }
 
 export const DEFAULT_SETTINGS: IPortableSettings = {
@@ -15,7 +21,11 @@ export const DEFAULT_SETTINGS: IPortableSettings = {
   budgetCap: null,
   pinnedDriver: '',
   autoSnapshotMinutes: null,
-  plannedHours: 8
+  plannedHours: 8,
+  maxPricePerHour: null,
+  gpuModels: [],
+  regions: [],
+  idleMinutes: null
 };
 
 function num(value: unknown, fallback: number, min: number): number {
@@ -26,6 +36,10 @@ function optionalNum(value: unknown): number | null {
   return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : null;
 }
 
+function names(value: unknown): string[] {
+  return Array.isArray(value) ? value.filter((x): x is string => typeof x === 'string' && x.trim() !== '').map(x => x.trim()) : [];
+}
+
 /** The settings from the registry's composite; anything malformed falls back to its default. */
 export function readSettings(composite: { [key: string]: unknown }): IPortableSettings {
   return {
@@ -34,6 +48,10 @@ export function readSettings(composite: { [key: string]: unknown }): IPortableSe
     pinnedDriver:
       typeof composite['pinnedDriver'] === 'string' ? (composite['pinnedDriver'] as string).trim() : DEFAULT_SETTINGS.pinnedDriver,
     autoSnapshotMinutes: optionalNum(composite['autoSnapshotMinutes']),
-    plannedHours: num(composite['plannedHours'], DEFAULT_SETTINGS.plannedHours, 0.1)
+    plannedHours: num(composite['plannedHours'], DEFAULT_SETTINGS.plannedHours, 0.01),
+    maxPricePerHour: optionalNum(composite['maxPricePerHour']),
+    gpuModels: names(composite['gpuModels']),
+    regions: names(composite['regions']),
+    idleMinutes: optionalNum(composite['idleMinutes'])
   };
 }

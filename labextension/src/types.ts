@@ -376,6 +376,7 @@ export interface ISettingsBody {
   image?: string | null;
   max_price_per_hour?: number | '' | null;
   regions?: string[] | '' | null;
+  budget_max_price_per_hour?: number | '' | null;
   budget_total?: number | '' | null;
   budget_warn_fraction?: number | '' | null;
   hours?: number | '' | null;

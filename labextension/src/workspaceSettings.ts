@@ -14,7 +14,16 @@ import { DEFAULT_SETTINGS, IPortableSettings } from './settings';
 import { ISettingsBody, IWorkspaceSettings } from './types';
 
 /** The registry fields kept with the workspace. */
-export const WORKSPACE_KEYS = ['pinnedDriver', 'budgetCap', 'plannedHours', 'autoSnapshotMinutes'] as const;
+export const WORKSPACE_KEYS = [
+  'pinnedDriver',
+  'budgetCap',
+  'plannedHours',
+  'autoSnapshotMinutes',
+  'maxPricePerHour',
+  'gpuModels',
+  'regions',
+  'idleMinutes'
+] as const;
 
 export type WorkspaceKey = (typeof WORKSPACE_KEYS)[number];
 
@@ -24,17 +33,31 @@ export type IWorkspaceFields = Pick<IPortableSettings, WorkspaceKey>;
 export function fromWorkspace(answer: IWorkspaceSettings): IWorkspaceFields {
   const auto = answer.autosnapshot_minutes;
   const total = answer.budget?.total;
+  const cap = answer.budget?.max_price_per_hour;
+  const idle = answer.idle_minutes;
   return {
     pinnedDriver: answer.requirements?.driver ?? '',
     budgetCap: typeof total === 'number' ? total : null,
     plannedHours: typeof answer.hours === 'number' && answer.hours > 0 ? answer.hours : DEFAULT_SETTINGS.plannedHours,
-    autoSnapshotMinutes: typeof auto === 'number' ? auto : null
+    autoSnapshotMinutes: typeof auto === 'number' ? auto : null,
+    maxPricePerHour: typeof cap === 'number' ? cap : null,
+    gpuModels: Array.isArray(answer.requirements?.gpus) ? [...answer.requirements.gpus] : [],
+    regions: Array.isArray(answer.requirements?.regions) ? [...answer.requirements.regions] : [],
+    // the server answers its default when none is set: only a value of the user's differs from it
+    idleMinutes: typeof idle === 'number' && idle !== DEFAULT_IDLE_MINUTES ? idle : null
   };
 }
 
 /** The fields whose values differ between ``a`` and ``b``, in WORKSPACE_KEYS order. */
 export function changedKeys(a: IWorkspaceFields, b: IWorkspaceFields): WorkspaceKey[] {
-  return WORKSPACE_KEYS.filter(key => a[key] !== b[key]);
+  return WORKSPACE_KEYS.filter(key => !same(a[key], b[key]));
+}
+
+/** The server's idle stop when none is set (core/idle.py DEFAULT_IDLE_MINUTES). */
+export const DEFAULT_IDLE_MINUTES = 30;
+
+function same(a: unknown, b: unknown): boolean {
+  return Array.isArray(a) || Array.isArray(b) ? JSON.stringify(a) === JSON.stringify(b) : a === b;
 }
 
 /** The PUT body setting ``keys`` to their values in ``fields``; an unset value clears. */
@@ -54,6 +77,18 @@ export function toBody(fields: IWorkspaceFields, keys: readonly WorkspaceKey[]):
       case 'autoSnapshotMinutes':
         body.autosnapshot_minutes = fields.autoSnapshotMinutes ?? '';
         break;
+      case 'maxPricePerHour':
+        body.budget_max_price_per_hour = fields.maxPricePerHour ?? '';
+        break;
+      case 'gpuModels':
+        body.gpus = fields.gpuModels.length ? [...fields.gpuModels] : '';
+        break;
+      case 'regions':
+        body.regions = fields.regions.length ? [...fields.regions] : '';
+        break;
+      case 'idleMinutes':
+        body.idle_minutes = fields.idleMinutes ?? '';
+        break;
     }
   }
   return body;
@@ -64,7 +99,7 @@ export function toBody(fields: IWorkspaceFields, keys: readonly WorkspaceKey[]):
  * user's, so the workspace keeps its own value; any other field is sent if the workspace's differs.
  */
 export function keysToSendOnLoad(registry: IWorkspaceFields, workspace: IWorkspaceFields): WorkspaceKey[] {
-  return WORKSPACE_KEYS.filter(key => registry[key] !== DEFAULT_SETTINGS[key] && registry[key] !== workspace[key]);
+  return WORKSPACE_KEYS.filter(key => !same(registry[key], DEFAULT_SETTINGS[key]) && !same(registry[key], workspace[key]));
 }
 
 /** The registry's workspace fields out of all its settings. */
@@ -73,6 +108,10 @@ export function workspaceFields(settings: IPortableSettings): IWorkspaceFields {
     pinnedDriver: settings.pinnedDriver,
     budgetCap: settings.budgetCap,
     plannedHours: settings.plannedHours,
-    autoSnapshotMinutes: settings.autoSnapshotMinutes
+    autoSnapshotMinutes: settings.autoSnapshotMinutes,
+    maxPricePerHour: settings.maxPricePerHour,
+    gpuModels: settings.gpuModels,
+    regions: settings.regions,
+    idleMinutes: settings.idleMinutes
   };
 }

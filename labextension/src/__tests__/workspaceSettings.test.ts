@@ -28,11 +28,41 @@ describe("the workspace's settings in the registry's terms", () => {
       autosnapshot_minutes: 0
     });
     expect(fromWorkspace(ws)).toEqual({
+      ...DEFAULTS,
       pinnedDriver: '535.1',
       budgetCap: 40,
       plannedHours: 3,
       autoSnapshotMinutes: 0
     });
+  });
+});
+
+describe('the price cap, GPU models, regions and idle stop', () => {
+  it('come from the workspace, the idle default reading as unset', () => {
+    const ws = answer({
+      requirements: { gpus: ['H100'], regions: ['us-east-1'] },
+      budget: { max_price_per_hour: 3 },
+      idle_minutes: 30
+    });
+    expect(fromWorkspace(ws)).toEqual({
+      ...DEFAULTS,
+      gpuModels: ['H100'],
+      regions: ['us-east-1'],
+      maxPricePerHour: 3,
+      idleMinutes: null
+    });
+  });
+
+  it('go to the API by their names, an empty list or unset clearing them', () => {
+    const fields = { ...DEFAULTS, maxPricePerHour: 2.5, gpuModels: ['A100'], regions: [], idleMinutes: 45 };
+    expect(toBody(fields, ['maxPricePerHour', 'gpuModels', 'regions', 'idleMinutes'])).toEqual({
+      budget_max_price_per_hour: 2.5,
+      gpus: ['A100'],
+      regions: '',
+      idle_minutes: 45
+    });
+    expect(changedKeys(DEFAULTS, { ...DEFAULTS, gpuModels: [] })).toEqual([]);
+    expect(changedKeys(DEFAULTS, { ...DEFAULTS, gpuModels: ['L4'] })).toEqual(['gpuModels']);
   });
 });
 
@@ -46,7 +76,7 @@ describe('which fields changed, and the PUT body for them', () => {
   });
 
   it('maps each field to its API name', () => {
-    const fields = { pinnedDriver: '550.54.15', budgetCap: 25, plannedHours: 4, autoSnapshotMinutes: 15 };
+    const fields = { ...DEFAULTS, pinnedDriver: '550.54.15', budgetCap: 25, plannedHours: 4, autoSnapshotMinutes: 15 };
     expect(toBody(fields, ['pinnedDriver', 'budgetCap', 'plannedHours', 'autoSnapshotMinutes'])).toEqual({
       driver: '550.54.15',
       budget_total: 25,
