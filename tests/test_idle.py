@@ -326,3 +326,14 @@ async def test_an_idle_machine_is_sealed_released_and_the_history_says_idle(
         with contextlib.suppress(Exception):
             await km.shutdown_kernel(kid, now=True)
     await _until(lambda: not km.list_kernel_ids(), timeout=30)
+
+
+def test_the_cli_sets_idle_minutes_and_refuses_a_bad_value(tmp_path: Path, cli: Any) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.txt").write_text("a\n")
+    cli("init", str(root), "--store", str(tmp_path / "store"), "-q")
+    assert cli.json("settings", "--idle-minutes", "5", cwd=root)["idle_minutes"] == 5.0
+    bad = cli("settings", "--idle-minutes", "-3", cwd=root, check=False)
+    assert bad.returncode != 0 and "idle_minutes" in bad.stderr
+    assert cli.json("settings", cwd=root)["idle_minutes"] == 5.0  # the refused value changed nothing

@@ -115,6 +115,9 @@ def _build() -> argparse.ArgumentParser:
     sp.add_argument("--hours", type=float, help="planned GPU hours for route costs")
     sp.add_argument("--autosnapshot", type=float, metavar="MINUTES",
                     help="the kernel on the machine snapshots this often (0: off)")
+    sp.add_argument("--idle-minutes", type=float, metavar="MINUTES",
+                    help="seal and release the machine after this long with no cell run and an idle GPU "
+                         "(default 30; 0: never)")
     sp.add_argument("-C", dest="dir", default=".")
 
     sp = verb("reserve", "book GPU time ahead for an offer type")
@@ -385,7 +388,7 @@ def _workspace_market(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any]
         changes = {"gpus": args.gpus, "gpu_count": args.gpu_count, "min_gpu_memory_gb": args.min_gpu_memory,
                    "driver": args.driver, "min_cuda": args.min_cuda, "image": args.image, "regions": args.regions,
                    "budget_max_price_per_hour": args.max_price, "budget_total": args.budget, "hours": args.hours,
-                   "autosnapshot_minutes": args.autosnapshot}
+                   "autosnapshot_minutes": args.autosnapshot, "idle_minutes": args.idle_minutes}
         if any(v is not None for v in changes.values()):
             settings = workspace_settings.update_settings(ws, **changes)
         else:
