@@ -17,7 +17,8 @@ def default_store_url() -> str:
 
 
 def open_backend(url: str) -> Backend:
-    """The backend for a store URL: ``file:///abs/path``, a plain path, or ``s3://bucket/prefix``."""
+    """The backend for a store URL: ``file:///abs/path``, a plain path, ``s3://bucket/prefix``,
+    ``gs://bucket/prefix`` or ``az://container/prefix``."""
     if not url:
         raise UsageError("store URL is empty")
     parsed = urlparse(url)
@@ -30,7 +31,16 @@ def open_backend(url: str) -> Backend:
         from jupyter_portable.store.s3 import S3Backend
 
         return S3Backend(parsed.netloc, parsed.path)
+    if parsed.scheme in ("gs", "gcs"):
+        from jupyter_portable.store.gcs import GCSBackend
+
+        return GCSBackend(parsed.netloc, parsed.path)
+    if parsed.scheme in ("az", "abfs", "abfss"):
+        from jupyter_portable.store.azure import AzureBackend
+
+        return AzureBackend(parsed.netloc, parsed.path)
     raise UnsupportedStore(
         f"store URL scheme {parsed.scheme!r} cannot publish atomically",
-        hint="use file:///path or s3://bucket/prefix (S3, MinIO, R2 and other S3-compatible stores)",
+        hint="use file:///path, s3://bucket/prefix (S3 and compatibles), gs://bucket/prefix "
+             "or az://container/prefix",
     )

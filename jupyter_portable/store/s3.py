@@ -11,7 +11,7 @@ from typing import Any
 
 from jupyter_portable.core.errors import ConflictError, ObjectMissing, StoreError
 from jupyter_portable.store import faults
-from jupyter_portable.store.backend import Backend
+from jupyter_portable.store.remote import NEW, Refused, RemoteBackend
 
 _CONFLICT_CODES = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
 
@@ -27,8 +27,11 @@ def _code(exc: BaseException) -> str:
     return str(exc)
 
 
-class S3Backend(Backend):
+class S3Backend(RemoteBackend):
     """Objects under ``s3://bucket/prefix``."""
+
+    create_only_condition = "conditional writes (PutObject with If-None-Match: *)"
+    swap_condition = "conditional writes (PutObject with If-Match: <ETag>)"
 
     def __init__(self, bucket: str, prefix: str) -> None:
         import s3fs  # heavy: only when an s3:// store is used
@@ -125,6 +128,16 @@ class S3Backend(Backend):
         except Exception:  # noqa: BLE001 - the caller reports the write's own failure
             return None
 
+    def _put(self, key: str, data: bytes, cond: str | None) -> None:
+        """One PutObject, for the probe: :class:`Refused` on a 412/409."""
+        extra = {} if cond is None else {"IfNoneMatch": "*"} if cond == NEW else {"IfMatch": cond}
+        try:
+            self._call("put_object", Key=self._key(key), Body=data, **extra)
+        except Exception as exc:  # noqa: BLE001
+            if isinstance(exc, FileExistsError) or any(c in _code(exc) for c in _CONFLICT_CODES):
+                raise Refused(_code(exc)) from exc
+            raise self._fail("write", key, exc) from exc
+
     def write_new(self, key: str, data: bytes) -> None:
         self._conditional_put(key, data, IfNoneMatch="*")
 
@@ -158,7 +171,8 @@ class S3Backend(Backend):
         return self.read(key), str(head["ETag"])
 
     def swap(self, key: str, data: bytes, token: str | None) -> None:
-        if token is None:
+        if token is None:  # a new workspace (init) or document: before its first head
+            self.check_conditional_writes()
             self._conditional_put(key, data, IfNoneMatch="*")
         else:
             self._conditional_put(key, data, IfMatch=token)

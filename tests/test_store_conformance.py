@@ -1,0 +1,229 @@
+"""One conformance suite for every store backend, the way fsspec's own suite runs on each
+filesystem: a local folder, S3 on moto and on SeaweedFS, GCS on fake-gcs-server, Azure Blob
+on Azurite (each a real server on loopback). A backend joins by adding its kind to
+``stores.KINDS``. Each test names the Backend contract it checks (its docstrings)."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import read_tree, write_tree
+from stores import (  # noqa: F401 - fixtures
+    KINDS,
+    azure_env,
+    azurite_endpoint,
+    fake_gcs_endpoint,
+    gcs_env,
+    seaweedfs_endpoint,
+    seaweedfs_env,
+    store_factory,
+)
+
+from jupyter_portable import Workspace
+from jupyter_portable.core.errors import ConflictError, ObjectMissing
+from jupyter_portable.engine.verify import fsck
+from jupyter_portable.store import open_backend
+from jupyter_portable.store.backend import Backend
+from jupyter_portable.store.repo import Store, digest
+
+
+@pytest.fixture(params=KINDS)
+def new_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], str]:
+    """A maker of fresh, empty store URLs on one backend."""
+    return store_factory(request.param, request, tmp_path)
+
+
+@pytest.fixture
+def backend(new_store: Callable[[], str]) -> Backend:
+    return open_backend(new_store())
+
+
+def test_read_after_write_sees_the_bytes_at_once(backend: Backend) -> None:
+    for i in range(5):
+        body = f"object {i}".encode() * (i + 1)
+        backend.write(f"objects/0{i}/k{i}", body)
+        assert backend.read(f"objects/0{i}/k{i}") == body
+        assert backend.exists(f"objects/0{i}/k{i}") and backend.size(f"objects/0{i}/k{i}") == len(body)
+    backend.write("objects/00/k0", b"object 0")  # rewriting identical bytes is harmless
+    backend.write("objects/00/empty", b"")
+    assert backend.read("objects/00/empty") == b"" and backend.size("objects/00/empty") == 0
+
+
+def test_a_missing_key_is_reported_missing_never_empty(backend: Backend) -> None:
+    for call in (lambda: backend.read("objects/aa/nope"), lambda: backend.read_range("objects/aa/nope", 0, 3),
+                 lambda: backend.size("objects/aa/nope")):
+        with pytest.raises(ObjectMissing, match="missing"):
+            call()
+    assert backend.exists("objects/aa/nope") is False
+    assert backend.read_versioned("objects/aa/nope") is None
+    backend.delete("objects/aa/nope")  # deleting what is not there is no error
+
+
+def test_write_new_is_create_only_and_a_retry_of_the_same_bytes_counts_as_written(backend: Backend) -> None:
+    backend.write_new("workspaces/w/manifests/m.json", b"first")
+    backend.write_new("workspaces/w/manifests/m.json", b"first")  # a retried request whose first try landed
+    with pytest.raises(ConflictError):
+        backend.write_new("workspaces/w/manifests/m.json", b"second")
+    assert backend.read("workspaces/w/manifests/m.json") == b"first"
+
+
+def test_swap_replaces_only_the_version_read(backend: Backend) -> None:
+    backend.swap("workspaces/w/HEAD", b"v0", None)
+    with pytest.raises(ConflictError):
+        backend.swap("workspaces/w/HEAD", b"other", None)  # exists already
+    data, token = backend.read_versioned("workspaces/w/HEAD") or (b"", "")
+    assert data == b"v0"
+    backend.swap("workspaces/w/HEAD", b"v1", token)
+    with pytest.raises(ConflictError):
+        backend.swap("workspaces/w/HEAD", b"v2", token)  # stale token
+    assert backend.read("workspaces/w/HEAD") == b"v1"
+    backend.swap("workspaces/w/HEAD", b"v1", token)  # a retry of the swap that landed: no conflict
+    data2, token2 = backend.read_versioned("workspaces/w/HEAD") or (b"", "")
+    assert data2 == b"v1" and token2 != token
+
+
+def _race(calls: list[Callable[[], None]]) -> list[BaseException | None]:
+    barrier = threading.Barrier(len(calls))
+    results: list[BaseException | None] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            calls[i]()
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def test_racing_swaps_from_one_head_one_wins_the_losers_get_conflicts(new_store: Callable[[], str]) -> None:
+    url = new_store()
+    first = open_backend(url)
+    first.swap("workspaces/w/HEAD", b"v0", None)
+    _data, token = first.read_versioned("workspaces/w/HEAD") or (b"", "")
+    racers = [open_backend(url) for _ in range(5)]
+    results = _race([lambda b=b, i=i: b.swap("workspaces/w/HEAD", f"racer {i}".encode(), token)
+                     for i, b in enumerate(racers)])
+    winners = [i for i, r in enumerate(results) if r is None]
+    assert len(winners) == 1, results
+    assert all(isinstance(r, ConflictError) for i, r in enumerate(results) if i != winners[0]), results
+    assert first.read("workspaces/w/HEAD") == f"racer {winners[0]}".encode()
+
+
+def test_racing_create_only_writes_one_wins(new_store: Callable[[], str]) -> None:
+    url = new_store()
+    racers = [open_backend(url) for _ in range(5)]
+    results = _race([lambda b=b, i=i: b.write_new("workspaces/w/manifests/0000000001-x.json", f"{i}".encode())
+                     for i, b in enumerate(racers)])
+    winners = [i for i, r in enumerate(results) if r is None]
+    assert len(winners) == 1 and sum(isinstance(r, ConflictError) for r in results) == 4, results
+    assert racers[0].read("workspaces/w/manifests/0000000001-x.json") == f"{winners[0]}".encode()
+
+
+def test_listing_is_by_folder_prefix_sorted_and_complete(backend: Backend) -> None:
+    keys = ["objects/ab/2", "objects/ab/1", "objects/cd/3", "objectsX/ab/4", "index/ab/5.json",
+            "workspaces/ws-a/HEAD", "workspaces/ws-a/manifests/0000000001-a.json", "workspaces/ws-b/HEAD"]
+    for k in keys:
+        backend.write(k, k.encode())
+    assert backend.list("objects") == ["objects/ab/1", "objects/ab/2", "objects/cd/3"]
+    assert backend.list("objects/ab") == ["objects/ab/1", "objects/ab/2"]
+    assert backend.list("workspaces") == ["workspaces/ws-a/HEAD", "workspaces/ws-a/manifests/0000000001-a.json",
+                                          "workspaces/ws-b/HEAD"]
+    assert backend.list("wheels") == []
+    many = [f"index/ef/{i:04d}.json" for i in range(40)]
+    for k in many:
+        backend.write(k, b"{}")
+    assert backend.list("index/ef") == many
+
+
+def test_range_reads_return_exactly_the_bytes_asked(backend: Backend) -> None:
+    body = bytes(range(256)) * 40
+    backend.write("objects/ab/r", body)
+    assert backend.read_range("objects/ab/r", 0, 1) == body[:1]
+    assert backend.read_range("objects/ab/r", 1000, 5000) == body[1000:5000]
+    assert backend.read_range("objects/ab/r", len(body) - 3, len(body)) == body[-3:]
+    assert backend.read_range("objects/ab/r", len(body) - 3, len(body) + 100) == body[-3:]
+    assert backend.read_range("objects/ab/r", 7, 7) == b""
+
+
+def test_a_large_object_round_trips_whole_in_ranges_and_into_a_file(backend: Backend, tmp_path: Path) -> None:
+    body = os.urandom(40 * 1024 * 1024 + 123)  # past every backend's single-request upload size
+    h = digest(body)
+    backend.write(f"objects/{h[:2]}/{h}", body)
+    assert backend.size(f"objects/{h[:2]}/{h}") == len(body)
+    cut = 16 * 1024 * 1024
+    assert backend.read_range(f"objects/{h[:2]}/{h}", cut - 5, cut + 5) == body[cut - 5:cut + 5]
+    out = tmp_path / "copy"
+    with open(out, "wb") as fh:
+        fh.write(b"head")
+        assert backend.copy_to(f"objects/{h[:2]}/{h}", fh.fileno(), 4) == len(body)
+    assert digest(out.read_bytes()[4:]) == h
+
+
+def test_the_conditional_write_probe_passes_and_leaves_no_key(backend: Backend) -> None:
+    probe = getattr(backend, "check_conditional_writes", None)
+    if probe is None:
+        assert backend.url.startswith("file://")  # a folder's conditions are the kernel's link and flock
+        return
+    probe()
+    assert backend.list("probe") == []
+
+
+def test_a_worker_wheel_set_is_stored_once_and_read_back_by_the_bootstrap(new_store: Callable[[], str]) -> None:
+    from jupyter_portable.worker import bootstrap
+
+    store = Store.open(new_store())
+    store.ensure_config()
+    target = bootstrap.local_target()
+    reqs = bootstrap.requirements(store.url)
+    wheels = [(f"uv-0.0.{i}-py3-none-any.whl", os.urandom(3000 + i)) for i in range(2)]
+    stored = [bootstrap._put_wheel(store, data, name) for name, data in wheels]
+    assert bootstrap._put_wheel(store, wheels[0][1], wheels[0][0]) == stored[0]  # once: the same object
+    key = bootstrap.set_key(reqs, target.tag)
+    doc = {"format": bootstrap.FORMAT, "schema": 1, "requirements": reqs, "env": target.tag,
+           "wheels": [w.to_json() for w in stored]}
+    import json
+
+    store.backend.write_new(key, json.dumps(doc).encode())
+    got = bootstrap.wheel_set(store, target, no_index=True)
+    assert got.warm and list(got.wheels) == stored
+    with tarfile.open(fileobj=io.BytesIO(bootstrap._tar(store, got.wheels))) as tar:
+        assert {m.name: tar.extractfile(m).read() for m in tar.getmembers()} == dict(wheels)  # type: ignore[union-attr]
+
+
+def test_round_trip_snapshot_change_restore_both_verify_tamper_fsck(new_store: Callable[[], str],
+                                                                    tmp_path: Path) -> None:
+    url = new_store()
+    src = tmp_path / "src"
+    write_tree(src, {"notes.txt": "hello\n", "src/a.py": "a = 1\n", "data/model.bin": os.urandom(3 * 1024 * 1024)})
+    ws = Workspace.init(src, url)
+    assert ws.snapshot(progress=None).version == 1
+    v1 = read_tree(src)
+    write_tree(src, {"src/a.py": "a = 2\n", "src/b.py": "b = 1\n"})
+    (src / "notes.txt").unlink()
+    assert ws.snapshot(progress=None).version == 2
+    v2 = read_tree(src)
+    for version, tree in ((1, v1), (2, v2)):
+        dest = tmp_path / f"restore-v{version}"
+        Workspace.restore(url, ws.workspace_id, dest, version=version, progress=None)
+        assert read_tree(dest) == tree
+        assert Workspace.find(dest).verify().ok
+    store = Store.open(url)
+    assert fsck(store, read_data=True).ok
+    victim = max(store.backend.list("objects"), key=store.backend.size)
+    data = bytearray(store.backend.read(victim))
+    data[len(data) // 2] ^= 0x01
+    store.backend.write(victim, bytes(data))
+    report = fsck(Store.open(url), read_data=True)
+    assert not report.ok and any(victim.rsplit("/", 1)[-1][:16] in e for e in report.errors), report.errors
