@@ -14,22 +14,25 @@ const STATUS_WORD = { pending: 'waiting', running: 'running', done: 'done', fail
 /** A step's message with allocation ids put in words and long paths shortened. */
 function humanMessage(message: string, state: IPortableState): React.ReactNode {
   const a = state.allocation;
-  let text = message;
-  if (a?.allocation_id && (a.gpu || a.provider)) {
-    text = text.split(a.allocation_id).join(machineName(a));
-  }
-  text = text.replace(/\bal-[0-9a-f]{6,}\b/g, 'the new machine');
-  const path = /(\/[^\s:,;]+){3,}/.exec(text);
+  const words = (text: string) => {
+    let out = text;
+    if (a?.allocation_id && (a.gpu || a.provider)) {
+      out = out.split(a.allocation_id).join(machineName(a));
+    }
+    return out.replace(/\bal-[0-9a-f]{6,}\b/g, 'the new machine');
+  };
+  // a path keeps its ids (it is a path); it is shortened, whole on hover
+  const path = /(\/[^\s:,;]+){3,}/.exec(message);
   if (!path) {
-    return text;
+    return words(message);
   }
   return (
     <>
-      {text.slice(0, path.index)}
+      {words(message.slice(0, path.index))}
       <span className="jp-Portable-path" title={path[0]}>
         {fmt.shortPath(path[0])}
       </span>
-      {text.slice(path.index + path[0].length)}
+      {words(message.slice(path.index + path[0].length))}
     </>
   );
 }
