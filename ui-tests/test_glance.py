@@ -173,7 +173,8 @@ def test_a_booking_over_the_budget_is_refused_and_a_cancel_asks_first(page: Any,
         free.click()
         section.get_by_role("button", name="Book", exact=True).click()
         refused = section.get_by_role("alert")
-        expect(refused).to_contain_text(re.compile(r"\$1\.50 total for 1 h is over the \$[01]\.\d\d left of the budget"))
+        over = re.compile(r"\$1\.50 total for 1 h is over the \$[01]\.\d\d left of the budget")
+        expect(refused).to_contain_text(over)
         lab.screenshot(page, "glance-06-booking-over-the-budget")
         assert lab.api("GET", "portable/api/reservations?days=7")["reservations"] == []
     finally:
