@@ -15,8 +15,16 @@ import pytest
 from jupyter_e2e import EventStream, KernelSocket, is_state, make_workspace, portable_env, release_all, start_session
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
-STATE_SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "jupyter_portable" / "interfaces" / "serverext"
-                           / "schemas" / "state.json").read_text())
+SCHEMAS = Path(__file__).resolve().parents[1] / "jupyter_portable" / "interfaces" / "serverext" / "schemas"
+STATE_SCHEMA = json.loads((SCHEMAS / "state.json").read_text())
+
+
+def _schema_registry() -> Any:
+    """Every committed schema by its file name, so a ``$ref`` to a sibling (``orphans.json``) resolves."""
+    from referencing import Registry, Resource
+
+    return Registry().with_resources(  # type: ignore[call-arg]
+        (p.name, Resource.from_contents(json.loads(p.read_text()))) for p in SCHEMAS.glob("*.json"))
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -328,7 +336,8 @@ async def test_an_executed_cell_causes_no_provider_call(jp_serverapp: Any, jp_fe
         status, out = await kernel.run(f"x = {i} * 2\nprint(x)")
         assert status == "ok" and out.strip() == str(i * 2), out
         state = await _state(jp_fetch)  # what the sidebar does when a cell ends
-        jsonschema.validate(state, STATE_SCHEMA)  # the shape labextension/src/types.ts is generated from
+        # the shape labextension/src/types.ts is generated from
+        jsonschema.validate(state, STATE_SCHEMA, registry=_schema_registry())
         assert state["lifecycle"]["state"] == "ACTIVE" and state["allocation"]["spend"] is not None
         assert state["can_continue"] is False and state["can_cancel"] is False
     assert calls == []
