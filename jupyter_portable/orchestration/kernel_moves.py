@@ -54,16 +54,21 @@ def restart_kernels(serverapp: Any, loop: Any, kernel_ids: Iterable[str], timeou
         raise PortableError(f"kernel(s) did not restart: {', '.join(failed)}")
 
 
+def machine_words(allocation: dict[str, Any] | None, fallback: str = "the new machine") -> str:
+    """A machine as a researcher names it: "NVIDIA A100 80GB (runpod, eu-ro-1)", never its allocation id."""
+    a = allocation or {}
+    gpu = a.get("gpu") or a.get("offer") or fallback
+    where = ", ".join(str(x) for x in (a.get("provider"), a.get("region")) if x)
+    return f"{gpu}" + (f" ({where})" if where else "")
+
+
 def moved_message(allocation: dict[str, Any] | None, version: int | None) -> str:
     """The notebook's notice after a move: "Now on NVIDIA A100 80GB (runpod, eu-ro-1). Workspace
     version 12 verified."."""
-    a = allocation or {}
-    gpu = a.get("gpu") or a.get("offer") or "the new machine"
-    where = ", ".join(str(x) for x in (a.get("provider"), a.get("region")) if x)
-    text = f"Now on {gpu}" + (f" ({where})" if where else "") + "."
+    text = f"Now on {machine_words(allocation)}."
     if version:
         text += f" Workspace version {version} verified."
     return text
 
 
-__all__ = ["drop_websockets", "moved_message", "restart_kernels"]
+__all__ = ["drop_websockets", "machine_words", "moved_message", "restart_kernels"]

@@ -92,8 +92,15 @@ class PortableService:
             self.pool.submit(self._park_kernels)  # issue 16: no machine, no hanging cells
         kind = {L.LOST: "lost", L.ACTIVE: "ready", L.FAILED: "failed"}.get(ev["state"])
         if kind:
-            text = {"lost": f"The GPU machine {ev.get('allocation_id')} was lost: {ev.get('reason')}",
-                    "ready": f"Ready on {ev.get('allocation_id')}, verified at version {ev.get('version')}",
+            from jupyter_portable.orchestration.kernel_moves import machine_words
+
+            machine = "the GPU machine"
+            if kind in ("lost", "ready") and self.ws is not None:  # named as the researcher knows it, not by id
+                rec = next((a for a in reversed(self._history_records())
+                            if a.get("allocation_id") == ev.get("allocation_id")), None)
+                machine = machine_words(rec, "the GPU machine")
+            text = {"lost": f"{machine[0].upper()}{machine[1:]} was lost: {ev.get('reason')}",
+                    "ready": f"Ready on {machine}, workspace version {ev.get('version')} verified",
                     "failed": f"Continue failed: {ev.get('reason')}"}[kind]
             self.notice(kind, text)
 
@@ -181,7 +188,7 @@ class PortableService:
         Issue 16: a plain restart of each kernel, not the restarter's auto-restart, so JupyterLab
         shows no "kernel died" dialog; its websockets are dropped and the notebook reconnects to
         the new ports; then a notice names the machine (orchestration/kernel_moves.py)."""
-        from jupyter_portable.orchestration.kernel_moves import moved_message, restart_kernels
+        from jupyter_portable.orchestration.kernel_moves import machine_words, moved_message, restart_kernels
 
         assert self.ws is not None
         restart_kernels(self.serverapp, self.loop, list(self._portable_kernels(running_only=True)), timeout_s)
@@ -190,11 +197,14 @@ class PortableService:
         if elsewhere:
             raise PortableError(f"kernel(s) {', '.join(elsewhere)} did not restart on {record.allocation_id}")
         moved = len(self._portable_kernels(running_only=True))
-        self.on_progress({"workspace_id": self.ws.workspace_id, "step": "reconnect",
-                          "message": f"{moved} kernel(s) now run on {record.allocation_id}",
-                          "done": moved, "total": moved})
         rec = next((a for a in reversed(self._history_records()) if a.get("allocation_id") == record.allocation_id),
                    {"provider": record.allocation.provider, "offer": record.allocation.offer_id})
+        where = machine_words(rec)
+        message = ("no notebook kernel to move yet: the first one starts on " + where if moved == 0
+                   else f"the notebook's kernel now runs on {where}" if moved == 1
+                   else f"{moved} notebook kernels now run on {where}")
+        self.on_progress({"workspace_id": self.ws.workspace_id, "step": "reconnect", "message": message,
+                          "done": moved, "total": moved})
         self.notice("moved", moved_message(rec, self.orchestrator().lifecycle().version))
 
     def _history_records(self) -> list[dict[str, Any]]:
