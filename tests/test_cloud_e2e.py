@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -154,10 +153,9 @@ async def test_continue_onto_a_bare_cloud_machine(jp_serverapp: Any, jp_fetch: A
 
     # the provider takes the machine back: LOST within 30 s, with the provider's reason
     mark = len(events.seen)
-    taken = time.monotonic()
     twin.kill(alloc.ref, "host maintenance")
+    # the server looks every second (check_interval_s): 30 s is the bound, with a wide margin
     lost = await events.wait_for(is_state("LOST"), timeout=30, after=mark)
-    assert time.monotonic() - taken < 30
     assert lost["allocation_id"] == first and lost["reason"] and "heartbeats" not in lost["reason"], lost
 
     mark = len(events.seen)
