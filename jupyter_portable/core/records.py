@@ -121,7 +121,35 @@ def check_next_action(obj: object) -> dict[str, Any] | None:
 
 ALLOCATION_FIELDS = {"allocation_id", "provider", "offer", "gpu", "region", "started", "stopped",
                      "stop_reason", "spend", "currency", "failures", "epoch", "state", "ref", "price_per_hour",
-                     "driver"}
+                     "driver", "predicted", "measured"}
+# What the route predicted for this allocation, and what happened (seconds, dollars, hours). Optional:
+# records written before they existed, and launches that never reached Ready, have neither.
+PREDICTED_FIELDS = {"time_to_ready_s", "boot_s", "catalog_boot_s", "transfer_s", "queue_s", "bytes", "cost",
+                    "total", "hours"}
+MEASURED_FIELDS = {"time_to_ready_s", "up_s", "boot_s", "transfer_s", "environment_s", "verify_s", "spend",
+                   "hours", "cost"}
+BOOT_BASES = ("catalog", "measured", "provider")  # where a predicted boot came from (core.routing)
+
+
+def check_estimate(obj: object, name: str) -> dict[str, Any] | None:
+    """An allocation's ``predicted`` or ``measured`` object: known keys, each a number >= 0
+    (``predicted.boot_basis`` one of :data:`BOOT_BASES`)."""
+    if obj is None:
+        return None
+    if not isinstance(obj, dict):
+        raise ManifestError(f"allocation {name} must be an object")
+    allowed = PREDICTED_FIELDS | {"boot_basis"} if name == "predicted" else MEASURED_FIELDS
+    extra = set(obj) - allowed
+    if extra:
+        raise ManifestError(f"allocation {name} has unknown field(s) {', '.join(sorted(extra))}")
+    for key, value in obj.items():
+        if key == "boot_basis":
+            if value not in BOOT_BASES:
+                raise ManifestError(f"allocation predicted.boot_basis must be one of {', '.join(BOOT_BASES)}, "
+                                    f"got {value!r}")
+        else:
+            check_number(value, f"allocation {name}.{key}", minimum=0)
+    return obj
 
 
 def check_allocation(obj: object) -> dict[str, Any]:
@@ -140,6 +168,8 @@ def check_allocation(obj: object) -> dict[str, Any]:
         if _opt(obj, key, (int, float), "allocation") is not None:
             check_number(obj[key], f"allocation {key}")
     _opt(obj, "epoch", int, "allocation")
+    check_estimate(obj.get("predicted"), "predicted")
+    check_estimate(obj.get("measured"), "measured")
     failures = obj.get("failures", [])
     if not isinstance(failures, list) or not all(isinstance(f, str) for f in failures):
         raise ManifestError("allocation failures must be a list of strings")

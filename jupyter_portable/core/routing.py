@@ -12,7 +12,10 @@ breakdown, never one opaque number (all in dollars, for the planned ``hours``)::
     total   = gpu + egress + storage + queue + risk
 
 ``p_fail`` grows with what recently happened to the offer (:class:`Incident`: a preemption,
-a failed launch, a driver refusal), at once and fading over :data:`INCIDENT_WINDOW_S`. The
+a failed launch, a driver refusal), at once and fading over :data:`INCIDENT_WINDOW_S`.
+Time to Ready is ``queue + boot + transfer``; the boot is the catalog's guess until Continues
+were measured (:class:`BootSample`, :func:`learn_boots`): the offer's own recent boots replace
+it, else its provider's recent excess over the catalog is added to it. The
 budget is held against ``total``, the figure the sidebar's Total column shows, and its
 message quotes that figure (:func:`money`, the sidebar's rounding).
 
@@ -46,6 +49,8 @@ INCIDENT_WINDOW_S = 2 * 3600.0  # how long what happened to an offer weighs on i
 # What one incident adds to p_fail at once: a preemption says the market wants the machine back;
 # a refused driver wastes a whole boot and will happen again on the same offer.
 INCIDENT_P = {"preempted": 0.30, "launch failed": 0.20, "refused": 0.40}
+BOOT_WINDOW_S = 7 * 86400.0  # a measured boot older than this says nothing about the offer today
+BOOT_SAMPLES = 5  # the newest this many measured boots of an offer (twice as many of a provider) count
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,49 @@ class Incident:
 
 
 @dataclass(frozen=True)
+class BootSample:
+    """One measured Continue on ``offer_key``, ``age_s`` seconds ago: ``boot_s`` is launch to
+    Ready less the transfer (machine boot, probe, worker start, environment, read-back), where
+    the catalog had guessed ``catalog_boot_s``."""
+
+    offer_key: str
+    boot_s: float
+    catalog_boot_s: float
+    age_s: float
+
+    def __post_init__(self) -> None:
+        for name in ("boot_s", "catalog_boot_s", "age_s"):
+            value = getattr(self, name)
+            if not (0 <= value < math.inf):
+                raise UsageError(f"boot sample {name} must be a non-negative number of seconds, not {value!r}")
+
+    @property
+    def provider(self) -> str:
+        return self.offer_key.partition("/")[0]
+
+
+def learn_boots(samples: Iterable[BootSample]) -> tuple[dict[str, float], dict[str, float]]:
+    """From measured Continues: each offer's boot (median of its newest :data:`BOOT_SAMPLES`), and
+    each provider's excess over the catalog's guess (median of its newest 2 x BOOT_SAMPLES), for
+    offers of it never measured. Samples older than :data:`BOOT_WINDOW_S` are left out."""
+    recent = sorted((s for s in samples if s.age_s < BOOT_WINDOW_S), key=lambda s: s.age_s)
+    by_offer: dict[str, list[float]] = {}
+    by_provider: dict[str, list[float]] = {}
+    for s in recent:
+        if len(by_offer.setdefault(s.offer_key, [])) < BOOT_SAMPLES:
+            by_offer[s.offer_key].append(s.boot_s)
+        if len(by_provider.setdefault(s.provider, [])) < 2 * BOOT_SAMPLES:
+            by_provider[s.provider].append(s.boot_s - s.catalog_boot_s)
+    return ({k: _median(v) for k, v in by_offer.items()}, {k: _median(v) for k, v in by_provider.items()})
+
+
+def _median(xs: list[float]) -> float:
+    ys = sorted(xs)
+    mid = len(ys) // 2
+    return ys[mid] if len(ys) % 2 else (ys[mid - 1] + ys[mid]) / 2
+
+
+@dataclass(frozen=True)
 class Signals:
     """What recent history says about each offer, keyed by ``Offer.key``."""
 
@@ -134,9 +182,13 @@ class Signals:
     driver_mismatches: dict[str, int] = field(default_factory=dict)  # exact-driver admission refusals
     queue_seconds: dict[str, float] = field(default_factory=dict)  # observed wait before a launch started
     incidents: dict[str, tuple[Incident, ...]] = field(default_factory=dict)  # newest first
+    boot_seconds: dict[str, float] = field(default_factory=dict)  # measured recently, by offer key
+    boot_excess: dict[str, float] = field(default_factory=dict)  # by provider: seconds beyond the catalog's boot
 
     def __post_init__(self) -> None:
-        for name in ("recent_launch_failures", "driver_mismatches", "queue_seconds"):
+        if any(not (-math.inf < v < math.inf) for v in self.boot_excess.values()):
+            raise UsageError("signals.boot_excess must hold finite numbers of seconds")
+        for name in ("recent_launch_failures", "driver_mismatches", "queue_seconds", "boot_seconds"):
             if any(not (v >= 0) for v in getattr(self, name).values()):
                 raise UsageError(f"signals.{name} must not hold negative counts or times")
 
@@ -195,6 +247,16 @@ class Route:
     p_fail: float = 0.0
     history: tuple[str, ...] = ()  # what recently happened to the offer, in words ("preempted 4 min ago")
     words: dict[str, str] = field(default_factory=dict)  # each cost term's one-line definition
+    boot_basis: str = "catalog"  # "measured" (this offer's recent boots), "provider" (catalog + its excess)
+    hours: float = 0.0  # the planned hours the cost is for
+    bytes_to_move: int = 0
+
+    def predicted(self) -> dict[str, Any]:
+        """What this route predicts, as an allocation record's ``predicted`` (core.records)."""
+        return {"time_to_ready_s": round(self.time_to_ready_s, 3), "boot_s": round(self.boot_s, 3),
+                "catalog_boot_s": round(self.offer.boot_seconds, 3), "boot_basis": self.boot_basis,
+                "transfer_s": round(self.transfer_s, 3), "queue_s": round(self.queue_s, 3), "bytes": self.bytes_to_move,
+                "cost": round(self.cost.billed, 6), "total": round(self.cost.total, 6), "hours": self.hours}
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "provider": self.offer.provider, "offer": self.offer.id, "gpu": self.offer.gpu,
@@ -314,7 +376,15 @@ def _price_route(facts: WorkspaceFacts, offer: Offer, req: Requirements, hours: 
     per_gb = egress_price_per_gb(facts.store_provider, facts.store_region, offer, gb=gb,
                                  fallback_per_gb=facts.store_egress_per_gb)
     transfer_s = facts.bytes_to_move * 8 / (offer.bandwidth_mbps * 1e6)
-    boot_s = offer.boot_seconds
+    # Measured beats guessed: this offer's recent boots, else the catalog's guess plus what its
+    # provider's machines recently took beyond their own guesses.
+    if key in signals.boot_seconds:
+        boot_s, boot_basis, boot_why = signals.boot_seconds[key], "measured", "measured recently"
+    elif offer.provider in signals.boot_excess:
+        boot_s = max(0.0, offer.boot_seconds + signals.boot_excess[offer.provider])
+        boot_basis, boot_why = "provider", f"catalog, corrected by {offer.provider}'s recent boots"
+    else:
+        boot_s, boot_basis, boot_why = offer.boot_seconds, "catalog", "catalog"
     wait_rate = value_of_time if value_of_time > 0 else price * QUEUE_PRICE_FACTOR
 
     gpu = price * hours
@@ -360,12 +430,13 @@ def _price_route(facts: WorkspaceFacts, offer: Offer, req: Requirements, hours: 
         f"queue: ~{_duration(queue_s)} ({queue_why}) x ${wait_rate:.2f}/h = {_money(queue)}",
         f"risk: {p_fail:.0%} chance of a failed attempt"
         + (f" ({', '.join(history)})" if history else "") + f" x {_money(retry)} retry = {_money(risk)}",
-        f"ready in ~{_duration(ready_s)}: queue {_duration(queue_s)} + boot {_duration(boot_s)}"
+        f"ready in ~{_duration(ready_s)}: queue {_duration(queue_s)} + boot {_duration(boot_s)} ({boot_why})"
         f" + transfer {_duration(transfer_s)}",
     )
     return Route(id=route_id(offer), offer=offer, cost=cost, time_to_ready_s=ready_s, transfer_s=transfer_s,
                  queue_s=queue_s, boot_s=boot_s, blocked="; ".join(reasons.values()) or None, checks=checks,
-                 reasons=reasons, breakdown=breakdown, p_fail=p_fail, history=tuple(history), words=words)
+                 reasons=reasons, breakdown=breakdown, p_fail=p_fail, history=tuple(history), words=words,
+                 boot_basis=boot_basis, hours=hours, bytes_to_move=facts.bytes_to_move)
 
 
 def rank_routes(facts: WorkspaceFacts, offers: Iterable[Offer], requirements: Requirements | None = None, *,
@@ -389,6 +460,9 @@ def rank_routes(facts: WorkspaceFacts, offers: Iterable[Offer], requirements: Re
 
 
 __all__ = [
+    "BOOT_SAMPLES",
+    "BOOT_WINDOW_S",
+    "BootSample",
     "Caps",
     "Cost",
     "EgressPrices",
@@ -401,6 +475,7 @@ __all__ = [
     "WorkspaceFacts",
     "budget_reason",
     "egress_price_per_gb",
+    "learn_boots",
     "money",
     "rank_routes",
     "route_id",

@@ -28,7 +28,7 @@ from typing import Any
 from jupyter_portable.compute.base import Allocation, AllocationStatus, Provider
 from jupyter_portable.core import lifecycle as L
 from jupyter_portable.core.errors import ComputeError, ConflictError, PortableError, ProviderUnavailable, UsageError
-from jupyter_portable.core.times import now_iso, parse_iso, utcnow
+from jupyter_portable.core.times import now_iso, parse_iso, parse_iso_or_none, utcnow
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.store import faults
 from jupyter_portable.workdir import lifecycle_file as lifecycle_store
@@ -106,6 +106,9 @@ class Orchestrator:
         # what each machine's provider last said, as the loss check saw it: the state view
         # reads spend from here, so showing the state never calls a provider
         self.observed: dict[str, AllocationStatus] = {}
+        # issue 16 item 6 (estimates): per allocation, what its route predicted and when (on
+        # ``clock``) its launch started and its machine came up; READY adds what was measured
+        self._estimates: dict[str, dict[str, Any]] = {}
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -229,7 +232,7 @@ class Orchestrator:
             self._move(L.FAILED, reason=exc.one_line())
             raise
         by_key = {r.offer.key: r for r in usable}
-        current: dict[str, Any] = {"route": None, "failure": None}
+        current: dict[str, Any] = {"route": None, "failure": None, "launch_at": None, "up_at": None}
 
         def new_allocation() -> str:
             self._check_cancel()
@@ -246,6 +249,7 @@ class Orchestrator:
                 self._check_cancel()
                 lc = self.lifecycle()
                 current["route"] = route
+                current["launch_at"], current["up_at"] = self.clock(), None  # estimates: this route's launch
                 if lc.state == L.ROUTING:
                     self._move(L.ACQUIRING, route=route)
                 else:
@@ -260,6 +264,7 @@ class Orchestrator:
                 self._progress("acquire", f"waiting for the machine ({waited // 60}:{waited % 60:02d}): "
                                           f"{ev.get('reason')}")
             elif st == "PROBING":
+                current["up_at"] = self.clock()  # estimates: the machine is up
                 self._move(L.PROBING)
                 self._progress("probe", f"checking image, GPU and driver on {ev.get('allocation_id')}")
             elif st in ("REFUSED", "FAILED"):
@@ -303,6 +308,10 @@ class Orchestrator:
                 self._move(L.FAILED, reason=f"the Continue stopped: {type(exc).__name__}: {exc}")
             raise
         route = by_key[f"{allocation.provider}/{allocation.offer_id}"]
+        if current["launch_at"] is not None:  # estimates: what the route said, timed from its launch
+            self._estimates[allocation.allocation_id] = {"predicted": route.predicted(),
+                                                         "launch_at": current["launch_at"],
+                                                         "up_at": current["up_at"]}
         return self._materialize(allocation, route, attempts)
 
     def _publish_attempts(self, attempts: list[Any]) -> None:
@@ -330,7 +339,8 @@ class Orchestrator:
                  "offer": allocation.offer_id, "gpu": offer.gpu, "region": offer.region, "ref": allocation.ref,
                  "driver": offer.driver,
                  "price_per_hour": offer.price_per_hour, "started": allocation.started or now_iso(),
-                 "state": "active", "spend": 0.0, "currency": "USD", "failures": [a.reason for a in attempts]},
+                 "state": "active", "spend": 0.0, "currency": "USD", "failures": [a.reason for a in attempts],
+                 "predicted": route.predicted()},  # estimates: what the route said (issue 16 item 6)
                 epoch=epoch)
             self._move(L.MATERIALIZING, version=version)
             return self._start_worker(allocation, version, epoch)
@@ -373,13 +383,36 @@ class Orchestrator:
         if not seen["verifying"]:
             self._move(L.VERIFYING)
         verification = st["verification"] or {}
-        lc = self._move(L.READY, verified=True, version=int(verification["version"]),
-                        detail={"matched": list(verification.get("matched") or []),
-                                "checkpoints": verification.get("checkpoints") or {},
-                                "pending": verification.get("pending") or [],
-                                "path": verification.get("path")})
+        detail: dict[str, Any] = {"matched": list(verification.get("matched") or []),
+                                  "checkpoints": verification.get("checkpoints") or {},
+                                  "pending": verification.get("pending") or [],
+                                  "path": verification.get("path")}
+        estimate = self._measure(rec.allocation_id, st.get("timings") or {})
+        if estimate is not None:  # estimates: kept with READY until the record closes (_close_record)
+            detail["estimate"] = estimate
+        lc = self._move(L.READY, verified=True, version=int(verification["version"]), detail=detail)
         self._progress("verify", f"read back version {lc.version}: version, checkpoints, runtime and path match")
         return self._activate(rec)
+
+    def _measure(self, allocation_id: str, timings: dict[str, Any]) -> dict[str, Any] | None:
+        """What the route predicted and what happened, at READY: launch to Ready and to the machine
+        being up on ``clock``, the transfer and the rest as the worker timed them. None when this
+        process did not see the launch (a Continue resumed after a restart)."""
+        marks = self._estimates.pop(allocation_id, None)
+        if marks is None:
+            return None
+        ready = max(0.0, self.clock() - marks["launch_at"])
+        measured: dict[str, float] = {"time_to_ready_s": round(ready, 3)}
+        if marks["up_at"] is not None:
+            measured["up_s"] = round(max(0.0, marks["up_at"] - marks["launch_at"]), 3)
+        for key, name in (("materialize_s", "transfer_s"), ("environment_s", "environment_s"),
+                          ("verify_s", "verify_s")):
+            value = timings.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e9:
+                measured[name] = round(float(value), 3)
+        # boot, as the route model means it: everything of launch to Ready but the transfer
+        measured["boot_s"] = round(max(0.0, ready - measured.get("transfer_s", 0.0)), 3)
+        return {"predicted": marks["predicted"], "measured": measured}
 
     def _activate(self, rec: AgentRecord) -> dict[str, Any]:
         self._progress("reconnect", "restarting the notebook's kernel on the new worker")
@@ -478,8 +511,29 @@ class Orchestrator:
                   "ref": a.ref, "started": prior.get("started") or a.started or now_iso(), "stopped": now_iso(),
                   "state": state, "stop_reason": reason[:500], "spend": round(spend, 6), "currency": "USD",
                   "failures": list(prior.get("failures") or []) + list(failures or [])}
+        measured = self._measured_at_close(a.allocation_id, record, spend)  # estimates
+        if measured:
+            record["measured"] = measured
         with contextlib.suppress(PortableError):
             self.ws.record_allocation(record, epoch=epoch)
+
+    def _measured_at_close(self, allocation_id: str, record: dict[str, Any], spend: float) -> dict[str, Any]:
+        """READY's measurement of this allocation (from the lifecycle, which outlives a restart),
+        with what it cost: spend, hours held, and that rate for the planned hours."""
+        measured: dict[str, Any] = dict(record.get("measured") or {})
+        for ev in self.lifecycle().events:
+            estimate = (ev.detail or {}).get("estimate") if ev.state == L.READY else None
+            if ev.allocation_id == allocation_id and isinstance(estimate, dict):
+                measured.update(estimate.get("measured") or {})
+        if not measured:
+            return {}
+        t0, t1 = parse_iso_or_none(record.get("started")), parse_iso_or_none(record.get("stopped"))
+        hours = max(0.0, (t1 - t0).total_seconds() / 3600) if t0 and t1 else 0.0
+        planned = (record.get("predicted") or {}).get("hours")
+        measured.update(spend=round(spend, 6), hours=round(hours, 6))
+        if hours > 0 and isinstance(planned, (int, float)):
+            measured["cost"] = round(spend / hours * planned, 6)
+        return measured
 
     def _history(self) -> list[dict[str, Any]]:
         head, _ = self.ws.store.read_head(self.ws.workspace_id)

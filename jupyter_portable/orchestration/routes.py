@@ -14,7 +14,17 @@ from jupyter_portable.compute.base import Provider
 from jupyter_portable.compute.registry import enabled_providers
 from jupyter_portable.core.errors import ConflictError, NoCapacity, PortableError, UsageError
 from jupyter_portable.core.offers import Checks, Offer, Requirements
-from jupyter_portable.core.routing import INCIDENT_WINDOW_S, Caps, Incident, Route, Signals, WorkspaceFacts, rank_routes
+from jupyter_portable.core.routing import (
+    INCIDENT_WINDOW_S,
+    BootSample,
+    Caps,
+    Incident,
+    Route,
+    Signals,
+    WorkspaceFacts,
+    learn_boots,
+    rank_routes,
+)
 from jupyter_portable.core.times import parse_iso_or_none, utcnow
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.orchestration.settings import load_settings
@@ -84,9 +94,28 @@ def history_records(manifest: Any) -> list[dict[str, Any]]:
     return list(latest.values())
 
 
+def boot_sample(record: dict[str, Any], estimate: dict[str, Any] | None = None, *,
+                now: datetime) -> BootSample | None:
+    """The measured boot an allocation record (or, while it runs, its READY ``estimate``) holds,
+    aged as of ``now``; None when it was never measured."""
+    est = estimate or record
+    measured, predicted = est.get("measured") or {}, est.get("predicted") or record.get("predicted") or {}
+    boot, guess = measured.get("boot_s"), predicted.get("catalog_boot_s")
+    at = parse_iso_or_none(record.get("stopped")) or parse_iso_or_none(record.get("started"))
+    if not isinstance(boot, (int, float)) or not isinstance(guess, (int, float)) or at is None:
+        return None
+    try:
+        return BootSample(f"{record.get('provider')}/{record.get('offer')}", float(boot), float(guess),
+                          max(0.0, (now - at).total_seconds()))
+    except UsageError:  # a negative or endless figure measures nothing
+        return None
+
+
 def signals_from_history(ws: Workspace, *, now: datetime) -> Signals:
     """What happened to each offer within :data:`INCIDENT_WINDOW_S` of ``now`` (a loss, a
-    failed launch, a driver refusal), newest first, from the store's allocation history."""
+    failed launch, a driver refusal), newest first, and how long its recent Continues took to
+    boot (measured, :func:`~jupyter_portable.core.routing.learn_boots`), from the store's
+    allocation history and this copy's lifecycle."""
     head, _ = ws.store.read_head(ws.workspace_id)
     # the head, not this copy's version: a loss is recorded there while this copy stays put
     manifest = ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
@@ -111,13 +140,24 @@ def signals_from_history(ws: Workspace, *, now: datetime) -> Signals:
     from jupyter_portable.workdir.lifecycle_file import load
 
     offers = {a.get("allocation_id"): f"{a.get('provider')}/{a.get('offer')}" for a in records}
+    samples = {a["allocation_id"]: s for a in records if (s := boot_sample(a, now=now)) is not None}
+    by_id = {a["allocation_id"]: a for a in records}
     with contextlib.suppress(PortableError):
         for ev in load(ws.copy).events:
             at = parse_iso_or_none(ev.at)
             if ev.state == L.LOST and ev.allocation_id in offers and ev.allocation_id not in counted and at:
                 add(offers[ev.allocation_id], "preempted", at)
                 counted.add(ev.allocation_id)
-    return Signals(incidents={k: tuple(sorted(v, key=lambda i: i.age_s)) for k, v in incidents.items()})
+            # a machine still serving has its measurement only in its READY event until it closes
+            estimate = (ev.detail or {}).get("estimate")
+            if ev.state == L.READY and ev.allocation_id in by_id and ev.allocation_id not in samples \
+                    and isinstance(estimate, dict):
+                s = boot_sample(by_id[ev.allocation_id], estimate, now=now)
+                if s is not None:
+                    samples[ev.allocation_id] = s
+    boots, excess = learn_boots(samples.values())
+    return Signals(incidents={k: tuple(sorted(v, key=lambda i: i.age_s)) for k, v in incidents.items()},
+                   boot_seconds=boots, boot_excess=excess)
 
 
 def compute_routes(ws: Workspace, *, hours: float | None = None, providers: dict[str, Provider] | None = None,

@@ -94,6 +94,21 @@ def machines_view(manifest: Manifest | None, *, current: str | None, current_spe
     return out
 
 
+def estimate_view(lc: L.Lifecycle, record: dict[str, Any]) -> dict[str, Any] | None:
+    """What the allocation's route predicted and, once it was Ready, what was measured: from its
+    READY event (where the orchestrator keeps it until the record closes), else its record."""
+    predicted, measured = record.get("predicted"), record.get("measured")
+    for ev in reversed(lc.events):
+        estimate = (ev.detail or {}).get("estimate")
+        if ev.state == L.READY and ev.allocation_id == record.get("allocation_id") and isinstance(estimate, dict):
+            predicted = estimate.get("predicted") or predicted
+            measured = measured or estimate.get("measured")
+            break
+    if not isinstance(predicted, dict):
+        return None
+    return {"predicted": predicted, "measured": measured if isinstance(measured, dict) else None}
+
+
 class StateView:
     """The sidebar's state for one workspace, rebuilt only when it changed."""
 
@@ -146,7 +161,7 @@ class StateView:
                 allocation = {"allocation_id": lc.allocation_id, "provider": rec.get("provider"),
                               "offer": rec.get("offer"), "gpu": rec.get("gpu"), "region": rec.get("region"),
                               "driver": rec.get("driver"), "price_per_hour": price, "spend": round(spend, 4),
-                              "started": started, "uptime_s": uptime}
+                              "started": started, "uptime_s": uptime, "estimate": estimate_view(lc, rec)}
         if allocation is None and lc.allocation_id and lc.state in L.CONTINUE_STATES:
             # the machine being launched: what is known of it so far
             from jupyter_portable.worker.client import load_allocation
@@ -198,4 +213,5 @@ def _observed(status: Any) -> tuple[float | None, str | None] | None:
     return None if status is None else (status.spend, status.spend_source)
 
 
-__all__ = ["StateView", "checkpoint_view", "checkpoints_view", "files_view", "head_manifest", "machines_view"]
+__all__ = ["StateView", "checkpoint_view", "checkpoints_view", "estimate_view", "files_view", "head_manifest",
+           "machines_view"]

@@ -580,6 +580,55 @@ export interface IAllocation {
   spend: number | null;
   started: string | null;
   uptime_s: number | null;
+  /**
+   * What the route predicted for this machine and, once it was Ready, what was measured (the allocation record's predicted and measured); null for a machine from before estimates were recorded.
+   */
+  estimate?: IEstimate | null;
+}
+export interface IEstimate {
+  predicted: IPredicted;
+  /**
+   * null until Ready.
+   */
+  measured: IMeasured | null;
+}
+/**
+ * What the route said before the launch: seconds to Ready (queue + boot + transfer), dollars for the planned hours.
+ */
+export interface IPredicted {
+  time_to_ready_s?: number;
+  boot_s?: number;
+  catalog_boot_s?: number;
+  transfer_s?: number;
+  queue_s?: number;
+  bytes?: number;
+  hours?: number;
+  /**
+   * What providers bill for the planned hours (GPU, egress, storage).
+   */
+  cost?: number;
+  /**
+   * The route's total, queue and risk included.
+   */
+  total?: number;
+  /**
+   * Where boot_s came from: the catalog, this offer's recent measured boots, or the catalog corrected by its provider's.
+   */
+  boot_basis?: 'catalog' | 'measured' | 'provider';
+}
+/**
+ * What happened, on the orchestrator's clock from the route's launch (up_s: the machine was up; boot_s: launch to Ready less the transfer) and the worker's (transfer_s, environment_s, verify_s); spend, hours and cost (that rate for the planned hours) once the machine was released or lost.
+ */
+export interface IMeasured {
+  time_to_ready_s?: number;
+  up_s?: number;
+  boot_s?: number;
+  transfer_s?: number;
+  environment_s?: number;
+  verify_s?: number;
+  spend?: number;
+  hours?: number;
+  cost?: number;
 }
 export interface ILost {
   reason: string | null;
