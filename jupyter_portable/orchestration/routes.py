@@ -48,7 +48,9 @@ def list_offers(providers: dict[str, Provider], requirements: Requirements | Non
 
 def workspace_facts(ws: Workspace, providers: dict[str, Provider]) -> WorkspaceFacts:
     """How much this workspace weighs and where its store is, for the cost of moving it."""
-    manifest = ws.manifest()
+    # the head is what a Continue moves: a worker may have published past this copy's version
+    head, _ = ws.store.read_head(ws.workspace_id)
+    manifest = ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
     size = manifest.total_bytes if manifest else 0
     url = ws.config.store
     if url.startswith("s3"):

@@ -33,6 +33,22 @@ export function duration(seconds: number | null | undefined): string {
   return `${Math.round(s / 86400)} d`;
 }
 
+/** "ready in 41 s (predicted 35 s)": what a Continue took to Ready and what its route had said;
+ * null until it was measured. */
+export function readyLine(
+  estimate:
+    | { predicted?: { time_to_ready_s?: number }; measured?: { time_to_ready_s?: number } | null }
+    | null
+    | undefined
+): string | null {
+  const took = estimate?.measured?.time_to_ready_s;
+  if (took === undefined || took === null) {
+    return null;
+  }
+  const said = estimate?.predicted?.time_to_ready_s;
+  return said === undefined ? `ready in ${duration(took)}` : `ready in ${duration(took)} (predicted ${duration(said)})`;
+}
+
 /** How long ago ``iso`` was, relative to ``now`` (ms since the epoch). */
 export function age(iso: string | null | undefined, now: number): string {
   if (!iso) {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import { age, bytes, duration, money } from '../format';
+import { age, bytes, duration, money, readyLine } from '../format';
 
 describe('numbers as the sidebar shows them', () => {
   it('money', () => {
@@ -15,6 +15,14 @@ describe('numbers as the sidebar shows them', () => {
     expect(duration(600)).toBe('10 min');
     expect(duration(9000)).toBe('2.5 h');
     expect(duration(-3)).toBe('0 s');
+  });
+
+  it('time to Ready, measured against what the route predicted', () => {
+    const predicted = { time_to_ready_s: 35.2 };
+    expect(readyLine({ predicted, measured: { time_to_ready_s: 41.4 } })).toBe('ready in 41 s (predicted 35 s)');
+    expect(readyLine({ predicted, measured: null })).toBeNull();
+    expect(readyLine(null)).toBeNull();
+    expect(readyLine({ measured: { time_to_ready_s: 200 } })).toBe('ready in 3 min');
   });
 
   it('ages and sizes', () => {

@@ -70,13 +70,15 @@ export function ContinuePanel(props: {
   const showSteps = running || progress.outcome !== null || progress.failovers.length > 0;
   const first = isFirstStart(props.state);
   const now = Date.now();
+  const readyNote = fmt.readyLine(props.state.allocation?.estimate);
   return (
     <Section id="continue" title="Continue">
       {!running && !props.state.can_continue ? (
         <div className="jp-Portable-row">
           <p className="jp-Portable-grow">
             {props.state.lifecycle.state === 'ACTIVE' && props.state.allocation
-              ? `Running on ${machineName(props.state.allocation)}.`
+              ? `Running on ${machineName(props.state.allocation)}` +
+                (readyNote ? `, ${readyNote}.` : '.')
               : `The workspace is ${props.state.lifecycle.state}.`}
           </p>
           {props.state.lifecycle.state === 'ACTIVE' ? (
@@ -167,6 +169,7 @@ export function ContinuePanel(props: {
           {first
             ? "Ready: the first machine read the workspace back and it matched; the notebook's kernel runs there."
             : "Ready: the new machine read the workspace back and it matched; the notebook's kernel runs there."}
+          {readyNote ? ` It was ${readyNote}.` : null}
         </p>
       ) : null}
       {progress.outcome === 'failed' ? (
