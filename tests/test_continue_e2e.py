@@ -241,6 +241,9 @@ async def test_files_both_ways_and_conflicts_shown(jp_serverapp: Any, jp_fetch: 
     await jp_fetch("api", "contents", "train.py", method="PUT", body=json.dumps(
         {"type": "file", "format": "text", "content": "print('edited in lab')\n"}))
     assert (worker / "train.py").read_text() == "print('edited in lab')\n"
+    # the lab's copy holds still, so the edit below is made on the train.py it had before the kernel
+    # wrote one (with the follower on, a pull may come first and the save is then no conflict: test_follow)
+    jp_serverapp.web_app.settings["portable_follow"].paused = True
     # what the kernel writes there reaches the store at the next snapshot, and is listed
     kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
     status, out = await kernel.run("open('made-by-kernel.txt','w').write('42')\n"

@@ -12,6 +12,9 @@ API (JSON; ``Authorization: token <token>``)::
     PUT  /files {"path", "content" (base64), "base" (hash or null)}   409 on a conflicting edit
     GET  /files                     the copy's files (path, size) and what is still pending
     POST /fetch {"path"}            fetch a pending large file now
+    GET  /tree                      the copy's files with their hashes (worker/follow.py): what the
+                                    user's file browser follows
+    POST /read {"path"}             one file's bytes: {"path", "hash", "size", "content" (base64)}
     POST /seal {"message"}          seal: {"version", "manifest"}
     PUT  /credentials {credential_process JSON}   fresh store credentials: {"expiration"}
     POST /activity {}               "Keep running": the idle clock starts again now: {"kept_at"}
@@ -33,6 +36,7 @@ from jupyter_portable.core.errors import ConflictError, PortableError, UnsafePat
 from jupyter_portable.core.paths import check_relpath
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
 from jupyter_portable.worker.agent import list_files, put_file, seal, take_snapshot
+from jupyter_portable.worker.follow import FileHashes, read_file
 from jupyter_portable.worker.kernel import start_kernel, stop_kernel
 from jupyter_portable.worker.state import AgentState
 
@@ -169,6 +173,26 @@ class FetchHandler(_Handler):
         await self.run(fetch)
 
 
+class TreeHandler(_Handler):
+    hashes: FileHashes
+
+    def initialize(self, state: AgentState, hashes: FileHashes | None = None) -> None:  # type: ignore[override]
+        super().initialize(state)
+        assert hashes is not None
+        self.hashes = hashes
+
+    async def get(self) -> None:
+        await self.run(self.hashes.tree, self.state)
+
+
+class ReadHandler(_Handler):
+    async def post(self) -> None:
+        rel = self.body().get("path")
+        if not isinstance(rel, str):
+            raise web.HTTPError(400, reason="path must be text")
+        await self.run(read_file, self.state, rel)
+
+
 class SealHandler(_Handler):
     async def post(self) -> None:
         message = self.body().get("message") or ""
@@ -216,4 +240,5 @@ def make_app(state: AgentState) -> web.Application:
         (r"/files", FilesHandler, args), (r"/fetch", FetchHandler, args), (r"/seal", SealHandler, args),
         (r"/shutdown", ShutdownHandler, args), (r"/credentials", CredentialsHandler, args),
         (r"/activity", ActivityHandler, args),
+        (r"/tree", TreeHandler, {**args, "hashes": FileHashes()}), (r"/read", ReadHandler, args),
     ], max_body_size=_MAX_BODY)

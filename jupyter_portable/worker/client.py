@@ -350,6 +350,20 @@ class AgentClient:
     def files(self) -> dict[str, Any]:
         return self.request("GET", "/files")
 
+    def tree(self) -> dict[str, Any]:
+        """The worker copy's files with their hashes (``GET /tree``, worker/follow.py)."""
+        return self.request("GET", "/tree", timeout=60)
+
+    def read(self, path: str) -> tuple[bytes, str]:
+        """One file's bytes and the hash the worker gave them (the caller checks it)."""
+        import base64
+
+        obj = self.request("POST", "/read", {"path": path}, timeout=120)
+        try:
+            return base64.b64decode(str(obj["content"]), validate=True), str(obj["hash"])
+        except (KeyError, ValueError):
+            raise PortableError(f"the worker agent's answer for {path} is malformed") from None
+
     def fetch(self, path: str) -> dict[str, Any]:
         return self.request("POST", "/fetch", {"path": path}, timeout=3600)
 

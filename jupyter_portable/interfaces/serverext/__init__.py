@@ -346,7 +346,11 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     if str(KERNELS_DIR / "kernels") not in ksm.kernel_dirs:
         ksm.kernel_dirs.insert(0, str(KERNELS_DIR / "kernels"))
     if ws is not None:
-        serverapp.contents_manager.register_post_save_hook(service.post_save)
+        # saves are forwarded to the worker (service.post_save), and the worker's files are pulled
+        # back every 2 s while it serves (orchestration/follow.py, docs/file-browser.md)
+        from jupyter_portable.orchestration.follow import start_following
+
+        serverapp.web_app.settings["portable_follow"] = start_following(service, serverapp.contents_manager)
     web_app = serverapp.web_app
     base = url_path_join(web_app.settings["base_url"], API)
     web_app.settings["portable_service"] = service
@@ -374,6 +378,9 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
 
 def _unload_jupyter_server_extension(serverapp: Any) -> None:
     service = serverapp.web_app.settings.get("portable_service")
+    follower = serverapp.web_app.settings.get("portable_follow")
+    if follower is not None and follower.timer is not None:
+        follower.timer.stop()
     if service is not None:
         service.stop_timers()
 

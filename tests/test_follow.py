@@ -1,0 +1,134 @@
+"""The file browser follows the machine (issue 16, item 4), with real parts: a Jupyter server
+with the extension, the notebook's kernel on a local-market worker writing files there, and
+the server pulling them into the user's copy (orchestration/follow.py). Ticks are driven with
+the test's own clock so each step is decided, not raced."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_e2e import KernelSocket, make_workspace, portable_env, release_all, start_session
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+pytestmark = pytest.mark.timeout(300)
+
+T0 = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Path]]:
+    yield portable_env(tmp_path, monkeypatch)
+    release_all()
+
+
+@pytest.fixture
+def jp_root_dir(tmp_path: Path, env: dict[str, Path]) -> Path:
+    root = tmp_path / "workspace"
+    make_workspace(root, env["store"])
+    return root
+
+
+async def _setup(jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any, env: dict[str, Path]) -> tuple[Any, Any, Path]:
+    kernel_id = await start_session(jp_fetch)
+    state = json.loads((await jp_fetch("portable", "api", "state")).body)
+    assert state["lifecycle"]["state"] == "ACTIVE"
+    worker = env["market"] / "allocations" / state["lifecycle"]["allocation_id"] / "work"
+    follower = jp_serverapp.web_app.settings["portable_follow"]
+    follower.timer.stop()  # the test ticks it, with its own clock
+    kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
+    return follower, kernel, worker
+
+
+async def _tick(follower: Any, now: datetime) -> Any:
+    return await asyncio.to_thread(follower.tick, now)
+
+
+async def test_a_file_the_kernel_writes_reaches_the_copy_at_the_next_tick(
+        jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any, jp_root_dir: Path, env: dict[str, Path]) -> None:
+    follower, kernel, worker = await _setup(jp_serverapp, jp_fetch, jp_ws_fetch, env)
+    # the server ticks every 2 s: a write just after a tick is in the copy by the next one, well within 5 s
+    assert follower.timer.callback_time <= 2000
+    status, out = await kernel.run("import os; os.makedirs('out', exist_ok=True)\n"
+                                   "open('out/made-by-kernel.txt','w').write('42')")
+    assert status == "ok", out
+    res = await _tick(follower, T0)
+    assert "out/made-by-kernel.txt" in res.pulled, res
+    assert (jp_root_dir / "out" / "made-by-kernel.txt").read_text() == "42"
+    # JupyterLab's contents API (what the file browser lists) shows it
+    listed = json.loads((await jp_fetch("api", "contents", "out")).body)
+    assert "made-by-kernel.txt" in {c["name"] for c in listed["content"]}
+    # a quiet tick moves nothing
+    assert (await _tick(follower, T0 + timedelta(seconds=2))).pulled == []
+    # a file the kernel deletes goes from the copy too, since the user had not changed it
+    status, out = await kernel.run("os.remove('out/made-by-kernel.txt')")
+    assert status == "ok", out
+    res = await _tick(follower, T0 + timedelta(seconds=4))
+    assert res.removed == ["out/made-by-kernel.txt"]
+    assert not (jp_root_dir / "out" / "made-by-kernel.txt").exists()
+    # the panel can say which version the worker's copy stands on
+    assert follower.view()["allocation_id"] and follower.view()["worker_version"] is not None
+
+    # with the server's own timer running, a new file arrives without the test ticking
+    follower.timer.start()
+    status, out = await kernel.run("open('out/second.txt','w').write('2')")
+    assert status == "ok", out
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60  # generous for a loaded machine; the tick above shows the 2 s step
+    while not (jp_root_dir / "out" / "second.txt").exists():
+        assert loop.time() < deadline, "the server's timer never pulled out/second.txt"
+        await asyncio.sleep(0.1)
+    assert (jp_root_dir / "out" / "second.txt").read_text() == "2"
+
+
+async def test_an_edit_in_between_is_kept_by_the_conflict_rule(
+        jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any, jp_root_dir: Path, env: dict[str, Path]) -> None:
+    follower, kernel, worker = await _setup(jp_serverapp, jp_fetch, jp_ws_fetch, env)
+    # 1. an edit the user made here but never saved through JupyterLab, on a file the kernel did not touch: kept
+    (jp_root_dir / "notes.txt").write_text("mine\n")
+    status, out = await kernel.run("open('log.txt','w').write('step 1\\n')")
+    assert status == "ok", out
+    res = await _tick(follower, T0)
+    assert res.pulled == ["log.txt"] and res.conflicts == []
+    assert (jp_root_dir / "notes.txt").read_text() == "mine\n"
+
+    # 2. both changed data/small.csv (the user's edit never reached the worker): both are kept,
+    # the worker's at the name, the user's beside it here and on the worker, and it is announced
+    (jp_root_dir / "data" / "small.csv").write_text("a,b\nuser,edit\n")
+    status, out = await kernel.run("open('data/small.csv','w').write('a,b\\nkernel,edit\\n')")
+    assert status == "ok", out
+    res = await _tick(follower, T0 + timedelta(seconds=2))
+    kept = "data/small.csv.conflict-lab-20300102-030407"
+    assert res.conflicts == [{"path": "data/small.csv", "kept": kept}]
+    assert (jp_root_dir / "data" / "small.csv").read_text() == "a,b\nkernel,edit\n"
+    assert (jp_root_dir / kept).read_text() == "a,b\nuser,edit\n"
+    assert (worker / kept).read_text() == "a,b\nuser,edit\n"
+    conflicts = json.loads((await jp_fetch("portable", "api", "state")).body)["conflicts"]
+    assert [c["path"] for c in conflicts] == ["data/small.csv"]
+
+    # 3. a save in JupyterLab after the kernel changed the file on the worker: today's rule, once
+    status, out = await kernel.run("open('train.py','w').write('print(\"kernel\")\\n')")
+    assert status == "ok", out
+    await jp_fetch("api", "contents", "train.py", method="PUT", body=json.dumps(
+        {"type": "file", "format": "text", "content": "print('lab')\n"}))
+    assert (worker / "train.py").read_text() == 'print("kernel")\n'
+    [lab_kept] = [p.name for p in worker.glob("train.py.conflict-lab-*")]
+    res = await _tick(follower, T0 + timedelta(seconds=4))
+    assert res.conflicts == []  # kept once, by the save; the pull does not keep it again
+    assert (jp_root_dir / "train.py").read_text() == 'print("kernel")\n'
+    assert (jp_root_dir / lab_kept).read_text() == "print('lab')\n"
+    conflicts = json.loads((await jp_fetch("portable", "api", "state")).body)["conflicts"]
+    assert [c["path"] for c in conflicts] == ["data/small.csv", "train.py"]
+
+    # 4. a save on top of what was pulled is an ordinary edit: forwarded, no conflict
+    await jp_fetch("api", "contents", "train.py", method="PUT", body=json.dumps(
+        {"type": "file", "format": "text", "content": "print('lab, after reading the kernel')\n"}))
+    assert (worker / "train.py").read_text() == "print('lab, after reading the kernel')\n"
+    res = await _tick(follower, T0 + timedelta(seconds=6))
+    assert res.conflicts == [] and "train.py" not in res.pulled
+    assert len(json.loads((await jp_fetch("portable", "api", "state")).body)["conflicts"]) == 2
