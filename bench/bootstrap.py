@@ -6,7 +6,8 @@ the twin's boot delay), Continues onto it (the worker is installed by the bootst
 a kernel there and runs one cell. Two kinds of run, measured in the same sitting:
 
 - **cold**: a fresh store: the worker's wheels are resolved by uv and fetched from the package
-  index (pip's own configuration, so its HTTP cache too), stored, and sent to the machine;
+  index (pip's own configuration, without pip's or uv's cache: a first time), stored, and sent
+  to the machine;
 - **warm**: the store already holds the wheel set: every wheel comes from the store.
 
 Prints the median of ``--runs`` (3) of each, and the ratios against the targets: warm at most
@@ -92,7 +93,13 @@ def main() -> int:
                                    "JUPYTER_PORTABLE_NO_INDEX": "1"})
             for i in range(args.runs):
                 store = tmp / f"store-{i}"  # a fresh store: the wheels are fetched once (cold)
-                cold.append(one_run(tmp, store, twin, f"cold-{i}"))
+                # as on a user's first time: no pip or uv cache of earlier runs helps the cold fetch
+                os.environ.update(PIP_NO_CACHE_DIR="1", UV_NO_CACHE="1")
+                try:
+                    cold.append(one_run(tmp, store, twin, f"cold-{i}"))
+                finally:
+                    os.environ.pop("PIP_NO_CACHE_DIR", None)
+                    os.environ.pop("UV_NO_CACHE", None)
                 warm.append(one_run(tmp, store, twin, f"warm-{i}"))  # the same store: every wheel from it
                 print(f"run {i + 1}: cold {cold[-1]:.1f} s, warm {warm[-1]:.1f} s", flush=True)
     c, w = statistics.median(cold), statistics.median(warm)
