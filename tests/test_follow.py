@@ -132,3 +132,34 @@ async def test_an_edit_in_between_is_kept_by_the_conflict_rule(
     res = await _tick(follower, T0 + timedelta(seconds=6))
     assert res.conflicts == [] and "train.py" not in res.pulled
     assert len(json.loads((await jp_fetch("portable", "api", "state")).body)["conflicts"]) == 2
+
+
+def test_status_and_checkpoints_describe_the_head_and_name_the_copys_version(cli: Any, tmp_path: Path) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from jupyter_portable import Workspace
+
+    store = f"file://{tmp_path}/store"
+    mine = tmp_path / "laptop"
+    make_workspace(mine, tmp_path / "store")
+    ws = Workspace.find(mine)
+    # a worker's copy publishes a checkpoint: the head moves on, this copy stays on version 1
+    Workspace.restore(store, ws.workspace_id, tmp_path / "worker", progress=None)
+    save_file({"w": np.zeros((2, 2), dtype=np.float32)}, str(tmp_path / "worker" / "step7.safetensors"))
+    rec = Workspace.find(tmp_path / "worker").checkpoint(tmp_path / "worker" / "step7.safetensors", step=7,
+                                                          quiet_s=0.1, timeout_s=30)
+    assert rec.verified and rec.version == 2
+
+    st = cli.json("status", cwd=mine)
+    assert (st["version"], st["copy_version"], st["head_version"]) == (1, 1, 2)
+    assert st["latest_checkpoint"]["path"] == "step7.safetensors" and st["copy_latest_checkpoint"] is None
+    text = cli("status", cwd=mine).stdout
+    assert "workspace version 2 (head); this copy is on version 1" in text
+    assert "latest verified checkpoint: step7.safetensors (step 7)" in text
+
+    cps = cli.json("checkpoints", cwd=mine)
+    assert (cps["version"], cps["copy_version"]) == (2, 1)
+    assert [c["path"] for c in cps["checkpoints"]] == ["step7.safetensors"]
+    text = cli("checkpoints", cwd=mine).stdout
+    assert text.startswith("workspace version 2 (head); this copy is on version 1\n") and "#" in text

@@ -15,10 +15,19 @@ def format_checkpoint(c: CheckpointRecord) -> str:
     return f"  #{c.id} REJECTED  {c.path} ({step}): {c.reason}"
 
 
-def format_checkpoints(records: list[CheckpointRecord]) -> str:
+def format_checkpoints(records: list[CheckpointRecord], *, version: int | None = None,
+                       copy_version: int | None = None) -> str:
+    """The checkpoints of ``version`` (the head, when given), naming this copy's own version beside it."""
+    head = "" if version is None else f"workspace version {version} (head){_copy_words(version, copy_version)}\n"
     if not records:
-        return "no checkpoints registered yet"
-    return "\n".join(format_checkpoint(c) for c in records)
+        return head + "no checkpoints registered yet"
+    return head + "\n".join(format_checkpoint(c) for c in records)
+
+
+def _copy_words(head: int, copy_version: int | None) -> str:
+    if copy_version is None or copy_version == head:
+        return "; this copy is on it"
+    return f"; this copy is on version {copy_version}"
 
 
 def format_log(versions: list[dict[str, Any]]) -> str:
@@ -38,8 +47,11 @@ def format_gpus(runtime: dict[str, Any] | None) -> str:
 
 
 def format_status(st: dict[str, Any]) -> str:
-    lines = [f"workspace {st['workspace_id']} in {st['store']}",
-             f"this copy: version {st['version']} (latest: {st['head_version']})"]
+    lines = [f"workspace {st['workspace_id']} in {st['store']}"]
+    if "copy_version" in st:  # issue 16: what follows describes the head
+        lines.append(f"workspace version {st['head_version']} (head){_copy_words(st['head_version'], st['version'])}")
+    else:
+        lines.append(f"this copy: version {st['version']} (latest: {st['head_version']})")
     if st.get("fenced"):
         lines.append("FENCED: a newer allocation owns this workspace; this copy cannot publish")
     latest = st.get("latest_checkpoint")

@@ -325,7 +325,12 @@ def start_following(service: Any, contents_manager: Any, *, interval_s: float = 
 
     def run() -> None:
         try:
-            follower.tick()
+            res = follower.tick()
+            moved = len(res.pulled) + len(res.removed)
+            if moved:  # the sidebar (and a file browser refresh) hears of it
+                service.on_progress({"workspace_id": service.ws.workspace_id, "step": "follow",
+                                     "message": f"{moved} file(s) from the worker's copy (version "
+                                                f"{res.worker_version})", "done": moved, "total": moved})
         except PortableError as exc:
             log.info("jupyter-portable: following the worker's files failed: %s", exc.one_line())
         except Exception:

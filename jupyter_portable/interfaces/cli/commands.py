@@ -253,7 +253,7 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
     if args.verb == "status":
         from jupyter_portable.interfaces.report import format_status
 
-        st = ws.status()
+        st = _at_head(ws, ws.status())
         return st, format_status(st), 0
     if args.verb == "verify":
         verified = ws.verify(args.version)
@@ -275,12 +275,18 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
                 else f"REJECTED: {rec.path}: {rec.reason}")
         return out, text, 0 if rec.verified else EXIT_FAIL
     if args.verb == "checkpoints":
+        from jupyter_portable.engine.checkpoint.registry import latest as latest_of
+        from jupyter_portable.engine.checkpoint.registry import records
         from jupyter_portable.interfaces.report import format_checkpoints
 
-        recs = ws.checkpoints()
-        latest = ws.latest_checkpoint()
-        return ({"checkpoints": [r.to_json() for r in recs], "latest": latest.to_json() if latest else None},
-                format_checkpoints(recs), 0)
+        # issue 16: the head's checkpoints (a worker may have published since this copy's version)
+        head = ws.store.read_head(ws.workspace_id)[0].version
+        manifest = ws.manifest(head) if head else None
+        recs, latest = records(manifest), latest_of(manifest)
+        copy_version = ws.config.version
+        return ({"checkpoints": [r.to_json() for r in recs], "latest": latest.to_json() if latest else None,
+                 "version": head, "copy_version": copy_version},
+                format_checkpoints(recs, version=head, copy_version=copy_version), 0)
     if args.verb == "diff":
         d = ws.diff(args.a, args.b)
         return d, ws.format_diff(d), 0
@@ -288,6 +294,20 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
         ws.fetch(args.path)
         return {"path": args.path, "fetched": True}, f"{args.path} is in place", 0
     raise UsageError("no verb given; try `jupyter portable --help`")
+
+
+def _at_head(ws: Any, st: dict[str, Any]) -> dict[str, Any]:
+    """Issue 16: status describes the head (what a worker last published), naming this copy's own
+    version beside it; ``version`` stays this copy's, ``latest_checkpoint`` becomes the head's."""
+    from jupyter_portable.engine.checkpoint.registry import latest
+
+    head = st.get("head_version") or 0
+    out = {**st, "copy_version": st.get("version"), "copy_latest_checkpoint": st.get("latest_checkpoint")}
+    if head and head != st.get("version"):
+        best = latest(ws.manifest(head))
+        out["latest_checkpoint"] = None if best is None else \
+            {"path": best.path, "step": best.step, "hash": best.hash, "version": best.version}
+    return out
 
 
 def _config(args: argparse.Namespace) -> Any:
