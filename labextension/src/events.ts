@@ -20,7 +20,8 @@ export type ProgressStep =
   | 'verify'
   | 'reconnect'
   | 'snapshot'
-  | 'seal';
+  | 'seal'
+  | 'follow';
 
 export interface IProgressEvent {
   workspace_id: string;

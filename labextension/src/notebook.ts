@@ -227,6 +227,11 @@ export class PortableNotebooks {
       this._render();
     } else if (id === NOTICE_SCHEMA && emission['kind'] === 'moved') {
       void this._afterMove(String(emission['message']));
+    } else if (id === PROGRESS_SCHEMA && emission['step'] === 'follow') {
+      // the server pulled what the kernel wrote on the machine: show it now, not at the next 10 s poll
+      if (this.app.commands.hasCommand('filebrowser:refresh')) {
+        void this.app.commands.execute('filebrowser:refresh').catch(() => undefined);
+      }
     }
   }
 
