@@ -236,6 +236,11 @@ class Bench:
                 t_answers = time.perf_counter()
                 reply = kc.execute_interactive(CELL, timeout=120, output_hook=hook)
                 t_cell = time.perf_counter()
+                # the one-line resume cell (issue 16): the latest verified checkpoint into a variable
+                resume = kc.execute_interactive("%workspace latest --load model", timeout=300)
+                t_resume = time.perf_counter()
+                if resume["content"]["status"] != "ok":
+                    raise RuntimeError(f"{mode}: the resume cell failed: {resume['content']}")
             finally:
                 kc.stop_channels()
             st = client.status()
@@ -262,7 +267,8 @@ class Bench:
             "mode": mode, "allocation_id": aid,
             **{f"{st.lower()}_s": marks[st] - t0 for st in STATES if st in marks},
             "active_s": t_active - t0, "kernel_started_s": t_kernel - t0,
-            "kernel_answers_s": t_answers - t0, "cell_s": t_cell - t0, "data_arrived_s": data_arrived,
+            "kernel_answers_s": t_answers - t0, "cell_s": t_cell - t0, "resume_s": t_resume - t_cell,
+            "data_arrived_s": data_arrived,
             "pending_at_ready": pending_at_ready, "pending_after_cell": pending_after_cell,
             "ready_before_data": bool(pending_at_ready) and marks["READY"] - t0 < data_arrived,
             "agent_timings": st.get("timings") or {},
@@ -477,6 +483,7 @@ def report(b: Bench | None, env: dict[str, list[float]] | None, reps: int,
              ("ACTIVE (continue_ returned)", "active_s"),
              ("kernel started (agent POST /kernel)", "kernel_started_s"),
              ("kernel answers (kernel_info)", "kernel_answers_s"), ("cell replied", "cell_s"),
+             ("resume cell: %workspace latest --load (its own s)", "resume_s"),
              ("data file in place (its ctime)", "data_arrived_s"),
              ("agent: materialize", "agent materialize_s"), ("agent: verify", "agent verify_s")]
     print_table(("mark", "eager", "lazy"), [(label, fmt(m(f"eager:{k}")), fmt(m(f"lazy:{k}"))) for label, k in marks])
