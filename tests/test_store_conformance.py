@@ -227,3 +227,69 @@ def test_round_trip_snapshot_change_restore_both_verify_tamper_fsck(new_store: C
     store.backend.write(victim, bytes(data))
     report = fsck(Store.open(url), read_data=True)
     assert not report.ok and any(victim.rsplit("/", 1)[-1][:16] in e for e in report.errors), report.errors
+
+
+class _ConditionDroppingProxy:
+    """An S3 server that lacks conditional writes: moto behind a proxy that drops
+    If-Match / If-None-Match, as an old S3-compatible server ignores them."""
+
+    def __init__(self, upstream: str) -> None:
+        import http.client
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlparse
+
+        up = urlparse(upstream)
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("if-match", "if-none-match", "host")}
+                conn = http.client.HTTPConnection(up.hostname, up.port, timeout=30)
+                conn.request(self.command, self.path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward  # noqa: N815
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_init_refuses_an_s3_server_without_conditional_writes_naming_the_feature(
+        aws_env: dict[str, str], moto_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import make_bucket
+
+    from jupyter_portable.core.errors import UnsupportedStore
+
+    bucket = make_bucket()
+    proxy = _ConditionDroppingProxy(moto_endpoint)
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        src = tmp_path / "src"
+        write_tree(src, {"a.txt": "a"})
+        with pytest.raises(UnsupportedStore) as info:
+            Workspace.init(src, f"s3://{bucket}/p")
+        assert "If-None-Match" in str(info.value) and "conditional writes" in str(info.value)
+        assert not (src / ".portable" / "workspace.json").exists()
+        monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+        left = open_backend(f"s3://{bucket}/p")
+        assert left.list("workspaces") == [] and left.list("probe") == [], "init stored no workspace"
+        # The same store behind a server that honours the conditions is accepted.
+        assert Workspace.init(src, f"s3://{bucket}/p").workspace_id
+    finally:
+        proxy.server.shutdown()
