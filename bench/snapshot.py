@@ -200,7 +200,8 @@ class Bench:
         self.args, self.layout, self.cli, self.work = args, layout, cli, work
         self.reps: int = args.reps if args.reps is not None else (1 if args.small else 3)
         self.cold: int = args.cold_reps if args.cold_reps is not None else self.reps
-        self.env = make_env(work)
+        # --store: the user's own credentials and endpoints reach the store untouched
+        self.env = dict(os.environ) if args.store else make_env(work)
         self.moto: Moto | None = None
         self.samples: dict[str, list[float]] = {}
         self.problems: list[str] = []
@@ -350,6 +351,28 @@ class Bench:
         shutil.rmtree(target, ignore_errors=True)
         shutil.rmtree(ws / ".portable", ignore_errors=True)
 
+    def ours_at(self, ws: Path, url: str) -> None:
+        """Cold and no-change snapshots into any store URL (gs://, az://, s3:// on SeaweedFS...):
+        each cold run in a fresh prefix under it, since a remote store cannot be wiped here."""
+        assert self.cli is not None
+        log(f"== ours at {url}")
+        cli, nfiles = self.cli, self.layout.files
+
+        def prep_cold() -> None:
+            shutil.rmtree(ws / ".portable", ignore_errors=True)
+            store = f"{url.rstrip('/')}/bench-{os.urandom(6).hex()}"
+            self.run([*cli, "init", str(ws), "--store", store, "--json"], ws)
+
+        def check_snap(out: str) -> None:
+            obj = ours_json(out, "workspace_id", "version", "files", "bytes", "new_bytes")
+            if obj["files"] != nfiles:
+                raise BenchError(f"expected {nfiles} files, got {obj}")
+
+        snap = [*cli, "snapshot", "--json"]
+        self.measure("ours snapshot cold (store)", self.cold, snap, prep_cold, ws, check_snap)
+        self.measure("ours snapshot no-change (store)", self.reps, snap, None, ws, check_snap)
+        shutil.rmtree(ws / ".portable", ignore_errors=True)
+
     def small_to_moto(self, small_ws: Path) -> None:
         log("== small files to moto")
         assert self.moto is not None
@@ -386,6 +409,9 @@ def faster(o: float, b: float) -> bool:
 
 
 def rows(tag: str, small_files: int) -> list[tuple[str, str, str, str, Pred]]:
+    if tag == "store":  # --store URL: ours against the plain floors measured in the same run
+        return [("cold snapshot (store)", "ours snapshot cold (store)", "read every file once", "info", None),
+                ("no-change snapshot (store)", "ours snapshot no-change (store)", "os.walk+stat", "info", None)]
     cold, same, one = (f"{op} snapshot ({tag})" for op in ("cold", "no-change", "one-changed"))
     ours_cold, ours_same, ours_one = (f"ours snapshot {op} ({tag})" for op in ("cold", "no-change", "one-changed"))
     spec: list[tuple[str, str, str, str, Pred]] = [
@@ -459,6 +485,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--cold-reps", type=int, help="repetitions of cold backups and full checks (default: --reps)")
     ap.add_argument("--long", type=float, default=60.0, help="do not repeat an operation whose first run took longer")
     ap.add_argument("--no-s3", action="store_true", help="skip everything against moto")
+    ap.add_argument("--store", metavar="URL", help="only the cold and no-change snapshot into this store "
+                    "(any backend: gs://, az://, s3:// with AWS_ENDPOINT_URL...), against the plain floors")
     ap.add_argument("--skip-ours", action="store_true", help="baselines only")
     ap.add_argument("--cli", help=f"the jupyter-portable executable (default {DEFAULT_CLI}, then PATH)")
     ap.add_argument("--drop-caches", action="store_true", help="drop the page cache before every timed run (root)")
@@ -473,7 +501,8 @@ def main(argv: list[str] | None = None) -> int:
         tried = args.cli or f"{DEFAULT_CLI} and PATH"
         log(f"error: no working jupyter-portable CLI (tried {tried}); pass --cli PATH, or --skip-ours")
         return 2
-    missing = [t for t in ("restic", "rclone", "find", "diff", "cp") if shutil.which(t) is None]
+    tools = ("find", "diff", "cp") if args.store else ("restic", "rclone", "find", "diff", "cp")
+    missing = [t for t in tools if shutil.which(t) is None]
     if missing:
         log(f"error: not on PATH: {' '.join(missing)} (apt-get install -y restic rclone)")
         return 2
@@ -496,18 +525,22 @@ def main(argv: list[str] | None = None) -> int:
             b.run([sys.executable, "-c", READ_ONCE, str(ws)])
             b.run([sys.executable, "-c", READ_ONCE, str(small_ws)])
         b.plain(ws)
-        b.rclone(ws, str(work / "rclone-dest"), "local")
-        b.restic(ws, str(work / "restic-repo"), "local")
-        if cli:
-            b.ours(ws, (work / "store").as_uri(), "local")
-        if not args.no_s3:
-            b.moto = Moto()
-            b.env["AWS_ENDPOINT_URL"] = b.env["RCLONE_CONFIG_MOTO_ENDPOINT"] = b.moto.endpoint
-            b.rclone(ws, f"moto:{BUCKET}/rclone", "moto")
-            b.restic(ws, f"s3:{b.moto.endpoint}/{BUCKET}/restic", "moto")
+        if args.store:
             if cli:
-                b.ours(ws, f"s3://{BUCKET}/ours", "moto")
-            b.small_to_moto(small_ws)
+                b.ours_at(ws, args.store)
+        else:
+            b.rclone(ws, str(work / "rclone-dest"), "local")
+            b.restic(ws, str(work / "restic-repo"), "local")
+            if cli:
+                b.ours(ws, (work / "store").as_uri(), "local")
+            if not args.no_s3:
+                b.moto = Moto()
+                b.env["AWS_ENDPOINT_URL"] = b.env["RCLONE_CONFIG_MOTO_ENDPOINT"] = b.moto.endpoint
+                b.rclone(ws, f"moto:{BUCKET}/rclone", "moto")
+                b.restic(ws, f"s3:{b.moto.endpoint}/{BUCKET}/restic", "moto")
+                if cli:
+                    b.ours(ws, f"s3://{BUCKET}/ours", "moto")
+                b.small_to_moto(small_ws)
     except Exception as e:  # keep what was measured so far
         b.problems.append(f"aborted: {e!r}")
         log(traceback.format_exc())
@@ -519,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.root is None:
             shutil.rmtree(root, ignore_errors=True)
     print(f"{layout}, {layout.files} files, reps={b.reps}, cold reps={b.cold}, {time.perf_counter() - t0:.0f} s in all")
-    table = report(b, ["local"] + ([] if args.no_s3 else ["moto"]))
+    table = report(b, ["store"] if args.store else ["local"] + ([] if args.no_s3 else ["moto"]))
     for p in b.problems:
         print(f"PROBLEM: {p}")
     if args.json_out:
