@@ -27,6 +27,12 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 .venv/bin/python -m pip install -q -e ".[test]"
+# Azurite (the Azure Storage emulator) from the npm registry, for the az:// store tests
+if [ ! -f .azurite/node_modules/azurite/dist/src/blob/main.js ]; then
+    mkdir -p .azurite
+    npm install --no-audit --no-fund --no-save --silent --prefix .azurite azurite@3
+fi
+
 # The worker's wheels for this interpreter, once: the tests bootstrap bare machines from this
 # folder (JUPYTER_PORTABLE_WHEEL_FIND_LINKS) and never ask a package index themselves.
 if ! ls .wheelhouse/uv-*.whl >/dev/null 2>&1 || [ pyproject.toml -nt .wheelhouse ] \
