@@ -1,6 +1,7 @@
 """AWS (moto EC2) and GCP (Compute Engine twin) list the machines they hold for us by their tags
-and labels, with the workspace and allocation ids, and forget them once terminated. (That AWS sends the allocation id as ClientToken is checked
-under the Stubber in test_provider_aws.py: moto does not implement ClientToken idempotency.)"""
+and labels, with the workspace and allocation ids, and forget them once terminated. (That AWS
+sends the allocation id as ClientToken is checked under the Stubber in test_provider_aws.py:
+moto does not implement ClientToken idempotency.)"""
 
 from __future__ import annotations
 
