@@ -220,14 +220,26 @@ def test_a_reservations_document_that_is_not_a_list_breaks_no_listing(ws: Worksp
 
 # -- manifests ----------------------------------------------------------------------------------
 
-def _publish_raw(ws: Workspace, mutate: Any, encode: Any = None) -> None:
-    """Publish a hand-edited version 2 straight into the store, as an attacker could."""
+def _publish_raw(ws: Workspace, mutate: Any, encode: Any = None, schema: int = 1) -> None:
+    """Publish a hand-edited version 2 straight into the store, as an attacker could: the edit is
+    made to the flat file list, stored as that list (schema 1) or as trees (schema 2)."""
+    from test_hostile import _raw_trees
+
     store, wsid = ws.store, ws.workspace_id
-    obj = store.read_manifest(wsid).to_json()
+    manifest = store.read_manifest(wsid)
+    obj = manifest.to_json()
+    for key in ("tree", "file_count", "total_bytes"):
+        obj.pop(key, None)
+    obj["schema"] = 1
+    obj["files"] = [e.to_json() for e in manifest.files]
     head, token = store.read_head(wsid)
     obj["version"] = 2
     obj["parent"] = {"version": 1, "manifest": head.manifest}
     mutate(obj)
+    if schema == 2:
+        files = obj.pop("files")
+        obj.update(schema=2, tree=_raw_trees(store, files), file_count=len(files),
+                   total_bytes=sum(e["size"] for e in files if isinstance(e.get("size"), int) and e["size"] > 0))
     body = (encode or (lambda o: json.dumps(o).encode()))(obj)
     mhash = digest(body)
     store.backend.write(manifest_key(wsid, 2, mhash), body)
@@ -246,18 +258,24 @@ def _duplicate_path(obj: dict) -> bytes:
     return text.replace('"path": "ok.txt"', '"path": "../outside.txt", "path": "ok.txt"').encode()
 
 
-@pytest.mark.parametrize(("mutate", "encode", "says"), [
-    (_set("mtime_ns", 10**30), None, "mtime_ns of 'ok.txt'"),
-    (_set("mtime_ns", -(10**30)), None, "mtime_ns of 'ok.txt'"),
-    (_set("size", 10**15), None, "size of 'ok.txt' is 1000000000000000 bytes, over the store's limit"),
-    (lambda o: None, _duplicate_path, "has the key 'path' twice"),
+@pytest.mark.parametrize(("mutate", "encode", "says", "schema"), [
+    (_set("mtime_ns", 10**30), None, "mtime_ns of 'ok.txt'", 1),
+    (_set("mtime_ns", -(10**30)), None, "mtime_ns of 'ok.txt'", 1),
+    (_set("size", 10**15), None, "size of 'ok.txt' is 1000000000000000 bytes, over the store's limit", 1),
+    (lambda o: None, _duplicate_path, "has the key 'path' twice", 1),
     (lambda o: o["allocations"].append({"allocation_id": "a-1", "spend": 1.0}),
-     lambda o: json.dumps(o).replace('"spend": 1.0', '"spend": NaN').encode(), "NaN"),
-], ids=["mtime-huge", "mtime-negative", "size-huge", "duplicate-key", "nan"])
+     lambda o: json.dumps(o).replace('"spend": 1.0', '"spend": NaN').encode(), "NaN", 1),
+    (_set("mtime_ns", 10**30), None, "ok.txt", 2),
+    (_set("mtime_ns", -(10**30)), None, "ok.txt", 2),
+    (_set("size", 10**15), None, "ok.txt", 2),
+    (lambda o: o["allocations"].append({"allocation_id": "a-1", "spend": 1.0}),
+     lambda o: json.dumps(o).replace('"spend": 1.0', '"spend": NaN').encode(), "NaN", 2),
+], ids=["mtime-huge", "mtime-negative", "size-huge", "duplicate-key", "nan", "tree-mtime-huge",
+        "tree-mtime-negative", "tree-size-huge", "tree-nan"])
 def test_a_manifest_out_of_range_is_refused_in_one_line_naming_the_file(ws: Workspace, tmp_path: Path, cli: Any,
                                                                         mutate: Any, encode: Any,
-                                                                        says: str) -> None:
-    _publish_raw(ws, mutate, encode)
+                                                                        says: str, schema: int) -> None:
+    _publish_raw(ws, mutate, encode, schema)
     dest = tmp_path / "dest"
     with pytest.raises(ManifestError) as info:
         Workspace.restore(ws.config.store, ws.workspace_id, dest, progress=None)
