@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,9 +87,16 @@ class TwinMachine:
             os.kill(self.sshd.proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.sshd.proc.wait(5)
-        for pid in self.processes():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        # a session may be forking as we look, and a killed process lingers until it is reaped:
+        # look again until none is left (bounded: 100 looks)
+        for _ in range(100):
+            pids = self.processes()
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
 
     def remove(self) -> None:
         """Kill the machine and delete its disk."""
