@@ -404,9 +404,11 @@ def run(args):
     if proc.returncode != 0:
         sys.exit("%s failed: %s" % (args[1], (proc.stderr.strip().splitlines() or ["?"])[-1]))
 run([uvbin, "venv", "--quiet", "--system-site-packages", "--python", sys.executable, venv])
-# no cache: the venv is made once per wheel set, and unpacking straight into it is half the work
+# no cache: the venv is made once per wheel set, and unpacking straight into it is half the work;
+# uv's own wheel is not installed again (its binary is a third of the bytes): the venv links it
 run([uvbin, "pip", "install", "--quiet", "--offline", "--no-index", "--no-deps", "--no-cache", "--python",
-     os.path.join(venv, "bin", "python")] + [os.path.join(wheels, n) for n in sorted(want)])
+     os.path.join(venv, "bin", "python")] + [os.path.join(wheels, n) for n in sorted(want) if n != P["uv_wheel"]])
+os.symlink(uvbin, os.path.join(venv, "bin", "uv"))
 with open(os.path.join(venv, ".complete"), "w") as fh:
     fh.write(P["set"])
 print(json.dumps({"python": os.path.join(venv, "bin", "python")}))

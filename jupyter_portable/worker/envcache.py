@@ -415,7 +415,10 @@ def _uv() -> str | None:
 
         return str(find_uv_bin())
     except (ImportError, FileNotFoundError):
-        return None
+        pass
+    # a bootstrapped worker's venv links the uv binary beside its Python (worker/bootstrap.py)
+    beside = Path(sys.executable).parent / "uv"
+    return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
 
 
 def _uv_env(venv: Path) -> dict[str, str]:
