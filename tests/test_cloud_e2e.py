@@ -13,6 +13,7 @@ allocation records the venv it made), never found on the machine.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import Iterator
@@ -177,6 +178,16 @@ async def test_continue_onto_a_bare_cloud_machine(jp_serverapp: Any, jp_fetch: A
     await jp_fetch("portable", "api", "stop", method="POST", body="{}")
     await events.wait_for(is_state("RELEASED"), timeout=120)
     assert again.ref not in twin.running() and alloc.ref not in twin.running(), twin.running()
+    # with no machine the notebook's kernel is parked on the local placeholder: wait for it, so the
+    # server's teardown never meets that restart half done
+    km = jp_serverapp.kernel_manager
+    for _ in range(240):
+        k = km.get_kernel(kernel_id)
+        if k.ready.done() and getattr(k.provisioner, "is_placeholder", False):
+            break
+        await asyncio.sleep(0.25)
+    else:
+        raise AssertionError("the kernel was not parked on the placeholder after the stop")
 
 
 def _twin_env(tmp_path: Path, twin: Any) -> dict[str, str]:

@@ -310,17 +310,13 @@ async def test_an_idle_machine_is_sealed_released_and_the_history_says_idle(
     assert shown["released"]["saved_per_hour"] == price and f"${price:,.2f}/h from now on" in notice["message"]
     assert shown["released"]["message"].startswith("Released after 1 min idle")
 
-    # a kernel start (a cell run on a restarted kernel) offers Continue, on the same route
-    from tornado.httpclient import HTTPClientError
-
-    with pytest.raises(HTTPClientError) as refused:
-        await jp_fetch("api", "sessions", method="POST", body=json.dumps(
-            {"path": "other.ipynb", "type": "notebook", "name": "other.ipynb", "kernel": {"name": "portable"}}),
-            request_timeout=60)
-    said = refused.value.response.body.decode() if refused.value.response else ""
-    assert "released after 1 min idle" in said and "press Continue" in said and lc.route and lc.route in said
-    # kernels whose start failed leave the server's list in their own time; the server's
-    # teardown would otherwise trip over them
+    # a cell run in a notebook on this workspace now offers Continue, on the same route: its kernel is
+    # the local placeholder (issue 16), which answers at once and names the way on
+    other = await start_session(jp_fetch, "other.ipynb")
+    placeholder = KernelSocket(await jp_ws_fetch("api", "kernels", other, "channels"))
+    status, said = await placeholder.run("print('never runs')", timeout=60)
+    assert status == "error" and "No GPU machine: press Continue" in said, said
+    assert "released after 1 min idle" in said and lc.route and lc.route in said, said
     km = jp_serverapp.kernel_manager
     for kid in list(km.list_kernel_ids()):
         with contextlib.suppress(Exception):

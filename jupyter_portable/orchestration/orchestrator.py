@@ -500,7 +500,19 @@ class Orchestrator:
         if rec is not None:
             self._close_record(rec, state="released", reason=reason, spend=spend, epoch=lc.epoch)
             self._drop_client(rec.allocation_id)
+        self._adopt_head()
         return {**self.summary(lc), "sealed_version": lc.version}
+
+    def _adopt_head(self) -> None:
+        """The file browser pulled the machine's files into this copy while it ran (orchestration/follow):
+        when the copy now holds exactly the head's files, it is on the head, so `verify` and the next
+        snapshot start from there. A copy with edits of its own stays on its version."""
+        with contextlib.suppress(PortableError):
+            head, _ = self.ws.store.read_head(self.ws.workspace_id)
+            cfg = self.ws.copy.read_config()
+            if head.version > cfg.version and self.ws.verify(version=head.version).ok:
+                cfg.version = head.version
+                self.ws.copy.write_config(cfg)
 
     def _close_record(self, rec: AgentRecord, *, state: str, reason: str, spend: float, epoch: int,
                       failures: list[str] | None = None) -> None:

@@ -347,7 +347,14 @@ def _best_route(ws: Any) -> dict[str, Any] | None:
         routes, _ = compute_routes(ws, providers=providers)
     except PortableError:
         return None
-    route = next((r for r in routes if not r.blocked), None)
+    open_routes = [r for r in routes if not r.blocked]
+    # after a stop (idle, or the user's), the machine's own route first, while it is still open
+    with contextlib.suppress(PortableError):
+        from jupyter_portable.workdir import lifecycle_file
+
+        last = lifecycle_file.load(ws.copy).route
+        open_routes.sort(key=lambda r: r.id != last)
+    route = open_routes[0] if open_routes else None
     if route is None:
         return None
     o = route.offer
