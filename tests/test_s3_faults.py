@@ -284,7 +284,8 @@ class _Suite:
                 self.tally.messages[-1] = "UNTRUE " + self.tally.messages[-1]
             checked = fsck(self.clean, read_data=True)
             assert checked.ok, checked.errors
-        raise AssertionError(f"{argv[0]} never succeeded in {tries} tries")
+        raise AssertionError(f"{argv[0]} never succeeded in {tries} tries; the last answers: "
+                             f"{self.tally.messages[-3:]}")
 
     def snapshot(self, root: Path, ws: str, argv: list[str]) -> int:
         got = self.run(argv, ws=ws)

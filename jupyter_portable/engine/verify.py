@@ -239,7 +239,7 @@ def fsck(store: Store, *, read_data: bool = False, subset: float | None = None, 
             names = sorted(rng.sample(names, max(1, round(len(names) * subset)))) if names else []
 
         def check(h: str) -> str | None:
-            data = store.backend.read(sizes[h])
+            data = _read_retrying(store, sizes[h])
             if digest(data) != h:
                 return f"object {h} is corrupt: its bytes do not hash to its name"
             if h in index_sizes:  # a pack: every blob its index lists (and so every entry's range) hashes right
@@ -258,6 +258,25 @@ def fsck(store: Store, *, read_data: bool = False, subset: float | None = None, 
                 if problem:
                     errors.append(problem)
     return FsckResult(not errors, manifests, len(object_keys), errors, warnings, read)
+
+
+def _transient(exc: BaseException) -> bool:
+    """A store error that may pass (a 5xx, a reset): not a missing object, not an unsupported store."""
+    from jupyter_portable.core.errors import ObjectMissing, StoreError, UnsupportedStore
+
+    return isinstance(exc, StoreError) and not isinstance(exc, (ObjectMissing, UnsupportedStore))
+
+
+def _read_retrying(store: Store, key: str) -> bytes:
+    """One object's bytes for --read-data: a transient error is not corruption, so it is asked again
+    (tenacity: up to 6 tries, backing off from 50 ms to 2 s) before fsck gives up on the store."""
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+    for attempt in Retrying(stop=stop_after_attempt(6), wait=wait_exponential(multiplier=0.05, max=2),
+                            retry=retry_if_exception(_transient), reraise=True):
+        with attempt:
+            return store.backend.read(key)
+    raise AssertionError("unreachable: tenacity either returned or raised")
 
 
 def _files_once(store: Store, manifest: Manifest, walked: set[str], needed: dict[str, str],
