@@ -1,6 +1,7 @@
 """Store servers on loopback for the conformance suite: SeaweedFS (S3), fake-gcs-server
-(GCS) and Azurite (Azure Blob), each a real server process in a temp folder, and a
-factory of fresh, empty store URLs on any of them. Import the fixtures into a test module."""
+(GCS) and Azurite (Azure Blob), each a real server process in a temp folder, the Hugging
+Face Hub's twin (tests/hub_twin.py, a thread of this process), and a factory of fresh,
+empty store URLs on any of them. Import the fixtures into a test module."""
 
 from __future__ import annotations
 
@@ -16,8 +17,12 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from hub_twin import HubTwin
 
 REPO = Path(__file__).resolve().parents[1]
 AZURITE = REPO / ".azurite" / "node_modules" / "azurite" / "dist" / "src" / "blob" / "main.js"
@@ -219,9 +224,46 @@ def make_azure_container(conn: str) -> str:
     return name
 
 
+# -- the Hugging Face Hub's twin -------------------------------------------------------------
+
+HF_TEST_TOKEN = "hf_twin" + uuid.uuid4().hex  # the twin's own token: a test secret that must never leak
+HF_READ_TOKEN = "hf_read" + uuid.uuid4().hex
+
+
+@pytest.fixture(scope="session")
+def hub_twin() -> Iterator["HubTwin"]:
+    """The Hub's HTTP API on loopback: LFS from 1 MiB, multipart LFS uploads in 16 MiB parts."""
+    from hub_twin import HubTwin
+
+    hub = HubTwin(token=HF_TEST_TOKEN, read_token=HF_READ_TOKEN)
+    try:
+        yield hub
+    finally:
+        hub.close()
+
+
+@pytest.fixture
+def hf_env(hub_twin: "HubTwin", monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+           ) -> dict[str, str]:
+    """huggingface_hub's own variables, pointed at the twin; no token file of the user's is read."""
+    env = {"HF_ENDPOINT": hub_twin.url, "HF_TOKEN": HF_TEST_TOKEN,
+           "HF_HOME": str(tmp_path_factory.mktemp("hf-home")), "HF_HUB_DISABLE_TELEMETRY": "1"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    return env
+
+
+def make_hf_repo(hub: "HubTwin") -> str:
+    """A fresh private dataset repository on the twin; its id."""
+    repo_id = f"lab/store-{uuid.uuid4().hex[:12]}"
+    hub.create_repo(repo_id, repo_type="dataset", private=True)
+    return repo_id
+
+
 # -- one factory over all of them -----------------------------------------------------------
 
-KINDS = ["file", "moto", "seaweedfs", "gcs", "azure"]
+KINDS = ["file", "moto", "seaweedfs", "gcs", "azure", "hf"]
 
 
 def store_factory(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], str]:
@@ -244,6 +286,10 @@ def store_factory(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> 
     if kind == "azure":
         conn = request.getfixturevalue("azure_env")["AZURE_STORAGE_CONNECTION_STRING"]
         return lambda: f"az://{make_azure_container(conn)}/team/ws"
+    if kind == "hf":
+        request.getfixturevalue("hf_env")
+        hub = request.getfixturevalue("hub_twin")
+        return lambda: f"hf://datasets/{make_hf_repo(hub)}/team/ws"
     raise ValueError(kind)
 
 

@@ -1,6 +1,7 @@
 """One conformance suite for every store backend, the way fsspec's own suite runs on each
 filesystem: a local folder, S3 on moto and on SeaweedFS, GCS on fake-gcs-server, Azure Blob
-on Azurite (each a real server on loopback). A backend joins by adding its kind to
+on Azurite (each a real server on loopback), and the Hugging Face Hub's twin (its HTTP API
+on loopback, answering huggingface_hub's own requests). A backend joins by adding its kind to
 ``stores.KINDS``. Each test names the Backend contract it checks (its docstrings)."""
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from stores import (  # noqa: F401 - fixtures
     azurite_endpoint,
     fake_gcs_endpoint,
     gcs_env,
+    hf_env,
+    hub_twin,
     seaweedfs_endpoint,
     seaweedfs_env,
     store_factory,

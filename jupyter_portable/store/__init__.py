@@ -18,7 +18,7 @@ def default_store_url() -> str:
 
 def open_backend(url: str) -> Backend:
     """The backend for a store URL: ``file:///abs/path``, a plain path, ``s3://bucket/prefix``,
-    ``gs://bucket/prefix`` or ``az://container/prefix``."""
+    ``gs://bucket/prefix``, ``az://container/prefix`` or ``hf://datasets/owner/repo[@branch]/prefix``."""
     if not url:
         raise UsageError("store URL is empty")
     parsed = urlparse(url)
@@ -39,8 +39,12 @@ def open_backend(url: str) -> Backend:
         from jupyter_portable.store.azure import AzureBackend
 
         return AzureBackend(parsed.netloc, parsed.path)
+    if parsed.scheme == "hf":
+        from jupyter_portable.store.hf import HFBackend
+
+        return HFBackend(url.split("://", 1)[1])
     raise UnsupportedStore(
         f"store URL scheme {parsed.scheme!r} cannot publish atomically",
-        hint="use file:///path, s3://bucket/prefix (S3 and compatibles), gs://bucket/prefix "
-             "or az://container/prefix",
+        hint="use file:///path, s3://bucket/prefix (S3 and compatibles), gs://bucket/prefix, "
+             "az://container/prefix or hf://datasets/OWNER/REPO/prefix",
     )
