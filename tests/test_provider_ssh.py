@@ -358,3 +358,43 @@ def test_a_cloud_machine_is_reached_the_same_way_as_an_ssh_host(tmp_path: Path, 
         pin_host_key("al-cloud-1", sshd.host, sshd.port, sshd.host_key.with_suffix(".pub").read_text())
         facts = probe_machine(default_runner(Cloud(), alloc))
         assert facts.driver == "550.54.15" and facts.gpus[0].name == H100["name"]
+
+
+def test_a_cloud_machines_commands_share_one_connection_and_a_new_pin_gets_its_own(tmp_path: Path, monkeypatch
+                                                                                     ) -> None:
+    """The probe, the bootstrap and the worker's start log in once (OpenSSH's ControlMaster), in a
+    private socket folder; the same IP:port pinned for another allocation never rides that connection."""
+    from jupyter_portable.compute.acquire import cloud_ssh
+    from jupyter_portable.compute.base import Allocation, SshEndpoint
+    from jupyter_portable.compute.keys import pin_host_key
+    from jupyter_portable.compute.ssh import control_dir
+
+    if unavailable():
+        pytest.skip(unavailable())
+    with running_sshd(tmp_path / "sshd") as sshd:
+        monkeypatch.setenv("JUPYTER_PORTABLE_SSH_KEY", str(sshd.client_key))
+        monkeypatch.setenv("JUPYTER_PORTABLE_SSH_STATE", str(tmp_path / "state"))
+
+        def logins() -> int:
+            return sshd.log_text().count("Accepted publickey")
+
+        def machine(aid: str) -> tuple[SshProvider, Allocation]:
+            pin_host_key(aid, sshd.host, sshd.port, sshd.host_key.with_suffix(".pub").read_text())
+            ssh, shim = cloud_ssh(Allocation(aid, "runpod", "H100@x", "pod-1", "2026-11-30T00:00:00Z",
+                                             ssh=SshEndpoint(sshd.host, sshd.port, sshd.user)))
+            return ssh, shim
+
+        ssh, shim = machine("al-share-1")
+        assert ssh.multiplex
+        for i in range(4):
+            code, out, _ = ssh.run(shim, ["echo", f"call-{i}"])
+            assert (code, out.strip()) == (0, f"call-{i}")
+        code, data, _ = ssh.exec_bytes(shim, "cat", b"bytes both ways", 20)
+        assert (code, data) == (0, b"bytes both ways")
+        assert _wait(lambda: logins() >= 1, 10)
+        assert logins() == 1, sshd.log_text()
+        folder = control_dir()
+        assert folder is not None and (os.stat(folder).st_mode & 0o777) == 0o700
+        other, other_shim = machine("al-share-2")  # a later rental on the same endpoint
+        assert other.run(other_shim, ["true"])[0] == 0
+        assert _wait(lambda: logins() >= 2, 10) and logins() == 2

@@ -86,7 +86,7 @@ def cloud_ssh(allocation: Allocation, key: str | None = None) -> tuple[Any, Allo
                 python=python if isinstance(python, str) and python else
                 os.environ.get(REMOTE_PYTHON_ENV) or "python3",
                 workdir=os.environ.get(REMOTE_WORKDIR_ENV) or "~/.jupyter-portable")
-    return (SshProvider(hosts=[host], known_hosts=require_pinned(allocation.allocation_id)),
+    return (SshProvider(hosts=[host], known_hosts=require_pinned(allocation.allocation_id), multiplex=True),
             replace(allocation, offer_id=host.name))
 
 

@@ -20,6 +20,14 @@ Local state, in ``$JUPYTER_PORTABLE_SSH_STATE`` or ``<jupyter data dir>/portable
 in use until :meth:`SshProvider.terminate`, even when its worker looks lost: an unreachable
 worker may still be running, and handing the host out twice is worse than waiting.
 
+Connection sharing: a provider made with ``multiplex=True`` (a rented cloud machine's, see
+:func:`.acquire.cloud_ssh`) runs its commands through one shared SSH connection per machine
+(OpenSSH's ``ControlMaster``, kept ``MULTIPLEX_PERSIST_S`` seconds after the last command), so
+the probe, the bootstrap and the worker's start pay for one handshake instead of one each. The
+socket is in a private per-user folder, named by the machine's endpoint, user, key and pinned
+``known_hosts`` file, so a new machine on a reused IP:port never rides an old machine's
+connection. Port forwards keep their own connection: a tunnel's life is its process's.
+
 Nothing secret is logged or put in argv: the key is only named to ``ssh -i``, and ``env``
 for the worker travels inside the script on ssh's stdin.
 """
@@ -27,12 +35,14 @@ for the worker travels inside the script on ssh's stdin.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
 import shlex
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -265,11 +275,12 @@ class SshProvider(Provider):
     def __init__(self, hosts: Sequence[Host] | None = None, *, hosts_file: Path | str | None = None,
                  state_dir: Path | str | None = None, ssh: str = "ssh", connect_timeout: float = 10.0,
                  command_timeout: float = 60.0, stale_after: float = 10.0, launch_wait: float = 20.0,
-                 known_hosts: Path | None = None) -> None:
+                 known_hosts: Path | None = None, multiplex: bool = False) -> None:
         """``hosts`` fixes the host list; otherwise ``hosts_file`` (or the default) is re-read on each call,
         so edits apply without a restart. ``stale_after``: seconds without a heartbeat before a worker is lost.
         ``known_hosts``: a file of pinned host keys to hold the hosts to strictly (a cloud allocation's own,
-        see :mod:`.keys`); without it, keys are trusted on first use into the state dir's."""
+        see :mod:`.keys`); without it, keys are trusted on first use into the state dir's. ``multiplex``:
+        share one connection between commands (see the module docstring)."""
         self._fixed = list(hosts) if hosts is not None else None
         self._hosts_file = hosts_file
         self.state_dir = Path(state_dir).expanduser() if state_dir is not None else default_state_dir()
@@ -281,6 +292,7 @@ class SshProvider(Provider):
         self.launch_wait = launch_wait
         self._forwards: dict[str, list[Callable[[], None]]] = {}
         self._pinned = known_hosts
+        self.multiplex = multiplex
 
     @property
     def known_hosts(self) -> Path:
@@ -447,7 +459,7 @@ class SshProvider(Provider):
         """Run a shell command line on ``target``'s host with ``data`` on its stdin (bytes both ways).
         SSH's own failures raise as for :meth:`run`; a timeout answers 124."""
         host = self._host(target.offer_id)
-        argv = self._argv(host, "-o", "ClearAllForwardings=yes", command=command)
+        argv = self._argv(host, "-o", "ClearAllForwardings=yes", *self._shared(host), command=command)
         try:
             proc = subprocess.run(argv, input=data or b"", capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
@@ -535,11 +547,24 @@ class SshProvider(Provider):
             argv += ["-i", str(host.key), "-o", "IdentitiesOnly=yes"]
         return [*argv, *options, "--", host.host, *([command] if command is not None else [])]
 
+    def _shared(self, host: Host) -> list[str]:
+        """ssh options that share one connection to ``host`` between commands; none when not
+        multiplexing or when no private socket folder can be had."""
+        if not self.multiplex:
+            return []
+        folder = control_dir()
+        if folder is None:
+            return []
+        ident = f"{host.user}@{host.host}:{host.port}|{host.key}|{self.known_hosts}"
+        name = hashlib.blake2b(ident.encode(), digest_size=10).hexdigest()
+        return ["-o", "ControlMaster=auto", "-o", f"ControlPath={folder / name}",
+                "-o", f"ControlPersist={MULTIPLEX_PERSIST_S}"]
+
     def _exec(self, host: Host, command: str, *, input: str | None = None, timeout: float | None = None,
               timeout_raises: bool = True) -> subprocess.CompletedProcess[str]:
         """Run a shell command line on the host; SSH's own failures become our errors."""
         # ClearAllForwardings: forwards from the user's ssh config must not start with a plain command.
-        argv = self._argv(host, "-o", "ClearAllForwardings=yes", command=command)
+        argv = self._argv(host, "-o", "ClearAllForwardings=yes", *self._shared(host), command=command)
         limit = timeout or self.command_timeout
         try:
             proc = subprocess.run(argv, input=input, capture_output=True, text=True, errors="replace",
@@ -592,6 +617,23 @@ class SshProvider(Provider):
             return ProviderUnavailable(f"{where} cannot be reached: {line}", provider=self.name, offer=host.name,
                                        hint="check that the host is up and sshd listens on that port")
         return None
+
+
+MULTIPLEX_PERSIST_S = 30  # a shared connection outlives its last command by this long
+
+
+def control_dir() -> Path | None:
+    """The private folder for shared-connection sockets (``<tmp>/jp-ssh-<uid>``, mode 0700, ours):
+    short, as a socket's path must be; None when it cannot be made private."""
+    folder = Path(tempfile.gettempdir()) / f"jp-ssh-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(folder)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None  # someone else's, or readable by others: do not put sockets there
+    return folder
 
 
 def ssh_runner(provider: SshProvider, allocation: Allocation) -> Runner:
