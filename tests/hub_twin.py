@@ -93,6 +93,7 @@ class HubTwin:
         # writer's commit first; and how many applied commits get no answer (a dropped reply).
         self.before_commit: Callable[[Repo, str], None] | None = None
         self.drop_commit_answers = 0
+        self.honour_parent = True  # False: a Hub that ignores parentCommit (a broken mirror)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -114,6 +115,14 @@ class HubTwin:
             repo.blobs[git_blob_id(attrs)] = attrs
             self._new_commit(repo, "main", None, {".gitattributes": Entry(len(attrs), git_blob_id(attrs))},
                              "initial commit")
+            return repo
+
+    def clone_repo(self, source: Repo, repo_id: str) -> Repo:
+        """A copy of ``source`` under another id, sharing its (immutable) history and LFS objects."""
+        with self.lock:
+            repo = Repo(source.repo_type, repo_id, source.private, dict(source.branches), dict(source.commits),
+                        dict(source.blobs))
+            self.repos[(source.repo_type, repo_id)] = repo
             return repo
 
     def _new_commit(self, repo: Repo, branch: str, parent: str | None, tree: dict[str, Entry], title: str) -> str:
@@ -346,7 +355,7 @@ def _handler(hub: HubTwin) -> type[BaseHTTPRequestHandler]:
                     hub.before_commit(repo, branch)
                 tip = repo.branches[branch]
                 parent = header.get("parentCommit")
-                if parent is not None and parent != tip:
+                if parent is not None and parent != tip and hub.honour_parent:
                     raise HubError(412, COMMIT_RACED)
                 tree = dict(repo.commits[tip][1])
                 blobs: dict[str, bytes] = {}
