@@ -74,7 +74,9 @@ CONTINUE = [
         "# Continue after a lost GPU\n\n"
         "This notebook runs on the **Python (portable)** kernel: on a machine rented from the local "
         "market (a worker process on this computer, presenting its offer's GPU), in that machine's "
-        "copy of this workspace. The first cell you run rents the best route for you."),
+        "copy of this workspace. Opening it rents nothing: the first cell you run asks first, in a "
+        "notification naming the GPU, the provider and its $/h. **Start** rents it and the cell runs there; "
+        "**Cancel** rents nothing."),
     new_code_cell("import os\n"
                   "print('running on', os.environ['JUPYTER_PORTABLE_ALLOCATION'], 'in', os.getcwd())\n"
                   "!nvidia-smi -L"),

@@ -50,7 +50,10 @@ reservable = true
 """
 
 
-def portable_env(tmp_path: Path, monkeypatch: Any, catalog: str = CATALOG) -> dict[str, Path]:
+def portable_env(tmp_path: Path, monkeypatch: Any, catalog: str = CATALOG,
+                 first_machine: str = "open") -> dict[str, Path]:
+    """The local market's environment for a test's server. ``first_machine="open"``: opening a
+    notebook session rents the first machine (these tests speak the protocol: no notebook asks)."""
     cat = tmp_path / "catalog.toml"
     cat.write_text(catalog)
     dirs = {"catalog": cat, "market": tmp_path / "market", "store": tmp_path / "store"}
@@ -59,6 +62,7 @@ def portable_env(tmp_path: Path, monkeypatch: Any, catalog: str = CATALOG) -> di
     monkeypatch.setenv("JUPYTER_PORTABLE_SSH_STATE", str(tmp_path / "ssh-state"))
     monkeypatch.setenv("JUPYTER_PORTABLE_PROVIDERS", "local")
     monkeypatch.setenv("JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES", "0")
+    monkeypatch.setenv("JUPYTER_PORTABLE_FIRST_MACHINE", first_machine)
     return dirs
 
 
@@ -130,15 +134,45 @@ class KernelSocket:
         self.ws.close()
         self.ws = await connect()
 
+    async def send(self, channel: str, msg_type: str, content: dict[str, Any]) -> str:
+        """Send one message on ``channel``; its msg_id."""
+        msg_id = uuid.uuid4().hex
+        msg = {"header": {"msg_id": msg_id, "username": "test", "session": self.session, "msg_type": msg_type,
+                          "version": "5.3", "date": ""},
+               "parent_header": {}, "metadata": {}, "channel": channel, "buffers": [], "content": content}
+        await self.ws.write_message(json.dumps(msg))
+        return msg_id
+
+    async def execute(self, code: str) -> str:
+        """Send ``code`` to run without waiting; its msg_id (``reply`` waits)."""
+        return await self.send("shell", "execute_request", {
+            "code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False,
+            "stop_on_error": True})
+
     async def run(self, code: str, timeout: float = 120) -> tuple[str, str]:
         """Execute ``code``; (status, everything printed)."""
-        msg_id = uuid.uuid4().hex
-        msg = {"header": {"msg_id": msg_id, "username": "test", "session": self.session, "msg_type":
-                          "execute_request", "version": "5.3", "date": ""},
-               "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-               "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
-                           "allow_stdin": False, "stop_on_error": True}}
-        await self.ws.write_message(json.dumps(msg))
+        return await self.reply(await self.execute(code), timeout)
+
+    async def busy(self, msg_id: str, timeout: float = 60) -> None:
+        """Wait until the kernel says it is busy with ``msg_id`` (it has the request in hand)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise TimeoutError(f"the kernel never took {msg_id} within {timeout}s")
+            raw = await asyncio.wait_for(self.ws.read_message(), left)
+            if raw is None:
+                raise ConnectionError("the kernel websocket closed")
+            if isinstance(raw, bytes):
+                continue
+            msg = json.loads(raw)
+            if (msg.get("parent_header", {}).get("msg_id") == msg_id and msg["msg_type"] == "status"
+                    and msg["content"]["execution_state"] == "busy"):
+                return
+
+    async def reply(self, msg_id: str, timeout: float = 120) -> tuple[str, str]:
+        """(status, everything printed) of the request ``msg_id``, once its reply and idle came."""
         out: list[str] = []
         status = None
         idle = False
@@ -147,7 +181,7 @@ class KernelSocket:
         while not (status and idle):
             left = deadline - loop.time()
             if left <= 0:
-                raise TimeoutError(f"no reply to {code!r} within {timeout}s; got {''.join(out)!r}")
+                raise TimeoutError(f"no reply to {msg_id} within {timeout}s; got {''.join(out)!r}")
             raw = await asyncio.wait_for(self.ws.read_message(), left)
             if raw is None:
                 raise ConnectionError("the kernel websocket closed")
@@ -164,8 +198,8 @@ class KernelSocket:
                 out.append(content["data"].get("text/plain", "") + "\n")
             elif kind == "error":
                 out.append("\n".join(content.get("traceback", [])) or content.get("evalue", ""))
-            elif kind == "execute_reply":
-                status = content["status"]
+            elif kind.endswith("_reply"):
+                status = content.get("status", "ok")
             elif kind == "status" and content["execution_state"] == "idle":
                 idle = True
         return status, "".join(out)

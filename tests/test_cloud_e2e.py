@@ -90,6 +90,7 @@ def cloud(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
         monkeypatch.setenv("JUPYTER_PORTABLE_SSH_STATE", str(tmp_path / "ssh-state"))
         monkeypatch.setenv("JUPYTER_PORTABLE_MARKET_DIR", str(tmp_path / "market"))
         monkeypatch.setenv("JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES", "0")
+        monkeypatch.setenv("JUPYTER_PORTABLE_FIRST_MACHINE", "open")  # the session opened rents the first machine
         # the lockfile recorded here is this test venv's (torch, jupyterlab...): building it needs an
         # index, so the kernel runs in the bootstrapped Python (tests/test_worker_env.py covers "auto")
         monkeypatch.setenv("JUPYTER_PORTABLE_ENVIRONMENT", "image")

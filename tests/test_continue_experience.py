@@ -4,17 +4,19 @@ notice, and ``%workspace latest --load``'s loaders."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from IPython.core.error import UsageError as IPythonUsageError
 
 from jupyter_portable.core.errors import UsageError
-from jupyter_portable.interfaces.kernel.placeholder import no_machine_message
+from jupyter_portable.interfaces.kernel.placeholder import FIRST_MACHINE_MSG, no_machine_message
 from jupyter_portable.interfaces.kernel.resume import load_checkpoint
 from jupyter_portable.orchestration.kernel_moves import moved_message
 from jupyter_portable.orchestration.provisioner import FIRST_MACHINE_ENV, NO_MACHINE_ENV, first_machine_mode
@@ -23,19 +25,25 @@ ROUTE = {"id": "local/a100", "gpu": "NVIDIA A100-SXM4-80GB", "gpu_count": 1, "pr
          "region": "local-a", "price_per_hour": 1.5}
 
 
+LOST = {"state": "LOST", "reason": "preempted by the market", "first": False, "route": ROUTE}
+FIRST = {"state": "IDLE", "reason": "no machine yet", "first": True, "route": ROUTE}
+
+
 @pytest.fixture
-def placeholder(tmp_path: Path) -> Iterator[object]:
+def placeholder(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
+    """The placeholder kernel as the provisioner starts it, told ``request.param`` (LOST by default)."""
     from jupyter_client import BlockingKernelClient
     from jupyter_client.connect import write_connection_file
 
+    facts = getattr(request, "param", LOST)
     fname, _ = write_connection_file(str(tmp_path / "kernel.json"), ip="127.0.0.1", key=b"k" * 32)
-    facts = {"state": "LOST", "reason": "preempted by the market", "first": False, "route": ROUTE}
     proc = subprocess.Popen([sys.executable, "-m", "jupyter_portable.interfaces.kernel.placeholder", "-f", fname],
                             cwd=tmp_path, env={**_env(), NO_MACHINE_ENV: json.dumps(facts),
                                                "JUPYTER_PORTABLE_WORKSPACE": str(tmp_path)})
     client = BlockingKernelClient(connection_file=fname)
     client.load_connection_file()
     client.start_channels()
+    client.proc = proc  # type: ignore[attr-defined]
     try:
         client.kernel_info(reply=True, timeout=60)  # answered once the process is up
         yield client
@@ -43,6 +51,35 @@ def placeholder(tmp_path: Path) -> Iterator[object]:
         client.stop_channels()
         proc.kill()
         proc.wait()
+
+
+def _control(client: Any, content: dict[str, Any]) -> dict[str, Any]:
+    """Send the notebook's first-machine control message; its reply."""
+    msg = client.session.msg(FIRST_MACHINE_MSG, content)
+    client.control_channel.send(msg)
+    while True:
+        reply = client.control_channel.get_msg(timeout=30)
+        if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+            return reply  # type: ignore[no-any-return]
+
+
+def _reply_to(client: Any, msg_id: str, timeout: float) -> dict[str, Any] | None:
+    """The execute reply to ``msg_id`` within ``timeout`` s, else None."""
+    import queue
+
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            reply = client.shell_channel.get_msg(timeout=left)
+        except queue.Empty:
+            return None
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply  # type: ignore[no-any-return]
+    return None
+
+
+def _traceback(reply: dict[str, Any]) -> str:
+    return "\n".join(reply["content"].get("traceback") or [])
 
 
 def _env() -> dict[str, str]:
@@ -73,10 +110,53 @@ def _collect(msg: dict[str, object]) -> None:
         _seen.extend(msg["content"]["traceback"])  # type: ignore[index]
 
 
-def test_the_first_machine_message_asks_for_the_confirmation() -> None:
+def test_the_first_machine_message_says_nothing_was_rented_and_how_to_rent() -> None:
     head, text = no_machine_message({"state": "IDLE", "first": True, "route": None})
-    assert head.startswith("No GPU machine yet: confirm the start")
+    assert head.startswith("No GPU machine yet, and nothing was rented: press Continue in the portable sidebar")
     assert "no route is open now" in text
+
+
+@pytest.mark.parametrize("placeholder", [FIRST], indirect=True, ids=["first"])
+def test_with_no_notebook_to_ask_the_first_cell_is_answered_at_once(placeholder: Any) -> None:
+    # a client that never said it asks the user (a script on the protocol): no hold, no hang
+    msg_id = placeholder.execute("print(1)")
+    reply = _reply_to(placeholder, msg_id, 30)
+    assert reply is not None and reply["content"]["status"] == "error"
+    assert "nothing was rented" in _traceback(reply)
+
+
+@pytest.mark.parametrize("placeholder", [FIRST], indirect=True, ids=["first"])
+def test_the_first_cell_is_held_while_the_notebook_asks_and_cancel_ends_it_saying_nothing_was_rented(
+        placeholder: Any) -> None:
+    assert _control(placeholder, {"asker": True})["content"]["asker"] is True
+    # stop_on_error off: the next cell is sent at once, where a user would take a moment
+    msg_id = placeholder.execute("print(1)", stop_on_error=False)
+    assert _reply_to(placeholder, msg_id, 1.5) is None  # held: the user has not answered
+    _control(placeholder, {"answer": "cancel"})
+    reply = _reply_to(placeholder, msg_id, 30)
+    assert reply is not None and reply["content"]["ename"] == "NoGPUMachine"
+    text = _traceback(reply)
+    assert "Nothing was rented: the first machine was cancelled, and the workspace stays IDLE" in text
+    assert "run a cell again and press Start, or press Continue in the portable sidebar" in text
+    assert "Continue would take: 1x NVIDIA A100-SXM4-80GB on local/a100 (local-a) at $1.50/h" in text
+    # the next cell is held again: the question comes back
+    again = placeholder.execute("print(2)")
+    assert _reply_to(placeholder, again, 1.0) is None
+    _control(placeholder, {"answer": "failed", "reason": "route r-0123456789 is over the $/h cap"})
+    reply = _reply_to(placeholder, again, 30)
+    assert reply is not None
+    assert "No machine was started: route r-0123456789 is over the $/h cap" in _traceback(reply)
+
+
+@pytest.mark.parametrize("placeholder", [FIRST], indirect=True, ids=["first"])
+def test_the_stop_button_ends_a_held_first_cell(placeholder: Any) -> None:
+    _control(placeholder, {"asker": True})
+    msg_id = placeholder.execute("print(1)")
+    assert _reply_to(placeholder, msg_id, 1.0) is None
+    placeholder.proc.send_signal(signal.SIGINT)  # what the kernel manager's interrupt does to it
+    reply = _reply_to(placeholder, msg_id, 30)
+    assert reply is not None and "Nothing was rented" in _traceback(reply)
+    assert placeholder.proc.poll() is None, "the interrupt ended the cell, not the kernel"
 
 
 def test_the_move_notice_names_the_gpu_provider_region_and_version() -> None:
@@ -119,3 +199,87 @@ def test_load_reads_safetensors(tmp_path: Path) -> None:
     with pytest.raises(IPythonUsageError, match="not in this copy"):
         load_checkpoint(tmp_path / "missing.safetensors")
 
+
+
+# -- the first machine, through a real Jupyter server (pytest-jupyter) and the local market --------
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
+
+@pytest.fixture
+def market_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Path]]:
+    from jupyter_e2e import portable_env, release_all
+
+    dirs = portable_env(tmp_path, monkeypatch)
+    monkeypatch.delenv(FIRST_MACHINE_ENV)  # the default: the first cell rents, after the notebook asked
+    yield dirs
+    release_all()
+
+
+@pytest.fixture
+def jp_root_dir(tmp_path: Path, market_env: dict[str, Path]) -> Path:
+    from jupyter_e2e import make_workspace
+
+    root = tmp_path / "workspace"
+    make_workspace(root, market_env["store"])
+    return root
+
+
+async def _json(jp_fetch: Any, *path: str, **kw: Any) -> Any:
+    return json.loads((await jp_fetch(*path, **kw)).body)
+
+
+def _machines() -> list[dict[str, Any]]:
+    from jupyter_portable.compute.local import LocalMarket
+
+    return LocalMarket().list_allocations()
+
+
+@pytest.mark.timeout(300)
+async def test_opening_a_notebook_rents_nothing_and_start_runs_the_held_first_cell_on_the_machine(
+        jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any, jp_root_dir: Path) -> None:
+    from jupyter_e2e import KernelSocket, start_session
+
+    kernel_id = await start_session(jp_fetch)
+    state = await _json(jp_fetch, "portable", "api", "state")
+    assert state["lifecycle"]["state"] == "IDLE" and _machines() == []
+    kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
+    info = await kernel.send("shell", "kernel_info_request", {})
+    assert (await kernel.reply(info, 60))[0] == "ok"
+    # the notebook says it asks the user, then its first cell is held while the question is open
+    assert (await kernel.reply(await kernel.send("control", FIRST_MACHINE_MSG, {"asker": True}), 60))[0] == "ok"
+    await kernel.busy(await kernel.execute("import os; print('on', os.environ['JUPYTER_PORTABLE_ALLOCATION'])"))
+    assert _machines() == [], "a held cell rents nothing"
+    routes = await _json(jp_fetch, "portable", "api", "routes")
+    # Start: the notebook's Continue on the route it named; the kernel moves onto the machine
+    await jp_fetch("portable", "api", "continue", method="POST", body=json.dumps({"route": routes["best"]}))
+    await kernel.follow_restart(lambda: jp_ws_fetch("api", "kernels", kernel_id, "channels"), timeout=240)
+    state = await _json(jp_fetch, "portable", "api", "state")
+    assert state["lifecycle"]["state"] == "ACTIVE"
+    machine = state["allocation"]["allocation_id"]
+    assert [m["allocation_id"] for m in _machines()] == [machine]
+    status, out = await kernel.run("import os; print('on', os.environ['JUPYTER_PORTABLE_ALLOCATION'])")
+    assert (status, out.strip()) == ("ok", f"on {machine}")
+
+
+@pytest.mark.timeout(300)
+async def test_a_start_that_finds_no_route_ends_the_held_first_cell_with_the_reason(
+        jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any, jp_root_dir: Path) -> None:
+    from jupyter_e2e import KernelSocket, start_session
+
+    from jupyter_portable import Workspace
+    from jupyter_portable.orchestration.settings import update_settings
+
+    update_settings(Workspace.find(jp_root_dir), max_price_per_hour=0.05)  # under every offer's $/h
+    kernel_id = await start_session(jp_fetch)
+    kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
+    assert (await kernel.reply(await kernel.send("control", FIRST_MACHINE_MSG, {"asker": True}), 60))[0] == "ok"
+    held = await kernel.execute("print('never here')")
+    await kernel.busy(held)  # the placeholder holds it: the question is open
+    # the setting "ask" off: the notebook starts the best route at once; the Continue fails on the cap
+    await jp_fetch("portable", "api", "continue", method="POST", body=json.dumps({"route": None}))
+    status, out = await kernel.reply(held, 120)
+    assert status == "error" and "No machine was started: no route is open: every offer is blocked" in out, out
+    assert "Press Continue in the portable sidebar to choose a route" in out, out
+    assert (await _json(jp_fetch, "portable", "api", "state"))["lifecycle"]["state"] == "FAILED"
+    assert _machines() == []

@@ -68,6 +68,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sshd: Sshd) -> Iterator
     monkeypatch.setenv("JUPYTER_PORTABLE_PROVIDERS", "ssh")
     monkeypatch.setenv("JUPYTER_PORTABLE_MARKET_DIR", str(tmp_path / "market"))
     monkeypatch.setenv("JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES", "0")
+    monkeypatch.setenv("JUPYTER_PORTABLE_FIRST_MACHINE", "open")  # the session opened rents the first machine
     yield {"store": tmp_path / "store", "remote": tmp_path}
     release_all(("ssh",))
 

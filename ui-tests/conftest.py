@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -46,10 +47,17 @@ def browser_context_args(browser_context_args: dict[str, Any]) -> dict[str, Any]
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    with start_lab(tmp_path_factory.mktemp("lab")) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def start_lab(tmp: Path, lab_settings: dict[str, dict[str, Any]] | None = None) -> Iterator[Lab]:
+    """JupyterLab on a fresh IDLE workspace of its own in ``tmp``; ``lab_settings``: user settings by
+    plugin file ("jupyter-portable/notebook": {...}) written before it starts."""
     from jupyter_portable import Workspace
     from jupyter_portable.orchestration.settings import update_settings
 
-    tmp = tmp_path_factory.mktemp("lab")
     catalog = tmp / "catalog.toml"
     catalog.write_text(CATALOG)
     market, store, root = tmp / "market", tmp / "store", tmp / "workspace"
@@ -70,6 +78,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     news = tmp / "lab-settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     news.parent.mkdir(parents=True)
     news.write_text(json.dumps({"fetchNews": "false"}))
+    for name, values in (lab_settings or {}).items():
+        path = tmp / "lab-settings" / f"{name}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    # the default of a new user: opening a notebook rents nothing, its first cell asks
+    env.pop("JUPYTER_PORTABLE_FIRST_MACHINE", None)
     root.mkdir()
     (root / "train.py").write_text("print('training')\n")
     ws = Workspace.init(root, f"file://{store}")

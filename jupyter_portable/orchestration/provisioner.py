@@ -15,9 +15,10 @@ kernel (``interfaces/kernel/placeholder.py``) that answers every cell at once wi
 machine: press Continue in the portable sidebar" and the route a Continue would take, and
 holds the cells sent while a Continue is under way until the kernel moves. Where to go
 next stays the user's choice (the sidebar's routes, or ``jupyter portable continue``).
-A workspace that never had a machine (IDLE) gets its first one here, on the best route,
-unless ``JUPYTER_PORTABLE_FIRST_MACHINE=first-cell``: then a placeholder too, and the
-notebook asks before renting (docs/continue-experience.md).
+A workspace that never had a machine (IDLE) gets a placeholder too: opening a notebook rents
+nothing, and its first executed cell asks before renting (docs/continue-experience.md).
+``JUPYTER_PORTABLE_FIRST_MACHINE=open`` makes opening rent the first machine at once, on the
+best route, for scripts that speak the kernel protocol with no notebook to ask in.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from jupyter_portable.worker.client import AgentClient, AgentRecord
 
 WORKSPACE_ENV = "JUPYTER_PORTABLE_WORKSPACE"
 NO_MACHINE_ENV = "JUPYTER_PORTABLE_NO_MACHINE"  # what the placeholder kernel tells each cell (JSON)
-FIRST_MACHINE_ENV = "JUPYTER_PORTABLE_FIRST_MACHINE"  # "open" (default) or "first-cell"
+FIRST_MACHINE_ENV = "JUPYTER_PORTABLE_FIRST_MACHINE"  # "first-cell" (default) or "open"
 PLACEHOLDER_MODULE = "jupyter_portable.interfaces.kernel.placeholder"
 _PORTS = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
 
@@ -327,12 +328,12 @@ class _NoMachine(Exception):
 
 
 def first_machine_mode() -> str:
-    """``open``: opening a notebook rents the first machine; ``first-cell``: its first cell does,
-    after a confirmation in the notebook. UsageError naming the setting for anything else."""
-    mode = os.environ.get(FIRST_MACHINE_ENV, "").strip() or "open"
+    """``first-cell`` (default): a notebook's first executed cell rents the first machine, after a
+    confirmation in the notebook; ``open``: opening it does. UsageError naming the setting otherwise."""
+    mode = os.environ.get(FIRST_MACHINE_ENV, "").strip() or "first-cell"
     if mode not in ("open", "first-cell"):
-        raise UsageError(f"{FIRST_MACHINE_ENV}={mode!r} is not 'open' or 'first-cell'",
-                         hint=f"unset {FIRST_MACHINE_ENV}, or set it to first-cell")
+        raise UsageError(f"{FIRST_MACHINE_ENV}={mode!r} is not 'first-cell' or 'open'",
+                         hint=f"unset {FIRST_MACHINE_ENV} (first-cell), or set it to open")
     return mode
 
 

@@ -134,3 +134,19 @@ export function shortPath(path: string, max = 32): string {
   }
   return `…/${out}`;
 }
+
+/** The question before the first machine: "Rent NVIDIA L4 on local (local-a) at $0.40/h?" */
+export function firstMachineQuestion(route: {
+  gpu: string;
+  gpu_count: number;
+  provider: string;
+  offer: string;
+  region: string | null;
+  price_per_hour: number;
+}): string {
+  const gpu = route.gpu_count > 1 ? `${route.gpu_count}x ${route.gpu}` : route.gpu;
+  return (
+    `Rent ${gpu} on ${route.provider} (${route.region ?? 'any region'}) at $${route.price_per_hour.toFixed(2)}/h? ` +
+    `This notebook has no GPU machine yet (route ${route.provider}/${route.offer}).`
+  );
+}

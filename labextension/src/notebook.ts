@@ -8,22 +8,28 @@
  * - after a move: a non-blocking notice ("Now on NVIDIA A100 80GB (runpod, eu-ro-1).
  *   Workspace version 12 verified."), then the cells tagged `portable-resume`, in notebook
  *   order, before the user's next cell; the first that fails stops them;
- * - with no machine yet, the first executed cell asks (Start / Cancel) before renting one;
+ * - with no machine yet, the first executed cell asks (Start / Cancel) before renting one: the
+ *   placeholder kernel holds the cell while the question is open, and Cancel (or a start that
+ *   fails) ends it with an output saying nothing was rented;
  * - `%workspace resume-tag` output turns into the tag on its cell.
  */
 
 import { JupyterFrontEnd } from '@jupyterlab/application';
 import { Notification } from '@jupyterlab/apputils';
 import { INotebookTracker, Notebook, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
-import { Event } from '@jupyterlab/services';
+import { Event, Kernel, KernelMessage } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
-import { PortableClient } from './api';
+import { PortableApiError, PortableClient } from './api';
+import { firstMachineQuestion } from './format';
 import { NOTICE_SCHEMA, PROGRESS_SCHEMA, STATE_SCHEMA } from './events';
 
 export const RESUME_TAG = 'portable-resume';
 export const TAG_MIME = 'application/vnd.jupyter-portable.resume-tag+json';
 const PLACEHOLDER = 'portable-placeholder';
+/** The control message the placeholder kernel answers: {asker} (this notebook asks the user) or
+ * {answer: 'cancel' | 'failed', reason} (end the held first cell). */
+const FIRST_MACHINE_MSG = 'portable_first_machine_request';
 const NO_MACHINE = ['LOST', 'RELEASED', 'FAILED', 'IDLE'];
 const MOVING = ['ROUTING', 'ACQUIRING', 'PROBING', 'MATERIALIZING', 'VERIFYING', 'READY'];
 
@@ -106,7 +112,11 @@ export class PortableNotebooks {
     // which kernel answers now (the placeholder or the machine's), for the status and the tests
     const which = (status: string) => {
       if (status === 'connected') {
-        void implementationOf(panel).then(impl => {
+        void implementationOf(panel).then(async impl => {
+          if (impl === PLACEHOLDER) {
+            // before the first cell: the placeholder then holds it while the user answers
+            await tellPlaceholder(panel, { asker: true });
+          }
           item.node.dataset.kernel = impl;
         });
       } else {
@@ -147,12 +157,24 @@ export class PortableNotebooks {
       return;
     }
     if (this.state === 'IDLE') {
+      // the placeholder holds the cell while the question is open; Start runs it on the machine
+      this._held.push({ panel, cellId });
       void this._isPlaceholder(panel).then(placeholder => {
-        if (placeholder) {
-          this._held.push({ panel, cellId });
+        if (!placeholder) {
+          this._held = this._held.filter(h => h.cellId !== cellId);
+        } else {
           void this._askFirstMachine();
         }
       });
+    }
+  }
+
+  /** End the held first cells (Cancel, or a start that failed): each gets an output saying why. */
+  private _endHeld(answer: 'cancel' | 'failed', reason = ''): void {
+    const panels = new Set(this._held.map(h => h.panel));
+    this._held = [];
+    for (const panel of panels) {
+      void tellPlaceholder(panel, { answer, reason });
     }
   }
 
@@ -162,17 +184,17 @@ export class PortableNotebooks {
     }
     this._asking = true;
     let route: { id: string; text: string } | null = null;
+    let why = 'no route is open now: see the routes in the portable sidebar';
     try {
       const answer = await this.client.routes(8);
       const best = answer.routes.find(r => r.id === answer.best) ?? null;
       if (best) {
-        route = {
-          id: best.id,
-          text: `${best.gpu_count}x ${best.gpu} on ${best.provider}/${best.offer} (${best.region ?? 'any region'}) at $${best.price_per_hour.toFixed(2)}/h`
-        };
+        route = { id: best.id, text: firstMachineQuestion(best) };
+      } else if (answer.routes.length && answer.routes[0].blocked) {
+        why = `no route is open: ${answer.routes[0].provider}/${answer.routes[0].offer} ${answer.routes[0].blocked}`;
       }
     } catch (reason) {
-      console.warn('jupyter-portable: no routes', reason);
+      why = `the routes could not be read: ${errorText(reason)}`;
     }
     const start = () => {
       this._asking = false;
@@ -180,21 +202,23 @@ export class PortableNotebooks {
       this._render();
       this.client.continue(route ? route.id : null).catch(reason => {
         this._moving = false;
-        this._held = [];
-        Notification.error(`Continue failed: ${reason}`, { autoClose: 10000 });
+        const text = errorText(reason);
+        this._endHeld('failed', text);
+        this._render();
+        Notification.error(`The first machine did not start: ${text}`, { autoClose: 10000 });
       });
     };
     if (!route) {
       this._asking = false;
-      this._held = [];
-      Notification.error('No GPU machine, and no route is open: see the portable sidebar', { autoClose: 10000 });
+      this._endHeld('failed', why);
+      Notification.error(`No GPU machine was started: ${why}`, { autoClose: 10000 });
       return;
     }
     if (!this.options.confirmFirstMachine()) {
       start();
       return;
     }
-    Notification.info(`This notebook has no GPU machine yet. Start one: ${route.text}?`, {
+    Notification.info(route.text, {
       autoClose: false,
       actions: [
         { label: 'Start', callback: start, displayType: 'accent' },
@@ -202,7 +226,7 @@ export class PortableNotebooks {
           label: 'Cancel',
           callback: () => {
             this._asking = false;
-            this._held = [];
+            this._endHeld('cancel');
           }
         }
       ]
@@ -358,6 +382,35 @@ export class PortableNotebooks {
     }
     cell.model.setMetadata('tags', tags);
   }
+}
+
+/** Tell the notebook's placeholder kernel about the first machine (a control message: it is
+ * answered while the held cell waits on the shell channel). */
+async function tellPlaceholder(panel: NotebookPanel, content: { [key: string]: unknown }): Promise<void> {
+  const kernel = panel.sessionContext.session?.kernel;
+  if (!kernel) {
+    return;
+  }
+  try {
+    const msg = KernelMessage.createMessage({
+      channel: 'control',
+      msgType: FIRST_MACHINE_MSG as 'interrupt_request',
+      session: kernel.clientId,
+      username: kernel.username,
+      content: content as KernelMessage.IInterruptRequestMsg['content']
+    });
+    const future: Kernel.IControlFuture = kernel.sendControlMessage(msg, true, true);
+    await Promise.race([future.done, new Promise(resolve => window.setTimeout(resolve, 10000))]);
+  } catch (reason) {
+    console.warn('jupyter-portable: the placeholder kernel was not told', content, reason);
+  }
+}
+
+function errorText(reason: unknown): string {
+  if (reason instanceof PortableApiError) {
+    return reason.full;
+  }
+  return reason instanceof Error ? reason.message : String(reason);
 }
 
 /** The kernel's implementation as it answers now: `kernel.info` keeps the first kernel's answer

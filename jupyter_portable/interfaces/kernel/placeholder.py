@@ -5,8 +5,15 @@ The provisioner (``orchestration/provisioner.py``) starts it locally in place of
 kernel. It never runs code: every cell gets, at once, the error "No GPU machine: press Continue
 in the portable sidebar" with the route a Continue would take. A cell sent while a Continue is
 under way is held (the notebook shows it queued) until the kernel moves; the notebook then runs
-it again on the new machine. ``JUPYTER_PORTABLE_NO_MACHINE`` (JSON: state, reason, route) says
-what to tell.
+it again on the new machine. ``JUPYTER_PORTABLE_NO_MACHINE`` (JSON: state, reason, route, first)
+says what to tell.
+
+No machine yet (``first``): where a notebook has said it will ask the user (the control message
+``portable_first_machine_request`` with ``asker``), the first cell is held while the user
+answers: Start begins a Continue and the cell is held until the kernel moves; Cancel (the same
+message with ``answer: cancel``), an interrupt, a failed start (``answer: failed`` with its
+reason) or a Continue that ends FAILED ends the cell at once with an error saying what happened
+and how to start. With no notebook to ask, the cell gets that error at once: nothing hangs.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 from typing import Any
 
 from ipykernel.kernelbase import Kernel
@@ -21,6 +29,8 @@ from ipykernel.kernelbase import Kernel
 NO_MACHINE_ENV = "JUPYTER_PORTABLE_NO_MACHINE"
 WORKSPACE_ENV = "JUPYTER_PORTABLE_WORKSPACE"
 ERROR_NAME = "NoGPUMachine"
+FIRST_MACHINE_MSG = "portable_first_machine_request"  # a control message: {asker} or {answer, reason}
+START_HINT = "To start one, run a cell again and press Start, or press Continue in the portable sidebar."
 
 
 def route_text(route: dict[str, Any] | None) -> str:
@@ -37,24 +47,47 @@ def no_machine_message(facts: dict[str, Any]) -> tuple[str, str]:
     reason = str(facts.get("reason") or "")
     head = "No GPU machine: press Continue in the portable sidebar"
     if facts.get("first"):
-        head = "No GPU machine yet: confirm the start in the notebook, or press Continue in the portable sidebar"
+        head = ("No GPU machine yet, and nothing was rented: press Continue in the portable sidebar "
+                "(or run `jupyter portable continue`) to rent one")
     lines = [head, f"The workspace is {state}" + (f": {reason}" if reason else "") + ".",
              f"Continue would take: {route_text(facts.get('route'))}"]
     return head, "\n".join(lines)
 
 
-def _continuing() -> bool:
-    """Whether a Continue of this workspace is under way now (its lifecycle file says so)."""
-    from jupyter_portable.core import lifecycle as L
+def first_machine_outcome(facts: dict[str, Any], answer: str, reason: str = "") -> tuple[str, str]:
+    """(evalue, traceback text) of a first cell whose start was cancelled or failed."""
+    if answer == "cancel":
+        head = "Nothing was rented: the first machine was cancelled, and the workspace stays IDLE"
+    elif answer == "starting":
+        head = "Not run here: the first machine is starting, and the notebook runs this cell there once it is ready"
+    else:
+        head = "No machine was started" + (f": {reason}" if reason else "")
+    # a Continue that ended FAILED leaves the workspace so: the notebook asks again only while IDLE
+    hint = ("Press Continue in the portable sidebar to choose a route (each blocked one says why)."
+            if answer == "continue-failed" else START_HINT)
+    lines = [head, hint, f"Continue would take: {route_text(facts.get('route'))}"]
+    return head, "\n".join(lines)
+
+
+def _lifecycle() -> tuple[str, str]:
+    """The workspace's state now and the reason of its last move, from its lifecycle file."""
     from jupyter_portable.core.errors import PortableError
     from jupyter_portable.engine.workspace import Workspace
     from jupyter_portable.workdir import lifecycle_file
 
     try:
         ws = Workspace.find(os.environ.get(WORKSPACE_ENV) or os.getcwd())
-        return lifecycle_file.load(ws.copy).state in L.CONTINUE_STATES
+        lc = lifecycle_file.load(ws.copy)
     except PortableError:
-        return False
+        return "", ""
+    return lc.state, str(lc.events[-1].reason or "") if lc.events else ""
+
+
+def _continuing() -> bool:
+    """Whether a Continue of this workspace is under way now (its lifecycle file says so)."""
+    from jupyter_portable.core import lifecycle as L
+
+    return _lifecycle()[0] in L.CONTINUE_STATES
 
 
 class PlaceholderKernel(Kernel):  # type: ignore[misc]
@@ -73,6 +106,54 @@ class PlaceholderKernel(Kernel):  # type: ignore[misc]
             self.facts: dict[str, Any] = json.loads(os.environ.get(NO_MACHINE_ENV) or "{}")
         except ValueError:
             self.facts = {}
+        self.asker = False  # a notebook asks the user before the first machine is rented
+        self.answer: dict[str, str] | None = None
+        self.control_handlers[FIRST_MACHINE_MSG] = self._first_machine_request
+
+    def pre_handler_hook(self) -> None:
+        # the notebook's stop button (a SIGINT here) ends a held first cell; ipykernel's default would
+        # raise KeyboardInterrupt into the event loop instead
+        self.saved_sigint_handler = signal.signal(signal.SIGINT, self._on_interrupt)
+
+    def post_handler_hook(self) -> None:
+        signal.signal(signal.SIGINT, self.saved_sigint_handler)
+
+    def _on_interrupt(self, signum: int, frame: Any) -> None:
+        self.answer = {"answer": "interrupt"}
+
+    async def _first_machine_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        content = parent.get("content") or {}
+        if content.get("asker"):
+            self.asker = True
+        if content.get("answer") in ("cancel", "failed"):
+            self.answer = {"answer": str(content["answer"]), "reason": str(content.get("reason") or "")[:500]}
+        if self.session is not None:
+            self.session.send(stream, "portable_first_machine_reply", {"status": "ok", "asker": self.asker},
+                              parent, ident=ident)
+
+    async def _hold_first(self) -> tuple[str, str]:
+        """Hold the first cell while the user answers; (answer, reason) once it is not to run here.
+
+        A Continue begun by Start holds it until the kernel moves (the restart ends this process)."""
+        from jupyter_portable.core import lifecycle as L
+
+        self.answer = None
+        started = False
+        while True:
+            state, reason = await asyncio.to_thread(_lifecycle)
+            moving = state in L.CONTINUE_STATES or state == L.ACTIVE
+            started = started or moving
+            if self.answer is not None:
+                answer = self.answer["answer"]
+                if answer == "interrupt":
+                    answer = "starting" if moving else "cancel"
+                return answer, self.answer.get("reason", "")
+            if state in ("", L.IDLE):
+                if started:
+                    return "cancel", ""  # the Continue was cancelled before it rented anything
+            elif not moving:  # FAILED: however fast it got there
+                return "continue-failed", reason or f"the workspace is {state}"
+            await asyncio.sleep(0.25)
 
     async def do_execute(self, code: str, silent: bool, store_history: bool = True,
                          user_expressions: dict[str, Any] | None = None, allow_stdin: bool = False,
@@ -80,10 +161,17 @@ class PlaceholderKernel(Kernel):  # type: ignore[misc]
         if not code.strip():
             return {"status": "ok", "execution_count": self.execution_count, "payload": [],
                     "user_expressions": {}}
-        # held while a Continue runs: the kernel moves, and the notebook runs the cell there
-        while await asyncio.to_thread(_continuing):
-            await asyncio.sleep(0.25)
-        evalue, text = no_machine_message(self.facts)
+        state, reason = await asyncio.to_thread(_lifecycle) if self.facts.get("first") else ("", "")
+        if self.facts.get("first") and (state not in ("", "IDLE") or self.asker):
+            # asked, or a start already under way (or over): the cell waits for how it ends
+            evalue, text = first_machine_outcome(self.facts, *await self._hold_first())
+        elif self.facts.get("first"):
+            evalue, text = no_machine_message(self.facts)  # no notebook to ask: at once
+        else:
+            # held while a Continue runs: the kernel moves, and the notebook runs the cell there
+            while await asyncio.to_thread(_continuing):
+                await asyncio.sleep(0.25)
+            evalue, text = no_machine_message(self.facts)
         traceback = [f"\x1b[0;31m{ERROR_NAME}\x1b[0m: {text}"]
         if not silent:
             self.send_response(self.iopub_socket, "error",

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import { age, bytes, duration, money, readyLine } from '../format';
+import { age, bytes, duration, firstMachineQuestion, money, readyLine } from '../format';
 
 describe('numbers as the sidebar shows them', () => {
   it('money', () => {
@@ -33,5 +33,17 @@ describe('numbers as the sidebar shows them', () => {
     expect(bytes(123456)).toBe('123 KB');
     expect(bytes(1_500_000_000)).toBe('1.5 GB');
     expect(bytes(12)).toBe('12 B');
+  });
+});
+
+describe('the question before the first machine', () => {
+  it('names the GPU, provider, region and $/h, and the route', () => {
+    const route = { gpu: 'NVIDIA L4', gpu_count: 1, provider: 'local', offer: 'l4', region: 'local-a', price_per_hour: 0.4 };
+    expect(firstMachineQuestion(route)).toBe(
+      'Rent NVIDIA L4 on local (local-a) at $0.40/h? This notebook has no GPU machine yet (route local/l4).'
+    );
+    expect(firstMachineQuestion({ ...route, gpu_count: 8, region: null, price_per_hour: 24 })).toContain(
+      'Rent 8x NVIDIA L4 on local (any region) at $24.00/h?'
+    );
   });
 });
