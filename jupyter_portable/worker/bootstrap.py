@@ -68,7 +68,7 @@ WORKER_REQUIREMENTS = ("blake3", "pathspec", "tornado", "jupyter_core", "jupyter
                        "ipython", "ipywidgets", "fsspec", "httpx", "tenacity", "uv",
                        "pip")  # pip fetches a lockfile environment's wheels the first time (worker/envcache)
 STORE_REQUIREMENTS = {"s3": ("s3fs", "boto3"), "gs": ("gcsfs",), "gcs": ("gcsfs",), "az": ("adlfs",),
-                      "abfs": ("adlfs",), "abfss": ("adlfs",)}
+                      "abfs": ("adlfs",), "abfss": ("adlfs",), "hf": ("huggingface_hub",)}
 _WHEEL_NAME = re.compile(r"\A[A-Za-z0-9_.]+-[A-Za-z0-9_.!+]+(-[A-Za-z0-9_.]+){2,3}\.whl\Z")
 _HEX64 = re.compile(r"\A[0-9a-f]{64}\Z")
 _ENV_TAG = re.compile(r"\A[a-z0-9_.]+-[0-9]{2,3}[a-z]*-[a-z0-9_-]+\Z")
