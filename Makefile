@@ -46,4 +46,5 @@ clean:
 
 # a million-file workspace: snapshot, no change, one file changed, restore, verify (not part of make test)
 bench-scale: setup
+	scripts/bench-tools.sh
 	$(PY) bench/scale.py --files $${FILES:-1000000}
