@@ -7,12 +7,13 @@ the byte-level description; anything that is not exactly that is refused.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from jupyter_portable.core.errors import ManifestError, UnsafePath
-from jupyter_portable.core.validate import check_hash, dumps_strict, loads_strict, short_repr
+from jupyter_portable.core.validate import HASH_RE, check_hash, dumps_strict, loads_strict, short_repr
 
 TREE_FORMAT = "jupyter-portable.tree"
 TREE_SCHEMA = 2
@@ -55,8 +56,75 @@ def join(dirpath: str, name: str) -> str:
 Node = Any  # FileEntry | SubTree (FileEntry lives in manifest.py, which imports this module)
 
 
+class _Unusual(Exception):
+    """The fast reader met something it does not vouch for; the careful one decides."""
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _Unusual  # a key twice
+    return out
+
+
+def _unusual(_text: str) -> Any:
+    raise _Unusual  # a float or a NaN/Infinity constant: never in a sound tree
+
+
 def parse_tree(data: bytes, dirpath: str, entry_from_json: Callable[[object], Any]) -> list[Node]:
-    """The validated entries of one tree object at workspace path ``dirpath`` ('' for the root)."""
+    """The validated entries of one tree object at workspace path ``dirpath`` ('' for the root).
+
+    A sound tree takes a fast path; anything else is read again by the careful path, which
+    refuses it naming the problem (both accept exactly the same trees)."""
+    try:
+        return _parse_fast(data, dirpath, entry_from_json)
+    except (_Unusual, ManifestError, UnsafePath, ValueError, RecursionError, KeyError, TypeError):
+        pass
+    return _parse_checked(data, dirpath, entry_from_json)
+
+
+def _parse_fast(data: bytes, dirpath: str, entry_from_json: Callable[[object], Any]) -> list[Node]:
+    # Every value of an accepted tree is checked for its exact shape (at most 4 levels deep),
+    # so the careful path's depth walk has nothing to add here.
+    obj = json.loads(data, object_pairs_hook=_pairs, parse_float=_unusual, parse_constant=_unusual)
+    if (type(obj) is not dict or obj.keys() != _TOP_KEYS or obj["format"] != TREE_FORMAT
+            or type(obj["schema"]) is not int or obj["schema"] != TREE_SCHEMA or type(obj["entries"]) is not list):
+        raise _Unusual
+    out: list[Node] = []
+    names: set[str] = set()
+    last = ""
+    prefix = dirpath + "/" if dirpath else ""
+    top = not dirpath
+    match = HASH_RE.match
+    for item in obj["entries"]:
+        if type(item) is not dict or "path" in item:
+            raise _Unusual
+        name = item.pop("name", None)
+        if (type(name) is not str or not name or "/" in name or "\x00" in name or "\\" in name
+                or name in (".", "..") or (top and name == ".portable") or name in names):
+            raise _Unusual
+        names.add(name)
+        if item.get("type") == "dir":
+            tree = item.get("tree")
+            if len(item) != 2 or type(tree) is not str or not match(tree):
+                raise _Unusual
+            node: Node = SubTree(name, prefix + name, tree)
+            key = name + "/"
+        else:
+            item["path"] = prefix + name
+            node = entry_from_json(item)
+            key = name
+        if key <= last:
+            raise _Unusual
+        last = key
+        out.append(node)
+    return out
+
+
+_TOP_KEYS = frozenset({"format", "schema", "entries"})
+
+
+def _parse_checked(data: bytes, dirpath: str, entry_from_json: Callable[[object], Any]) -> list[Node]:
     where = repr(dirpath or "/")
     obj = loads_strict(data, f"tree {where}")
     if not isinstance(obj, dict) or set(obj) != {"format", "schema", "entries"}:

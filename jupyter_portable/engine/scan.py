@@ -6,10 +6,12 @@ import os
 import re
 import stat as statmod
 import sys
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import blake3
 import pathspec
 
 from jupyter_portable.core.errors import PortableError, UnsafePath
@@ -41,14 +43,31 @@ def _matcher(spec: pathspec.PathSpec) -> Callable[[str], bool]:
     return lambda path: match(path) is not None
 
 
-def ignore_spec(root: Path) -> pathspec.PathSpec:
-    """Default patterns plus the workspace's ``.portableignore`` (gitignore syntax)."""
+def _ignore_lines(root: Path) -> list[str]:
     lines = list(DEFAULT_IGNORES)
     try:
         lines += (root / IGNORE_FILE).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         pass
-    return pathspec.GitIgnoreSpec.from_lines(lines)
+    return lines
+
+
+def ignore_spec(root: Path) -> pathspec.PathSpec:
+    """Default patterns plus the workspace's ``.portableignore`` (gitignore syntax)."""
+    return pathspec.GitIgnoreSpec.from_lines(_ignore_lines(root))
+
+
+def _signature(salt: bytes, names: list[str], stats: list[int]) -> bytes:
+    """Names and (size, mtime, ctime, inode) of a folder's regular files, in listing order
+    (a folder listed twice unchanged lists in the same order; another order only costs a
+    careful listing). A chmod moves the ctime."""
+    h = blake3.blake3(salt)
+    h.update("\x00".join(names).encode("utf-8", "surrogateescape"))
+    try:
+        h.update(array("q", stats).tobytes())
+    except OverflowError:  # an inode past 2**63
+        h.update(repr(stats).encode())
+    return h.digest()
 
 
 @dataclass(slots=True)
@@ -97,6 +116,13 @@ class Listing:
     dirs: list[tuple[str, str]] = field(default_factory=list)  # (name, absolute path)
     special: list[tuple[str, str]] = field(default_factory=list)
     gone: bool = False  # removed (or replaced by a file) while walking
+    # What :meth:`Lister.quick` gives for this listing (None: a folder quick cannot vouch for).
+    sig: bytes | None = None
+
+
+_Dirs = list[tuple[str, str]]  # (name, absolute path) of subfolders
+_Names = list[str]
+_Ints = list[int]
 
 
 class Lister:
@@ -105,7 +131,10 @@ class Lister:
 
     def __init__(self, root: Path, *, warn: bool = True, strict: bool = True) -> None:
         self.root = root
-        self.match = _matcher(ignore_spec(root))
+        lines = _ignore_lines(root)
+        self.match = _matcher(pathspec.GitIgnoreSpec.from_lines(lines))
+        # A signature holds only under the same ignore rules: they are part of it.
+        self.salt = blake3.blake3("\n".join(lines).encode("utf-8", "backslashreplace")).digest()
         self.real_root = os.path.realpath(root)
         self.warn = warn
         self.strict = strict
@@ -135,6 +164,8 @@ class Lister:
             out.gone = True
             return out
         found = out.files
+        names: list[str] | None = []
+        stats: list[int] = []
         for entry in entries:
             name = entry.name
             rel = f"{rel_dir}/{name}" if rel_dir else name
@@ -143,12 +174,20 @@ class Lister:
             try:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
+                names = None
                 continue  # vanished while walking
             except OSError as exc:
                 if strict:
                     raise _unreadable(f"cannot read {rel!r}", entry.path, rel, exc) from exc
+                names = None
                 continue
             mode = st.st_mode
+            if names is not None and not statmod.S_ISDIR(mode):
+                if statmod.S_ISREG(mode) and "\\" not in name:
+                    names.append(name)
+                    stats += (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                else:
+                    names = None  # links, special files, odd names: always listed with care
             if statmod.S_ISDIR(mode):
                 if not match(rel + "/"):
                     out.dirs.append((name, entry.path))
@@ -182,7 +221,37 @@ class Lister:
                 if warn:
                     print(f"warning: skipping {rel!r}: a {kind} is not a file; it is not recorded", file=sys.stderr)
                 out.special.append((rel, kind))
+        if names is not None:
+            out.sig = _signature(self.salt, names, stats)
         return out
+
+    def quick(self, rel_dir: str, abs_dir: str) -> tuple[bytes, _Dirs] | None:
+        """The folder's signature (every regular file's name and lstat, ignored ones too, and the
+        ignore rules) and its subfolders, with one stat per file and nothing else; None where
+        :meth:`list` must look (a link, a special file, an odd name, an error). Equal to the
+        ``sig`` of a :meth:`list` of the same folder while nothing in it changes."""
+        names: _Names = []
+        stats: _Ints = []
+        dirs: _Dirs = []
+        isreg = statmod.S_ISREG
+        try:
+            with os.scandir(abs_dir) as it:
+                for entry in it:
+                    name = entry.name
+                    if entry.is_dir(follow_symlinks=False):
+                        dirs.append((name, entry.path))
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                    if not isreg(st.st_mode) or "\\" in name:
+                        return None
+                    names.append(name)
+                    stats += (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        except OSError:
+            return None
+        prefix = f"{rel_dir}/" if rel_dir else ""
+        match = self.match
+        subdirs = [(n, p) for n, p in dirs if (rel_dir or n != ".portable") and not match(f"{prefix}{n}/")]
+        return _signature(self.salt, names, stats), subdirs
 
 
 def scan(root: Path, *, warn: bool = True, strict: bool = True) -> Scan:

@@ -324,6 +324,8 @@ class _Folder:
     children: dict[str, _Result] = field(default_factory=dict)
     entries: list[Entry | tuple[str, _Result]] = field(default_factory=list)
     result: _Result | None = None
+    quick: bool = False  # its files were vouched for by the listing's signature alone
+    sig: bytes | None = None  # the listing's signature, kept with the rows when all are sound
 
 
 class _Walk:
@@ -399,7 +401,6 @@ class _Walk:
         if depth > MAX_DEPTH:
             raise PortableError(f"folder {rel!r} is nested more than {MAX_DEPTH} levels deep; nothing was published",
                                 hint=f"move it higher up, or add it to {IGNORE_FILE}")
-        listing = self.lister.list(rel, abs_dir)
         cache_id: int | None
         cached: tuple[str | None, int, int] | None
         if parent is None:
@@ -409,12 +410,33 @@ class _Walk:
             cache_id, cached = (got[0], got[1:]) if got is not None else (None, None)
         else:
             cache_id, cached = None, None
-        rows = self.cache.rows(cache_id) if cache_id is not None and self.usable else {}
+        if (self.usable and cache_id is not None and cached is not None and cached[0] is not None
+                and rel not in self.pending_dirs and rel not in self.pending):
+            want = self.cache.sig(cache_id)
+            quick = self.lister.quick(rel, abs_dir) if want is not None else None
+            if quick is not None and quick[0] == want:
+                # Every file's name and lstat as when the folder's rows were written: none is
+                # looked at one by one unless a subfolder changed (see finish).
+                fr = _Folder(rel, abs_dir, name, depth, parent, cache_id, cached, {}, sorted(quick[1]))
+                fr.quick = True
+                fr.sig = want
+                return fr
+        fr = _Folder(rel, abs_dir, name, depth, parent, cache_id, cached, {}, [])
+        self._list(fr)
+        return fr
+
+    def _list(self, fr: _Folder) -> None:
+        """List the folder with care: compare each file with its row, hash what changed."""
+        rel, abs_dir, cache_id = fr.rel, fr.abs, fr.cache_id
+        listing = self.lister.list(rel, abs_dir)
+        fr.sig = listing.sig
+        rows = fr.rows = self.cache.rows(cache_id) if cache_id is not None and self.usable else {}
         subdirs = listing.dirs
         if rel in self.pending_dirs:
             on_disk = {n for n, _p in subdirs}
             subdirs += [(n, os.path.join(abs_dir, n)) for n in self.pending_dirs[rel] if n not in on_disk]
-        fr = _Folder(rel, abs_dir, name, depth, parent, cache_id, cached, rows, sorted(subdirs))
+        if not fr.quick:
+            fr.subdirs = sorted(subdirs)
         self.special += [{"path": p, "kind": k} for p, k in listing.special]
         lookup = self.cache.lookup_name
         todo: list[Found] = []
@@ -445,7 +467,6 @@ class _Walk:
                 fr.changed = True
         nodes = self.base.nodes(rel) if todo else None
         self._submit(fr, todo, nodes)
-        return fr
 
     def _racy(self, key: Key) -> Key:
         if isinstance(key, tuple) and key[1] >= self.started_ns - RACY_NS:
@@ -464,17 +485,32 @@ class _Walk:
         fr.kept[fname] = e
         fr.keys[fname] = self._racy(stat_key(f.st))
 
+    def _sound(self, fr: _Folder) -> bool:
+        """Whether the folder's signature may be kept: every file's row known and not too fresh."""
+        return (fr.sig is not None and all(k is not None for k in fr.keys.values())
+                and all(self._racy(k) is not None for _f, k in fr.maybe))
+
     def finish(self, fr: _Folder) -> _Result:
         """Decide the folder's entries once its subfolders are done; queue its tree."""
+        kids = {n: r for n, r in fr.children.items() if r.files}
+        cached_kids = self.cache.children(fr.cache_id) if fr.cache_id is not None else {}
+        same_kids = (all(r.unchanged for r in kids.values())
+                     and {self.cache.lookup_name(n) for n in kids} == cached_kids.keys())
+        if fr.quick:
+            if same_kids:
+                assert fr.cached is not None and fr.cached[0] is not None
+                tree, files, nbytes = fr.cached
+                return _Result(tree, files, nbytes, True)
+            self._list(fr)  # a subfolder changed: this folder's tree is written again, so list it
         results = [(f, e) for job in fr.jobs for f, e in job.result()]
         fr.jobs = []
         if results:
             fr.changed = True
-        kids = {n: r for n, r in fr.children.items() if r.files}
-        cached_kids = self.cache.children(fr.cache_id) if fr.cache_id is not None else {}
         if (self.usable and not fr.changed and fr.cached is not None and fr.cached[0] is not None
-                and all(r.unchanged for r in kids.values())
-                and {self.cache.lookup_name(n) for n in kids} == cached_kids.keys()):
+                and same_kids):
+            assert fr.cache_id is not None
+            if self._sound(fr) and self.cache.sig(fr.cache_id) != fr.sig:
+                self.cache.set_sig(fr.cache_id, fr.sig)
             tree, files, nbytes = fr.cached
             return _Result(tree, files, nbytes, True)
         nodes = self.base.nodes(fr.rel)
@@ -509,6 +545,8 @@ class _Walk:
         if fr.cache_id is None:
             fr.cache_id = self._ensure_id(fr)
         self.cache.replace_rows(fr.cache_id, fr.keys.items())
+        if self._sound(fr):
+            self.cache.set_sig(fr.cache_id, fr.sig)
         fr.entries = [*fr.kept.values(), *((n, r) for n, r in sorted(kids.items()))]
         fr.kept, fr.keys = {}, {}
         fr.result = result
@@ -650,9 +688,10 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
         if (top.unchanged and fingerprint_same and extras.before_publish is None and not extras.allocations
                 and base_manifest is not None):
             # Every file's size, mtime, ctime and inode (every link's target) are as
-            # recorded for the base version: nothing changed, nothing to read.
+            # recorded for the base version: nothing changed, nothing to read. The signatures
+            # of folders listed with care this time are kept, so the next run trusts them.
             up.pool.shutdown()
-            cache.rollback()
+            cache.commit()
             progress.done(f"no changes since version {base_version} ({top.files} files, {human_bytes(top.bytes)})")
             return SnapshotResult(ws, base_version, top.files, top.bytes, 0, False, [], 0, special)
         progress.set_stage("uploading")

@@ -1,7 +1,9 @@
 """The stat cache: ``.portable/statcache.sqlite``, what the last snapshot or restore saw.
 
 For each recorded file its size, mtime, ctime and inode (a symlink: its target; unknown:
-all NULL) and for each folder the tree it was stored as, all valid for one version. A
+all NULL) and for each folder the tree it was stored as and the signature of its listing
+(``Lister.quick``: while it holds, none of the folder's files is looked at one by one),
+all valid for one version. A
 snapshot reads one folder's rows at a time and writes back only the folders that changed,
 in one transaction committed after the version is published. Deleting it is always safe.
 """
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 NAME = "statcache.sqlite"
-_LAYOUT = 2  # PRAGMA user_version of this layout; any other is dropped and rebuilt
+_LAYOUT = 3  # PRAGMA user_version of this layout; 2 gains the sig column, any other is dropped and rebuilt
 _I64 = 2**63
 ROOT = 1  # the root folder's id
 
@@ -25,7 +27,7 @@ Key = tuple[int, int, int, int] | str | None  # (size, mtime_ns, ctime_ns, inode
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT);
 CREATE TABLE IF NOT EXISTS dirs (id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, name TEXT NOT NULL,
-    tree TEXT, files INTEGER, bytes INTEGER, UNIQUE (parent, name));
+    tree TEXT, files INTEGER, bytes INTEGER, sig BLOB, UNIQUE (parent, name));
 CREATE TABLE IF NOT EXISTS files (dir INTEGER NOT NULL, name TEXT NOT NULL, size INTEGER, mtime INTEGER,
     ctime INTEGER, ino INTEGER, target TEXT, PRIMARY KEY (dir, name)) WITHOUT ROWID;
 """
@@ -87,7 +89,11 @@ class StatCache:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            if db.execute("PRAGMA user_version").fetchone()[0] != _LAYOUT:
+            layout = db.execute("PRAGMA user_version").fetchone()[0]
+            if layout == 2:
+                db.execute("ALTER TABLE dirs ADD COLUMN sig BLOB")
+                db.execute(f"PRAGMA user_version={_LAYOUT}")
+            elif layout != _LAYOUT:
                 db.executescript("DROP TABLE IF EXISTS meta; DROP TABLE IF EXISTS dirs; DROP TABLE IF EXISTS files;")
                 db.executescript(_SCHEMA)
                 db.execute(f"PRAGMA user_version={_LAYOUT}")
@@ -188,12 +194,22 @@ class StatCache:
     def set_folder(self, dir_id: int, tree: str | None, files: int, nbytes: int) -> None:
         self._db.execute("UPDATE dirs SET tree=?, files=?, bytes=? WHERE id=?", (tree, files, nbytes, dir_id))
 
+    def sig(self, dir_id: int) -> bytes | None:
+        """The signature of the folder's listing when its rows were last written whole, if any."""
+        row = self._db.execute("SELECT sig FROM dirs WHERE id=?", (dir_id,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_sig(self, dir_id: int, sig: bytes | None) -> None:
+        self._db.execute("UPDATE dirs SET sig=? WHERE id=?", (sig, dir_id))
+
     def replace_rows(self, dir_id: int, rows: Iterable[tuple[str, Key]]) -> None:
         """Make folder ``dir_id`` hold exactly ``rows``."""
         self._db.execute("DELETE FROM files WHERE dir=?", (dir_id,))
         self.add_rows(dir_id, rows)
 
     def add_rows(self, dir_id: int, rows: Iterable[tuple[str, Key]]) -> None:
+        """Record files of folder ``dir_id``; its signature no longer holds."""
+        self._db.execute("UPDATE dirs SET sig=NULL WHERE id=? AND sig IS NOT NULL", (dir_id,))
         self._db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?)",
                              ((dir_id, _text(name), *_row(key)) for name, key in rows))
 
