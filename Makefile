@@ -12,7 +12,11 @@ PYTHON ?= python3
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/setup.sh jupyter_portable/worker/bootstrap.py
+# the lab extension's sources too: an editable install copies the built extension into .venv
+# only when it is (re)installed
+LAB_SOURCES := $(wildcard labextension/src/*.ts labextension/src/*.tsx labextension/style/*.css labextension/schema/*.json labextension/package.json)
+
+$(STAMP): pyproject.toml scripts/setup.sh jupyter_portable/worker/bootstrap.py $(LAB_SOURCES)
 	PYTHON=$(PYTHON) scripts/setup.sh
 	touch $(STAMP)
 
