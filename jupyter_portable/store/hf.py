@@ -238,7 +238,7 @@ class HFBackend(RemoteBackend):
         try:
             refs = self.api.list_repo_refs(self.repo_id, repo_type=self.repo_type)
         except Exception as exc:  # noqa: BLE001
-            raise self._fail("read the branch of", self.url, exc) from exc
+            raise self._fail("read the branch of", "the store", exc) from exc
         for ref in refs.branches:
             if ref.name == self.branch:
                 return str(ref.target_commit)
