@@ -40,6 +40,11 @@ class CountingBackend(LocalBackend):
         self.keys.append(key)
         super().write_new(key, data)
 
+    def write_batch(self, items: list[tuple[str, bytes]]) -> None:
+        self.written += sum(len(d) for _k, d in items)
+        self.keys += [k for k, _d in items]
+        super().write_batch(items)
+
 
 def _age(root: Path) -> None:
     """Files written a moment ago are re-read by the next snapshot (same clock tick); make them old."""

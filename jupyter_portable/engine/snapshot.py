@@ -27,7 +27,7 @@ from jupyter_portable.engine.progress import Progress, human_bytes
 from jupyter_portable.engine.scan import IGNORE_FILE, Found, Lister
 from jupyter_portable.engine.trees import BaseTree, as_tree, iter_under, replace_at, write_trees
 from jupyter_portable.store.repo import CONFLICT_HINT, Store, digest, object_key
-from jupyter_portable.workdir.statcache import ROOT, Key, StatCache, stat_key
+from jupyter_portable.workdir.statcache import ROOT, BlobReader, Key, StatCache, stat_key
 from jupyter_portable.workdir.workcopy import CopyConfig, WorkspaceCopy
 
 SMALL_MAX = 512 * 1024  # files below this are packed
@@ -36,8 +36,10 @@ PACK_TARGET = 8 * 1024 * 1024  # a pack is flushed once it holds this much
 INFLIGHT_MAX = 256 * 1024 * 1024  # bytes read but not yet durable
 RACY_NS = 2_000_000_000  # files modified this recently are re-hashed next time
 BATCH = 64  # small files per hashing task
+TREE_BATCH = 256  # tree objects written (and fsynced) together
 PACKED_KEEP = 100_000  # pack refs of this run kept for deduplication
 WAITING_MAX = 20_000  # entries of folders waiting for their pack refs before a pack is formed early
+_RDONLY = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 PERMS = 0o777  # setuid, setgid and sticky bits are never recorded or restored
 
 
@@ -104,6 +106,13 @@ class _Uploader:
         self._pending_blobs: set[str] = set()
         self._parts_seen: set[str] = set()
         self.tree_bytes = 0
+        self._trees: list[tuple[str, bytes]] = []  # tree objects waiting to be written together
+        self._trees_size = 0
+        # Blobs of earlier versions (the stat cache's record), so that a moved or copied small
+        # file is not stored again; each pack named is checked once to be in the store.
+        self.blobs: BlobReader | None = None
+        self._packs_ok: dict[str, bool] = {}
+        self.formed: list[tuple[str, str, int, int]] = []  # this run's packed blobs, for the stat cache
 
     def _reserve(self, n: int) -> None:
         with self._budget:
@@ -153,6 +162,7 @@ class _Uploader:
                 self.packed[h] = {"id": ph, "offset": off, "length": len(d)}
                 self._pending_blobs.discard(h)
                 entries.append((h, off, len(d)))
+                self.formed.append((h, ph, off, len(d)))
                 off += len(d)
             while len(self.packed) > PACKED_KEEP:
                 self.packed.popitem(last=False)
@@ -163,6 +173,25 @@ class _Uploader:
         """The pack ref of a blob of this run, once its pack is formed."""
         with self._lock:
             return self.packed.get(h)
+
+    def known(self, h: str, size: int) -> dict[str, Any] | None:
+        """The pack ref of a blob an earlier version stored, if its pack is in the store."""
+        got = self.blobs.get(h) if self.blobs is not None else None
+        if got is None or got[2] != size:
+            return None
+        pack = got[0]
+        with self._lock:
+            ok = self._packs_ok.get(pack)
+        if ok is None:
+            ok = self.store.has_object(pack)
+            with self._lock:
+                self._packs_ok[pack] = ok
+        return {"id": pack, "offset": got[1], "length": got[2]} if ok else None
+
+    def take_formed(self) -> list[tuple[str, str, int, int]]:
+        with self._lock:
+            out, self.formed = self.formed, []
+        return out
 
     def pending(self) -> bool:
         with self._lock:
@@ -176,23 +205,34 @@ class _Uploader:
             self._flush(rest)
 
     def add_tree(self, body: bytes) -> str:
-        """Write one tree object in the background; its hash."""
+        """Queue one tree object; its hash. Trees are written in batches in the background."""
         h = digest(body)
-        self._reserve(len(body))
+        with self._lock:
+            self._trees.append((h, body))
+            self._trees_size += len(body)
+            if len(self._trees) < TREE_BATCH and self._trees_size < PACK_TARGET:
+                return h
+            batch, self._trees, self._trees_size = self._trees, [], 0
+        self._write_trees(batch)
+        return h
+
+    def _write_trees(self, batch: list[tuple[str, bytes]]) -> None:
+        nbytes = sum(len(b) for _h, b in batch)
+        self._reserve(nbytes)
 
         def run() -> None:
             try:
                 # a folder re-read (a racy stat, a cache miss) often makes the tree the store has:
                 # asking is one small request, sending it again is the whole folder listing
-                if not self.store.has_object(h):
-                    self.store.put_object(body, h)
+                fresh = [(object_key(h), b) for h, b in dict(batch).items() if not self.store.has_object(h)]
+                if fresh:
+                    self.store.backend.write_batch(fresh)
                     with self._lock:
-                        self.tree_bytes += len(body)
+                        self.tree_bytes += sum(len(b) for _k, b in fresh)
             finally:
-                self._release(len(body))
+                self._release(nbytes)
 
         self.futures.append(self.pool.submit(run))
-        return h
 
     def add_part(self, h: str, data: bytes, known: set[str]) -> None:
         with self._lock:
@@ -206,11 +246,14 @@ class _Uploader:
             self.store.backend.write(object_key(h), data)
 
     def finish(self) -> None:
-        """Flush the last pack and wait until every object is durable; re-raise failures."""
+        """Flush the last pack and trees and wait until every object is durable; re-raise failures."""
         with self._lock:
             rest, self._buf, self._buf_size = self._buf, [], 0
+            trees, self._trees, self._trees_size = self._trees, [], 0
         if rest:
             self._flush(rest)
+        if trees:
+            self._write_trees(trees)
         try:
             for fut in self.futures:
                 fut.result()
@@ -231,10 +274,14 @@ def _pack_json(ref: PackRef) -> dict[str, Any]:
 
 
 def _hash_small(root: str, f: Found, up: _Uploader, prev: FileEntry | None) -> dict[str, Any]:
-    with open(os.path.join(root, f.path), "rb") as fh:
-        data = fh.read()
-        if len(data) != f.st.st_size or not _same(f.st, os.fstat(fh.fileno())):
+    # os.open/os.read: a file object's buffer and checks cost more than reading a small file
+    fd = os.open(os.path.join(root, f.path), _RDONLY)
+    try:
+        data = os.read(fd, f.st.st_size + 1)  # one byte more: a file that grew is seen
+        if len(data) != f.st.st_size or not _same(f.st, os.fstat(fd)):
             raise _Unstable(f.path)
+    finally:
+        os.close(fd)
     h = digest(data)
     entry: dict[str, Any] = {"path": f.path, "type": "file", "size": len(data),
                              "mode": f.st.st_mode & PERMS, "hash": h, "mtime_ns": f.st.st_mtime_ns}
@@ -243,7 +290,7 @@ def _hash_small(root: str, f: Found, up: _Uploader, prev: FileEntry | None) -> d
     elif prev is not None and prev.pack is not None and prev.hash == h:
         entry["pack"] = _pack_json(prev.pack)  # same bytes as the base version: already stored
     else:
-        ref = up.ref(h)
+        ref = up.ref(h) or up.known(h, len(data))  # a blob of this run, or a moved or copied file's
         if ref is not None:
             entry["pack"] = dict(ref)
         else:
@@ -562,6 +609,9 @@ class _Walk:
 
     def drain(self, force: bool = False) -> None:
         """Write the trees of queued folders, oldest first, while their blobs have pack refs."""
+        formed = self.up.take_formed()
+        if formed:
+            self.cache.add_blobs(formed)
         while self.queue:
             fr = self.queue[0]
             for e in fr.entries:
@@ -677,6 +727,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
         fingerprint_same = usable and cache.fingerprint() == extras.fingerprint
         if not usable:
             cache.clear()
+        up.blobs = cache.blob_reader()
         walk = _Walk(copy, store, cache, usable, base, up, progress, started_ns,
                      _pending_by_folder(copy, cfg.version))
         try:
@@ -696,6 +747,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
             return SnapshotResult(ws, base_version, top.files, top.bytes, 0, False, [], 0, special)
         progress.set_stage("uploading")
         up.finish()
+        cache.add_blobs(up.take_formed())
         assert top.tree is not None
         root, files, total = top.tree, top.files, top.bytes
 
@@ -760,6 +812,8 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
             pass
         raise
     finally:
+        if up.blobs is not None:
+            up.blobs.close()
         cache.close()
     progress.done(f"published version {manifest.version}: {files} files, {human_bytes(total)}, "
                   f"{human_bytes(up.new_bytes)} new"
