@@ -71,19 +71,26 @@ def _unusual(_text: str) -> Any:
     raise _Unusual  # a float or a NaN/Infinity constant: never in a sound tree
 
 
-def parse_tree(data: bytes, dirpath: str, entry_from_json: Callable[[object], Any]) -> list[Node]:
+FastFile = Callable[[dict[str, Any], str], Any]  # (entry without its name, path) -> a file node, or None
+
+
+def parse_tree(data: bytes, dirpath: str, entry_from_json: Callable[[object], Any],
+               fast_file: FastFile | None = None) -> list[Node]:
     """The validated entries of one tree object at workspace path ``dirpath`` ('' for the root).
 
-    A sound tree takes a fast path; anything else is read again by the careful path, which
-    refuses it naming the problem (both accept exactly the same trees)."""
+    A sound tree takes a fast path (``fast_file`` may build the commonest
+    file entries, checking everything ``entry_from_json`` would, or return None); anything
+    else is read again by the careful path, which refuses it naming the problem (both accept
+    exactly the same trees)."""
     try:
-        return _parse_fast(data, dirpath, entry_from_json)
+        return _parse_fast(data, dirpath, entry_from_json, fast_file)
     except (_Unusual, ManifestError, UnsafePath, ValueError, RecursionError, KeyError, TypeError):
         pass
     return _parse_checked(data, dirpath, entry_from_json)
 
 
-def _parse_fast(data: bytes, dirpath: str, entry_from_json: Callable[[object], Any]) -> list[Node]:
+def _parse_fast(data: bytes, dirpath: str, entry_from_json: Callable[[object], Any],
+                fast_file: FastFile | None) -> list[Node]:
     # Every value of an accepted tree is checked for its exact shape (at most 4 levels deep),
     # so the careful path's depth walk has nothing to add here.
     obj = json.loads(data, object_pairs_hook=_pairs, parse_float=_unusual, parse_constant=_unusual)
@@ -111,8 +118,10 @@ def _parse_fast(data: bytes, dirpath: str, entry_from_json: Callable[[object], A
             node: Node = SubTree(name, prefix + name, tree)
             key = name + "/"
         else:
-            item["path"] = prefix + name
-            node = entry_from_json(item)
+            node = fast_file(item, prefix + name) if fast_file is not None else None
+            if node is None:
+                item["path"] = prefix + name
+                node = entry_from_json(item)
             key = name
         if key <= last:
             raise _Unusual

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import secrets
 import stat as statmod
@@ -25,6 +26,9 @@ class Placer:
         self.tmp = root / ".portable" / "tmp"
         self.tmp.mkdir(parents=True, exist_ok=True)
         self._dirs_ok: set[str] = {""}
+        # One random prefix per restore, then a counter (O_EXCL still refuses a name taken).
+        self._temp_prefix = os.path.join(self.tmp, f"restore-{secrets.token_hex(8)}-")
+        self._temp_n = itertools.count()
 
     def _ensure_dirs(self, rel_dir: str) -> None:
         if rel_dir in self._dirs_ok:
@@ -58,7 +62,7 @@ class Placer:
         return os.path.join(self.root, rel)
 
     def temp_path(self) -> str:
-        return str(self.tmp / f"restore-{secrets.token_hex(8)}")
+        return f"{self._temp_prefix}{next(self._temp_n)}"
 
     def commit(self, tmp: str, entry: FileEntry, fd: int | None = None) -> None:
         """Rename a verified temp file into place with the entry's mode and mtime."""

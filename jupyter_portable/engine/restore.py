@@ -46,25 +46,33 @@ class RestoreResult:
                 "removed": self.removed, "kept": self.kept}
 
 
+PLACE_CHUNK = 64  # small files written by one task
+
+
 def _fetch_packed(store: Store, placer: Placer, pack: str, entries: list[FileEntry],
-                  progress: Progress) -> int:
+                  progress: Progress, pool: ThreadPoolExecutor) -> int:
+    """Fetch one pack's files (the whole pack when they are most of it) and write them in
+    parallel: creating files, not reading the pack, is what takes the time."""
     needed = sum(e.size for e in entries)
     pack_size = store.backend.size(f"objects/{pack[:2]}/{pack}")
     if needed * 2 >= pack_size:
         body = memoryview(store.get_object(pack, what=entries[0].path))
-        for e in entries:
-            assert e.pack is not None
-            placer.write_verified(e, body[e.pack.offset:e.pack.offset + e.pack.length])
-            progress.add(files=1, nbytes=e.size)
         fetched = len(body)
+
+        def place(chunk: list[FileEntry]) -> None:
+            for e in chunk:
+                assert e.pack is not None
+                placer.write_verified(e, body[e.pack.offset:e.pack.offset + e.pack.length])
+                progress.add(files=1, nbytes=e.size)
     else:
-        fetched = 0
-        for e in entries:
-            assert e.pack is not None
-            data = store.get_range(pack, e.pack.offset, e.pack.offset + e.pack.length)
-            placer.write_verified(e, data)
-            fetched += len(data)
-            progress.add(files=1, nbytes=e.size)
+        fetched = needed
+
+        def place(chunk: list[FileEntry]) -> None:
+            for e in chunk:
+                assert e.pack is not None
+                placer.write_verified(e, store.get_range(pack, e.pack.offset, e.pack.offset + e.pack.length))
+                progress.add(files=1, nbytes=e.size)
+    list(pool.map(place, [entries[i:i + PLACE_CHUNK] for i in range(0, len(entries), PLACE_CHUNK)]))
     progress.add(uploaded=fetched)
     return fetched
 
@@ -93,10 +101,9 @@ def materialize(store: Store, manifest: Manifest, root: Path, entries: Iterable[
             large.append(e)
     fetched = 0
     workers = 8 if store.url.startswith("s3") else 4
-    with ThreadPoolExecutor(workers) as pool:
-        packs = sorted(by_pack.items(), key=lambda kv: min(e.size for e in kv[1]))
-        for n in pool.map(lambda kv: _fetch_packed(store, placer, kv[0], kv[1], progress), packs):
-            fetched += n
+    with ThreadPoolExecutor(8) as pool:
+        for pack, members in sorted(by_pack.items(), key=lambda kv: min(e.size for e in kv[1])):
+            fetched += _fetch_packed(store, placer, pack, members, progress, pool)
     for e in sorted(large, key=lambda e: e.size):
         fetched += fetch_large(store, placer, e, progress, workers)
         progress.add(files=1)
@@ -272,6 +279,8 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
                         (name, stat_key(os.stat(os.path.join(dest, e.path)))))
             for dir_id, got in rows.items():
                 cache.add_rows(dir_id, got)
+            # the blobs are in the store: a file moved or copied later is not stored again
+            cache.add_blobs((e.hash, e.pack.pack, e.pack.offset, e.pack.length) for e in batch if e.pack is not None)
 
         # Folder by folder in path order, a batch at a time: memory is the batch plus depth x width.
         open_dirs: list[list[Any]] = [["", manifest.tree, 0, 0]]  # path, tree, files, bytes

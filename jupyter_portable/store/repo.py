@@ -31,9 +31,20 @@ from jupyter_portable.core.errors import (
     StoreError,
     VersionNotFound,
 )
-from jupyter_portable.core.manifest import FileEntry, Head, Manifest, PackIndex, check_hash, check_workspace_id
+from jupyter_portable.core.manifest import (
+    MAX_FILE_SIZE,
+    MAX_OBJECT_SIZE,
+    FileEntry,
+    Head,
+    Manifest,
+    PackIndex,
+    PackRef,
+    check_hash,
+    check_workspace_id,
+)
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.core.tree import MAX_DEPTH, Node, SubTree, parse_tree
+from jupyter_portable.core.validate import MTIME_NS_MAX, MTIME_NS_MIN
 from jupyter_portable.store import open_backend
 from jupyter_portable.store.backend import Backend
 
@@ -50,12 +61,50 @@ def digest(data: bytes | memoryview) -> str:
     return blake3.blake3(data).hexdigest()
 
 
+_MMAP_MIN = 1 << 20
+
+
 def hash_file(path: str | os.PathLike[str], size: int | None = None) -> str:
     """:func:`digest` of a file's bytes, read through mmap (``size``: its size, when known)."""
+    n = size if size is not None else os.stat(path).st_size
+    if n < _MMAP_MIN:  # mapping a small file costs more than reading it
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+        return blake3.blake3(b"".join(chunks)).hexdigest()
     h = blake3.blake3(max_threads=blake3.blake3.AUTO)
-    if size if size is not None else os.stat(path).st_size:
-        h.update_mmap(os.fspath(path))
+    h.update_mmap(os.fspath(path))
     return h.hexdigest()
+
+
+_PACKED_KEYS = frozenset({"type", "size", "mode", "hash", "mtime_ns", "pack"})
+_PACK_KEYS = frozenset({"id", "offset", "length"})
+_HEX = "0123456789abcdef"
+
+
+def _hex64(v: object) -> bool:
+    return type(v) is str and len(v) == 64 and not v.strip(_HEX)
+
+
+def _packed_file(item: dict[str, Any], path: str) -> FileEntry | None:
+    """A packed file's tree entry (its name already checked and joined into ``path``), checked
+    as :meth:`FileEntry.from_json` checks it; None for anything else (it decides)."""
+    if item.keys() != _PACKED_KEYS or item["type"] != "file":
+        return None
+    size, mode, h, mtime, p = item["size"], item["mode"], item["hash"], item["mtime_ns"], item["pack"]
+    if (type(size) is not int or not 0 <= size <= MAX_FILE_SIZE or type(mode) is not int or not 0 <= mode <= 0o7777
+            or not _hex64(h) or type(mtime) is not int or not MTIME_NS_MIN <= mtime <= MTIME_NS_MAX
+            or type(p) is not dict or p.keys() != _PACK_KEYS):
+        return None
+    pid, off, length = p["id"], p["offset"], p["length"]
+    if (not _hex64(pid) or type(off) is not int or off < 0 or type(length) is not int or length != size
+            or off + length > MAX_OBJECT_SIZE):
+        return None
+    return FileEntry(path, size, mode, h, mtime, pack=PackRef(pid, off, length))
 
 
 def object_key(h: str) -> str:
@@ -234,7 +283,8 @@ class Store:
         if depth > MAX_DEPTH:
             raise ManifestError(f"folder {dirpath!r} is nested more than {MAX_DEPTH} levels deep",
                                 hint="this store holds a hostile or corrupt tree")
-        return parse_tree(self.get_object(h, what=f"the tree of {dirpath or '/'}"), dirpath, FileEntry.from_json)
+        return parse_tree(self.get_object(h, what=f"the tree of {dirpath or '/'}"), dirpath, FileEntry.from_json,
+                          _packed_file)
 
     def iter_nodes(self, tree: str, at: str = "") -> Iterator[tuple[int, Node]]:
         """Every node under ``tree`` (the folder at workspace path ``at``) depth-first in path
