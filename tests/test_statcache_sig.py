@@ -124,3 +124,37 @@ def test_a_layout_2_cache_is_upgraded_in_place(tmp_path: Path) -> None:
         assert cache.count() == 60 and cache.version() == 1, "rows kept"
     res = ws.snapshot(progress=None)
     assert not res.changed and res.hashed == 0
+
+
+def test_a_moved_folder_of_small_files_stores_no_blob_again(tmp_path: Path) -> None:
+    from test_format2 import CountingBackend
+
+    from jupyter_portable.store.repo import Store
+
+    src, ws = _workspace(tmp_path)
+    os.rename(src / "d1", src / "moved")
+    (src / "d2" / "copy.txt").write_bytes((src / "d0" / "sub" / "f005.txt").read_bytes())
+    counting = CountingBackend(str(tmp_path / "store"))
+    ws._store = Store(counting)
+    res = ws.snapshot(progress=None)
+    assert res.changed and res.hashed == 21
+    assert not [k for k in counting.keys if k.startswith("index/")], f"no pack was written: {counting.keys}"
+    out = tmp_path / "out"
+    Workspace.restore(str(tmp_path / "store"), ws.workspace_id, out, progress=None)
+    assert read_tree(out) == read_tree(src)
+
+
+def test_after_a_restore_a_moved_file_is_not_stored_again(tmp_path: Path) -> None:
+    from test_format2 import CountingBackend
+
+    from jupyter_portable.store.repo import Store
+
+    _src, ws = _workspace(tmp_path)
+    out = tmp_path / "out"
+    Workspace.restore(str(tmp_path / "store"), ws.workspace_id, out, progress=None)
+    os.rename(out / "d0" / "sub" / "f001.txt", out / "d0" / "f001.txt")
+    copy = Workspace.find(out)
+    counting = CountingBackend(str(tmp_path / "store"))
+    copy._store = Store(counting)
+    assert copy.snapshot(progress=None).changed
+    assert not [k for k in counting.keys if k.startswith("index/")], counting.keys

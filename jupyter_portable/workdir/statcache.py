@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,8 @@ CREATE TABLE IF NOT EXISTS dirs (id INTEGER PRIMARY KEY, parent INTEGER NOT NULL
     tree TEXT, files INTEGER, bytes INTEGER, sig BLOB, UNIQUE (parent, name));
 CREATE TABLE IF NOT EXISTS files (dir INTEGER NOT NULL, name TEXT NOT NULL, size INTEGER, mtime INTEGER,
     ctime INTEGER, ino INTEGER, target TEXT, PRIMARY KEY (dir, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS blobs (hash TEXT PRIMARY KEY, pack TEXT NOT NULL, offset INTEGER NOT NULL,
+    length INTEGER NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -92,9 +95,11 @@ class StatCache:
             layout = db.execute("PRAGMA user_version").fetchone()[0]
             if layout == 2:
                 db.execute("ALTER TABLE dirs ADD COLUMN sig BLOB")
+                db.executescript(_SCHEMA)
                 db.execute(f"PRAGMA user_version={_LAYOUT}")
             elif layout != _LAYOUT:
-                db.executescript("DROP TABLE IF EXISTS meta; DROP TABLE IF EXISTS dirs; DROP TABLE IF EXISTS files;")
+                db.executescript("DROP TABLE IF EXISTS meta; DROP TABLE IF EXISTS dirs; DROP TABLE IF EXISTS files; "
+                                 "DROP TABLE IF EXISTS blobs;")
                 db.executescript(_SCHEMA)
                 db.execute(f"PRAGMA user_version={_LAYOUT}")
         except BaseException:
@@ -243,12 +248,55 @@ class StatCache:
         if dir_id is not None:
             self.add_rows(dir_id, [(path.rpartition("/")[2], key)])
 
+    # -- small blobs already in the store's packs (any version), for moved or copied files --
+
+    def add_blobs(self, rows: Iterable[tuple[str, str, int, int]]) -> None:
+        """Remember ``(blob hash, pack, offset, length)`` of blobs stored in packs."""
+        self._db.executemany("INSERT OR REPLACE INTO blobs VALUES (?, ?, ?, ?)", rows)
+
+    def blob_reader(self) -> "BlobReader | None":
+        """Look-ups of remembered blobs from any thread, seeing only what was committed; None
+        when none is remembered (a first snapshot asks nothing)."""
+        if self._db.execute("SELECT 1 FROM blobs LIMIT 1").fetchone() is None:
+            return None
+        return BlobReader(self.path)
+
     def count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM files").fetchone()[0])
 
     def all_rows(self) -> Iterator[tuple[int, str, Key]]:
         for dir_id, name, *rest in self._db.execute("SELECT dir, name, size, mtime, ctime, ino, target FROM files"):
             yield dir_id, name, _key(*rest)
+
+
+class BlobReader:
+    """Read-only look-ups in the ``blobs`` table, one connection per thread (committed rows only)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    def get(self, h: str) -> tuple[str, int, int] | None:
+        """``(pack, offset, length)`` of blob ``h``, or None (also when the cache cannot be read)."""
+        db = getattr(self._local, "db", None)
+        try:
+            if db is None:
+                db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5.0, check_same_thread=False)
+                self._local.db = db
+                with self._lock:
+                    self._all.append(db)
+            row = db.execute("SELECT pack, offset, length FROM blobs WHERE hash=?", (h,)).fetchone()
+        except sqlite3.Error:
+            return None  # only a cache: the blob is stored again
+        return None if row is None else (row[0], row[1], row[2])
+
+    def close(self) -> None:
+        with self._lock:
+            for db in self._all:
+                db.close()
+            self._all = []
 
 
 def stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
