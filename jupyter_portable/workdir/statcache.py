@@ -283,7 +283,7 @@ class BlobReader:
         db = getattr(self._local, "db", None)
         try:
             if db is None:
-                db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5.0, check_same_thread=False)
+                db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=1.0, check_same_thread=False)
                 self._local.db = db
                 with self._lock:
                     self._all.append(db)
