@@ -218,15 +218,15 @@ class AwsTwin:
                                                         time.monotonic() + twin.boot_delay_s)
             return reservation
 
+        # ended first: a boot due at this moment must not mark the instance running after EC2 has
+        # marked it terminated (the boot loop checks `ended` under the lock before it does)
         def terminate_instances(instance_ids: list[str]) -> Any:
-            result = terminate(instance_ids)
             twin._ended(instance_ids)
-            return result
+            return terminate(instance_ids)
 
         def stop_instances(instance_ids: list[str]) -> Any:
-            result = stop(instance_ids)
             twin._ended(instance_ids)
-            return result
+            return stop(instance_ids)
 
         backend.run_instances = run_instances
         backend.terminate_instances = terminate_instances
