@@ -96,7 +96,9 @@ def seaweedfs_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
     proc = subprocess.Popen(
         [weed, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={root}", "-s3", f"-s3.config={config}",
          f"-master.port={ports['master']}", f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
-         f"-s3.port={ports['s3']}", "-master.volumeSizeLimitMB=64", "-volume.max=64", "-metricsPort=0"],
+         f"-s3.port={ports['s3']}", "-master.volumeSizeLimitMB=64", "-volume.max=64", "-metricsPort=0",
+         # its Iceberg and Lance servers listen on fixed ports: a second weed (a parallel test run) would clash
+         "-s3.port.iceberg=0", "-s3.port.lance=0"],
         stdout=log, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{ports['s3']}"
     try:
