@@ -33,7 +33,9 @@ checks:
 	# the layers of docs/architecture.md: imports only point down, no cycles
 	$(VENV)/bin/lint-imports
 	cd labextension && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" jlpm test
-	$(PY) -m pytest
+	# two workers, a test file each at a time (its module fixtures stay in one process): most
+	# tests wait on servers and machines, so two share the 2 cores well
+	$(PY) -m pytest -n 2 --dist loadfile
 	# the browser tests: a pytest run of their own (their conftest is not the one of tests/)
 	$(PY) -m pytest ui-tests
 
