@@ -171,10 +171,6 @@ def test_lost_gpu_then_continue_runs_the_next_cell(page: Any, lab: Lab) -> None:
     if restarted.count():
         lab.screenshot(page, "07a-kernel-restarting-dialog")
         restarted.get_by_role("button", name="Ok").click()
-    # The status bar follows the kernel onto the new machine without a cell being run (JupyterLab
-    # leaves it at "Unknown" after a reconnect unless a status it counts arrives).
-    expect(page.locator(".jp-StatusBar-Widget", has_text="Python (portable) | Idle").first).to_be_visible(
-        timeout=60_000)
     out = run_cell(page, 3, "keys")
     assert f"on {after}" in out and "loss 0.125" in out and "keys ['w']" in out
     lab.screenshot(page, "07-next-cell-on-the-new-machine")
