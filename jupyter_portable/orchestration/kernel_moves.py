@@ -33,18 +33,6 @@ def drop_websockets(serverapp: Any, kernel_id: str) -> int:
     return closed
 
 
-def reset_execution_state(km: Any, kernel_id: str) -> None:
-    """A moved kernel is a new process: "starting" until its first status, as for a new kernel.
-
-    jupyter_server (2.21) resets ``execution_state`` on the kernel manager, not on the kernel,
-    when a restart changes the ports; a kernel that was busy at the move (a cell held by the
-    placeholder) would stay "busy", and the reconnecting notebook's websocket would skip the
-    nudge that waits until its iopub subscription receives messages."""
-    kernel = km.get_kernel(kernel_id)
-    if getattr(kernel, "execution_state", None) is not None:
-        kernel.execution_state = "starting"
-
-
 def restart_kernels(serverapp: Any, loop: Any, kernel_ids: Iterable[str], timeout_s: float = 120.0) -> None:
     """Restart each kernel plainly (not as an auto-restart), on ``loop``, then drop its websockets;
     call from a thread, never from the loop itself. PortableError naming the kernels that failed."""
@@ -52,7 +40,6 @@ def restart_kernels(serverapp: Any, loop: Any, kernel_ids: Iterable[str], timeou
 
     async def one(kid: str) -> None:
         await km.restart_kernel(kid, now=True)
-        reset_execution_state(km, kid)
         drop_websockets(serverapp, kid)
 
     futures = {kid: asyncio.run_coroutine_threadsafe(one(kid), loop.asyncio_loop) for kid in kernel_ids}
@@ -84,4 +71,4 @@ def moved_message(allocation: dict[str, Any] | None, version: int | None) -> str
     return text
 
 
-__all__ = ["drop_websockets", "machine_words", "moved_message", "reset_execution_state", "restart_kernels"]
+__all__ = ["drop_websockets", "machine_words", "moved_message", "restart_kernels"]

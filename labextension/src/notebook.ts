@@ -113,8 +113,6 @@ export class PortableNotebooks {
     const which = (status: string) => {
       if (status === 'connected') {
         void implementationOf(panel).then(async impl => {
-          // after the kernel_info reply: the server's channels to the kernel's new ports are up
-          void announceStatus(panel);
           if (impl === PLACEHOLDER) {
             // before the first cell: the placeholder then holds it while the user answers
             await tellPlaceholder(panel, { asker: true });
@@ -413,24 +411,6 @@ function errorText(reason: unknown): string {
     return reason.full;
   }
   return reason instanceof Error ? reason.message : String(reason);
-}
-
-/** Bring the kernel's status back after a reconnect (a move, a park on the placeholder).
- * JupyterLab sets it to "unknown" when the websocket reconnects and ignores the status messages
- * caused by the server's `untracked_message_types` (kernel_info_request, comm_info_request), which
- * is all a reconnect exchanges: the status bar would say "Unknown" (or "Starting") until a cell
- * runs. An is_complete_request has no side effect, does not count as activity for the idle stop,
- * and its busy/idle status is counted: the status bar follows the kernel's real state. */
-async function announceStatus(panel: NotebookPanel): Promise<void> {
-  const kernel = panel.sessionContext.session?.kernel;
-  if (!kernel || kernel.connectionStatus !== 'connected') {
-    return;
-  }
-  try {
-    await kernel.requestIsComplete({ code: '' });
-  } catch (reason) {
-    console.debug('jupyter-portable: no status probe', reason);
-  }
 }
 
 /** The kernel's implementation as it answers now: `kernel.info` keeps the first kernel's answer
