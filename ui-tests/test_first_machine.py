@@ -100,8 +100,11 @@ def test_opening_a_notebook_rents_nothing_and_cancel_leaves_the_workspace_idle(p
 
 
 def test_start_rents_the_named_route_and_the_cell_runs_on_the_machine(page: Any, lab: Lab) -> None:
+    # the cancelled question's toast may still be sliding out: wait until it is gone, and never
+    # count a toast on its way out as the new question
+    expect(page.locator(".Toastify__toast").filter(has_text=QUESTION)).to_have_count(0, timeout=30_000)
     cell = run_first_cell(page)
-    toast = page.locator(".Toastify__toast").filter(has_text=QUESTION)
+    toast = page.locator(".Toastify__toast:not([class*='slide-exit'])").filter(has_text=QUESTION)
     expect(toast).to_be_visible(timeout=30_000)
     named = re.search(r"route (local/\w+)", toast.inner_text())
     assert named, toast.inner_text()
