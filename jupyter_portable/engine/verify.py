@@ -188,6 +188,8 @@ def fsck(store: Store, *, read_data: bool = False, subset: float | None = None, 
     """Every manifest's objects exist, every head names a manifest; optionally re-hash objects."""
     errors: list[str] = []
     warnings: list[str] = []
+    # fsck only reads: a transient error is asked again (a view with the Backend's read methods)
+    store = Store(_RetryingReads(store.backend))  # type: ignore[arg-type]
     try:
         store.check_store()
     except PortableError as exc:
@@ -239,7 +241,7 @@ def fsck(store: Store, *, read_data: bool = False, subset: float | None = None, 
             names = sorted(rng.sample(names, max(1, round(len(names) * subset)))) if names else []
 
         def check(h: str) -> str | None:
-            data = _read_retrying(store, sizes[h])
+            data = store.backend.read(sizes[h])
             if digest(data) != h:
                 return f"object {h} is corrupt: its bytes do not hash to its name"
             if h in index_sizes:  # a pack: every blob its index lists (and so every entry's range) hashes right
@@ -267,16 +269,32 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, StoreError) and not isinstance(exc, (ObjectMissing, UnsupportedStore))
 
 
-def _read_retrying(store: Store, key: str) -> bytes:
-    """One object's bytes for --read-data: a transient error is not corruption, so it is asked again
-    (tenacity: up to 6 tries, backing off from 50 ms to 2 s) before fsck gives up on the store."""
+def _retrying(call: Any) -> Any:
+    """``call()``, asked again on a transient store error: it is not corruption (tenacity: up to 6
+    tries, backing off from 50 ms to 2 s) before fsck gives up on the store."""
     from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
     for attempt in Retrying(stop=stop_after_attempt(6), wait=wait_exponential(multiplier=0.05, max=2),
                             retry=retry_if_exception(_transient), reraise=True):
         with attempt:
-            return store.backend.read(key)
+            return call()
     raise AssertionError("unreachable: tenacity either returned or raised")
+
+
+class _RetryingReads:
+    """A backend's reads (the head, manifests, trees, indexes, listings, objects) asked again on a
+    transient error; fsck writes nothing, so only reads are wrapped."""
+
+    _READS = frozenset({"read", "read_range", "exists", "size", "list", "read_versioned"})
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._backend, name)
+        if name in self._READS and callable(attr):
+            return lambda *args, **kwargs: _retrying(lambda: attr(*args, **kwargs))
+        return attr
 
 
 def _files_once(store: Store, manifest: Manifest, walked: set[str], needed: dict[str, str],
