@@ -80,6 +80,9 @@ def charge_time(start: datetime, charge: str, created: datetime) -> datetime:
     raise UsageError(f"charge must be one of {', '.join(CHARGE_POLICIES)}, not {charge!r}")
 
 
+MIN_BOOKING_HOURS = 1 / 3600
+
+
 @dataclass(frozen=True)
 class Booking:
     """One reservation. ``price`` is the whole slot's price in dollars; ``refund`` is set on a
@@ -104,8 +107,10 @@ class Booking:
             if not isinstance(value, str) or not value or len(value) > MAX_ID or not value.isprintable():
                 problems.append(f"{name} must be a name of 1 to {MAX_ID} printable characters")
         if isinstance(self.hours, bool) or not isinstance(self.hours, (int, float)) \
-                or not (0 < self.hours <= MAX_HOURS):
-            problems.append(f"hours must be > 0 and <= {MAX_HOURS}, not {self.hours!r}")
+                or not (MIN_BOOKING_HOURS <= self.hours <= MAX_HOURS):
+            # at least a second: a tinier positive number would end the booking where it starts
+            problems.append(f"hours must be at least one second ({MIN_BOOKING_HOURS:.6f}) and <= {MAX_HOURS}, "
+                            f"not {self.hours!r}")
         if self.charge not in CHARGE_POLICIES:
             problems.append(f"charge must be one of {', '.join(CHARGE_POLICIES)}, not {self.charge!r}")
         if self.guarantee not in GUARANTEES:
