@@ -61,17 +61,35 @@ def _refused_or_valid(parse: Callable[[Any], Any], value: Any) -> Any:
         return None
 
 
+def _object_starts(text: str) -> list[int]:
+    """Where an object with at least one key starts in JSON ``text``: not a ``{"`` inside a string."""
+    spots, in_string, escaped = [], False, False
+    for i, c in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif text.startswith('{"', i):
+            spots.append(i)
+    return spots
+
+
 def _with_duplicates(obj: Any) -> st.SearchStrategy[bytes]:
     """The JSON text of ``obj``, sometimes with one key written twice (the first value differing)."""
     text = json.dumps(obj)
 
     def dup(i: int) -> bytes:
-        spots = [p for p in range(len(text)) if text.startswith('{"', p)]
+        spots = _object_starts(text)
         if not spots:
             return text.encode()
         p = spots[i % len(spots)] + 1
-        end = text.index('"', p + 1)
-        key = text[p:end + 1]
+        end = json.decoder.scanstring(text, p + 1)[1]  # the key's closing quote, escapes included
+        key = text[p:end]
         return (text[:p] + key + ': "other", ' + text[p:]).encode()
 
     return st.just(text.encode()) | st.integers(0, 50).map(dup)
