@@ -406,8 +406,12 @@ class _Walk:
         self.hashed = 0
         self.queue: deque[_Folder] = deque()
         self.waiting = 0
+        # Large files in parallel (reads and hashing of big buffers leave the interpreter lock);
+        # small ones in one thread beside the walk: their cost is Python's, so more threads only
+        # take turns with the lock (8 threads spent half the CPU time in the kernel doing that).
         workers = max(2, min(8, (os.cpu_count() or 2) * 2))
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="portable-hash")
+        self.small_pool = ThreadPoolExecutor(1, thread_name_prefix="portable-hash-small")
 
     # -- hashing -------------------------------------------------------------------------
 
@@ -439,7 +443,7 @@ class _Walk:
         small = [p for p in pairs if p[0].st.st_size < SMALL_MAX]
         large = [p for p in pairs if p[0].st.st_size >= SMALL_MAX]
         fr.jobs += [self.pool.submit(self._hash_batch, [p]) for p in large]
-        fr.jobs += [self.pool.submit(self._hash_batch, small[i:i + BATCH]) for i in range(0, len(small), BATCH)]
+        fr.jobs += [self.small_pool.submit(self._hash_batch, small[i:i + BATCH]) for i in range(0, len(small), BATCH)]
 
     # -- folders -------------------------------------------------------------------------
 
@@ -663,6 +667,7 @@ class _Walk:
             self.drain(force=True)
             return result
         finally:
+            self.small_pool.shutdown(wait=True, cancel_futures=True)
             self.pool.shutdown(wait=True, cancel_futures=True)
 
 

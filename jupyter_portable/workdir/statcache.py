@@ -92,6 +92,9 @@ class StatCache:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
+            # 32 MiB of pages (the default is 2): a first snapshot of a million files inserts as
+            # many random blob keys, which a small cache turns into a write per insert
+            db.execute("PRAGMA cache_size=-32768")
             layout = db.execute("PRAGMA user_version").fetchone()[0]
             if layout == 2:
                 db.execute("ALTER TABLE dirs ADD COLUMN sig BLOB")
