@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import secrets
 import stat as statmod
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -15,6 +17,15 @@ from jupyter_portable.core.manifest import FileEntry
 from jupyter_portable.core.paths import check_relpath
 from jupyter_portable.engine.progress import Progress
 from jupyter_portable.store.repo import Store, digest, hash_file, object_key
+
+_TMPFILE = getattr(os, "O_TMPFILE", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 class Placer:
@@ -29,6 +40,14 @@ class Placer:
         # One random prefix per restore, then a counter (O_EXCL still refuses a name taken).
         self._temp_prefix = os.path.join(self.tmp, f"restore-{secrets.token_hex(8)}-")
         self._temp_n = itertools.count()
+        # Small files are written unnamed and linked into place through /proc/self/fd.
+        self._proc_fd: int | None = None
+        if _TMPFILE:
+            try:
+                self._proc_fd = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+                weakref.finalize(self, os.close, self._proc_fd)
+            except OSError:
+                self._proc_fd = None
 
     def _ensure_dirs(self, rel_dir: str) -> None:
         if rel_dir in self._dirs_ok:
@@ -86,15 +105,45 @@ class Placer:
         if len(data) != entry.size or digest(data) != entry.hash:
             raise IntegrityError(f"{entry.path}: the bytes from the store do not match its hash; "
                                  "nothing was written", hint="run `jupyter portable fsck --read-data`")
+        full = self.target(entry.path)
+        fd = self._open_unnamed(os.path.dirname(full))
+        if fd is not None:
+            try:
+                _write_all(fd, data)
+                os.fchmod(fd, entry.mode & 0o777)
+                os.utime(fd, ns=(entry.mtime_ns, entry.mtime_ns))
+                try:
+                    # the written inode takes its name in one step: no temp name, and no rename
+                    # across folders (those take a lock of the whole filesystem, one at a time)
+                    os.link(str(fd), full, src_dir_fd=self._proc_fd, follow_symlinks=True)
+                    return
+                except FileExistsError:
+                    tmp = self.temp_path()  # something is there: replace it the usual way
+                    os.link(str(fd), tmp, src_dir_fd=self._proc_fd, follow_symlinks=True)
+                self.commit(tmp, entry)
+            finally:
+                os.close(fd)
+            return
         tmp = self.temp_path()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            _write_all(fd, data)
             self.commit(tmp, entry, fd)
         finally:
             os.close(fd)
+
+    def _open_unnamed(self, folder: str) -> int | None:
+        """A new file without a name in ``folder`` (Linux's O_TMPFILE), or None where the
+        kernel, the filesystem or a missing /proc cannot make or name one."""
+        if self._proc_fd is None:
+            return None
+        try:
+            return os.open(folder, os.O_WRONLY | _TMPFILE | _CLOEXEC, 0o600)
+        except OSError as exc:
+            if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT):
+                self._proc_fd = None  # not here: temp names from now on
+                return None
+            raise
 
     def link(self, entry: FileEntry) -> None:
         full = self.target(entry.path)

@@ -20,7 +20,6 @@ from jupyter_portable.engine.scan import Lister
 from jupyter_portable.engine.trees import node_name
 from jupyter_portable.store.repo import Store, digest, hash_file, manifests_prefix, parse_manifest_key
 
-
 LARGE_MIN = 1024 * 1024  # files at least this large are checked in parallel
 
 
