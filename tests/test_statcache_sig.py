@@ -12,6 +12,7 @@ from conftest import read_tree, write_tree
 
 from jupyter_portable import Workspace
 from jupyter_portable.engine.scan import Lister
+from jupyter_portable.store.repo import digest
 from jupyter_portable.workdir.statcache import StatCache
 
 
@@ -124,6 +125,30 @@ def test_a_layout_2_cache_is_upgraded_in_place(tmp_path: Path) -> None:
         assert cache.count() == 60 and cache.version() == 1, "rows kept"
     res = ws.snapshot(progress=None)
     assert not res.changed and res.hashed == 0
+
+
+def test_a_layout_3_cache_keeps_its_rows_and_gets_the_compact_blobs_table(tmp_path: Path) -> None:
+    src, ws = _workspace(tmp_path)
+    db = sqlite3.connect(src / ".portable" / "statcache.sqlite")
+    db.executescript("DROP TABLE blobs; DROP TABLE packs; CREATE TABLE blobs (hash TEXT PRIMARY KEY, pack TEXT "
+                     "NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID;")
+    db.execute("INSERT INTO blobs VALUES (?, ?, 0, 1)", ("a" * 64, "b" * 64))
+    db.execute("PRAGMA user_version=3")
+    db.commit()
+    db.close()
+    with StatCache(src / ".portable") as cache:
+        assert cache.count() == 60 and cache.version() == 1, "rows kept"
+        assert cache.blob_reader() is None, "the old blob rows are dropped"
+    res = ws.snapshot(progress=None)
+    assert not res.changed and res.hashed == 0
+    (src / "d0" / "new.txt").write_bytes(b"fresh bytes")
+    assert ws.snapshot(progress=None).changed
+    with StatCache(src / ".portable") as cache:
+        reader = cache.blob_reader()
+        assert reader is not None
+        got = reader.get(digest(b"fresh bytes"))
+        reader.close()
+    assert got is not None and got[2] == len(b"fresh bytes") and len(got[0]) == 64
 
 
 def test_a_moved_folder_of_small_files_stores_no_blob_again(tmp_path: Path) -> None:

