@@ -7,13 +7,15 @@ is not published this time; its previous version (if any) stays.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sqlite3
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +25,7 @@ from jupyter_portable.core.errors import ConflictError, FencedError, PortableErr
 from jupyter_portable.core.manifest import FileEntry, Manifest, PackIndex, PackRef, ParentRef
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.core.tree import MAX_DEPTH, Node, encode_tree, node_json
+from jupyter_portable.engine.hashproc import die_with, read_small
 from jupyter_portable.engine.progress import Progress, human_bytes
 from jupyter_portable.engine.scan import IGNORE_FILE, Found, Lister
 from jupyter_portable.engine.trees import BaseTree, as_tree, iter_under, replace_at, write_trees
@@ -36,8 +39,10 @@ PACK_TARGET = 8 * 1024 * 1024  # a pack is flushed once it holds this much
 INFLIGHT_MAX = 256 * 1024 * 1024  # bytes read but not yet durable
 RACY_NS = 2_000_000_000  # files modified this recently are re-hashed next time
 BATCH = 64  # small files per hashing task
+PROCESS_MIN = 20_000  # small files to read in one run before other processes read them
 TREE_BATCH = 256  # tree objects written (and fsynced) together
 PACKED_KEEP = 100_000  # pack refs of this run kept for deduplication
+LOOKAHEAD = 8_192  # files queued for other processes before the walk waits for the oldest folder
 WAITING_MAX = 20_000  # entries of folders waiting for their pack refs before a pack is formed early
 _RDONLY = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 PERMS = 0o777  # setuid, setgid and sticky bits are never recorded or restored
@@ -282,7 +287,11 @@ def _hash_small(root: str, f: Found, up: _Uploader, prev: FileEntry | None) -> d
             raise _Unstable(f.path)
     finally:
         os.close(fd)
-    h = digest(data)
+    return _small_entry(f, digest(data), data, up, prev)
+
+
+def _small_entry(f: Found, h: str, data: bytes, up: _Uploader, prev: FileEntry | None) -> dict[str, Any]:
+    """The entry of a small file read and hashed: its blob packed unless the store has it."""
     entry: dict[str, Any] = {"path": f.path, "type": "file", "size": len(data),
                              "mode": f.st.st_mode & PERMS, "hash": h, "mtime_ns": f.st.st_mtime_ns}
     if not data:
@@ -373,6 +382,7 @@ class _Folder:
     result: _Result | None = None
     quick: bool = False  # its files were vouched for by the listing's signature alone
     sig: bytes | None = None  # the listing's signature, kept with the rows when all are sound
+    queued: int = 0  # files sent to be hashed and not yet taken
 
 
 class _Walk:
@@ -406,12 +416,18 @@ class _Walk:
         self.hashed = 0
         self.queue: deque[_Folder] = deque()
         self.waiting = 0
+        self.queued = 0  # files sent to be hashed, in folders not finished yet
+        self.last = _Result(None, 0, 0, False)  # the folder finished last (the root, at the end)
         # Large files in parallel (reads and hashing of big buffers leave the interpreter lock);
         # small ones in one thread beside the walk: their cost is Python's, so more threads only
         # take turns with the lock (8 threads spent half the CPU time in the kernel doing that).
         workers = max(2, min(8, (os.cpu_count() or 2) * 2))
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="portable-hash")
         self.small_pool = ThreadPoolExecutor(1, thread_name_prefix="portable-hash-small")
+        # Once a run has many small files to read, they are read and hashed in other processes.
+        self.procs: ProcessPoolExecutor | None = None
+        self.procs_failed = (os.cpu_count() or 1) < 2
+        self.small_sent = 0
 
     # -- hashing -------------------------------------------------------------------------
 
@@ -436,6 +452,8 @@ class _Walk:
         self.progress.files_total += len(todo)
         self.progress.bytes_total += sum(f.st.st_size for f in todo)
         self.hashed += len(todo)
+        fr.queued += len(todo)
+        self.queued += len(todo)
         pairs = []
         for f in todo:
             prev = nodes.get(f.path.rpartition("/")[2]) if nodes else None
@@ -443,7 +461,50 @@ class _Walk:
         small = [p for p in pairs if p[0].st.st_size < SMALL_MAX]
         large = [p for p in pairs if p[0].st.st_size >= SMALL_MAX]
         fr.jobs += [self.pool.submit(self._hash_batch, [p]) for p in large]
-        fr.jobs += [self.small_pool.submit(self._hash_batch, small[i:i + BATCH]) for i in range(0, len(small), BATCH)]
+        self.small_sent += len(small)
+        procs = self._procs() if self.small_sent > PROCESS_MIN else None
+        for i in range(0, len(small), BATCH):
+            batch = small[i:i + BATCH]
+            if procs is not None:
+                try:
+                    sent = procs.submit(read_small, self.root,
+                                        [(f.path, f.st.st_size, f.st.st_mtime_ns) for f, _p in batch])
+                except (BrokenProcessPool, RuntimeError, OSError):
+                    procs = None
+                    self.procs_failed = True
+                else:
+                    fr.jobs.append(self.small_pool.submit(self._take_read, batch, sent))
+                    continue
+            fr.jobs.append(self.small_pool.submit(self._hash_batch, batch))
+
+    def _procs(self) -> ProcessPoolExecutor | None:
+        if self.procs is None and not self.procs_failed:
+            try:
+                self.procs = ProcessPoolExecutor(max(1, min(3, (os.cpu_count() or 2) - 1)),
+                                                 mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=die_with, initargs=(os.getpid(),))
+            except (OSError, ValueError, ImportError):
+                self.procs_failed = True  # no second process here: threads do it all
+        return self.procs
+
+    def _take_read(self, batch: list[tuple[Found, FileEntry | None]],
+                   sent: Future[list[tuple[str, bytes] | None]]) -> list[tuple[Found, Entry | None]]:
+        """Entries of a batch another process read and hashed (read here, should it have died)."""
+        try:
+            got = sent.result()
+        except BrokenProcessPool:
+            self.procs_failed = True
+            return self._hash_batch(batch)
+        out: list[tuple[Found, Entry | None]] = []
+        nbytes = 0
+        for (f, prev), read in zip(batch, got, strict=True):
+            if read is None:
+                out.append((f, None))
+            else:
+                out.append((f, _small_entry(f, read[0], read[1], self.up, prev)))
+                nbytes += len(read[1])
+        self.progress.add(files=len(batch), nbytes=nbytes)
+        return out
 
     # -- folders -------------------------------------------------------------------------
 
@@ -649,6 +710,7 @@ class _Walk:
         try:
             top = self.visit("", self.root, "", None)
             stack = [top]
+            done: deque[_Folder] = deque()  # walked (post-order), not finished yet
             while stack:
                 fr = stack[-1]
                 if fr.next_sub < len(fr.subdirs):
@@ -657,18 +719,39 @@ class _Walk:
                     stack.append(self.visit(f"{fr.rel}/{name}" if fr.rel else name, path, name, fr))
                     continue
                 stack.pop()
-                result = self.finish(fr)
-                if fr.parent is not None:
-                    fr.parent.children[fr.name] = result
-                self.drain()
-                if self.waiting > WAITING_MAX and self.up.pending():
-                    self.up.flush_now()
-                    self.drain()
+                done.append(fr)
+                self._settle(done, final=not stack)
             self.drain(force=True)
-            return result
+            return self.last
         finally:
             self.small_pool.shutdown(wait=True, cancel_futures=True)
             self.pool.shutdown(wait=True, cancel_futures=True)
+            if self.procs is not None:
+                self.procs.shutdown(wait=True, cancel_futures=True)
+
+    def _settle(self, done: deque[_Folder], *, final: bool) -> None:
+        """Finish walked folders, oldest first (children before their parent).
+
+        While other processes read the files, a folder is finished once its files are in,
+        and the walk lists the next folders meanwhile (up to LOOKAHEAD files queued), so
+        listing and reading overlap. Threads alone finish each folder at once: two threads
+        of Python taking turns with the interpreter lock are slower than one waiting."""
+        lookahead = LOOKAHEAD if self.procs is not None else 0
+        while done:
+            fr = done[0]
+            if not final and self.queued <= lookahead and not all(job.done() for job in fr.jobs):
+                return
+            done.popleft()
+            result = self.finish(fr)
+            self.queued -= fr.queued
+            fr.queued = 0
+            if fr.parent is not None:
+                fr.parent.children[fr.name] = result
+            self.last = result
+            self.drain()
+            if self.waiting > WAITING_MAX and self.up.pending():
+                self.up.flush_now()
+                self.drain()
 
 
 def _pending_by_folder(copy: WorkspaceCopy, version: int) -> dict[str, dict[str, FileEntry]]:

@@ -1,0 +1,96 @@
+"""Small files read and hashed in other processes (a large snapshot's path) publish exactly
+what the threads publish, see a file that changed while listed, and fall back to threads."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+import pytest
+from conftest import read_tree, write_tree
+
+from jupyter_portable import Workspace
+from jupyter_portable.engine import snapshot as snap
+from jupyter_portable.engine.hashproc import read_small
+from jupyter_portable.engine.scan import Found
+from jupyter_portable.store.repo import digest
+
+
+def _layout() -> dict[str, str]:
+    files = {f"d{i}/sub/f{j:03d}.txt": f"file {i} {j}\n" * (j + 1) for i in range(4) for j in range(50)}
+    files["d0/same-a.txt"] = files["d0/same-b.txt"] = "one blob twice\n"
+    files["empty.txt"] = ""
+    return files
+
+
+def _snapshot(tmp_path: Path, name: str) -> tuple[Path, Workspace]:
+    src = tmp_path / name
+    write_tree(src, _layout())
+    for dirpath, _dirs, names in os.walk(src):
+        for n in names:
+            os.utime(os.path.join(dirpath, n), (1_700_000_000, 1_700_000_000))
+    ws = Workspace.init(src, str(tmp_path / f"store-{name}"))
+    return src, ws
+
+
+def test_processes_publish_the_same_version_as_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _src_t, by_threads = _snapshot(tmp_path, "threads")
+    res_t = by_threads.snapshot(progress=None)
+    monkeypatch.setattr(snap, "PROCESS_MIN", 0)
+    spawned: list[object] = []
+    real = snap._Walk._procs
+
+    def watching(self: snap._Walk):  # type: ignore[no-untyped-def]
+        got = real(self)
+        spawned.append(got)
+        return got
+
+    monkeypatch.setattr(snap._Walk, "_procs", watching)
+    src_p, by_procs = _snapshot(tmp_path, "procs")
+    res_p = by_procs.snapshot(progress=None)
+    assert spawned and spawned[0] is not None, "the snapshot used other processes"
+    assert (res_p.files, res_p.bytes, res_p.hashed) == (res_t.files, res_t.bytes, res_t.hashed)
+    tree_t = by_threads.store.read_manifest(by_threads.workspace_id, 1).tree
+    tree_p = by_procs.store.read_manifest(by_procs.workspace_id, 1).tree
+    assert tree_p == tree_t, "the same trees, byte for byte"
+    out = tmp_path / "out"
+    Workspace.restore(str(tmp_path / "store-procs"), by_procs.workspace_id, out, progress=None)
+    assert read_tree(out) == read_tree(src_p)
+    assert not by_procs.snapshot(progress=None).changed
+
+
+def test_read_small_returns_nothing_for_a_file_that_moved_on(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_bytes(b"hello")
+    st = os.lstat(tmp_path / "a.txt")
+    got = read_small(str(tmp_path), [("a.txt", 5, st.st_mtime_ns), ("a.txt", 4, st.st_mtime_ns),
+                                     ("a.txt", 5, st.st_mtime_ns + 1), ("gone.txt", 3, 0)])
+    assert got == [(digest(b"hello"), b"hello"), None, None, None]
+    (tmp_path / "a.txt").write_bytes(b"hello, longer now")
+    os.utime(tmp_path / "a.txt", ns=(st.st_mtime_ns, st.st_mtime_ns))
+    assert read_small(str(tmp_path), [("a.txt", 5, st.st_mtime_ns)]) == [None], "a file that grew is seen"
+
+
+def test_a_dead_helper_process_leaves_the_batch_to_the_threads(tmp_path: Path) -> None:
+    src, ws = _snapshot(tmp_path, "src")
+    copy = ws.copy
+    from jupyter_portable.engine.progress import Progress
+    from jupyter_portable.engine.trees import BaseTree
+    from jupyter_portable.workdir.statcache import StatCache
+
+    with StatCache(copy.meta) as cache:
+        up = snap._Uploader(ws.store, 1, Progress("t"))
+        walk = snap._Walk(copy, ws.store, cache, False, BaseTree(ws.store, None), up, Progress("t"), 0, {})
+        try:
+            st = os.lstat(src / "empty.txt")
+            batch: list[tuple[Found, None]] = [(Found("empty.txt", st), None)]
+            dead: Future[list[tuple[str, bytes] | None]] = Future()
+            dead.set_exception(BrokenProcessPool("killed"))
+            out = walk._take_read(batch, dead)
+        finally:
+            walk.pool.shutdown()
+            walk.small_pool.shutdown()
+            up.pool.shutdown()
+    assert walk.procs_failed, "no more batches are sent to processes"
+    assert len(out) == 1 and out[0][1] is not None and out[0][1]["hash"] == digest(b"")
