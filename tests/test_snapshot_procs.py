@@ -94,3 +94,35 @@ def test_a_dead_helper_process_leaves_the_batch_to_the_threads(tmp_path: Path) -
             up.pool.shutdown()
     assert walk.procs_failed, "no more batches are sent to processes"
     assert len(out) == 1 and out[0][1] is not None and out[0][1]["hash"] == digest(b"")
+
+
+def test_verify_in_other_processes_reports_what_threads_report(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_portable.engine import verify as ver
+
+    src, ws = _snapshot(tmp_path, "src")
+    ws.snapshot(progress=None)
+    (src / "d1" / "sub" / "f007.txt").write_bytes(b"tampered, same length?")
+    (src / "d2" / "sub" / "f010.txt").unlink()
+    os.chmod(src / "d3" / "sub" / "f001.txt", 0o600)
+    (src / "d0" / "sub" / "f002.txt").write_bytes((src / "d0" / "sub" / "f002.txt").read_bytes()[::-1])
+    by_threads = ws.verify()
+    monkeypatch.setattr(ver, "PROCESS_MIN", 0)
+    used: list[object] = []
+    real = ver._Helpers.get
+
+    def watching(self: ver._Helpers, seen: int):  # type: ignore[no-untyped-def]
+        got = real(self, seen)
+        used.append(got)
+        return got
+
+    monkeypatch.setattr(ver._Helpers, "get", watching)
+    by_procs = ws.verify()
+    assert any(u is not None for u in used), "other processes checked files"
+    assert not by_procs.ok
+    assert by_procs.to_json() == by_threads.to_json()
+    reasons = {m["path"]: m["reason"] for m in by_procs.mismatches}
+    assert reasons["d2/sub/f010.txt"] == "missing"
+    assert reasons["d0/sub/f002.txt"] == "content differs (hash mismatch)"
+    assert reasons["d3/sub/f001.txt"].startswith("mode ")
+    assert "d1/sub/f007.txt" in reasons

@@ -1,4 +1,4 @@
-"""Small files read and hashed in a second process.
+"""Small files read and hashed in a second process (snapshot), or checked there (verify).
 
 A large snapshot's cost is Python's, per file: listing, reading, hashing, recording. In one
 process, threads take turns with one interpreter lock, so a cold snapshot of a million
@@ -12,11 +12,13 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import stat as statmod
 
-from jupyter_portable.store.repo import digest
+from jupyter_portable.store.repo import digest, hash_file
 
 _RDONLY = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 
+Check = tuple[str, int, str, int]  # (path under the root, size, hash, mode) of a regular file
 Item = tuple[str, int, int]  # (path under the root, size, mtime_ns) as the listing saw it
 
 
@@ -53,4 +55,37 @@ def read_small(root: str, items: list[Item]) -> list[tuple[str, bytes] | None]:
             out.append(None)
         else:
             out.append((digest(data), data))
+    return out
+
+
+def check_file(full: str, st: os.stat_result, size: int, h: str, mode: int) -> str | None:
+    """Why the regular file at ``full`` (lstat ``st``) is not the version's, or None."""
+    if not statmod.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_size != size:
+        return f"size {st.st_size} differs from {size}"
+    try:
+        if hash_file(full, size) != h:
+            return "content differs (hash mismatch)"
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+    if st.st_mode & 0o777 != mode & 0o777:
+        return f"mode {oct(st.st_mode & 0o777)} differs from {oct(mode & 0o777)}"
+    return None
+
+
+def check_files(root: str, items: list[Check]) -> list[str | None]:
+    """:func:`check_file` of each regular file of a version, looked up under ``root``."""
+    out: list[str | None] = []
+    for rel, size, h, mode in items:
+        full = os.path.join(root, rel)
+        try:
+            st = os.lstat(full)
+        except FileNotFoundError:
+            out.append("missing")
+            continue
+        except OSError as exc:
+            out.append(f"unreadable: {exc.strerror}")
+            continue
+        out.append(check_file(full, st, size, h, mode))
     return out

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import stat as statmod
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,11 +18,42 @@ from typing import Any
 from jupyter_portable.core.errors import ManifestError, PortableError, StoreError
 from jupyter_portable.core.manifest import FileEntry, Manifest
 from jupyter_portable.core.tree import Node, SubTree
+from jupyter_portable.engine.hashproc import check_file, check_files, die_with
 from jupyter_portable.engine.scan import Lister
 from jupyter_portable.engine.trees import node_name
-from jupyter_portable.store.repo import Store, digest, hash_file, manifests_prefix, parse_manifest_key
+from jupyter_portable.store.repo import Store, digest, manifests_prefix, parse_manifest_key
 
 LARGE_MIN = 1024 * 1024  # files at least this large are checked in parallel
+
+
+PROCESS_MIN = 20_000  # small files to check in one run before other processes check them
+
+
+class _Helpers:
+    """Processes that check small files once a verify has many (see engine.hashproc)."""
+
+    def __init__(self) -> None:
+        self.procs: ProcessPoolExecutor | None = None
+        self.failed = (os.cpu_count() or 1) < 2
+
+    def get(self, seen: int) -> ProcessPoolExecutor | None:
+        if seen <= PROCESS_MIN or self.failed:
+            return None
+        if self.procs is None:
+            try:
+                self.procs = ProcessPoolExecutor(max(1, min(3, (os.cpu_count() or 2) - 1)),
+                                                 mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=die_with, initargs=(os.getpid(),))
+            except (OSError, ValueError, ImportError):
+                self.failed = True
+        return self.procs
+
+    def __enter__(self) -> "_Helpers":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.procs is not None:
+            self.procs.shutdown(wait=True, cancel_futures=True)
 
 
 @dataclass
@@ -47,18 +80,7 @@ def _check_entry(root: Path, e: FileEntry) -> str | None:
             return "should be a symlink"
         got = os.readlink(full)
         return None if got == e.target else f"symlink points to {got!r}, expected {e.target!r}"
-    if not statmod.S_ISREG(st.st_mode):
-        return "not a regular file"
-    if st.st_size != e.size:
-        return f"size {st.st_size} differs from {e.size}"
-    try:
-        if hash_file(full, e.size) != e.hash:
-            return "content differs (hash mismatch)"
-    except OSError as exc:
-        return f"unreadable: {exc.strerror}"
-    if st.st_mode & 0o777 != e.mode & 0o777:
-        return f"mode {oct(st.st_mode & 0o777)} differs from {oct(e.mode & 0o777)}"
-    return None
+    return check_file(full, st, e.size, e.hash, e.mode)
 
 
 def _folders_of_flat(manifest: Manifest) -> dict[str, dict[str, Node]]:
@@ -91,7 +113,12 @@ def verify_dir(store: Store, manifest: Manifest, root: Path, pending: set[str] |
     def collect(limit: int) -> None:
         while len(checks) > limit:
             batch, fut = checks.popleft()
-            for e, reason in zip(batch, fut.result(), strict=True):
+            try:
+                reasons = fut.result()
+            except BrokenProcessPool:  # a helper died: check the batch here
+                helpers.failed = True
+                reasons = [_check_entry(root, e) for e in batch]
+            for e, reason in zip(batch, reasons, strict=True):
                 if reason:
                     mismatches.append({"path": e.path, "reason": reason})
 
@@ -105,7 +132,9 @@ def verify_dir(store: Store, manifest: Manifest, root: Path, pending: set[str] |
     # Large files in parallel (their reads and hashing leave the interpreter lock); small ones in
     # one thread beside the walk, whose cost is Python's: more threads only take turns with the
     # lock, and a 100,000-file verify took twice as long with four.
-    with ThreadPoolExecutor(4) as pool, ThreadPoolExecutor(1) as small_pool:
+    small_seen = 0
+    helpers = _Helpers()
+    with ThreadPoolExecutor(4) as pool, ThreadPoolExecutor(1) as small_pool, helpers:
         stack: list[tuple[str, str | None, str | None, int]] = [("", str(root), manifest.tree, 0)]
         while stack:
             rel, path, tree, depth = stack.pop()
@@ -125,8 +154,17 @@ def verify_dir(store: Store, manifest: Manifest, root: Path, pending: set[str] |
             for e in todo:
                 if e.size >= LARGE_MIN:
                     checks.append(([e], pool.submit(lambda b: [_check_entry(root, x) for x in b], [e])))
+            small_seen += len(small)
             for i in range(0, len(small), 64):
                 batch = small[i:i + 64]
+                procs = helpers.get(small_seen)
+                if procs is not None and all(e.target is None for e in batch):
+                    try:
+                        checks.append((batch, procs.submit(check_files, str(root),
+                                                           [(e.path, e.size, e.hash, e.mode) for e in batch])))
+                        continue
+                    except (BrokenProcessPool, RuntimeError, OSError):
+                        helpers.failed = True
                 checks.append((batch, small_pool.submit(lambda b: [_check_entry(root, x) for x in b], batch)))
             collect(32)
             disk_dirs: dict[str, str] = {}
