@@ -96,6 +96,28 @@ def cli() -> Cli:
     return Cli()
 
 
+def kill_worker_group(agent_json: Path) -> None:
+    """SIGKILL the process group of the worker agent that wrote ``agent_json``, if it still runs.
+
+    An agent.json outlives its agent, and on a busy machine its pid is soon another process's
+    (pid_max is 32768 here), often a group leader of another test (an sshd session, another
+    test's worker), which a blind ``killpg`` would kill. So the process must be a
+    jupyter_portable process leading its group, started before the file was written."""
+    try:
+        pid = int(json.loads(agent_json.read_text())["pid"])
+        written = agent_json.stat().st_mtime
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19])
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        started = boot + ticks / os.sysconf("SC_CLK_TCK")
+        if b"jupyter_portable" not in cmdline or os.getpgid(pid) != pid or started > written + 1.0:
+            return
+        os.killpg(pid, 9)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, StopIteration):
+        pass
+
+
 def write_tree(root: Path, files: dict[str, bytes | str]) -> None:
     for rel, data in files.items():
         p = root / rel

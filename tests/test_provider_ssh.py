@@ -8,8 +8,6 @@ provider itself knows nothing about tests.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -19,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import kill_worker_group
 from fakegpu import H100, install_fake_nvidia_smi
 from sshd import Sshd, keygen, running_sshd, unavailable
 
@@ -138,8 +137,7 @@ def provider(sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     for rec_dir in (tmp_path / "remote" / "allocations").glob("*"):
         agent = rec_dir / "agent.json"
         if agent.exists() and not (rec_dir / "stopped").exists():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(json.loads(agent.read_text())["pid"], signal.SIGKILL)
+            kill_worker_group(agent)
 
 
 def _alive(pid: int) -> bool:

@@ -6,15 +6,14 @@ shell syntax is refused before anything runs there (it used to run as a second c
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pwd
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import kill_worker_group
 from sshd import Sshd, running_sshd, unavailable
 
 from jupyter_portable.compute.base import Allocation, SshEndpoint
@@ -61,8 +60,7 @@ def no_workers_left(tmp_path: Path) -> Iterator[None]:
     for rec_dir in (tmp_path / "remote" / "allocations").glob("*"):
         agent = rec_dir / "agent.json"
         if agent.exists():
-            with contextlib.suppress(ProcessLookupError, PermissionError, ValueError, KeyError):
-                os.killpg(json.loads(agent.read_text())["pid"], signal.SIGKILL)
+            kill_worker_group(agent)
 
 
 def _probe(provider: SshProvider, tmp_path: Path) -> str:
