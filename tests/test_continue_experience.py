@@ -3,6 +3,7 @@ notice, and ``%workspace latest --load``'s loaders."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -92,9 +93,8 @@ def test_the_placeholder_answers_a_cell_at_once_with_the_no_machine_error_and_th
     client = placeholder
     info = client.kernel_info(reply=True, timeout=30)  # type: ignore[attr-defined]
     assert info["content"]["implementation"] == "portable-placeholder"
-    t0 = time.monotonic()
+    # answered, not held: a held cell never replies and execute_interactive raises TimeoutError
     reply = client.execute_interactive("import torch", timeout=30, output_hook=_collect)  # type: ignore[attr-defined]
-    assert time.monotonic() - t0 < 5
     assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "NoGPUMachine"
     text = "\n".join(_seen)
     assert "No GPU machine: press Continue in the portable sidebar" in text
@@ -229,6 +229,17 @@ async def _json(jp_fetch: Any, *path: str, **kw: Any) -> Any:
     return json.loads((await jp_fetch(*path, **kw)).body)
 
 
+async def _state_after(jp_fetch: Any, passing: str, timeout: float = 120) -> Any:
+    """The server's state once it has left ``passing`` (a state on the way), or at ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        state = await _json(jp_fetch, "portable", "api", "state")
+        if state["lifecycle"]["state"] != passing or loop.time() > deadline:
+            return state
+        await asyncio.sleep(0.2)
+
+
 def _machines() -> list[dict[str, Any]]:
     from jupyter_portable.compute.local import LocalMarket
 
@@ -254,7 +265,8 @@ async def test_opening_a_notebook_rents_nothing_and_start_runs_the_held_first_ce
     # Start: the notebook's Continue on the route it named; the kernel moves onto the machine
     await jp_fetch("portable", "api", "continue", method="POST", body=json.dumps({"route": routes["best"]}))
     await kernel.follow_restart(lambda: jp_ws_fetch("api", "kernels", kernel_id, "channels"), timeout=240)
-    state = await _json(jp_fetch, "portable", "api", "state")
+    # the kernel says "restarting" before the Continue has seen the restart through: ACTIVE follows
+    state = await _state_after(jp_fetch, "READY")
     assert state["lifecycle"]["state"] == "ACTIVE"
     machine = state["allocation"]["allocation_id"]
     assert [m["allocation_id"] for m in _machines()] == [machine]
