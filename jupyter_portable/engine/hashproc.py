@@ -10,9 +10,11 @@ returns each file's hash and bytes; everything else stays in the snapshot's proc
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
 import os
 import signal
 import stat as statmod
+from concurrent.futures import ProcessPoolExecutor
 
 from jupyter_portable.store.repo import digest, hash_file
 
@@ -36,21 +38,41 @@ def die_with(parent: int) -> None:
         os._exit(0)
 
 
+def helper_pool() -> ProcessPoolExecutor | None:
+    """Spawned processes (one fewer than the cores, at most three) that end with this one;
+    None where there is one core or no process can be started (the caller's threads then
+    do the work)."""
+    cores = os.cpu_count() or 1
+    if cores < 2:
+        return None
+    try:
+        return ProcessPoolExecutor(min(3, cores - 1), mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=die_with, initargs=(os.getpid(),))
+    except (OSError, ValueError, ImportError):
+        return None
+
+
+def read_whole(path: str, size: int) -> tuple[bytes, os.stat_result]:
+    """A small file's bytes, reading one byte past ``size`` (so a file that grew is seen), and
+    its fstat after the read, for the caller to compare with what its listing saw."""
+    # os.open/os.read: a file object's buffer and checks cost more than reading a small file
+    fd = os.open(path, _RDONLY)
+    try:
+        return os.read(fd, size + 1), os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
 def read_small(root: str, items: list[Item]) -> list[tuple[str, bytes] | None]:
     """Each file's ``(hash, bytes)``, or None when it is gone or no longer what the listing saw
     (another size or mtime: changed while read). Any other error is raised, as in the walk."""
     out: list[tuple[str, bytes] | None] = []
     for rel, size, mtime_ns in items:
         try:
-            fd = os.open(os.path.join(root, rel), _RDONLY)
+            data, st = read_whole(os.path.join(root, rel), size)
         except FileNotFoundError:
             out.append(None)
             continue
-        try:
-            data = os.read(fd, size + 1)  # one byte more: a file that grew is seen
-            st = os.fstat(fd)
-        finally:
-            os.close(fd)
         if len(data) != size or st.st_size != size or st.st_mtime_ns != mtime_ns:
             out.append(None)
         else:

@@ -7,7 +7,6 @@ is not published this time; its previous version (if any) stays.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sqlite3
 import threading
@@ -25,7 +24,7 @@ from jupyter_portable.core.errors import ConflictError, FencedError, PortableErr
 from jupyter_portable.core.manifest import FileEntry, Manifest, PackIndex, PackRef, ParentRef
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.core.tree import MAX_DEPTH, Node, encode_tree, node_json
-from jupyter_portable.engine.hashproc import die_with, read_small
+from jupyter_portable.engine.hashproc import helper_pool, read_small, read_whole
 from jupyter_portable.engine.progress import Progress, human_bytes
 from jupyter_portable.engine.scan import IGNORE_FILE, Found, Lister
 from jupyter_portable.engine.trees import BaseTree, as_tree, iter_under, replace_at, write_trees
@@ -44,7 +43,6 @@ TREE_BATCH = 256  # tree objects written (and fsynced) together
 PACKED_KEEP = 100_000  # pack refs of this run kept for deduplication
 LOOKAHEAD = 8_192  # files queued for other processes before the walk waits for the oldest folder
 WAITING_MAX = 20_000  # entries of folders waiting for their pack refs before a pack is formed early
-_RDONLY = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 PERMS = 0o777  # setuid, setgid and sticky bits are never recorded or restored
 
 
@@ -279,14 +277,9 @@ def _pack_json(ref: PackRef) -> dict[str, Any]:
 
 
 def _hash_small(root: str, f: Found, up: _Uploader, prev: FileEntry | None) -> dict[str, Any]:
-    # os.open/os.read: a file object's buffer and checks cost more than reading a small file
-    fd = os.open(os.path.join(root, f.path), _RDONLY)
-    try:
-        data = os.read(fd, f.st.st_size + 1)  # one byte more: a file that grew is seen
-        if len(data) != f.st.st_size or not _same(f.st, os.fstat(fd)):
-            raise _Unstable(f.path)
-    finally:
-        os.close(fd)
+    data, fst = read_whole(os.path.join(root, f.path), f.st.st_size)
+    if len(data) != f.st.st_size or not _same(f.st, fst):
+        raise _Unstable(f.path)
     return _small_entry(f, digest(data), data, up, prev)
 
 
@@ -479,12 +472,8 @@ class _Walk:
 
     def _procs(self) -> ProcessPoolExecutor | None:
         if self.procs is None and not self.procs_failed:
-            try:
-                self.procs = ProcessPoolExecutor(max(1, min(3, (os.cpu_count() or 2) - 1)),
-                                                 mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=die_with, initargs=(os.getpid(),))
-            except (OSError, ValueError, ImportError):
-                self.procs_failed = True  # no second process here: threads do it all
+            self.procs = helper_pool()
+            self.procs_failed = self.procs is None  # no second process here: threads do it all
         return self.procs
 
     def _take_read(self, batch: list[tuple[Found, FileEntry | None]],

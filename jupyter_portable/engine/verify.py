@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import random
 import stat as statmod
@@ -18,7 +17,7 @@ from typing import Any
 from jupyter_portable.core.errors import ManifestError, PortableError, StoreError
 from jupyter_portable.core.manifest import FileEntry, Manifest
 from jupyter_portable.core.tree import Node, SubTree
-from jupyter_portable.engine.hashproc import check_file, check_files, die_with
+from jupyter_portable.engine.hashproc import check_file, check_files, helper_pool
 from jupyter_portable.engine.scan import Lister
 from jupyter_portable.engine.trees import node_name
 from jupyter_portable.store.repo import Store, digest, manifests_prefix, parse_manifest_key
@@ -40,12 +39,8 @@ class _Helpers:
         if seen <= PROCESS_MIN or self.failed:
             return None
         if self.procs is None:
-            try:
-                self.procs = ProcessPoolExecutor(max(1, min(3, (os.cpu_count() or 2) - 1)),
-                                                 mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=die_with, initargs=(os.getpid(),))
-            except (OSError, ValueError, ImportError):
-                self.failed = True
+            self.procs = helper_pool()
+            self.failed = self.procs is None
         return self.procs
 
     def __enter__(self) -> "_Helpers":
