@@ -10,6 +10,7 @@ In a notebook: ``%load_ext jupyter_portable`` adds ``%workspace``. In Python::
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 from typing import Any as _Any
 
 from jupyter_portable.core.errors import (
@@ -23,12 +24,26 @@ from jupyter_portable.core.errors import (
     UsageError,
 )
 from jupyter_portable.core.records import CheckpointRecord
-from jupyter_portable.engine.workspace import Workspace
+
+if TYPE_CHECKING:
+    from jupyter_portable.engine.workspace import Workspace
+
+
+def __getattr__(name: str) -> _Any:
+    # Workspace is imported on first use: a helper process the engine spawns imports this
+    # package first, and needs none of it
+    if name == "Workspace":
+        from jupyter_portable.engine.workspace import Workspace
+
+        return Workspace
+    raise AttributeError(f"module 'jupyter_portable' has no attribute {name!r}")
 
 __version__ = "0.1.0"
 
 
 def _here() -> Workspace:
+    from jupyter_portable.engine.workspace import Workspace
+
     return Workspace.find(os.getcwd())
 
 

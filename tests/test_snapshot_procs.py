@@ -126,3 +126,62 @@ def test_verify_in_other_processes_reports_what_threads_report(tmp_path: Path,
     assert reasons["d0/sub/f002.txt"] == "content differs (hash mismatch)"
     assert reasons["d3/sub/f001.txt"].startswith("mode ")
     assert "d1/sub/f007.txt" in reasons
+
+
+def test_folders_statted_ahead_by_another_process_see_each_change(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    src, ws = _snapshot(tmp_path, "src")
+    first = ws.snapshot(progress=None)
+    monkeypatch.setattr(snap, "AHEAD_MIN", 0)
+    monkeypatch.setattr(snap, "AHEAD_CHUNK", 20)  # a batch per folder or two
+    taken: list[tuple[str, bool]] = []
+    real = snap._Ahead.take
+
+    def watching(self: snap._Ahead, rel: str):  # type: ignore[no-untyped-def]
+        got = real(self, rel)
+        taken.append((rel, got[0]))
+        return got
+
+    monkeypatch.setattr(snap._Ahead, "take", watching)
+    assert not ws.snapshot(progress=None).changed
+    assert taken, "the walk asked the look-ahead"
+    # the far end of the walk was statted by the other process (the walk met it there)
+    for _ in range(20):
+        taken.clear()
+        assert not ws.snapshot(progress=None).changed
+        if any(by_helper for _rel, by_helper in taken):
+            break
+    assert any(by_helper for _rel, by_helper in taken), taken
+    # a change anywhere is seen, in a folder of either end
+    (src / "d0/sub/f001.txt").write_text("changed at the near end\n")
+    (src / "d3/sub/f049.txt").write_text("changed at the far end, same size?\n")
+    os.unlink(src / "d2/sub/f010.txt")
+    res = ws.snapshot(progress=None)
+    assert res.changed and res.version == first.version + 1 and res.files == first.files - 1
+    out = tmp_path / "out"
+    Workspace.restore(str(tmp_path / "store-src"), ws.workspace_id, out, progress=None)
+    assert read_tree(out) == read_tree(src)
+
+
+def test_quick_folders_refuses_other_ignore_rules_and_reports_a_gone_folder(tmp_path: Path) -> None:
+    from jupyter_portable.engine.hashproc import quick_folders
+    from jupyter_portable.engine.scan import Lister
+
+    write_tree(tmp_path, {"a/x.txt": "x", "a/b/y.txt": "y"})
+    lister = Lister(tmp_path)
+    got = quick_folders(str(tmp_path), lister.salt, ["a", "gone"])
+    assert got is not None and got[0] == lister.quick("a", str(tmp_path / "a")) and got[1] is None
+    assert quick_folders(str(tmp_path), b"another salt", ["a"]) is None
+
+
+def test_the_stat_cache_lists_signed_folders_in_walk_order_with_their_own_files(tmp_path: Path) -> None:
+    src, ws = _snapshot(tmp_path, "src")
+    ws.snapshot(progress=None)
+    from jupyter_portable.workdir.statcache import StatCache
+
+    with StatCache(ws.copy.meta) as cache:
+        folders = cache.signed_folders()
+    paths = [p for p, _n in folders]
+    assert paths == sorted(paths, key=lambda p: p.split("/")) and paths[0] == ""
+    own = dict(folders)
+    assert own["d1/sub"] == 50 and own["d0"] == 2 and own["d1"] == 0 and own[""] == 1

@@ -15,13 +15,16 @@ import os
 import signal
 import stat as statmod
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
+from jupyter_portable.engine.scan import Lister
 from jupyter_portable.store.repo import digest, hash_file
 
 _RDONLY = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 
 Check = tuple[str, int, str, int]  # (path under the root, size, hash, mode) of a regular file
 Item = tuple[str, int, int]  # (path under the root, size, mtime_ns) as the listing saw it
+Quick = tuple[bytes, list[tuple[str, str]]] | None  # Lister.quick of one folder
 
 
 _PR_SET_PDEATHSIG = 1
@@ -111,3 +114,17 @@ def check_files(root: str, items: list[Check]) -> list[str | None]:
             continue
         out.append(check_file(full, st, size, h, mode))
     return out
+
+
+_listers: dict[str, Lister] = {}
+
+
+def quick_folders(root: str, salt: bytes, folders: list[str]) -> list[Quick] | None:
+    """:meth:`Lister.quick` of each folder (a path under ``root``), or None when this
+    process reads other ignore rules than the walk's (``salt``): they changed meanwhile."""
+    lister = _listers.get(root)
+    if lister is None or lister.salt != salt:
+        lister = _listers[root] = Lister(Path(root), warn=False)
+        if lister.salt != salt:
+            return None
+    return [lister.quick(rel, os.path.join(root, rel) if rel else root) for rel in folders]

@@ -13,7 +13,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +24,7 @@ from jupyter_portable.core.errors import ConflictError, FencedError, PortableErr
 from jupyter_portable.core.manifest import FileEntry, Manifest, PackIndex, PackRef, ParentRef
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.core.tree import MAX_DEPTH, Node, encode_tree, node_json
-from jupyter_portable.engine.hashproc import helper_pool, read_small, read_whole
+from jupyter_portable.engine.hashproc import Quick, helper_pool, quick_folders, read_small, read_whole
 from jupyter_portable.engine.progress import Progress, human_bytes
 from jupyter_portable.engine.scan import IGNORE_FILE, Found, Lister
 from jupyter_portable.engine.trees import BaseTree, as_tree, iter_under, replace_at, write_trees
@@ -41,6 +41,8 @@ BATCH = 64  # small files per hashing task
 PROCESS_MIN = 20_000  # small files to read in one run before other processes read them
 TREE_BATCH = 256  # tree objects written (and fsynced) together
 PACKED_KEEP = 100_000  # pack refs of this run kept for deduplication
+AHEAD_MIN = 100_000  # files in the last snapshot before another process stats folders ahead of the walk
+AHEAD_CHUNK = 2_000  # files per batch of folders it stats
 LOOKAHEAD = 8_192  # files queued for other processes before the walk waits for the oldest folder
 WAITING_MAX = 20_000  # entries of folders waiting for their pack refs before a pack is formed early
 PERMS = 0o777  # setuid, setgid and sticky bits are never recorded or restored
@@ -378,6 +380,49 @@ class _Folder:
     queued: int = 0  # files sent to be hashed and not yet taken
 
 
+class _Ahead:
+    """Quick signatures of the last snapshot's folders, taken by other processes from the
+    far end of the walk while the walk takes them itself from the near end, so that a
+    snapshot of a large workspace that changed little (one lstat per file) uses two cores.
+
+    A batch the walk reaches before any process took it is cancelled and done in the walk.
+    A signature taken early is no different from one taken at the visit: either way, a file
+    written after its folder was looked at waits for the next snapshot."""
+
+    def __init__(self, procs: ProcessPoolExecutor, root: str, salt: bytes, folders: list[tuple[str, int]]) -> None:
+        self.at: dict[str, tuple[int, int]] = {}
+        batches: list[list[str]] = [[]]
+        files = 0
+        for rel, n in folders:
+            if files >= AHEAD_CHUNK:
+                batches.append([])
+                files = 0
+            self.at[rel] = (len(batches) - 1, len(batches[-1]))
+            batches[-1].append(rel)
+            files += n + 1
+        self.jobs: list[Future[list[Quick] | None] | None] = [None] * len(batches)
+        for i in reversed(range(len(batches))):
+            self.jobs[i] = procs.submit(quick_folders, root, salt, batches[i])
+
+    def take(self, rel: str) -> tuple[bool, Quick]:
+        """``(True, quick)`` where another process looked at the folder, else ``(False, None)``."""
+        at = self.at.pop(rel, None)
+        if at is None:
+            return False, None
+        job = self.jobs[at[0]]
+        if job is None:
+            return False, None
+        if job.cancel():
+            self.jobs[at[0]] = None
+            return False, None
+        try:
+            got = job.result()
+        except (BrokenProcessPool, CancelledError):
+            self.jobs[at[0]] = None
+            return False, None
+        return (True, got[at[1]]) if got is not None else (False, None)
+
+
 class _Walk:
     """One snapshot's walk: folders listed one at a time, changed files hashed in a pool,
     each changed folder's tree written once its new blobs are in packs (post-order), and the
@@ -421,6 +466,7 @@ class _Walk:
         self.procs: ProcessPoolExecutor | None = None
         self.procs_failed = (os.cpu_count() or 1) < 2
         self.small_sent = 0
+        self.ahead: _Ahead | None = None
 
     # -- hashing -------------------------------------------------------------------------
 
@@ -514,7 +560,7 @@ class _Walk:
         if (self.usable and cache_id is not None and cached is not None and cached[0] is not None
                 and rel not in self.pending_dirs and rel not in self.pending):
             want = self.cache.sig(cache_id)
-            quick = self.lister.quick(rel, abs_dir) if want is not None else None
+            quick = self._quick(rel, abs_dir) if want is not None else None
             if quick is not None and quick[0] == want:
                 # Every file's name and lstat as when the folder's rows were written: none is
                 # looked at one by one unless a subfolder changed (see finish).
@@ -525,6 +571,28 @@ class _Walk:
         fr = _Folder(rel, abs_dir, name, depth, parent, cache_id, cached, {}, [])
         self._list(fr)
         return fr
+
+    def _quick(self, rel: str, abs_dir: str) -> Quick:
+        if self.ahead is not None:
+            taken, quick = self.ahead.take(rel)
+            if taken:
+                return quick
+        return self.lister.quick(rel, abs_dir)
+
+    def _look_ahead(self) -> None:
+        """Other processes stat the last snapshot's folders from the far end (see _Ahead)."""
+        if not self.usable or self.pending:
+            return
+        top = self.cache.folder(ROOT)
+        if top is None or top[1] < AHEAD_MIN:
+            return
+        procs = self._procs()
+        if procs is None:
+            return
+        try:
+            self.ahead = _Ahead(procs, self.root, self.lister.salt, self.cache.signed_folders())
+        except (BrokenProcessPool, RuntimeError, OSError):
+            self.ahead = None
 
     def _list(self, fr: _Folder) -> None:
         """List the folder with care: compare each file with its row, hash what changed."""
@@ -697,6 +765,7 @@ class _Walk:
 
     def run(self) -> _Result:
         try:
+            self._look_ahead()
             top = self.visit("", self.root, "", None)
             stack = [top]
             done: deque[_Folder] = deque()  # walked (post-order), not finished yet
@@ -725,7 +794,7 @@ class _Walk:
         and the walk lists the next folders meanwhile (up to LOOKAHEAD files queued), so
         listing and reading overlap. Threads alone finish each folder at once: two threads
         of Python taking turns with the interpreter lock are slower than one waiting."""
-        lookahead = LOOKAHEAD if self.procs is not None else 0
+        lookahead = LOOKAHEAD if self.procs is not None and self.small_sent > PROCESS_MIN else 0
         while done:
             fr = done[0]
             if not final and self.queued <= lookahead and not all(job.done() for job in fr.jobs):

@@ -278,6 +278,37 @@ class StatCache:
             return None
         return BlobReader(self.path)
 
+    def signed_folders(self) -> list[tuple[str, int]]:
+        """``(path, files)`` of each folder whose listing signature is kept ('' for the root;
+        ``files``: those directly in it), in the order a walk meets them: each folder before
+        its subfolders, names sorted. A folder whose path cannot be rebuilt is left out."""
+        rows = self._db.execute("SELECT id, parent, name, files, sig IS NOT NULL FROM dirs").fetchall()
+        by_id = {i: (parent, name, files or 0, signed) for i, parent, name, files, signed in rows}
+        direct = {i: v[2] for i, v in by_id.items()}
+        for i, (parent, _name, files, _s) in by_id.items():
+            if i != ROOT and parent in direct:
+                direct[parent] -= files  # ``files`` counts the whole subtree
+        paths: dict[int, str | None] = {ROOT: ""}
+
+        def path(i: int) -> str | None:
+            chain: list[int] = []
+            while i not in paths:
+                if i not in by_id or len(chain) > len(by_id):
+                    for j in chain:
+                        paths[j] = None  # no root above it (or a loop): never walked from here
+                    return None
+                chain.append(i)
+                i = by_id[i][0]
+            at = paths[i]
+            for j in reversed(chain):
+                at = None if at is None else (f"{at}/{by_id[j][1]}" if at else by_id[j][1])
+                paths[j] = at
+            return at
+
+        out = [(p, max(0, direct[i])) for i, v in by_id.items() if v[3] and (p := path(i)) is not None]
+        out.sort(key=lambda pf: pf[0].split("/"))
+        return out
+
     def count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM files").fetchone()[0])
 
