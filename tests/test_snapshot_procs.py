@@ -185,3 +185,31 @@ def test_the_stat_cache_lists_signed_folders_in_walk_order_with_their_own_files(
     assert paths == sorted(paths, key=lambda p: p.split("/")) and paths[0] == ""
     own = dict(folders)
     assert own["d1/sub"] == 50 and own["d0"] == 2 and own["d1"] == 0 and own[""] == 1
+
+
+@pytest.mark.timeout(120)
+def test_a_look_ahead_whose_helper_died_leaves_every_folder_to_the_walk(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    from jupyter_portable.engine.hashproc import helper_pool
+    from jupyter_portable.engine.scan import Lister
+
+    write_tree(tmp_path, {f"d{i:02d}/f.txt": str(i) for i in range(40)})
+    folders = [("", 0)] + [(f"d{i:02d}", 1) for i in range(40)]
+    monkeypatch.setattr(snap, "AHEAD_CHUNK", 1)  # a batch per folder
+    lister = Lister(tmp_path)
+    procs = helper_pool()
+    if procs is None:
+        pytest.skip("one core: no helper processes here")
+    try:
+        ahead = snap._Ahead(procs, str(tmp_path), lister.salt, folders)
+        assert len(ahead.sent) == snap.AHEAD_IN_FLIGHT
+        ahead.sent[0].result(timeout=60)  # the helper is up and answered the far end
+        assert ahead.take("d39") == (True, lister.quick("d39", str(tmp_path / "d39")))
+        for pid in list(procs._processes):  # the helper dies (OOM killer, say)
+            os.kill(pid, signal.SIGKILL)
+        taken = [ahead.take(rel) for rel, _n in folders if rel != "d39"]
+        assert ahead.broken and all(t == (False, None) for t in taken[:30]), taken
+    finally:
+        procs.shutdown(wait=True, cancel_futures=True)

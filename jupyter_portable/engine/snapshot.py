@@ -13,7 +13,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from concurrent.futures import CancelledError, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +43,7 @@ TREE_BATCH = 256  # tree objects written (and fsynced) together
 PACKED_KEEP = 100_000  # pack refs of this run kept for deduplication
 AHEAD_MIN = 100_000  # files in the last snapshot before another process stats folders ahead of the walk
 AHEAD_CHUNK = 2_000  # files per batch of folders it stats
+AHEAD_IN_FLIGHT = 4  # batches sent to it at a time
 LOOKAHEAD = 8_192  # files queued for other processes before the walk waits for the oldest folder
 WAITING_MAX = 20_000  # entries of folders waiting for their pack refs before a pack is formed early
 PERMS = 0o777  # setuid, setgid and sticky bits are never recorded or restored
@@ -385,41 +386,59 @@ class _Ahead:
     far end of the walk while the walk takes them itself from the near end, so that a
     snapshot of a large workspace that changed little (one lstat per file) uses two cores.
 
-    A batch the walk reaches before any process took it is cancelled and done in the walk.
-    A signature taken early is no different from one taken at the visit: either way, a file
+    Only AHEAD_IN_FLIGHT batches are sent at a time, each beyond the walk's position; once
+    the far end reaches the walk no more are sent. So nothing is cancelled (in CPython 3.11
+    a cancelled job can keep a pool from reporting a dead helper) and the files a snapshot
+    hands the same processes to read never wait behind more than a few batches. A
+    signature taken early is no different from one taken at the visit: either way, a file
     written after its folder was looked at waits for the next snapshot."""
 
     def __init__(self, procs: ProcessPoolExecutor, root: str, salt: bytes, folders: list[tuple[str, int]]) -> None:
+        self.procs, self.root, self.salt = procs, root, salt
         self.at: dict[str, tuple[int, int]] = {}
-        batches: list[list[str]] = [[]]
+        self.batches: list[list[str]] = [[]]
         files = 0
         for rel, n in folders:
             if files >= AHEAD_CHUNK:
-                batches.append([])
+                self.batches.append([])
                 files = 0
-            self.at[rel] = (len(batches) - 1, len(batches[-1]))
-            batches[-1].append(rel)
+            self.at[rel] = (len(self.batches) - 1, len(self.batches[-1]))
+            self.batches[-1].append(rel)
             files += n + 1
-        self.jobs: list[Future[list[Quick] | None] | None] = [None] * len(batches)
-        for i in reversed(range(len(batches))):
-            self.jobs[i] = procs.submit(quick_folders, root, salt, batches[i])
+        self.jobs: dict[int, Future[list[Quick] | None]] = {}
+        self.far = len(self.batches) - 1  # the next batch to send
+        self.near = 0  # the batch of the walk's last folder
+        self.sent: deque[Future[list[Quick] | None]] = deque()
+        self.broken = False
+        self._send()
+
+    def _send(self) -> None:
+        while self.sent and self.sent[0].done():
+            self.sent.popleft()
+        while not self.broken and len(self.sent) < AHEAD_IN_FLIGHT and self.far > self.near:
+            try:
+                job = self.procs.submit(quick_folders, self.root, self.salt, self.batches[self.far])
+            except (BrokenProcessPool, RuntimeError, OSError):
+                self.broken = True
+                return
+            self.jobs[self.far] = job
+            self.sent.append(job)
+            self.far -= 1
 
     def take(self, rel: str) -> tuple[bool, Quick]:
         """``(True, quick)`` where another process looked at the folder, else ``(False, None)``."""
         at = self.at.pop(rel, None)
         if at is None:
             return False, None
-        job = self.jobs[at[0]]
-        if job is None:
-            return False, None
-        if job.cancel():
-            self.jobs[at[0]] = None
-            return False, None
-        try:
-            got = job.result()
-        except (BrokenProcessPool, CancelledError):
-            self.jobs[at[0]] = None
-            return False, None
+        self.near = max(self.near, at[0])
+        job = self.jobs.get(at[0])
+        got: list[Quick] | None = None
+        if job is not None and not self.broken:
+            try:
+                got = job.result()
+            except BrokenProcessPool:
+                self.broken = True
+        self._send()
         return (True, got[at[1]]) if got is not None else (False, None)
 
 
