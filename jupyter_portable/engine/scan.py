@@ -225,6 +225,31 @@ class Lister:
             out.sig = _signature(self.salt, names, stats)
         return out
 
+    def names(self, rel_dir: str, abs_dir: str) -> tuple[_Names, _Dirs] | None:
+        """The names of the folder's regular files and its subfolders that the ignore rules
+        keep, from the listing's entry types alone (no stat where the filesystem gives the
+        type); None where :meth:`list` must look (a link, a special file, an odd name, an
+        error). The files are those :meth:`list` would find."""
+        names: _Names = []
+        dirs: _Dirs = []
+        prefix = f"{rel_dir}/" if rel_dir else ""
+        match = self.match
+        try:
+            with os.scandir(abs_dir) as it:
+                for entry in it:
+                    name = entry.name
+                    if entry.is_dir(follow_symlinks=False):
+                        if (rel_dir or name != ".portable") and not match(f"{prefix}{name}/"):
+                            dirs.append((name, entry.path))
+                    elif entry.is_file(follow_symlinks=False) and "\\" not in name:
+                        if not match(prefix + name):
+                            names.append(name)
+                    else:
+                        return None
+        except OSError:
+            return None
+        return names, dirs
+
     def quick(self, rel_dir: str, abs_dir: str) -> tuple[bytes, _Dirs] | None:
         """The folder's signature (every regular file's name and lstat, ignored ones too, and the
         ignore rules) and its subfolders, with one stat per file and nothing else; None where

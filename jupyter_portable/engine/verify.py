@@ -134,7 +134,9 @@ def verify_dir(store: Store, manifest: Manifest, root: Path, pending: set[str] |
         while stack:
             rel, path, tree, depth = stack.pop()
             nodes = nodes_of(rel, tree, depth) if (tree is not None or flat is not None) else {}
-            listing = lister.list(rel, path) if path is not None else None
+            # the names alone where that is enough (no stat: each file is looked at once, below)
+            quick = lister.names(rel, path) if path is not None else None
+            listing = lister.list(rel, path) if path is not None and quick is None else None
             todo: list[FileEntry] = []
             for node in nodes.values():
                 if isinstance(node, SubTree):
@@ -162,17 +164,17 @@ def verify_dir(store: Store, manifest: Manifest, root: Path, pending: set[str] |
                         helpers.failed = True
                 checks.append((batch, small_pool.submit(lambda b: [_check_entry(root, x) for x in b], batch)))
             collect(32)
-            disk_dirs: dict[str, str] = {}
-            if listing is not None:
-                for f in listing.files:
-                    fname = f.path.rpartition("/")[2]
-                    if not isinstance(nodes.get(fname), FileEntry):
-                        mismatches.append({"path": f.path, "reason": f"not in version {manifest.version}"})
-                disk_dirs = dict(listing.dirs)
-            for name in sorted(disk_dirs.keys() | {n for n, x in nodes.items() if isinstance(x, SubTree)},
+            disk_files, disk_dirs = quick if quick is not None else (
+                ([f.path.rpartition("/")[2] for f in listing.files], listing.dirs) if listing is not None else ([], []))
+            for fname in disk_files:
+                if not isinstance(nodes.get(fname), FileEntry):
+                    fpath = f"{rel}/{fname}" if rel else fname
+                    mismatches.append({"path": fpath, "reason": f"not in version {manifest.version}"})
+            dir_paths = dict(disk_dirs)
+            for name in sorted(dir_paths.keys() | {n for n, x in nodes.items() if isinstance(x, SubTree)},
                                reverse=True):
                 sub = nodes.get(name)
-                stack.append((f"{rel}/{name}" if rel else name, disk_dirs.get(name),
+                stack.append((f"{rel}/{name}" if rel else name, dir_paths.get(name),
                               sub.tree if isinstance(sub, SubTree) else None, depth + 1))
         collect(0)
     missing = _missing_objects(store, set(by_object))
