@@ -225,36 +225,12 @@ class Lister:
             out.sig = _signature(self.salt, names, stats)
         return out
 
-    def names(self, rel_dir: str, abs_dir: str) -> tuple[_Names, _Dirs] | None:
-        """The names of the folder's regular files and its subfolders that the ignore rules
-        keep, from the listing's entry types alone (no stat where the filesystem gives the
-        type); None where :meth:`list` must look (a link, a special file, an odd name, an
-        error). The files are those :meth:`list` would find."""
-        names: _Names = []
-        dirs: _Dirs = []
-        prefix = f"{rel_dir}/" if rel_dir else ""
-        match = self.match
-        try:
-            with os.scandir(abs_dir) as it:
-                for entry in it:
-                    name = entry.name
-                    if entry.is_dir(follow_symlinks=False):
-                        if (rel_dir or name != ".portable") and not match(f"{prefix}{name}/"):
-                            dirs.append((name, entry.path))
-                    elif entry.is_file(follow_symlinks=False) and "\\" not in name:
-                        if not match(prefix + name):
-                            names.append(name)
-                    else:
-                        return None
-        except OSError:
-            return None
-        return names, dirs
-
-    def quick(self, rel_dir: str, abs_dir: str) -> tuple[bytes, _Dirs] | None:
-        """The folder's signature (every regular file's name and lstat, ignored ones too, and the
-        ignore rules) and its subfolders, with one stat per file and nothing else; None where
-        :meth:`list` must look (a link, a special file, an odd name, an error). Equal to the
-        ``sig`` of a :meth:`list` of the same folder while nothing in it changes."""
+    def _plain(self, rel_dir: str, abs_dir: str, stat: bool) -> tuple[_Names, _Ints, _Dirs] | None:
+        """A folder of regular files and folders alone: every file's name (ignored ones too)
+        with, where ``stat``, its (size, mtime, ctime, inode), and the subfolders the ignore
+        rules keep; None where :meth:`list` must look (a link, a special file, an odd name,
+        an error). Without ``stat`` the listing's entry types decide, with no system call
+        where the filesystem gives them."""
         names: _Names = []
         stats: _Ints = []
         dirs: _Dirs = []
@@ -266,17 +242,41 @@ class Lister:
                     if entry.is_dir(follow_symlinks=False):
                         dirs.append((name, entry.path))
                         continue
-                    st = entry.stat(follow_symlinks=False)
-                    if not isreg(st.st_mode) or "\\" in name:
+                    if "\\" in name:
+                        return None
+                    if stat:
+                        st = entry.stat(follow_symlinks=False)
+                        if not isreg(st.st_mode):
+                            return None
+                        stats += (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                    elif not entry.is_file(follow_symlinks=False):
                         return None
                     names.append(name)
-                    stats += (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
         except OSError:
             return None
         prefix = f"{rel_dir}/" if rel_dir else ""
         match = self.match
         subdirs = [(n, p) for n, p in dirs if (rel_dir or n != ".portable") and not match(f"{prefix}{n}/")]
-        return _signature(self.salt, names, stats), subdirs
+        return names, stats, subdirs
+
+    def names(self, rel_dir: str, abs_dir: str) -> tuple[_Names, _Dirs] | None:
+        """The names of the folder's regular files that the ignore rules keep (those
+        :meth:`list` would find) and its subfolders, with no stat; None where :meth:`list`
+        must look."""
+        got = self._plain(rel_dir, abs_dir, False)
+        if got is None:
+            return None
+        prefix = f"{rel_dir}/" if rel_dir else ""
+        match = self.match
+        return [n for n in got[0] if not match(prefix + n)], got[2]
+
+    def quick(self, rel_dir: str, abs_dir: str) -> tuple[bytes, _Dirs] | None:
+        """The folder's signature (every regular file's name and lstat, ignored ones too, and the
+        ignore rules) and its subfolders, with one stat per file and nothing else; None where
+        :meth:`list` must look (a link, a special file, an odd name, an error). Equal to the
+        ``sig`` of a :meth:`list` of the same folder while nothing in it changes."""
+        got = self._plain(rel_dir, abs_dir, True)
+        return None if got is None else (_signature(self.salt, got[0], got[1]), got[2])
 
 
 def scan(root: Path, *, warn: bool = True, strict: bool = True) -> Scan:
