@@ -8,7 +8,7 @@ import shutil
 import sqlite3
 import stat as statmod
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -268,19 +268,33 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
                 got = ids[folder] = cache.ensure_dir(folder_id(parent), name)
             return got
 
-        def place(batch: list[FileEntry]) -> None:
+        def write(batch: list[FileEntry]) -> tuple[int, list[Key]]:
+            """The batch's files written (in another thread), and each one's stat key."""
+            n = materialize(store, manifest, dest, batch, progress, placer=placer, links_out=links)
+            return n, [stat_key(os.stat(os.path.join(dest, e.path))) if e.target is None else None for e in batch]
+
+        def record(batch: list[FileEntry], done: Future[tuple[int, list[Key]]]) -> None:
             nonlocal fetched
-            fetched += materialize(store, manifest, dest, batch, progress, placer=placer, links_out=links)
+            n, keys = done.result()
+            fetched += n
             rows: dict[int, list[tuple[str, Key]]] = {}
-            for e in batch:
+            for e, key in zip(batch, keys, strict=True):
                 if e.target is None:
                     folder, _, name = e.path.rpartition("/")
-                    rows.setdefault(folder_id(folder), []).append(
-                        (name, stat_key(os.stat(os.path.join(dest, e.path)))))
+                    rows.setdefault(folder_id(folder), []).append((name, key))
             for dir_id, got in rows.items():
                 cache.add_rows(dir_id, got)
             # the blobs are in the store: a file moved or copied later is not stored again
             cache.add_blobs((e.hash, e.pack.pack, e.pack.offset, e.pack.length) for e in batch if e.pack is not None)
+
+        # One batch is written while the trees of the next are read: the walk's Python and the
+        # writes' system calls overlap. The stat cache is written here, in this thread.
+        writing: list[tuple[list[FileEntry], Future[tuple[int, list[Key]]]]] = []
+
+        def place(batch: list[FileEntry]) -> None:
+            while writing:
+                record(*writing.pop())
+            writing.append((batch, writer.submit(write, batch)))
 
         # Folder by folder in path order, a batch at a time: memory is the batch plus depth x width.
         open_dirs: list[list[Any]] = [["", manifest.tree, 0, 0]]  # path, tree, files, bytes
@@ -294,26 +308,33 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
 
         batch: list[FileEntry] = []
         nodes = store.iter_nodes(manifest.tree) if manifest.tree is not None else ((0, e) for e in manifest.files)
-        for _depth, node in nodes:
-            close_to(node.path)
-            if isinstance(node, SubTree):
-                open_dirs.append([node.path, node.tree, 0, 0])
-                continue
-            e = node
-            open_dirs[-1][2] += 1
-            open_dirs[-1][3] += e.size
-            if (lazy and e.target is None and e.size >= lazy_threshold and not wanted_now(e.path)
-                    and not already_there(dest, e)):
-                pending.append(e)
-                folder, _, name = e.path.rpartition("/")
-                cache.add_rows(folder_id(folder), [(name, None)])
-                continue
-            batch.append(e)
-            if len(batch) >= RESTORE_BATCH:
+        writer = ThreadPoolExecutor(1, thread_name_prefix="portable-restore")
+        try:
+            for _depth, node in nodes:
+                close_to(node.path)
+                if isinstance(node, SubTree):
+                    open_dirs.append([node.path, node.tree, 0, 0])
+                    continue
+                e = node
+                open_dirs[-1][2] += 1
+                open_dirs[-1][3] += e.size
+                if (lazy and e.target is None and e.size >= lazy_threshold and not wanted_now(e.path)
+                        and not already_there(dest, e)):
+                    pending.append(e)
+                    folder, _, name = e.path.rpartition("/")
+                    cache.add_rows(folder_id(folder), [(name, None)])
+                    continue
+                batch.append(e)
+                if len(batch) >= RESTORE_BATCH:
+                    place(batch)
+                    batch = []
+            if batch:
                 place(batch)
-                batch = []
-        if batch:
-            place(batch)
+            while writing:
+                record(*writing.pop())
+        finally:
+            # nothing is left writing once restore returns or raises
+            writer.shutdown(wait=True, cancel_futures=True)
         close_to("")
         if manifest.tree is not None:
             cache.set_folder(ROOT, manifest.tree, open_dirs[0][2], open_dirs[0][3])
