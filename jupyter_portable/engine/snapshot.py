@@ -682,8 +682,8 @@ class _Walk:
         """Decide the folder's entries once its subfolders are done; queue its tree."""
         kids = {n: r for n, r in fr.children.items() if r.files}
         cached_kids = self.cache.children(fr.cache_id) if fr.cache_id is not None else {}
-        same_kids = (all(r.unchanged for r in kids.values())
-                     and {self.cache.lookup_name(n) for n in kids} == cached_kids.keys())
+        kid_names = {self.cache.lookup_name(n) for n in kids}
+        same_kids = all(r.unchanged for r in kids.values()) and kid_names == cached_kids.keys()
         if fr.quick:
             if same_kids:
                 assert fr.cached is not None and fr.cached[0] is not None
@@ -724,7 +724,7 @@ class _Walk:
         result = _Result(None, files, nbytes, False)
         # The stat cache follows the folder (inside the snapshot's transaction).
         for gone, (gid, _tree) in cached_kids.items():
-            if gone not in {self.cache.lookup_name(n) for n in kids}:
+            if gone not in kid_names:
                 self.cache.drop_folder(gid)
         if not files and fr.parent is not None:
             if fr.cache_id is not None:
