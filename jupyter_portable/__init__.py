@@ -10,7 +10,7 @@ In a notebook: ``%load_ext jupyter_portable`` adds ``%workspace``. In Python::
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from jupyter_portable.core.errors import (
@@ -25,7 +25,7 @@ from jupyter_portable.core.errors import (
 )
 from jupyter_portable.core.records import CheckpointRecord
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from jupyter_portable.engine.workspace import Workspace
 
 
@@ -37,6 +37,10 @@ def __getattr__(name: str) -> _Any:
 
         return Workspace
     raise AttributeError(f"module 'jupyter_portable' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), "Workspace"})
 
 __version__ = "0.1.0"
 
