@@ -6,15 +6,19 @@ offer's GPUs and driver, and a plain Python (Debian's ``/usr/bin/python3``) that
 have jupyter-portable or any of its dependencies. Sessions start in the machine's home with
 ``HOME`` set to it, so two machines never share files.
 
-Every process a session starts carries ``TWIN_MACHINE=<id>`` in its environment; stopping
-the machine (:meth:`TwinMachine.kill`) kills the sshd and every such process, the way a
-provider's reclaim takes the whole machine, detached workers included.
+Every process a session starts carries ``TWIN_MACHINE=<id>`` and ``TWIN_MACHINE_MARK=<id>-<random>``
+in its environment; stopping the machine (:meth:`TwinMachine.kill`) kills the sshd and every
+process with its mark, the way a provider's reclaim takes the whole machine, detached workers
+included. The random part keeps apart machines of the same id in two twins: two test
+processes number their machines alike, and a teardown in one must not kill the other's
+sessions (it did: a worker's install died with no output).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -43,6 +47,7 @@ class TwinMachine:
     driver: str
     cuda: str
     authorized: list[str] = field(default_factory=list)
+    marker: str = ""  # TWIN_MACHINE_MARK's value in every process of the machine
 
     @property
     def host(self) -> str:
@@ -68,7 +73,7 @@ class TwinMachine:
 
     def processes(self) -> list[int]:
         """PIDs of every process started on this machine (its sessions and what they detached)."""
-        marker = f"TWIN_MACHINE={self.machine_id}".encode()
+        marker = f"TWIN_MACHINE_MARK={self.marker}".encode()
         pids = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -132,8 +137,11 @@ def start_machine(root: Path, machine_id: str, *, gpus: list[dict[str, Any]], dr
     session = base / "session.sh"
     session.write_text(_SESSION)
     session.chmod(0o755)
-    sshd = start_sshd(base / "sshd", path_prefix=[bin_dir], env={"HOME": str(home), "TWIN_MACHINE": machine_id},
+    marker = f"{machine_id}-{secrets.token_hex(8)}"
+    sshd = start_sshd(base / "sshd", path_prefix=[bin_dir], env={"HOME": str(home), "TWIN_MACHINE": machine_id,
+                                                                    "TWIN_MACHINE_MARK": marker},
                       extra_config=[f"ForceCommand {session}"], host=host, port=port, host_key=host_key)
-    machine = TwinMachine(machine_id=machine_id, sshd=sshd, home=home, gpus=gpus, driver=driver, cuda=cuda)
+    machine = TwinMachine(machine_id=machine_id, sshd=sshd, home=home, gpus=gpus, driver=driver, cuda=cuda,
+                          marker=marker)
     machine.authorize(public_keys)  # replaces the helper's own client key: only the launch's keys log in
     return machine
