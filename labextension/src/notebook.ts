@@ -23,6 +23,7 @@ import { Widget } from '@lumino/widgets';
 import { PortableApiError, PortableClient } from './api';
 import { firstMachineQuestion } from './format';
 import { NOTICE_SCHEMA, PROGRESS_SCHEMA, STATE_SCHEMA } from './events';
+import { askImplementation } from './kernelInfo';
 
 export const RESUME_TAG = 'portable-resume';
 export const TAG_MIME = 'application/vnd.jupyter-portable.resume-tag+json';
@@ -31,6 +32,8 @@ const PLACEHOLDER = 'portable-placeholder';
  * {answer: 'cancel' | 'failed', reason} (end the held first cell). */
 const FIRST_MACHINE_MSG = 'portable_first_machine_request';
 const NO_MACHINE = ['LOST', 'RELEASED', 'FAILED', 'IDLE'];
+/** How long after a move the notebook waits for its kernel to answer from the new machine. */
+const RECONNECT_TIMEOUT_MS = 120000;
 const MOVING = ['ROUTING', 'ACQUIRING', 'PROBING', 'MATERIALIZING', 'VERIFYING', 'READY'];
 
 /** What the notebook's kernel status says for a workspace state ('' when it has a machine). */
@@ -281,7 +284,12 @@ export class PortableNotebooks {
     });
     for (const panel of panels) {
       if (!(await this._connected(panel))) {
-        console.warn('jupyter-portable: the kernel did not reconnect to the new machine', panel.context.path);
+        Notification.warning(
+          `${panel.context.path}: the kernel did not reconnect to the new machine within ` +
+            `${RECONNECT_TIMEOUT_MS / 1000} s, so the cells waiting for the move (held, or tagged ` +
+            `${RESUME_TAG}) did not run. Reconnect the kernel from the Kernel menu, then run them.`,
+          { autoClose: false }
+        );
         continue;
       }
       const resumed = await this._resume(panel);
@@ -297,7 +305,7 @@ export class PortableNotebooks {
   }
 
   /** The kernel reconnected to its new ports and is the real one, not the placeholder. */
-  private async _connected(panel: NotebookPanel, timeoutMs = 60000): Promise<boolean> {
+  private async _connected(panel: NotebookPanel, timeoutMs = RECONNECT_TIMEOUT_MS): Promise<boolean> {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       const kernel = panel.sessionContext.session?.kernel;
@@ -413,20 +421,9 @@ function errorText(reason: unknown): string {
   return reason instanceof Error ? reason.message : String(reason);
 }
 
-/** The kernel's implementation as it answers now: `kernel.info` keeps the first kernel's answer
- * across a reconnect to a new process, so ask again. */
+/** The kernel's implementation as it answers now (bounded: see kernelInfo.ts). */
 async function implementationOf(panel: NotebookPanel): Promise<string> {
-  const kernel = panel.sessionContext.session?.kernel;
-  if (!kernel) {
-    return '';
-  }
-  try {
-    const reply = await kernel.requestKernelInfo();
-    const content = reply?.content as { implementation?: string } | undefined;
-    return content?.implementation ?? '';
-  } catch {
-    return '';
-  }
+  return askImplementation(panel.sessionContext.session?.kernel);
 }
 
 function tagsOf(value: unknown): string[] {
