@@ -314,6 +314,9 @@ export class PortableNotebooks {
         if (impl && impl !== PLACEHOLDER) {
           return true;
         }
+      } else if (kernel && kernel.connectionStatus === 'disconnected' && !kernel.isDisposed) {
+        // JupyterLab gives up after 7 tries in a row (a slow server mid-move): try again
+        await kernel.reconnect().catch(() => undefined);
       }
       await new Promise(resolve => window.setTimeout(resolve, 200));
     }
