@@ -81,3 +81,40 @@ def test_bytes_that_do_not_match_the_hash_write_nothing(placer: Placer, tmp_path
         placer.write_verified(_entry("f.txt", b"good"), b"evil")
     assert not (tmp_path / "f.txt").exists()
     assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o777, 0o600, 0o400, 0o000])
+def test_every_mode_is_exact_whatever_the_umask_takes_away(placer: Placer, tmp_path: Path, mode: int) -> None:
+    # a mode the umask leaves whole is given at creation; the others are set after the write
+    old = os.umask(0o022)
+    try:
+        placer._umask = 0o022
+        placer.write_verified(_entry(f"m{mode:o}", b"bytes", mode), b"bytes")
+    finally:
+        os.umask(old)
+    st = (tmp_path / f"m{mode:o}").stat()
+    assert stat.S_IMODE(st.st_mode) == mode and st.st_mtime_ns == MTIME
+
+
+def test_an_unknown_umask_still_gives_the_exact_mode(placer: Placer, tmp_path: Path) -> None:
+    placer._umask = None  # no /proc/self/status: the mode is always set after the write
+    placer.write_verified(_entry("u.txt", b"u", 0o664), b"u")
+    assert stat.S_IMODE((tmp_path / "u.txt").stat().st_mode) == 0o664
+
+
+def test_unnamed_files_on_another_filesystem_than_the_workspace_are_made_in_place(tmp_path: Path) -> None:
+    shm = Path("/dev/shm")
+    p = Placer(tmp_path)
+    if p._proc_fd is None or not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("needs O_TMPFILE here and a /dev/shm on another filesystem")
+    other = shm / f"placer-{os.getpid()}"
+    other.mkdir()
+    try:
+        p._unnamed_in = str(other)  # what a .portable mounted from elsewhere gives: linkat says EXDEV
+        data = b"across"
+        p.write_verified(_entry("a/x.bin", data), data)
+        p.write_verified(_entry("a/y.bin", data), data)
+        assert (tmp_path / "a" / "x.bin").read_bytes() == data and (tmp_path / "a" / "y.bin").read_bytes() == data
+        assert p._unnamed_in is None and os.listdir(other) == []
+    finally:
+        other.rmdir()

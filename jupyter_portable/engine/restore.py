@@ -47,32 +47,63 @@ class RestoreResult:
 
 
 PLACE_CHUNK = 64  # small files written by one task
+# Threads writing small files: their time is the kernel's, but each system call hands the
+# interpreter lock over; at 100,000 files on 2 cores, 2 threads restored in 0.65-0.9x the
+# time of 8 (interleaved runs), with a third less system time.
+PLACE_THREADS = max(2, min(4, os.cpu_count() or 1))
+SPAN_GAP = 1024 * 1024  # files of a pack this close together are read with one request
+SPAN_MAX = 16 * 1024 * 1024  # the most one request reads
+
+
+Span = tuple[int, int, list[FileEntry]]  # (start, end, the files in it) of one pack
+
+
+def pack_spans(entries: list[FileEntry], gap: int = SPAN_GAP, most: int = SPAN_MAX) -> list[Span]:
+    """The ranges of one pack to read for ``entries`` (its members), as ``(start, end, members)``
+    in offset order: members less than ``gap`` bytes apart share a range of at most ``most``
+    bytes (one larger member is a range of its own). A request per file cost more than the
+    bytes between neighbours."""
+    spans: list[Span] = []
+    for e in sorted(entries, key=lambda e: e.pack.offset if e.pack else 0):
+        assert e.pack is not None
+        start, end = e.pack.offset, e.pack.offset + e.pack.length
+        if spans:
+            s0, s1, members = spans[-1]
+            if start - s1 < gap and max(s1, end) - s0 <= most:
+                spans[-1] = (s0, max(s1, end), members)
+                members.append(e)
+                continue
+        spans.append((start, end, [e]))
+    return spans
 
 
 def _fetch_packed(store: Store, placer: Placer, pack: str, entries: list[FileEntry],
                   progress: Progress, pool: ThreadPoolExecutor) -> int:
-    """Fetch one pack's files (the whole pack when they are most of it) and write them in
-    parallel: creating files, not reading the pack, is what takes the time."""
+    """Fetch one pack's files (the whole pack when they are most of it, else the ranges that
+    hold them) and write them in parallel: creating files, not reading the pack, is what
+    takes the time."""
     needed = sum(e.size for e in entries)
     pack_size = store.backend.size(f"objects/{pack[:2]}/{pack}")
     if needed * 2 >= pack_size:
-        body = memoryview(store.get_object(pack, what=entries[0].path))
-        fetched = len(body)
-
-        def place(chunk: list[FileEntry]) -> None:
-            for e in chunk:
-                assert e.pack is not None
-                placer.write_verified(e, body[e.pack.offset:e.pack.offset + e.pack.length])
-                progress.add(files=1, nbytes=e.size)
+        spans = [(0, pack_size, entries)]
     else:
-        fetched = needed
+        spans = pack_spans(entries)
+    fetched = 0
+    for start, end, members in spans:
+        if (start, end) == (0, pack_size):
+            body = memoryview(store.get_object(pack, what=members[0].path))  # hashed whole
+        else:
+            body = memoryview(store.get_range(pack, start, end))  # each file is hashed as it is placed
+        fetched += len(body)
 
-        def place(chunk: list[FileEntry]) -> None:
+        def place(chunk: list[FileEntry], body: memoryview = body, start: int = start) -> None:
             for e in chunk:
                 assert e.pack is not None
-                placer.write_verified(e, store.get_range(pack, e.pack.offset, e.pack.offset + e.pack.length))
+                at = e.pack.offset - start
+                placer.write_verified(e, body[at:at + e.pack.length])
                 progress.add(files=1, nbytes=e.size)
-    list(pool.map(place, [entries[i:i + PLACE_CHUNK] for i in range(0, len(entries), PLACE_CHUNK)]))
+
+        list(pool.map(place, [members[i:i + PLACE_CHUNK] for i in range(0, len(members), PLACE_CHUNK)]))
     progress.add(uploaded=fetched)
     return fetched
 
@@ -101,7 +132,7 @@ def materialize(store: Store, manifest: Manifest, root: Path, entries: Iterable[
             large.append(e)
     fetched = 0
     workers = 8 if store.url.startswith("s3") else 4
-    with ThreadPoolExecutor(8) as pool:
+    with ThreadPoolExecutor(PLACE_THREADS) as pool:
         for pack, members in sorted(by_pack.items(), key=lambda kv: min(e.size for e in kv[1])):
             fetched += _fetch_packed(store, placer, pack, members, progress, pool)
     for e in sorted(large, key=lambda e: e.size):
