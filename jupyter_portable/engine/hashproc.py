@@ -41,15 +41,17 @@ def die_with(parent: int) -> None:
         os._exit(0)
 
 
-def helper_pool() -> ProcessPoolExecutor | None:
-    """Spawned processes (one fewer than the cores, at most three) that end with this one;
+def helper_pool(most: int = 3, spare_one: bool = True) -> ProcessPoolExecutor | None:
+    """Spawned processes (one fewer than the cores, or as many as the cores when this one
+    only hands out the work: ``spare_one=False``; at most ``most``) that end with this one;
     None where there is one core or no process can be started (the caller's threads then
     do the work)."""
     cores = os.cpu_count() or 1
     if cores < 2:
         return None
     try:
-        return ProcessPoolExecutor(min(3, cores - 1), mp_context=multiprocessing.get_context("spawn"),
+        return ProcessPoolExecutor(min(most, cores - 1 if spare_one else cores),
+                                   mp_context=multiprocessing.get_context("spawn"),
                                    initializer=die_with, initargs=(os.getpid(),))
     except (OSError, ValueError, ImportError):
         return None

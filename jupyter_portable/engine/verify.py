@@ -8,7 +8,7 @@ import random
 import stat as statmod
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +20,14 @@ from jupyter_portable.core.tree import Node, SubTree
 from jupyter_portable.engine.hashproc import check_file, check_files, helper_pool
 from jupyter_portable.engine.scan import Lister
 from jupyter_portable.engine.trees import node_name
-from jupyter_portable.store.repo import Store, digest, manifests_prefix, parse_manifest_key
+from jupyter_portable.store.repo import (
+    Store,
+    check_depth,
+    digest,
+    manifests_prefix,
+    parse_manifest_key,
+    tree_entries,
+)
 
 LARGE_MIN = 1024 * 1024  # files at least this large are checked in parallel
 
@@ -62,7 +69,7 @@ class VerifyResult:
         return {"ok": self.ok, "version": self.version, "files": self.files, "mismatches": self.mismatches}
 
 
-def _check_entry(root: Path, e: FileEntry) -> str | None:
+def _check_entry(root: str | Path, e: FileEntry) -> str | None:
     full = os.path.join(root, e.path)
     try:
         st = os.lstat(full)
@@ -99,6 +106,11 @@ def verify_dir(store: Store, manifest: Manifest, root: Path, pending: set[str] |
 
     The version's trees and the directory are walked together, one folder at a time."""
     pending = pending or set()
+    if manifest.tree is not None and manifest.file_count > PARALLEL_MIN:
+        procs = helper_pool(most=PARALLEL_PROCS, spare_one=False)
+        if procs is not None:
+            with procs:
+                return _verify_by_folders(store, manifest, root, pending, procs)
     mismatches: list[dict[str, str]] = []
     by_object: dict[str, str] = {}  # each object the version needs, and the first path that needs it
     flat = _folders_of_flat(manifest) if manifest.tree is None else None
@@ -177,6 +189,116 @@ def verify_dir(store: Store, manifest: Manifest, root: Path, pending: set[str] |
                 stack.append((f"{rel}/{name}" if rel else name, dir_paths.get(name),
                               sub.tree if isinstance(sub, SubTree) else None, depth + 1))
         collect(0)
+    missing = _missing_objects(store, set(by_object))
+    for h in sorted(missing):
+        mismatches.append({"path": by_object[h], "reason": f"object {h[:16]}… is missing from the store"})
+    mismatches.sort(key=lambda m: m["path"])
+    return VerifyResult(not mismatches, manifest.version, manifest.file_count, mismatches)
+
+
+PARALLEL_MIN = 50_000  # a version of more files is checked a folder at a time by helper processes
+PARALLEL_PROCS = 4  # at most this many (as many as the cores)
+
+# One folder's findings: mismatches (path, reason), the objects its files need (hash, path),
+# and the folders under it to check next (path under the root, its path on disk or None, its tree or None).
+FolderFindings = tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str | None, str | None]]]
+
+_folder_listers: dict[str, Lister] = {}
+
+
+def check_folder(root: str, version: int, rel: str, path: str | None, tree: bytes | None, depth: int,
+                 pending: frozenset[str] = frozenset()) -> FolderFindings:
+    """Everything :func:`verify_dir` finds in one folder of a version: ``tree`` is the folder's
+    tree object, read and hashed by the caller (None: the version has no such folder), ``path``
+    the folder on disk (None: there is none). Runs in a helper process or in the caller's."""
+    nodes = {node_name(n): n for n in tree_entries(tree, rel, depth)} if tree is not None else {}
+    lister = _folder_listers.get(root)
+    if lister is None:
+        lister = _folder_listers[root] = Lister(Path(root), warn=False, strict=False)
+    quick = lister.names(rel, path) if path is not None else None
+    listing = lister.list(rel, path) if path is not None and quick is None else None
+    mismatches: list[tuple[str, str]] = []
+    objects: dict[str, str] = {}
+    for node in nodes.values():
+        if isinstance(node, SubTree):
+            continue
+        for h in node.object_keys():
+            objects.setdefault(h, node.path)
+        if node.path in pending:
+            reason: str | None = "not fetched yet (lazy restore still running)"
+        else:
+            reason = _check_entry(root, node)
+        if reason:
+            mismatches.append((node.path, reason))
+    disk_files, disk_dirs = quick if quick is not None else (
+        ([f.path.rpartition("/")[2] for f in listing.files], listing.dirs) if listing is not None else ([], []))
+    for fname in disk_files:
+        if not isinstance(nodes.get(fname), FileEntry):
+            mismatches.append((f"{rel}/{fname}" if rel else fname, f"not in version {version}"))
+    dir_paths = dict(disk_dirs)
+    subs: list[tuple[str, str | None, str | None]] = []
+    for name in sorted(dir_paths.keys() | {n for n, x in nodes.items() if isinstance(x, SubTree)}):
+        sub = nodes.get(name)
+        tree_of = sub.tree if isinstance(sub, SubTree) else None
+        subs.append((f"{rel}/{name}" if rel else name, dir_paths.get(name), tree_of))
+    return mismatches, list(objects.items()), subs
+
+
+def _verify_by_folders(store: Store, manifest: Manifest, root: Path, pending: set[str],
+                       procs: ProcessPoolExecutor) -> VerifyResult:
+    """:func:`verify_dir` of a large version on every core: each folder (its tree parsed, its
+    files hashed, its listing compared) is checked by a helper process; this one reads the
+    trees from the store (hashing each) and hands out the folders. A folder a helper could not
+    check (a helper died, a tree it refused) is checked here, which raises what it found."""
+    by_folder: dict[str, set[str]] = {}
+    for p in pending:
+        by_folder.setdefault(p.rpartition("/")[0], set()).add(p)
+    mismatches: list[dict[str, str]] = []
+    by_object: dict[str, str] = {}
+    todo: deque[tuple[str, str | None, str | None, int]] = deque([("", str(root), manifest.tree, 0)])
+    running: dict[Future[FolderFindings], tuple[str, str | None, bytes | None, int]] = {}
+    in_flight = 4 * PARALLEL_PROCS
+    broken = False
+
+    def merge(found: FolderFindings, depth: int) -> None:
+        bad, objects, subs = found
+        for p, reason in bad:
+            mismatches.append({"path": p, "reason": reason})
+        for h, p in objects:
+            if h not in by_object or p < by_object[h]:
+                by_object[h] = p
+        todo.extend((rel, path, tree, depth + 1) for rel, path, tree in subs)
+
+    def here(rel: str, path: str | None, data: bytes | None, depth: int) -> FolderFindings:
+        return check_folder(str(root), manifest.version, rel, path, data, depth, frozenset(by_folder.get(rel, ())))
+
+    while todo or running:
+        while todo and len(running) < in_flight:
+            rel, path, tree, depth = todo.popleft()
+            check_depth(rel, depth)
+            data = store.get_object(tree, what=f"the tree of {rel or '/'}") if tree is not None else None
+            if not broken:
+                try:
+                    job = procs.submit(check_folder, str(root), manifest.version, rel, path, data, depth,
+                                       frozenset(by_folder.get(rel, ())))
+                    running[job] = (rel, path, data, depth)
+                    continue
+                except (BrokenProcessPool, RuntimeError, OSError):
+                    broken = True
+            merge(here(rel, path, data, depth), depth)
+        if not running:
+            continue
+        done, _ = wait(running, return_when=FIRST_COMPLETED)
+        for job in done:
+            rel, path, data, depth = running.pop(job)
+            try:
+                found = job.result()
+            except BrokenProcessPool:  # a helper died: this folder and the rest are checked here
+                broken = True
+                found = here(rel, path, data, depth)
+            except Exception:  # noqa: BLE001 - checked again here, which raises it with its hint
+                found = here(rel, path, data, depth)
+            merge(found, depth)
     missing = _missing_objects(store, set(by_object))
     for h in sorted(missing):
         mismatches.append({"path": by_object[h], "reason": f"object {h[:16]}… is missing from the store"})

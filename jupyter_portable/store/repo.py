@@ -107,6 +107,19 @@ def _packed_file(item: dict[str, Any], path: str) -> FileEntry | None:
     return FileEntry(path, size, mode, h, mtime, pack=PackRef(pid, off, length))
 
 
+def check_depth(dirpath: str, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise ManifestError(f"folder {dirpath!r} is nested more than {MAX_DEPTH} levels deep",
+                            hint="this store holds a hostile or corrupt tree")
+
+
+def tree_entries(data: bytes, dirpath: str, depth: int) -> list[Node]:
+    """The validated entries of a tree object's bytes (already hashed against its name), the
+    tree of the folder at workspace path ``dirpath``, ``depth`` folders down."""
+    check_depth(dirpath, depth)
+    return parse_tree(data, dirpath, FileEntry.from_json, _packed_file)
+
+
 def object_key(h: str) -> str:
     return f"objects/{h[:2]}/{h}"
 
@@ -280,11 +293,8 @@ class Store:
 
     def read_tree(self, h: str, dirpath: str = "", depth: int = 0) -> list[Node]:
         """The validated entries of tree ``h`` found at workspace path ``dirpath``."""
-        if depth > MAX_DEPTH:
-            raise ManifestError(f"folder {dirpath!r} is nested more than {MAX_DEPTH} levels deep",
-                                hint="this store holds a hostile or corrupt tree")
-        return parse_tree(self.get_object(h, what=f"the tree of {dirpath or '/'}"), dirpath, FileEntry.from_json,
-                          _packed_file)
+        check_depth(dirpath, depth)
+        return tree_entries(self.get_object(h, what=f"the tree of {dirpath or '/'}"), dirpath, depth)
 
     def iter_nodes(self, tree: str, at: str = "") -> Iterator[tuple[int, Node]]:
         """Every node under ``tree`` (the folder at workspace path ``at``) depth-first in path
