@@ -101,6 +101,26 @@ def _folders_of_flat(manifest: Manifest) -> dict[str, dict[str, Node]]:
     return out
 
 
+def _against_disk(lister: Lister, rel: str, path: str | None, nodes: dict[str, Node],
+                  version: int) -> tuple[list[tuple[str, str]], list[tuple[str, str | None, str | None]]]:
+    """The folder's files on disk that the version lacks (path, reason), and the folders under
+    it, on disk or in the version, in name order: (path under the root, on disk or None, tree or None)."""
+    # the names alone where that is enough (no stat: each file is looked at once, by its check)
+    quick = lister.names(rel, path) if path is not None else None
+    listing = lister.list(rel, path) if path is not None and quick is None else None
+    disk_files, disk_dirs = quick if quick is not None else (
+        ([f.path.rpartition("/")[2] for f in listing.files], listing.dirs) if listing is not None else ([], []))
+    extra = [(f"{rel}/{fname}" if rel else fname, f"not in version {version}")
+             for fname in disk_files if not isinstance(nodes.get(fname), FileEntry)]
+    dir_paths = dict(disk_dirs)
+    subs: list[tuple[str, str | None, str | None]] = []
+    for name in sorted(dir_paths.keys() | {n for n, x in nodes.items() if isinstance(x, SubTree)}):
+        sub = nodes.get(name)
+        subs.append((f"{rel}/{name}" if rel else name, dir_paths.get(name), sub.tree if isinstance(sub, SubTree)
+                     else None))
+    return extra, subs
+
+
 def verify_dir(store: Store, manifest: Manifest, root: Path, pending: set[str] | None = None) -> VerifyResult:
     """Compare ``root`` with ``manifest`` byte for byte, and check its objects are in the store.
 
@@ -146,9 +166,6 @@ def verify_dir(store: Store, manifest: Manifest, root: Path, pending: set[str] |
         while stack:
             rel, path, tree, depth = stack.pop()
             nodes = nodes_of(rel, tree, depth) if (tree is not None or flat is not None) else {}
-            # the names alone where that is enough (no stat: each file is looked at once, below)
-            quick = lister.names(rel, path) if path is not None else None
-            listing = lister.list(rel, path) if path is not None and quick is None else None
             todo: list[FileEntry] = []
             for node in nodes.values():
                 if isinstance(node, SubTree):
@@ -176,18 +193,9 @@ def verify_dir(store: Store, manifest: Manifest, root: Path, pending: set[str] |
                         helpers.failed = True
                 checks.append((batch, small_pool.submit(lambda b: [_check_entry(root, x) for x in b], batch)))
             collect(32)
-            disk_files, disk_dirs = quick if quick is not None else (
-                ([f.path.rpartition("/")[2] for f in listing.files], listing.dirs) if listing is not None else ([], []))
-            for fname in disk_files:
-                if not isinstance(nodes.get(fname), FileEntry):
-                    fpath = f"{rel}/{fname}" if rel else fname
-                    mismatches.append({"path": fpath, "reason": f"not in version {manifest.version}"})
-            dir_paths = dict(disk_dirs)
-            for name in sorted(dir_paths.keys() | {n for n, x in nodes.items() if isinstance(x, SubTree)},
-                               reverse=True):
-                sub = nodes.get(name)
-                stack.append((f"{rel}/{name}" if rel else name, dir_paths.get(name),
-                              sub.tree if isinstance(sub, SubTree) else None, depth + 1))
+            extra, subs = _against_disk(lister, rel, path, nodes, manifest.version)
+            mismatches += ({"path": p, "reason": reason} for p, reason in extra)
+            stack += ((sub_rel, sub_path, sub_tree, depth + 1) for sub_rel, sub_path, sub_tree in reversed(subs))
         collect(0)
     missing = _missing_objects(store, set(by_object))
     for h in sorted(missing):
@@ -215,8 +223,6 @@ def check_folder(root: str, version: int, rel: str, path: str | None, tree: byte
     lister = _folder_listers.get(root)
     if lister is None:
         lister = _folder_listers[root] = Lister(Path(root), warn=False, strict=False)
-    quick = lister.names(rel, path) if path is not None else None
-    listing = lister.list(rel, path) if path is not None and quick is None else None
     mismatches: list[tuple[str, str]] = []
     objects: dict[str, str] = {}
     for node in nodes.values():
@@ -230,18 +236,8 @@ def check_folder(root: str, version: int, rel: str, path: str | None, tree: byte
             reason = _check_entry(root, node)
         if reason:
             mismatches.append((node.path, reason))
-    disk_files, disk_dirs = quick if quick is not None else (
-        ([f.path.rpartition("/")[2] for f in listing.files], listing.dirs) if listing is not None else ([], []))
-    for fname in disk_files:
-        if not isinstance(nodes.get(fname), FileEntry):
-            mismatches.append((f"{rel}/{fname}" if rel else fname, f"not in version {version}"))
-    dir_paths = dict(disk_dirs)
-    subs: list[tuple[str, str | None, str | None]] = []
-    for name in sorted(dir_paths.keys() | {n for n, x in nodes.items() if isinstance(x, SubTree)}):
-        sub = nodes.get(name)
-        tree_of = sub.tree if isinstance(sub, SubTree) else None
-        subs.append((f"{rel}/{name}" if rel else name, dir_paths.get(name), tree_of))
-    return mismatches, list(objects.items()), subs
+    extra, subs = _against_disk(lister, rel, path, nodes, version)
+    return mismatches + extra, list(objects.items()), subs
 
 
 def _verify_by_folders(store: Store, manifest: Manifest, root: Path, pending: set[str],
