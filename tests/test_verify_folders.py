@@ -32,8 +32,10 @@ def _both(monkeypatch: pytest.MonkeyPatch, ws: Workspace, **kw: Any) -> tuple[An
 
 @pytest.fixture
 def copy(tmp_path: Path) -> Workspace:
-    if helper_pool() is None:
+    pool = helper_pool()
+    if pool is None:
         pytest.skip("one core: no helper processes")
+    pool.shutdown()
     src = tmp_path / "src"
     files: dict[str, bytes | str] = {f"d{i}/s{j}/f{k}.txt": f"{i} {j} {k}\n" for i in range(4) for j in range(3)
                                      for k in range(20)}
