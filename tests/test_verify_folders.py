@@ -115,3 +115,21 @@ def test_a_hostile_tree_is_refused_alike(monkeypatch: pytest.MonkeyPatch, copy: 
             V.verify_dir(store, hostile, copy.root)
         errors.append((type(got.value), str(got.value)))
     assert errors[0] == errors[1]
+
+
+def test_without_helpers_every_folder_is_checked_here_with_the_rules_of_each_verify(
+        monkeypatch: pytest.MonkeyPatch, copy: Workspace) -> None:
+    def shut_pool(**_kw: Any) -> Any:
+        pool = helper_pool()
+        assert pool is not None
+        pool.shutdown()  # a pool that takes no work: submit raises, as when no process can start
+        return pool
+
+    monkeypatch.setattr(V, "helper_pool", shut_pool)
+    (copy.root / "d0" / "notes.tmp").write_text("extra")
+    by_folders, alone = _both(monkeypatch, copy)
+    assert by_folders.mismatches == alone.mismatches == [{"path": "d0/notes.tmp", "reason": "not in version 1"}]
+    # the ignore rules are read by each verify, not kept from the last one
+    (copy.root / ".portableignore").write_text("*.log\n*.tmp\n")
+    by_folders, alone = _both(monkeypatch, copy)
+    assert [m["path"] for m in by_folders.mismatches] == [m["path"] for m in alone.mismatches] == [".portableignore"]

@@ -215,14 +215,15 @@ _folder_listers: dict[str, Lister] = {}
 
 
 def check_folder(root: str, version: int, rel: str, path: str | None, tree: bytes | None, depth: int,
-                 pending: frozenset[str] = frozenset()) -> FolderFindings:
+                 pending: frozenset[str] = frozenset(), lister: Lister | None = None) -> FolderFindings:
     """Everything :func:`verify_dir` finds in one folder of a version: ``tree`` is the folder's
     tree object, read and hashed by the caller (None: the version has no such folder), ``path``
     the folder on disk (None: there is none). Runs in a helper process or in the caller's."""
     nodes = {node_name(n): n for n in tree_entries(tree, rel, depth)} if tree is not None else {}
-    lister = _folder_listers.get(root)
-    if lister is None:
-        lister = _folder_listers[root] = Lister(Path(root), warn=False, strict=False)
+    if lister is None:  # in a helper process, whose pool lives as long as one verify
+        lister = _folder_listers.get(root)
+        if lister is None:
+            lister = _folder_listers[root] = Lister(Path(root), warn=False, strict=False)
     mismatches: list[tuple[str, str]] = []
     objects: dict[str, str] = {}
     for node in nodes.values():
@@ -265,8 +266,11 @@ def _verify_by_folders(store: Store, manifest: Manifest, root: Path, pending: se
                 by_object[h] = p
         todo.extend((rel, path, tree, depth + 1) for rel, path, tree in subs)
 
+    lister = Lister(root, warn=False, strict=False)  # this verify's ignore rules, read now
+
     def here(rel: str, path: str | None, data: bytes | None, depth: int) -> FolderFindings:
-        return check_folder(str(root), manifest.version, rel, path, data, depth, frozenset(by_folder.get(rel, ())))
+        return check_folder(str(root), manifest.version, rel, path, data, depth, frozenset(by_folder.get(rel, ())),
+                            lister)
 
     while todo or running:
         while todo and len(running) < in_flight:
