@@ -103,28 +103,37 @@ class Placer:
 
     def commit(self, tmp: str, entry: FileEntry, fd: int | None = None) -> None:
         """Rename a verified temp file into place with the entry's mode and mtime."""
-        full = self.target(entry.path)
+        self._commit(tmp, self.target(entry.path), entry.path, entry.mode, entry.mtime_ns, fd)
+
+    def _commit(self, tmp: str, full: str, path: str, mode: int, mtime_ns: int, fd: int | None = None) -> None:
         if fd is not None:
-            os.fchmod(fd, entry.mode & 0o777)
-            os.utime(fd, ns=(entry.mtime_ns, entry.mtime_ns))
+            os.fchmod(fd, mode & 0o777)
+            os.utime(fd, ns=(mtime_ns, mtime_ns))
         else:
-            os.chmod(tmp, entry.mode & 0o777)
-            os.utime(tmp, ns=(entry.mtime_ns, entry.mtime_ns))
+            os.chmod(tmp, mode & 0o777)
+            os.utime(tmp, ns=(mtime_ns, mtime_ns))
         try:
             os.replace(tmp, full)
         except (IsADirectoryError, OSError) as exc:
             os.unlink(tmp)
             if os.path.isdir(full) and not os.path.islink(full):
-                raise UsageError(f"{entry.path!r} in {self.root} is a folder, but the version has a file there") \
+                raise UsageError(f"{path!r} in {self.root} is a folder, but the version has a file there") \
                     from exc
             raise
 
-    def write_verified(self, entry: FileEntry, data: bytes | memoryview) -> None:
-        if len(data) != entry.size or digest(data) != entry.hash:
-            raise IntegrityError(f"{entry.path}: the bytes from the store do not match its hash; "
+    def write_verified(self, entry: FileEntry, data: bytes | memoryview) -> os.stat_result:
+        """Write ``entry``'s bytes ``data`` to its place once they hash to its hash; its stat."""
+        return self.place(entry.path, entry.size, entry.hash, entry.mode, entry.mtime_ns, data)
+
+    def place(self, path: str, size: int, h: str, mode: int, mtime_ns: int,
+              data: bytes | memoryview) -> os.stat_result:
+        """:meth:`write_verified` of a file given by its fields (what a helper process gets);
+        the stat of the file placed, taken once it has its name."""
+        if len(data) != size or digest(data) != h:
+            raise IntegrityError(f"{path}: the bytes from the store do not match its hash; "
                                  "nothing was written", hint="run `jupyter portable fsck --read-data`")
-        full = self.target(entry.path)
-        mode = entry.mode & 0o777
+        full = self.target(path)
+        mode &= 0o777
         # the mode at creation when the umask leaves it whole (no fchmod), else set after
         as_made = self._umask is not None and mode & ~self._umask == mode
         fd = self._open_unnamed(self._unnamed_in or os.path.dirname(full), mode if as_made else 0o600)
@@ -133,12 +142,12 @@ class Placer:
                 _write_all(fd, data)
                 if not as_made:
                     os.fchmod(fd, mode)
-                os.utime(fd, ns=(entry.mtime_ns, entry.mtime_ns))
+                os.utime(fd, ns=(mtime_ns, mtime_ns))
                 try:
                     # the written inode takes its name in one step: no temp name, and no rename
                     # across folders (those take a lock of the whole filesystem, one at a time)
                     os.link(str(fd), full, src_dir_fd=self._proc_fd, follow_symlinks=True)
-                    return
+                    return os.fstat(fd)  # after the link, which changed its ctime
                 except FileExistsError:
                     tmp = self.temp_path()  # something is there: replace it the usual way
                     os.link(str(fd), tmp, src_dir_fd=self._proc_fd, follow_symlinks=True)
@@ -149,18 +158,18 @@ class Placer:
                     self._unnamed_in = None
                     os.close(fd)
                     fd = -1
-                    self.write_verified(entry, data)
-                    return
-                self.commit(tmp, entry)
+                    return self.place(path, size, h, mode, mtime_ns, data)
+                self._commit(tmp, full, path, mode, mtime_ns)
+                return os.fstat(fd)
             finally:
                 if fd >= 0:
                     os.close(fd)
-            return
         tmp = self.temp_path()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             _write_all(fd, data)
-            self.commit(tmp, entry, fd)
+            self._commit(tmp, full, path, mode, mtime_ns, fd)
+            return os.fstat(fd)
         finally:
             os.close(fd)
 

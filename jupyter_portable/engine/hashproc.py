@@ -1,4 +1,5 @@
-"""Small files read and hashed in a second process (snapshot), or checked there (verify).
+"""Small files read and hashed in a second process (snapshot), checked there (verify), or
+written there (restore).
 
 A large snapshot's cost is Python's, per file: listing, reading, hashing, recording. In one
 process, threads take turns with one interpreter lock, so a cold snapshot of a million
@@ -9,14 +10,16 @@ returns each file's hash and bytes; everything else stays in the snapshot's proc
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
-import signal
+import select
 import stat as statmod
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from jupyter_portable.engine.fetch import Placer
 from jupyter_portable.engine.scan import Lister
 from jupyter_portable.store.repo import digest, hash_file
 
@@ -27,18 +30,29 @@ Item = tuple[str, int, int]  # (path under the root, size, mtime_ns) as the list
 Quick = tuple[bytes, list[tuple[str, str]]] | None  # Lister.quick of one folder
 
 
-_PR_SET_PDEATHSIG = 1
-
-
 def die_with(parent: int) -> None:
-    """Pool initializer: end this process when the snapshot's process ends, however it ends
-    (a SIGKILL included), so that none is left holding its pipes or reading the workspace."""
+    """Pool initializer: end this process when the process that made the pool ends, however
+    it ends (a SIGKILL included), so that none is left holding its pipes or writing to the
+    workspace. Linux's parent-death signal is not used: it follows the *thread* that started
+    the process, and a pool starts its processes in whichever thread submits first (a
+    restore's writer thread, which ends before the pool: the helper it killed held the pool's
+    queue lock, and the other helper waited on it for ever)."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: the pool's own end-of-input check remains
-        pass
-    if os.getppid() != parent:  # it ended before the line above
+        fd: int | None = os.pidfd_open(parent)
+    except (AttributeError, OSError):  # not Linux 5.3 or later: ask for the parent every second
+        fd = None
+    if os.getppid() != parent:  # it ended already
         os._exit(0)
+    threading.Thread(target=_end_with, args=(parent, fd), daemon=True, name="portable-die-with").start()
+
+
+def _end_with(parent: int, fd: int | None) -> None:
+    if fd is not None:
+        select.select([fd], [], [])  # a process's pidfd is readable once it has ended
+    else:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+    os._exit(0)
 
 
 def helper_pool(most: int = 3, spare_one: bool = True) -> ProcessPoolExecutor | None:
@@ -130,3 +144,24 @@ def quick_folders(root: str, salt: bytes, folders: list[str]) -> list[Quick] | N
         if lister.salt != salt:
             return None
     return [lister.quick(rel, os.path.join(root, rel) if rel else root) for rel in folders]
+
+
+Place = tuple[str, int, int, str, int, int]  # (path, offset in the bytes sent, size, hash, mode, mtime_ns)
+StatKey = tuple[int, int, int, int]  # statcache.stat_key of a file placed
+
+_placers: dict[str, Placer] = {}
+
+
+def place_files(root: str, body: bytes, items: list[Place]) -> list[StatKey]:
+    """Files of one range of a pack (``body``), each hashed and then written under ``root``
+    as :meth:`Placer.place` does (refusing every way out of ``root``); each one's stat key.
+    A helper keeps one placer per root: the folders it checked stay checked."""
+    placer = _placers.get(root)
+    if placer is None:
+        placer = _placers[root] = Placer(Path(root))
+    view = memoryview(body)
+    out: list[StatKey] = []
+    for path, at, size, h, mode, mtime_ns in items:
+        st = placer.place(path, size, h, mode, mtime_ns, view[at:at + size])
+        out.append((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+    return out
