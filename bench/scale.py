@@ -131,6 +131,22 @@ class Bench:
                 if row == "one file changed":
                     self.written[tool] = store_bytes(stores[tool]) - before
 
+    def floors(self) -> None:
+        """The two `find` walks, timed just before the no-change row, in the same state of the
+        kernel's caches as the no-change snapshots that follow: the cold snapshots wrote a copy
+        of the tree (rclone's), which pushes the tree's inodes out of the cache, and a walk timed
+        before them would be compared with snapshots timed after. One untimed walk first."""
+        run_rss(["find", str(self.src), "-type", "f", "-printf", "%s %T@\\n"])
+        # .built and .portable are in every tool's walk alike (a handful of entries)
+        s, rss, _ = run_rss(["find", str(self.src), "-type", "f"])
+        self.cells[("find walk", "find")] = {"s": s, "rss": rss}
+        log(f"find walk (names): {s:.2f} s")
+        # what a snapshot must do at least to see a change: one lstat per file (the issue's
+        # "stat walk"); -type f alone reads the type from the listing and stats nothing
+        s, rss, _ = run_rss(["find", str(self.src), "-type", "f", "-printf", "%s %T@\\n"])
+        self.cells[("stat walk", "find")] = {"s": s, "rss": rss}
+        log(f"find walk (lstat each file): {s:.2f} s")
+
     def run(self) -> None:
         t0 = time.perf_counter()
         if not (self.src / ".built").exists():
@@ -146,20 +162,13 @@ class Bench:
                 with open(os.path.join(dirpath, name), "rb") as fh:
                     fh.read()
         log(f"read every file once (untimed): {time.perf_counter() - t0:.1f} s")
-        # .built and .portable are in every tool's walk alike (a handful of entries)
-        s, rss, _ = run_rss(["find", str(self.src), "-type", "f"])
-        self.cells[("find walk", "find")] = {"s": s, "rss": rss}
-        log(f"find walk (names): {s:.2f} s")
-        # what a snapshot must do at least to see a change: one lstat per file (the issue's
-        # "stat walk"); -type f alone reads the type from the listing and stats nothing
-        s, rss, _ = run_rss(["find", str(self.src), "-type", "f", "-printf", "%s %T@\\n"])
-        self.cells[("stat walk", "find")] = {"s": s, "rss": rss}
-        log(f"find walk (lstat each file): {s:.2f} s")
         if "ours" in self.tools:
             run_rss(self.cli + ["init", "--store", f"file://{self.work / 'store'}"], cwd=self.src, env=self.env)
         if "restic" in self.tools:
             run_rss(self.restic + ["init"], env=self.env)
-        self.snapshot_rows(("cold snapshot", "no change"))
+        self.snapshot_rows(("cold snapshot",))
+        self.floors()
+        self.snapshot_rows(("no change",))
         victim = self.src / "shard00000" / "f0000000.txt"
         victim.write_bytes(b"changed " + victim.read_bytes())
         self.snapshot_rows(("one file changed",))
@@ -220,8 +229,6 @@ class Bench:
                     "not measured" if w is None else f"{w / MB:.3f} MB"))
         ratio("no change faster than rclone", s("no change", "ours"), s("no change", "rclone"), 1.0, "rclone")
         ratio("no change <= 1.5x the find stat walk", s("no change", "ours"), s("stat walk", "find"), 1.5, "find")
-        ratio("no change <= 1.5x the find name walk (stats nothing)", s("no change", "ours"),
-              s("find walk", "find"), 1.5, "find")
         ratio("cold snapshot <= restic", s("cold snapshot", "ours"), s("cold snapshot", "restic"), 1.0, "restic")
         ratio("cold snapshot <= rclone", s("cold snapshot", "ours"), s("cold snapshot", "rclone"), 1.0, "rclone")
         ours_rss = {row: c["rss"] for (row, tool), c in self.cells.items() if tool == "ours"}
@@ -234,6 +241,12 @@ class Bench:
         for name, ok, value in out:
             mark = "met   " if ok else ("MISSED" if ok is False else "n/a   ")
             print(f"{mark} {name}: {value}")
+        # not a target: the issue's find walk is the stat walk (a snapshot must lstat every
+        # file to see a change); the names-only walk is the floor of any walk at all
+        ours, names = s("no change", "ours"), s("find walk", "find")
+        if ours is not None and names:
+            print(f"info   no change against the find name walk (stats nothing): {ours:.2f} s / {names:.2f} s "
+                  f"= {ours / names:.2f}x")
         return out
 
 

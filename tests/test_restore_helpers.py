@@ -102,7 +102,7 @@ def test_helpers_restore_what_threads_restore(tmp_path: Path, monkeypatch: pytes
     assert read_tree(by_helpers) == read_tree(by_threads) == want
     assert _mtimes(by_helpers) == _mtimes(by_threads) == _mtimes(tmp_path / "src")
     assert _cache_matches_disk(by_helpers) == len(want)
-    assert not os.listdir(by_helpers / ".portable" / "tmp") if (by_helpers / ".portable" / "tmp").exists() else True
+    assert not (by_helpers / ".portable" / "tmp").exists(), "no temp file is left"
     assert Workspace.find(by_helpers).verify().ok
 
 
