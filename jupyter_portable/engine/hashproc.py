@@ -22,6 +22,7 @@ from pathlib import Path
 from jupyter_portable.engine.fetch import Placer
 from jupyter_portable.engine.scan import Lister
 from jupyter_portable.store.repo import digest, hash_file
+from jupyter_portable.workdir.statcache import stat_key
 
 _RDONLY = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 
@@ -147,7 +148,7 @@ def quick_folders(root: str, salt: bytes, folders: list[str]) -> list[Quick] | N
 
 
 Place = tuple[str, int, int, str, int, int]  # (path, offset in the bytes sent, size, hash, mode, mtime_ns)
-StatKey = tuple[int, int, int, int]  # statcache.stat_key of a file placed
+StatKey = tuple[int, int, int, int]  # stat_key of a file placed
 
 _placers: dict[str, Placer] = {}
 
@@ -162,6 +163,5 @@ def place_files(root: str, body: bytes, items: list[Place]) -> list[StatKey]:
     view = memoryview(body)
     out: list[StatKey] = []
     for path, at, size, h, mode, mtime_ns in items:
-        st = placer.place(path, size, h, mode, mtime_ns, view[at:at + size])
-        out.append((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+        out.append(stat_key(placer.place(path, size, h, mode, mtime_ns, view[at:at + size])))
     return out
