@@ -205,11 +205,15 @@ def test_a_look_ahead_whose_helper_died_leaves_every_folder_to_the_walk(tmp_path
     try:
         ahead = snap._Ahead(procs, str(tmp_path), lister.salt, folders)
         assert len(ahead.sent) == snap.AHEAD_IN_FLIGHT
-        ahead.sent[0].result(timeout=60)  # the helper is up and answered the far end
-        assert ahead.take("d39") == (True, lister.quick("d39", str(tmp_path / "d39")))
+        # the helper is up and answered the far end (taking it here would move the walk there)
+        assert ahead.sent[0].result(timeout=60) == [lister.quick("d39", str(tmp_path / "d39"))]
         for pid in list(procs._processes):  # the helper dies (OOM killer, say)
             os.kill(pid, signal.SIGKILL)
-        taken = [ahead.take(rel) for rel, _n in folders if rel != "d39"]
+        # once the pool has seen it (the batches in flight may all have been answered before
+        # the kill, so that no take would wait on the dead helper)
+        with pytest.raises(BrokenProcessPool):
+            procs.submit(abs, -1).result()
+        taken = [ahead.take(rel) for rel, _n in folders]  # in the walk's order
         assert ahead.broken and all(t == (False, None) for t in taken[:30]), taken
     finally:
         procs.shutdown(wait=True, cancel_futures=True)
