@@ -48,9 +48,20 @@ def test_processes_publish_the_same_version_as_threads(tmp_path: Path, monkeypat
         return got
 
     monkeypatch.setattr(snap._Walk, "_procs", watching)
+    listed: list[str] = []
+    real_listing = snap._Walk._listing
+
+    def listing(self: snap._Walk, rel: str, abs_dir: str):  # type: ignore[no-untyped-def]
+        got = real_listing(self, rel, abs_dir)
+        if got[1] is not None:
+            listed.append(rel)
+        return got
+
+    monkeypatch.setattr(snap._Walk, "_listing", listing)
     src_p, by_procs = _snapshot(tmp_path, "procs")
     res_p = by_procs.snapshot(progress=None)
     assert spawned and spawned[0] is not None, "the snapshot used other processes"
+    assert "d3/sub" in listed, "folders were listed and read ahead by another process"
     assert (res_p.files, res_p.bytes, res_p.hashed) == (res_t.files, res_t.bytes, res_t.hashed)
     tree_t = by_threads.store.read_manifest(by_threads.workspace_id, 1).tree
     tree_p = by_procs.store.read_manifest(by_procs.workspace_id, 1).tree
@@ -59,6 +70,82 @@ def test_processes_publish_the_same_version_as_threads(tmp_path: Path, monkeypat
     Workspace.restore(str(tmp_path / "store-procs"), by_procs.workspace_id, out, progress=None)
     assert read_tree(out) == read_tree(src_p)
     assert not by_procs.snapshot(progress=None).changed
+    from jupyter_portable.workdir.statcache import StatCache
+
+    with StatCache(by_procs.copy.meta) as cache:  # every packed blob recorded, by the cache's own thread
+        reader = cache.blob_reader()
+        assert reader is not None
+        try:
+            for path, text in _layout().items():
+                if text:
+                    got = reader.get(digest(text.encode()))
+                    assert got is not None and got[2] == len(text.encode()), path
+        finally:
+            reader.close()
+
+
+def test_a_folder_listed_elsewhere_is_what_the_walk_lists(tmp_path: Path) -> None:
+    from jupyter_portable.engine.hashproc import list_and_read
+    from jupyter_portable.engine.scan import Lister
+
+    write_tree(tmp_path, {"a/x.txt": "x", "a/big.bin": "b" * 300, "a/skip.tmp": "ignored", "a/sub/y.txt": "y",
+                          "a/cache/z.txt": "z", "a/.ipynb_checkpoints/c.txt": "c", ".portableignore": "*.tmp\ncache/\n",
+                          "plain.txt": "p"})
+    (tmp_path / ".portable").mkdir()
+    lister = Lister(tmp_path)
+    for rel in ("a", ""):
+        own = lister.list(rel, str(tmp_path / rel) if rel else str(tmp_path))
+        got = lister.plain(rel, str(tmp_path / rel) if rel else str(tmp_path), 100)
+        assert got is not None
+        files, dirs, sig = got
+        assert sorted(dirs) == sorted(own.dirs) and sig == own.sig
+        prefix = f"{rel}/" if rel else ""
+        assert sorted((prefix + n, *st) for n, *st in files) == sorted(
+            (f.path, f.st.st_mode, f.st.st_size, f.st.st_mtime_ns, f.st.st_ctime_ns, f.st.st_ino) for f in own.files)
+    assert lister.plain("a", str(tmp_path / "a"), 2) is None, "more files than asked for: the walk lists it"
+    # read with the listing, as far as the budget goes; a file that moved on is not read
+    got2 = list_and_read(str(tmp_path), lister.salt, "a", 100, 200, 1_000)
+    assert got2 is not None
+    assert got2[1] == {"x.txt": (digest(b"x"), b"x")}, "big.bin is not small; skip.tmp is ignored"
+    assert list_and_read(str(tmp_path), lister.salt, "a", 100, 1_000, 0)[1] == {}  # type: ignore[index]
+    assert list_and_read(str(tmp_path), b"other rules", "a", 100, 200, 1_000) is None
+    # anything but regular files and folders is left to the walk (which warns and records it)
+    os.symlink("x.txt", tmp_path / "a" / "link")
+    assert lister.plain("a", str(tmp_path / "a"), 100) is None
+    os.unlink(tmp_path / "a" / "link")
+    os.mkfifo(tmp_path / "a" / "pipe")
+    assert lister.plain("a", str(tmp_path / "a"), 100) is None
+    os.unlink(tmp_path / "a" / "pipe")
+    (tmp_path / "a" / "back\\slash.txt").write_text("odd")
+    assert lister.plain("a", str(tmp_path / "a"), 100) is None
+    assert lister.plain("gone", str(tmp_path / "gone"), 100) is None
+
+
+def test_a_listing_whose_helper_died_is_made_by_the_walk(tmp_path: Path) -> None:
+    src, ws = _snapshot(tmp_path, "src")
+    from jupyter_portable.engine.progress import Progress
+    from jupyter_portable.engine.trees import BaseTree
+    from jupyter_portable.workdir.statcache import StatCache
+
+    with StatCache(ws.copy.meta) as cache:
+        up = snap._Uploader(ws.store, 1, Progress("t"))
+        walk = snap._Walk(ws.copy, ws.store, cache, False, BaseTree(ws.store, None), up, Progress("t"), 0, {})
+        try:
+            cases = (("d0", MemoryError(), ["d0/same-a.txt", "d0/same-b.txt"]),
+                     ("d1", BrokenProcessPool("killed"), []))
+            for rel, error, files in cases:
+                dead: Future[object] = Future()
+                dead.set_exception(error)
+                walk.listed[rel] = dead  # type: ignore[assignment]
+                listing, reads = walk._listing(rel, str(src / rel))
+                assert reads is None and rel not in walk.listed
+                assert sorted(f.path for f in listing.files) == files
+                assert [n for n, _p in listing.dirs] == ["sub"] and listing.sig is not None
+        finally:
+            walk.pool.shutdown()
+            walk.small_pool.shutdown()
+            up.pool.shutdown()
+    assert walk.procs_failed, "no more folders are sent to processes"
 
 
 def test_read_small_returns_nothing_for_a_file_that_moved_on(tmp_path: Path) -> None:

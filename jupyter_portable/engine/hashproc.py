@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from jupyter_portable.engine.fetch import Placer
-from jupyter_portable.engine.scan import Lister
+from jupyter_portable.engine.scan import Lister, Plain
 from jupyter_portable.store.repo import digest, hash_file
 from jupyter_portable.workdir.statcache import stat_key
 
@@ -83,21 +83,51 @@ def read_whole(path: str, size: int) -> tuple[bytes, os.stat_result]:
         os.close(fd)
 
 
-def read_small(root: str, items: list[Item]) -> list[tuple[str, bytes] | None]:
+Read = tuple[str, bytes] | None  # a small file's (hash, bytes); None: gone, or changed while read
+
+
+def _read_one(path: str, size: int, mtime_ns: int) -> Read:
+    try:
+        data, st = read_whole(path, size)
+    except FileNotFoundError:
+        return None
+    if len(data) != size or st.st_size != size or st.st_mtime_ns != mtime_ns:
+        return None
+    return digest(data), data
+
+
+def read_small(root: str, items: list[Item]) -> list[Read]:
     """Each file's ``(hash, bytes)``, or None when it is gone or no longer what the listing saw
     (another size or mtime: changed while read). Any other error is raised, as in the walk."""
-    out: list[tuple[str, bytes] | None] = []
-    for rel, size, mtime_ns in items:
-        try:
-            data, st = read_whole(os.path.join(root, rel), size)
-        except FileNotFoundError:
-            out.append(None)
+    return [_read_one(os.path.join(root, rel), size, mtime_ns) for rel, size, mtime_ns in items]
+
+
+def list_and_read(root: str, salt: bytes, rel: str, most: int, small_max: int,
+                  budget: int) -> tuple[Plain, dict[str, Read]] | None:
+    """:meth:`Lister.plain` of one folder and the files below ``small_max`` bytes it keeps,
+    read and hashed by name (as :func:`read_small`) until ``budget`` bytes are read; None
+    where the walk must list the folder itself (not plain, other ignore rules than the
+    walk's ``salt``). A file this could not read for another reason is left out: the walk
+    reads it itself, and raises what it meets."""
+    lister = _lister(root, salt)
+    if lister is None:
+        return None
+    got = lister.plain(rel, os.path.join(root, rel) if rel else root, most)
+    if got is None:
+        return None
+    reads: dict[str, Read] = {}
+    folder = os.path.join(root, rel) if rel else root
+    for name, _mode, size, mtime_ns, _ctime, _ino in got[0]:
+        if size >= small_max:
             continue
-        if len(data) != size or st.st_size != size or st.st_mtime_ns != mtime_ns:
-            out.append(None)
-        else:
-            out.append((digest(data), data))
-    return out
+        if budget <= 0:
+            break
+        try:
+            reads[name] = _read_one(os.path.join(folder, name), size, mtime_ns)
+        except OSError:
+            continue
+        budget -= size
+    return got, reads
 
 
 def check_file(full: str, st: os.stat_result, size: int, h: str, mode: int) -> str | None:
@@ -139,12 +169,20 @@ _listers: dict[str, Lister] = {}
 def quick_folders(root: str, salt: bytes, folders: list[str]) -> list[Quick] | None:
     """:meth:`Lister.quick` of each folder (a path under ``root``), or None when this
     process reads other ignore rules than the walk's (``salt``): they changed meanwhile."""
+    lister = _lister(root, salt)
+    if lister is None:
+        return None
+    return [lister.quick(rel, os.path.join(root, rel) if rel else root) for rel in folders]
+
+
+def _lister(root: str, salt: bytes) -> Lister | None:
+    """This process's lister of ``root``; None when its ignore rules are not the walk's."""
     lister = _listers.get(root)
     if lister is None or lister.salt != salt:
         lister = _listers[root] = Lister(Path(root), warn=False)
         if lister.salt != salt:
             return None
-    return [lister.quick(rel, os.path.join(root, rel) if rel else root) for rel in folders]
+    return lister
 
 
 Place = tuple[str, int, int, str, int, int]  # (path, offset in the bytes sent, size, hash, mode, mtime_ns)

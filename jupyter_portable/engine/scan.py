@@ -10,6 +10,7 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import blake3
 import pathspec
@@ -70,12 +71,28 @@ def _signature(salt: bytes, names: list[str], stats: list[int]) -> bytes:
     return h.digest()
 
 
+class Stat(NamedTuple):
+    """The fields of an lstat a walk uses, for a listing made in another process (an
+    ``os.stat_result`` costs seven times as much to send or build)."""
+
+    st_mode: int
+    st_size: int
+    st_mtime_ns: int
+    st_ctime_ns: int
+    st_ino: int
+
+
+Plain = tuple[list[tuple[str, int, int, int, int, int]], list[tuple[str, str]], bytes]
+"""A plain folder listed elsewhere: files kept by the ignore rules as ``(name, *Stat)``,
+subfolders ``(name, absolute path)``, and the listing's signature."""
+
+
 @dataclass(slots=True)
 class Found:
     """One file or symlink found by the walk, with its lstat."""
 
     path: str
-    st: os.stat_result
+    st: os.stat_result | Stat
     target: str | None = None
 
     @property
@@ -224,6 +241,46 @@ class Lister:
         if names is not None:
             out.sig = _signature(self.salt, names, stats)
         return out
+
+    def plain(self, rel_dir: str, abs_dir: str, most: int) -> Plain | None:
+        """What :meth:`list` gives for a folder of regular files and folders alone, as plain
+        values to send between processes; None where :meth:`list` must look (a link, a
+        special file, a name with a backslash, an error, more than ``most`` files)."""
+        if "\\" in rel_dir:
+            return None  # list() skips its files, with a warning
+        files: list[tuple[str, int, int, int, int, int]] = []
+        dirs: _Dirs = []
+        names: _Names = []
+        stats: _Ints = []
+        prefix = f"{rel_dir}/" if rel_dir else ""
+        match = self.match
+        isreg, isdir = statmod.S_ISREG, statmod.S_ISDIR
+        try:
+            with os.scandir(abs_dir) as it:
+                for entry in it:
+                    name = entry.name
+                    if not rel_dir and name == ".portable":
+                        continue
+                    if "\\" in name:
+                        return None
+                    st = entry.stat(follow_symlinks=False)
+                    mode = st.st_mode
+                    if isdir(mode):
+                        if not match(f"{prefix}{name}/"):
+                            dirs.append((name, entry.path))
+                    elif isreg(mode):
+                        if len(names) >= most:
+                            return None
+                        size, mtime, ctime, ino = st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
+                        names.append(name)
+                        stats += (size, mtime, ctime, ino)
+                        if not match(prefix + name):
+                            files.append((name, mode, size, mtime, ctime, ino))
+                    else:
+                        return None
+        except OSError:
+            return None
+        return files, dirs, _signature(self.salt, names, stats)
 
     def _plain(self, rel_dir: str, abs_dir: str, stat: bool) -> tuple[_Names, _Ints, _Dirs] | None:
         """A folder of regular files and folders alone: every file's name (ignored ones too)

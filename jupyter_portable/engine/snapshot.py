@@ -24,12 +24,20 @@ from jupyter_portable.core.errors import ConflictError, FencedError, PortableErr
 from jupyter_portable.core.manifest import FileEntry, Manifest, PackIndex, PackRef, ParentRef
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.core.tree import MAX_DEPTH, Node, encode_tree, node_json
-from jupyter_portable.engine.hashproc import Quick, helper_pool, quick_folders, read_small, read_whole
+from jupyter_portable.engine.hashproc import (
+    Quick,
+    Read,
+    helper_pool,
+    list_and_read,
+    quick_folders,
+    read_small,
+    read_whole,
+)
 from jupyter_portable.engine.progress import Progress, human_bytes
-from jupyter_portable.engine.scan import IGNORE_FILE, Found, Lister
+from jupyter_portable.engine.scan import IGNORE_FILE, Found, Lister, Listing, Stat
 from jupyter_portable.engine.trees import BaseTree, as_tree, iter_under, replace_at, write_trees
 from jupyter_portable.store.repo import CONFLICT_HINT, Store, digest, object_key
-from jupyter_portable.workdir.statcache import ROOT, BlobReader, Key, StatCache, stat_key
+from jupyter_portable.workdir.statcache import ROOT, BlobReader, Key, StatCache, StatLike, stat_key
 from jupyter_portable.workdir.workcopy import CopyConfig, WorkspaceCopy
 
 SMALL_MAX = 512 * 1024  # files below this are packed
@@ -46,6 +54,9 @@ AHEAD_CHUNK = 2_000  # files per batch of folders it stats
 AHEAD_IN_FLIGHT = 4  # batches sent to it at a time
 LOOKAHEAD = 8_192  # files queued for other processes before the walk waits for the oldest folder
 WAITING_MAX = 20_000  # entries of folders waiting for their pack refs before a pack is formed early
+LIST_AHEAD = 8  # folders a first snapshot has other processes list (and read) ahead of the walk
+LIST_MOST = 20_000  # files in a folder the walk lists itself rather than receive them all at once
+LIST_READ = 4 * 1024 * 1024  # bytes of small files read with a folder's listing (the rest as usual)
 PERMS = 0o777  # setuid, setgid and sticky bits are never recorded or restored
 
 
@@ -271,7 +282,7 @@ class _Unstable(Exception):
     """The file changed while it was being read."""
 
 
-def _same(st: os.stat_result, fst: os.stat_result) -> bool:
+def _same(st: StatLike, fst: StatLike) -> bool:
     return st.st_size == fst.st_size and st.st_mtime_ns == fst.st_mtime_ns
 
 
@@ -481,11 +492,19 @@ class _Walk:
         workers = max(2, min(8, (os.cpu_count() or 2) * 2))
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="portable-hash")
         self.small_pool = ThreadPoolExecutor(1, thread_name_prefix="portable-hash-small")
+        # The blobs of new packs are recorded in the stat cache by a thread of their own where
+        # SQLite lets threads share a connection (its inserts leave the interpreter lock, so a
+        # first snapshot's million of them run beside the walk); by the walk elsewhere.
+        self.blob_pool = (ThreadPoolExecutor(1, thread_name_prefix="portable-statcache")
+                          if sqlite3.threadsafety == 3 else None)
+        self.blob_jobs: list[Future[None]] = []
         # Once a run has many small files to read, they are read and hashed in other processes.
         self.procs: ProcessPoolExecutor | None = None
         self.procs_failed = (os.cpu_count() or 1) < 2
         self.small_sent = 0
         self.ahead: _Ahead | None = None
+        # folders listed (and their small files read) by other processes, ahead of the walk
+        self.listed: dict[str, Future[tuple[Any, dict[str, Read]] | None]] = {}
 
     # -- hashing -------------------------------------------------------------------------
 
@@ -504,7 +523,8 @@ class _Walk:
                 out.append((f, None))
         return out
 
-    def _submit(self, fr: _Folder, todo: list[Found], nodes: dict[str, Node] | None) -> None:
+    def _submit(self, fr: _Folder, todo: list[Found], nodes: dict[str, Node] | None,
+                reads: dict[str, Read] | None = None) -> None:
         if not todo:
             return
         self.progress.files_total += len(todo)
@@ -520,6 +540,12 @@ class _Walk:
         large = [p for p in pairs if p[0].st.st_size >= SMALL_MAX]
         fr.jobs += [self.pool.submit(self._hash_batch, [p]) for p in large]
         self.small_sent += len(small)
+        if reads:  # read with the folder's listing: only their entries are left to make
+            ready = [p for p in small if p[0].path in reads]
+            small = [p for p in small if p[0].path not in reads] if len(ready) < len(small) else []
+            for i in range(0, len(ready), BATCH):
+                batch = ready[i:i + BATCH]
+                fr.jobs.append(self.small_pool.submit(self._entries, batch, [reads[f.path] for f, _p in batch]))
         procs = self._procs() if self.small_sent > PROCESS_MIN else None
         for i in range(0, len(small), BATCH):
             batch = small[i:i + BATCH]
@@ -549,6 +575,11 @@ class _Walk:
         except BrokenProcessPool:
             self.procs_failed = True
             return self._hash_batch(batch)
+        return self._entries(batch, got)
+
+    def _entries(self, batch: list[tuple[Found, FileEntry | None]],
+                 got: list[Read]) -> list[tuple[Found, Entry | None]]:
+        """Entries of small files read and hashed elsewhere (None: changed while read)."""
         out: list[tuple[Found, Entry | None]] = []
         nbytes = 0
         for (f, prev), read in zip(batch, got, strict=True):
@@ -616,7 +647,7 @@ class _Walk:
     def _list(self, fr: _Folder) -> None:
         """List the folder with care: compare each file with its row, hash what changed."""
         rel, abs_dir, cache_id = fr.rel, fr.abs, fr.cache_id
-        listing = self.lister.list(rel, abs_dir)
+        listing, reads = self._listing(rel, abs_dir)
         fr.sig = listing.sig
         rows = fr.rows = self.cache.rows(cache_id) if cache_id is not None and self.usable else {}
         subdirs = listing.dirs
@@ -654,7 +685,46 @@ class _Walk:
                 fr.keys[pname] = None
                 fr.changed = True
         nodes = self.base.nodes(rel) if todo else None
-        self._submit(fr, todo, nodes)
+        self._submit(fr, todo, nodes, reads)
+
+    def _listing(self, rel: str, abs_dir: str) -> tuple[Listing, dict[str, Read] | None]:
+        """The folder's listing, and its small files' reads where another process made both."""
+        job = self.listed.pop(rel, None)
+        got = None
+        if job is not None:
+            try:
+                got = job.result()
+            except BrokenProcessPool:
+                self.procs_failed = True
+            except Exception:  # noqa: BLE001 - whatever the helper met, the walk meets again itself
+                got = None
+        if got is None:
+            return self.lister.list(rel, abs_dir), None
+        (files, dirs, sig), reads = got
+        prefix = f"{rel}/" if rel else ""
+        listing = Listing([Found(prefix + name, Stat(*st)) for name, *st in files], dirs)
+        listing.sig = sig
+        return listing, {prefix + name: r for name, r in reads.items()}
+
+    def _list_ahead(self, stack: list[_Folder]) -> None:
+        """In a first snapshot of a large workspace, other processes list the next folders
+        of the walk (each folder's subfolders, deepest first, as the walk will meet them)
+        and read their small files, up to LIST_AHEAD folders at a time."""
+        if self.usable or self.procs is None or self.procs_failed:
+            return
+        for fr in reversed(stack):
+            for name, _path in fr.subdirs[fr.next_sub:]:
+                if len(self.listed) >= LIST_AHEAD:
+                    return
+                rel = f"{fr.rel}/{name}" if fr.rel else name
+                if rel in self.listed:
+                    continue
+                try:
+                    self.listed[rel] = self.procs.submit(list_and_read, self.root, self.lister.salt, rel,
+                                                         LIST_MOST, SMALL_MAX, LIST_READ)
+                except (BrokenProcessPool, RuntimeError, OSError):
+                    self.procs_failed = True
+                    return
 
     def _racy(self, key: Key) -> Key:
         if isinstance(key, tuple) and key[1] >= self.started_ns - RACY_NS:
@@ -752,7 +822,10 @@ class _Walk:
         """Write the trees of queued folders, oldest first, while their blobs have pack refs."""
         formed = self.up.take_formed()
         if formed:
-            self.cache.add_blobs(formed)
+            if self.blob_pool is not None:
+                self.blob_jobs.append(self.blob_pool.submit(self.cache.add_blobs, formed))
+            else:
+                self.cache.add_blobs(formed)
         while self.queue:
             fr = self.queue[0]
             for e in fr.entries:
@@ -787,6 +860,7 @@ class _Walk:
             self._look_ahead()
             top = self.visit("", self.root, "", None)
             stack = [top]
+            self._list_ahead(stack)
             done: deque[_Folder] = deque()  # walked (post-order), not finished yet
             while stack:
                 fr = stack[-1]
@@ -794,13 +868,18 @@ class _Walk:
                     name, path = fr.subdirs[fr.next_sub]
                     fr.next_sub += 1
                     stack.append(self.visit(f"{fr.rel}/{name}" if fr.rel else name, path, name, fr))
+                    self._list_ahead(stack)
                     continue
                 stack.pop()
                 done.append(fr)
                 self._settle(done, final=not stack)
             self.drain(force=True)
+            for job in self.blob_jobs:
+                job.result()  # recorded before the transaction commits (or an error of theirs raised)
             return self.last
         finally:
+            if self.blob_pool is not None:
+                self.blob_pool.shutdown(wait=True)  # nothing writes the stat cache once the walk ends
             self.small_pool.shutdown(wait=True, cancel_futures=True)
             self.pool.shutdown(wait=True, cancel_futures=True)
             if self.procs is not None:
