@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -68,6 +69,12 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     _no_machine: dict[str, Any] | None = None  # set: this kernel is a local placeholder
     _placeholder: subprocess.Popen[bytes] | None = None
     _placeholder_dir: str | None = None
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # A placeholder is started in a thread; a shutdown that overlaps a restart (the server
+        # stopping while a kernel moves) must not remove the folder of one being started.
+        self._placeholder_lock = threading.Lock()
 
     @property
     def allocation_id(self) -> str | None:
@@ -173,13 +180,15 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         so jupyter_server rebuilds its channels, as for a move)."""
         from jupyter_client.connect import write_connection_file
 
-        self._placeholder_dir = tempfile.mkdtemp(prefix="portable-placeholder-")
-        fname, cfg = write_connection_file(os.path.join(self._placeholder_dir, f"kernel-{kernel_id}.json"),
-                                           ip="127.0.0.1", key=uuid.uuid4().hex.encode(), kernel_name="portable")
         assert self._workspace_root is not None
         env = {**os.environ, NO_MACHINE_ENV: json.dumps(self._no_machine), WORKSPACE_ENV: self._workspace_root}
-        self._placeholder = subprocess.Popen([sys.executable, "-m", PLACEHOLDER_MODULE, "-f", fname],
-                                             cwd=self._workspace_root, env=env, start_new_session=True)
+        with self._placeholder_lock:
+            folder = tempfile.mkdtemp(prefix="portable-placeholder-")
+            fname, cfg = write_connection_file(os.path.join(folder, f"kernel-{kernel_id}.json"),
+                                               ip="127.0.0.1", key=uuid.uuid4().hex.encode(), kernel_name="portable")
+            self._placeholder_dir = folder
+            self._placeholder = subprocess.Popen([sys.executable, "-m", PLACEHOLDER_MODULE, "-f", fname],
+                                                 cwd=self._workspace_root, env=env, start_new_session=True)
         conn: dict[str, Any] = dict(cfg)
         self._last_ports = tuple(int(conn[p]) for p in _PORTS)
         conn["key"] = str(cfg["key"]).encode()
@@ -292,14 +301,15 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         if self._client is not None:
             self._client.close()
             self._client = None
-        if self._placeholder is not None:
-            if self._placeholder.poll() is None:
-                self._placeholder.kill()
-                self._placeholder.wait()
-            self._placeholder = None
-        if self._placeholder_dir is not None:
-            shutil.rmtree(self._placeholder_dir, ignore_errors=True)
-            self._placeholder_dir = None
+        with self._placeholder_lock:
+            if self._placeholder is not None:
+                if self._placeholder.poll() is None:
+                    self._placeholder.kill()
+                    self._placeholder.wait()
+                self._placeholder = None
+            if self._placeholder_dir is not None:
+                shutil.rmtree(self._placeholder_dir, ignore_errors=True)
+                self._placeholder_dir = None
 
     # -- persistence across server restarts ----------------------------------------------------
 
