@@ -5,7 +5,9 @@ A large snapshot's cost is Python's, per file: listing, reading, hashing, record
 process, threads take turns with one interpreter lock, so a cold snapshot of a million
 small files used one core of two. The walk hands batches of small files to a process of
 this module (spawned, so nothing of the parent's threads or locks is inherited), which
-returns each file's hash and bytes; everything else stays in the snapshot's process.
+returns each file's hash and bytes; in a first snapshot it also lists the folders ahead of
+the walk and reads their small files (:func:`list_and_read`). Everything else stays in the
+snapshot's process.
 """
 
 from __future__ import annotations

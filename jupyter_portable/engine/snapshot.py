@@ -16,6 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import blake3
@@ -191,6 +192,12 @@ class _Uploader:
         with self._lock:
             return self.packed.get(h)
 
+    def refs(self, hashes: list[str]) -> list[dict[str, Any] | None]:
+        """:meth:`ref` of each blob, looked up together."""
+        with self._lock:
+            get = self.packed.get
+            return [get(h) for h in hashes]
+
     def known(self, h: str, size: int) -> dict[str, Any] | None:
         """The pack ref of a blob an earlier version stored, if its pack is in the store."""
         got = self.blobs.get(h) if self.blobs is not None else None
@@ -349,12 +356,6 @@ def _size(e: Entry) -> int:
     return e.size if isinstance(e, FileEntry) else int(e.get("size", 0))
 
 
-def _entry_json(e: Entry) -> dict[str, Any]:
-    if isinstance(e, FileEntry):
-        return node_json(e)
-    out = dict(e)
-    out["name"] = out.pop("path").rpartition("/")[2]
-    return out
 
 
 @dataclass
@@ -828,25 +829,30 @@ class _Walk:
                 self.cache.add_blobs(formed)
         while self.queue:
             fr = self.queue[0]
-            for e in fr.entries:
-                if isinstance(e, dict) and e.get("type") == "file" and e.get("pack", 0) is None:
-                    ref = self.up.ref(e["hash"])
-                    if ref is None and force:
-                        self.up.flush_now()
-                        ref = self.up.ref(e["hash"])
-                    if ref is None:
-                        return
-                    e["pack"] = dict(ref)
+            unpacked = [e for e in fr.entries if type(e) is dict and e.get("pack", 0) is None]
+            if unpacked:
+                refs = self.up.refs([e["hash"] for e in unpacked])
+                if force and None in refs:
+                    self.up.flush_now()
+                    refs = self.up.refs([e["hash"] for e in unpacked])
+                if None in refs:
+                    return
+                for u, ref in zip(unpacked, refs, strict=True):
+                    u["pack"] = dict(ref)  # type: ignore[arg-type]
             out: list[tuple[str, dict[str, Any]]] = []
             for e in fr.entries:
                 if isinstance(e, tuple):
                     name, r = e
                     assert r.tree is not None, "a subfolder's tree is written before its parent's"
                     out.append((name + "/", {"name": name, "type": "dir", "tree": r.tree}))
-                else:
-                    j = _entry_json(e)
+                elif isinstance(e, FileEntry):
+                    j = node_json(e)
                     out.append((j["name"], j))
-            out.sort(key=lambda kv: kv[0])
+                else:  # this folder's own new entry: made its tree entry in place (nothing else holds it)
+                    name = e.pop("path").rpartition("/")[2]
+                    e["name"] = name
+                    out.append((name, e))
+            out.sort(key=itemgetter(0))
             body = encode_tree([j for _k, j in out], fr.rel or "the workspace root")
             assert fr.result is not None and fr.cache_id is not None
             fr.result.tree = self.up.add_tree(body)
