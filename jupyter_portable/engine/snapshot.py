@@ -663,6 +663,17 @@ class _Walk:
         self.special += [{"path": p, "kind": k} for p, k in listing.special]
         lookup = self.cache.lookup_name
         todo: list[Found] = []
+        if not rows and rel not in self.pending:  # nothing recorded here (a first snapshot): every file is new
+            for f in listing.files:
+                if f.target is not None:
+                    fname = f.path.rpartition("/")[2]
+                    fr.kept[fname] = {"path": f.path, "type": "symlink", "target": f.target}
+                    fr.keys[fname] = f.target
+                else:
+                    todo.append(f)
+            fr.changed = fr.changed or bool(listing.files)
+            self._submit(fr, todo, self.base.nodes(rel) if todo else None, reads)
+            return
         seen: set[str] = set()
         for f in listing.files:
             fname = f.path.rpartition("/")[2]
