@@ -35,7 +35,7 @@ from jupyter_portable.engine.hashproc import (
     read_whole,
 )
 from jupyter_portable.engine.progress import Progress, human_bytes
-from jupyter_portable.engine.scan import IGNORE_FILE, Found, Lister, Listing, Stat
+from jupyter_portable.engine.scan import IGNORE_FILE, Found, Lister, Listing, Plain, Stat
 from jupyter_portable.engine.trees import BaseTree, as_tree, iter_under, replace_at, write_trees
 from jupyter_portable.store.repo import CONFLICT_HINT, Store, digest, object_key
 from jupyter_portable.workdir.statcache import ROOT, BlobReader, Key, StatCache, StatLike, stat_key
@@ -359,8 +359,6 @@ def _size(e: Entry) -> int:
     return e.size if isinstance(e, FileEntry) else int(e.get("size", 0))
 
 
-
-
 @dataclass
 class _Result:
     """What a folder became: its tree (None until written), and what it holds."""
@@ -508,7 +506,7 @@ class _Walk:
         self.small_sent = 0
         self.ahead: _Ahead | None = None
         # folders listed (and their small files read) by other processes, ahead of the walk
-        self.listed: dict[str, Future[tuple[Any, dict[str, Read]] | None]] = {}
+        self.listed: dict[str, Future[tuple[Plain, dict[str, Read]] | None]] = {}
 
     # -- hashing -------------------------------------------------------------------------
 
