@@ -69,6 +69,7 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     _no_machine: dict[str, Any] | None = None  # set: this kernel is a local placeholder
     _placeholder: subprocess.Popen[bytes] | None = None
     _placeholder_dir: str | None = None
+    _launched: asyncio.Event | None = None  # set once the launch in progress (if any) is done
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -170,10 +171,22 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
         kernel_id = str(kwargs.get("kernel_id") or self.kernel_id)
-        if self._no_machine is not None:
-            return await asyncio.to_thread(self._launch_placeholder, kernel_id)
-        assert self._record is not None
-        return await asyncio.to_thread(self._launch, kernel_id)
+        launched = self._launched = asyncio.Event()
+        try:
+            if self._no_machine is not None:
+                return await asyncio.to_thread(self._launch_placeholder, kernel_id)
+            assert self._record is not None
+            return await asyncio.to_thread(self._launch, kernel_id)
+        finally:
+            launched.set()
+
+    async def _after_launch(self) -> None:
+        """A stop or cleanup that overlaps a launch (the server stopping while a kernel moves)
+        waits until the launch is done and its caller has seen the kernel up, then stops it."""
+        launched = self._launched
+        if launched is not None and not launched.is_set():
+            await launched.wait()
+            await asyncio.sleep(0)  # the launch's caller resumes first
 
     def _launch_placeholder(self, kernel_id: str) -> KernelConnectionInfo:
         """A local kernel that answers at once while the workspace has no machine (fresh ports,
@@ -269,6 +282,7 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         await self._stop()
 
     async def _stop(self) -> None:
+        await self._after_launch()
         if self._placeholder is not None:
             with contextlib.suppress(ProcessLookupError):
                 self._placeholder.kill()
@@ -282,6 +296,7 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         self._alive = False
 
     async def cleanup(self, restart: bool = False) -> None:
+        await self._after_launch()
         self._close()
 
     def _still_serving(self) -> bool:
