@@ -336,3 +336,16 @@ def test_a_tree_is_encoded_exactly_as_json_dumps_would(entries: list[dict[str, A
     except PortableError:
         got = None
     assert got == want
+
+
+@SETTINGS
+@given(sound_files)
+def test_a_packed_entry_written_around_its_pack_ref_is_the_whole_entry(entry: dict[str, Any]) -> None:
+    """A first snapshot's helper writes a packed file's entry before its pack is formed, and
+    the walk puts the pack ref in between: the same bytes as json.dumps of the whole entry."""
+    from jupyter_portable.core.tree import pack_ref_text, packed_text
+
+    ref = entry["pack"]
+    head, tail = packed_text(entry["name"], entry["hash"], entry["mode"], entry["mtime_ns"], entry["size"])
+    got = head + pack_ref_text(ref["id"], ref["offset"], ref["length"]) + tail
+    assert got == json.dumps(entry, separators=(",", ":"), sort_keys=True)

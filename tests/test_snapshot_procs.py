@@ -3,6 +3,7 @@ what the threads publish, see a file that changed while listed, and fall back to
 
 from __future__ import annotations
 
+import json
 import os
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
@@ -22,6 +23,7 @@ def _layout() -> dict[str, str]:
     files = {f"d{i}/sub/f{j:03d}.txt": f"file {i} {j}\n" * (j + 1) for i in range(4) for j in range(50)}
     files["d0/same-a.txt"] = files["d0/same-b.txt"] = "one blob twice\n"
     files["empty.txt"] = ""
+    files["d1/sub/again.txt"] = files["d2/sub/again.txt"] = "one blob in two folders\n"
     return files
 
 
@@ -51,17 +53,26 @@ def test_processes_publish_the_same_version_as_threads(tmp_path: Path, monkeypat
     listed: list[str] = []
     real_listing = snap._Walk._listing
 
-    def listing(self: snap._Walk, rel: str, abs_dir: str):  # type: ignore[no-untyped-def]
-        got = real_listing(self, rel, abs_dir)
-        if got[1] is not None:
+    def listing(self: snap._Walk, rel: str, abs_dir: str, whole: bool):  # type: ignore[no-untyped-def]
+        got = real_listing(self, rel, abs_dir, whole)
+        if got[2] is not None:
             listed.append(rel)
         return got
 
     monkeypatch.setattr(snap._Walk, "_listing", listing)
+    joined: list[bool] = []
+    real_add = snap._Uploader.add_fragment
+
+    def add_fragment(self: snap._Uploader, frag: snap._Frag) -> bool:
+        joined.append(real_add(self, frag))
+        return joined[-1]
+
+    monkeypatch.setattr(snap._Uploader, "add_fragment", add_fragment)
     src_p, by_procs = _snapshot(tmp_path, "procs")
     res_p = by_procs.snapshot(progress=None)
     assert spawned and spawned[0] is not None, "the snapshot used other processes"
     assert "d3/sub" in listed, "folders were listed and read ahead by another process"
+    assert True in joined and False in joined, "a folder's blob stored already: its files taken one by one"
     assert (res_p.files, res_p.bytes, res_p.hashed) == (res_t.files, res_t.bytes, res_t.hashed)
     tree_t = by_threads.store.read_manifest(by_threads.workspace_id, 1).tree
     tree_p = by_procs.store.read_manifest(by_procs.workspace_id, 1).tree
@@ -82,10 +93,18 @@ def test_processes_publish_the_same_version_as_threads(tmp_path: Path, monkeypat
                     assert got is not None and got[2] == len(text.encode()), path
         finally:
             reader.close()
+    # the stat cache lost: folders are listed (and read) ahead again, but each file is then
+    # compared with the version's entry one by one: the same version, nothing stored again
+    for suffix in ("", "-wal", "-shm"):
+        (by_procs.copy.meta / f"statcache.sqlite{suffix}").unlink(missing_ok=True)
+    joined.clear()
+    again = by_procs.snapshot(progress=None)
+    assert not again.changed and again.new_bytes == 0 and again.hashed == res_p.hashed
+    assert not joined, "no folder's files were taken whole"
 
 
 def test_a_folder_listed_elsewhere_is_what_the_walk_lists(tmp_path: Path) -> None:
-    from jupyter_portable.engine.hashproc import list_and_read
+    from jupyter_portable.engine.hashproc import list_and_pack
     from jupyter_portable.engine.scan import Lister
 
     write_tree(tmp_path, {"a/x.txt": "x", "a/big.bin": "b" * 300, "a/skip.tmp": "ignored", "a/sub/y.txt": "y",
@@ -103,12 +122,25 @@ def test_a_folder_listed_elsewhere_is_what_the_walk_lists(tmp_path: Path) -> Non
         assert sorted((prefix + n, *st) for n, *st in files) == sorted(
             (f.path, f.st.st_mode, f.st.st_size, f.st.st_mtime_ns, f.st.st_ctime_ns, f.st.st_ino) for f in own.files)
     assert lister.plain("a", str(tmp_path / "a"), 2) is None, "more files than asked for: the walk lists it"
-    # read with the listing, as far as the budget goes; a file that moved on is not read
-    got2 = list_and_read(str(tmp_path), lister.salt, "a", 100, 200, 1_000)
+    # read with the listing, as far as the budget goes: out of the listing, into a fragment
+    got2 = list_and_pack(str(tmp_path), lister.salt, "a", 100, 200, 1_000, 2**63)
     assert got2 is not None
-    assert got2[1] == {"x.txt": (digest(b"x"), b"x")}, "big.bin is not small; skip.tmp is ignored"
-    assert list_and_read(str(tmp_path), lister.salt, "a", 100, 1_000, 0)[1] == {}  # type: ignore[index]
-    assert list_and_read(str(tmp_path), b"other rules", "a", 100, 200, 1_000) is None
+    (rest, _dirs, _sig), frag = got2
+    assert [t[0] for t in rest] == ["big.bin"], "big.bin is not small; skip.tmp is ignored"
+    assert [t[0] for t in frag.files] == ["x.txt"] and frag.body == b"x"
+    assert frag.blobs == [(digest(b"x"), 0, 1)] and frag.blob_of == [0]
+    x = (tmp_path / "a" / "x.txt").stat()
+    head, _i, tail = frag.texts[0][1:]
+    entry = {"name": "x.txt", "type": "file", "size": 1, "mode": x.st_mode & 0o777, "hash": digest(b"x"),
+             "mtime_ns": x.st_mtime_ns, "pack": {"id": "P", "offset": 7, "length": 1}}
+    assert head + '{"id":"P","length":1,"offset":7}' + tail == json.dumps(entry, separators=(",", ":"), sort_keys=True)
+    assert frag.rows == [("x.txt", 1, x.st_mtime_ns, x.st_ctime_ns, x.st_ino, None)] and frag.sound
+    fresh = list_and_pack(str(tmp_path), lister.salt, "a", 100, 200, 1_000, x.st_mtime_ns)
+    assert fresh is not None and fresh[1].rows == [("x.txt", None, None, None, None, None)] and not fresh[1].sound, \
+        "a file too fresh to trust has an unknown row, and the folder's signature is not kept"
+    none_read = list_and_pack(str(tmp_path), lister.salt, "a", 100, 1_000, 0, 2**63)
+    assert none_read is not None and not none_read[1].files and len(none_read[0][0]) == 2
+    assert list_and_pack(str(tmp_path), b"other rules", "a", 100, 200, 1_000, 2**63) is None
     # anything but regular files and folders is left to the walk (which warns and records it)
     os.symlink("x.txt", tmp_path / "a" / "link")
     assert lister.plain("a", str(tmp_path / "a"), 100) is None
@@ -137,8 +169,8 @@ def test_a_listing_whose_helper_died_is_made_by_the_walk(tmp_path: Path) -> None
                 dead: Future[object] = Future()
                 dead.set_exception(error)
                 walk.listed[rel] = dead  # type: ignore[assignment]
-                listing, reads = walk._listing(rel, str(src / rel))
-                assert reads is None and rel not in walk.listed
+                listing, reads, frag = walk._listing(rel, str(src / rel), True)
+                assert reads is None and frag is None and rel not in walk.listed
                 assert sorted(f.path for f in listing.files) == files
                 assert [n for n, _p in listing.dirs] == ["sub"] and listing.sig is not None
         finally:
@@ -271,7 +303,7 @@ def test_the_stat_cache_lists_signed_folders_in_walk_order_with_their_own_files(
     paths = [p for p, _n in folders]
     assert paths == sorted(paths, key=lambda p: p.split("/")) and paths[0] == ""
     own = dict(folders)
-    assert own["d1/sub"] == 50 and own["d0"] == 2 and own["d1"] == 0 and own[""] == 1
+    assert own["d1/sub"] == 51 and own["d0"] == 2 and own["d1"] == 0 and own[""] == 1
 
 
 @pytest.mark.timeout(120)

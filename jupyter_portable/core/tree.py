@@ -218,10 +218,27 @@ def entry_text(entry: dict[str, Any], where: str = "a folder") -> str:
     return dumps_strict(entry, f"an entry of the tree of {where}", separators=(",", ":"), sort_keys=True)
 
 
+def packed_text(name: str, h: str, mode: int, mtime_ns: int, size: int) -> tuple[str, str]:
+    """:func:`entry_text` of a packed file split around its pack ref, for a file hashed before
+    its pack is formed: ``head + pack_ref_text(...) + tail`` is the whole entry."""
+    return (f'{{"hash":{_quote(h)},"mode":{int(mode)},"mtime_ns":{int(mtime_ns)},"name":{_quote(name)},"pack":',
+            f',"size":{int(size)},"type":"file"}}')
+
+
+def pack_ref_text(pack: str, offset: int, length: int) -> str:
+    """A pack ref as :func:`entry_text` writes it inside a packed file's entry."""
+    return f'{{"id":{_quote(pack)},"length":{int(length)},"offset":{int(offset)}}}'
+
+
 def encode_tree(entries: Sequence[dict[str, Any]], where: str = "a folder") -> bytes:
     """Canonical bytes of a tree whose ``entries`` are already in :func:`order_key` order:
     ``json.dumps`` of ``{"format", "schema", "entries"}`` with sorted keys and no spaces."""
-    body = ",".join([entry_text(e, where) for e in entries])
+    return encode_texts([entry_text(e, where) for e in entries])
+
+
+def encode_texts(texts: Sequence[str]) -> bytes:
+    """:func:`encode_tree` of entries already written by :func:`entry_text` (in order)."""
+    body = ",".join(texts)
     return f'{{"entries":[{body}],"format":{_quote(TREE_FORMAT)},"schema":{TREE_SCHEMA}}}'.encode()
 
 
@@ -272,4 +289,5 @@ class LazyFiles(Sequence[Any]):
 
 
 __all__ = ["MAX_DEPTH", "TREE_FORMAT", "TREE_SCHEMA", "LazyFiles", "SubTree", "TreeReader", "check_name",
-           "encode_tree", "entry_text", "join", "node_json", "order_key", "parse_tree"]
+           "encode_texts", "encode_tree", "entry_text", "join", "node_json", "order_key", "pack_ref_text",
+           "packed_text", "parse_tree"]

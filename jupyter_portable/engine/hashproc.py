@@ -6,7 +6,7 @@ process, threads take turns with one interpreter lock, so a cold snapshot of a m
 small files used one core of two. The walk hands batches of small files to a process of
 this module (spawned, so nothing of the parent's threads or locks is inherited), which
 returns each file's hash and bytes; in a first snapshot it also lists the folders ahead of
-the walk and reads their small files (:func:`list_and_read`). Everything else stays in the
+the walk, reads their small files and writes their tree entries (:func:`list_and_pack`). Everything else stays in the
 snapshot's process.
 """
 
@@ -20,11 +20,13 @@ import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
+from jupyter_portable.core.tree import entry_text, packed_text
 from jupyter_portable.engine.fetch import Placer
-from jupyter_portable.engine.scan import Lister, Plain
+from jupyter_portable.engine.scan import Lister, Plain, PlainFile
 from jupyter_portable.store.repo import digest, hash_file
-from jupyter_portable.workdir.statcache import stat_key
+from jupyter_portable.workdir.statcache import Row, file_row, stat_key
 
 _RDONLY = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 
@@ -86,6 +88,7 @@ def read_whole(path: str, size: int) -> tuple[bytes, os.stat_result]:
 
 
 Read = tuple[str, bytes] | None  # a small file's (hash, bytes); None: gone, or changed while read
+PERMS = 0o777  # setuid, setgid and sticky bits are never recorded or restored
 
 
 def _read_one(path: str, size: int, mtime_ns: int) -> Read:
@@ -104,32 +107,81 @@ def read_small(root: str, items: list[Item]) -> list[Read]:
     return [_read_one(os.path.join(root, rel), size, mtime_ns) for rel, size, mtime_ns in items]
 
 
-def list_and_read(root: str, salt: bytes, rel: str, most: int, small_max: int,
-                  budget: int) -> tuple[Plain, dict[str, Read]] | None:
-    """:meth:`Lister.plain` of one folder and the files below ``small_max`` bytes it keeps,
-    read and hashed by name (as :func:`read_small`) until ``budget`` bytes are read; None
-    where the walk must list the folder itself (not plain, other ignore rules than the
-    walk's ``salt``). A file this could not read for another reason is left out: the walk
-    reads it itself, and raises what it meets."""
+class Fragment(NamedTuple):
+    """A folder's small files as a helper read them for a first snapshot: their bytes, each
+    blob once, ready to join a pack; each file's tree entry written around its pack ref; and
+    its stat cache row. What the walk is left to do is a few joins a folder."""
+
+    body: bytes
+    blobs: list[tuple[str, int, int]]  # (hash, offset in body, length), in body order
+    files: list[PlainFile]  # each file read, as the listing saw it
+    blob_of: list[int | None]  # its blob's index (-1: empty, no blob; None: changed while read)
+    texts: list[tuple[str, str, int, str]]  # (name, head, blob index or -1: head is the whole entry, tail)
+    rows: list[Row]  # stat cache rows of the files published (a racy one's is unknown)
+    sound: bool  # every row known: the listing's signature may be kept
+
+
+def list_and_pack(root: str, salt: bytes, rel: str, most: int, small_max: int,
+                  budget: int, fresh_ns: int) -> tuple[Plain, Fragment] | None:
+    """:meth:`Lister.plain` of one folder, less the files below ``small_max`` bytes that this
+    read and hashed (as :func:`read_small`) until ``budget`` bytes were read: those come as a
+    :class:`Fragment`. None where the walk must list the folder itself (not plain, other
+    ignore rules than the walk's ``salt``). A file this could not read for another reason is
+    left in the listing: the walk reads it itself, and raises what it meets. A file modified
+    at ``fresh_ns`` or later is published with an unknown row (it is read again next time)."""
     lister = _lister(root, salt)
     if lister is None:
         return None
-    got = lister.plain(rel, os.path.join(root, rel) if rel else root, most)
+    folder = os.path.join(root, rel) if rel else root
+    got = lister.plain(rel, folder, most)
     if got is None:
         return None
-    reads: dict[str, Read] = {}
-    folder = os.path.join(root, rel) if rel else root
-    for name, _mode, size, mtime_ns, _ctime, _ino in got[0]:
-        if size >= small_max:
+    listed, dirs, sig = got
+    rest: list[PlainFile] = []
+    files: list[PlainFile] = []
+    blob_of: list[int | None] = []
+    texts: list[tuple[str, str, int, str]] = []
+    rows: list[Row] = []
+    parts: list[bytes] = []
+    blobs: list[tuple[str, int, int]] = []
+    index: dict[str, int] = {}
+    at = 0
+    sound = True
+    for t in listed:
+        name, mode, size, mtime_ns, ctime_ns, ino = t
+        if size >= small_max or budget <= 0:
+            rest.append(t)
             continue
-        if budget <= 0:
-            break
         try:
-            reads[name] = _read_one(os.path.join(folder, name), size, mtime_ns)
+            read = _read_one(os.path.join(folder, name), size, mtime_ns)
         except OSError:
+            rest.append(t)
             continue
         budget -= size
-    return got, reads
+        files.append(t)
+        if read is None:
+            blob_of.append(None)
+            continue
+        h, data = read
+        mode &= PERMS
+        if data:
+            i = index.get(h)
+            if i is None:
+                i = index[h] = len(blobs)
+                blobs.append((h, at, size))
+                parts.append(data)
+                at += size
+            head, tail = packed_text(name, h, mode, mtime_ns, size)
+            texts.append((name, head, i, tail))
+        else:
+            i = -1
+            texts.append((name, entry_text({"name": name, "type": "file", "size": 0, "mode": mode, "hash": h,
+                                            "mtime_ns": mtime_ns, "parts": []}), -1, ""))
+        blob_of.append(i)
+        fresh = mtime_ns >= fresh_ns
+        sound = sound and not fresh
+        rows.append(file_row(name, None if fresh else (size, mtime_ns, ctime_ns, ino)))
+    return (rest, dirs, sig), Fragment(b"".join(parts), blobs, files, blob_of, texts, rows, sound)
 
 
 def check_file(full: str, st: os.stat_result, size: int, h: str, mode: int) -> str | None:

@@ -82,7 +82,8 @@ class Stat(NamedTuple):
     st_ino: int
 
 
-Plain = tuple[list[tuple[str, int, int, int, int, int]], list[tuple[str, str]], bytes]
+PlainFile = tuple[str, int, int, int, int, int]  # (name, *Stat) of a regular file
+Plain = tuple[list[PlainFile], list[tuple[str, str]], bytes]
 """A plain folder listed elsewhere: files kept by the ignore rules as ``(name, *Stat)``,
 subfolders ``(name, absolute path)``, and the listing's signature."""
 
@@ -248,7 +249,7 @@ class Lister:
         special file, a name with a backslash, an error, more than ``most`` files)."""
         if "\\" in rel_dir:
             return None  # list() skips its files, with a warning
-        files: list[tuple[str, int, int, int, int, int]] = []
+        files: list[PlainFile] = []
         dirs: _Dirs = []
         names: _Names = []
         stats: _Ints = []

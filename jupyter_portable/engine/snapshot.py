@@ -24,12 +24,14 @@ import blake3
 from jupyter_portable.core.errors import ConflictError, FencedError, PortableError
 from jupyter_portable.core.manifest import FileEntry, Manifest, PackIndex, PackRef, ParentRef
 from jupyter_portable.core.times import now_iso
-from jupyter_portable.core.tree import MAX_DEPTH, Node, encode_tree, node_json
+from jupyter_portable.core.tree import MAX_DEPTH, Node, encode_texts, entry_text, node_json, pack_ref_text
 from jupyter_portable.engine.hashproc import (
+    PERMS,
+    Fragment,
     Quick,
     Read,
     helper_pool,
-    list_and_read,
+    list_and_pack,
     quick_folders,
     read_small,
     read_whole,
@@ -58,7 +60,6 @@ WAITING_MAX = 20_000  # entries of folders waiting for their pack refs before a 
 LIST_AHEAD = 8  # folders a first snapshot has other processes list (and read) ahead of the walk
 LIST_MOST = 20_000  # files in a folder the walk lists itself rather than receive them all at once
 LIST_READ = 4 * 1024 * 1024  # bytes of small files read with a folder's listing (the rest as usual)
-PERMS = 0o777  # setuid, setgid and sticky bits are never recorded or restored
 
 
 @dataclass
@@ -104,6 +105,31 @@ class Extras:
     allocations: list[dict[str, Any]] = field(default_factory=list)
 
 
+class _Frag:
+    """A folder's :class:`Fragment` on its way into a pack, then into the folder's tree."""
+
+    __slots__ = ("at", "blobs", "body", "nbytes", "pack", "rows", "skipped", "sound", "texts")
+
+    def __init__(self, frag: Fragment, prefix: str) -> None:
+        self.body = frag.body
+        self.blobs = frag.blobs
+        self.texts = frag.texts
+        self.rows = frag.rows
+        self.sound = frag.sound
+        self.skipped = [prefix + t[0] for t, i in zip(frag.files, frag.blob_of, strict=True) if i is None]
+        self.nbytes = sum(t[2] for t, i in zip(frag.files, frag.blob_of, strict=True) if i is not None)
+        # the pack its body joined and where in it ("" once formed: no bytes to pack)
+        self.pack: str | None = None if frag.blobs else ""
+        self.at = 0
+
+    def entries(self) -> list[tuple[str, str]]:
+        """``(name, tree entry)`` of each file, once its pack is formed."""
+        pack, at, blobs = self.pack, self.at, self.blobs
+        assert pack is not None
+        return [(name, head if i < 0 else head + pack_ref_text(pack, at + blobs[i][1], blobs[i][2]) + tail)
+                for name, head, i, tail in self.texts]
+
+
 class _Uploader:
     """Packs new small blobs, uploads packs and parts concurrently, within a byte budget."""
 
@@ -116,7 +142,7 @@ class _Uploader:
         self._budget = threading.Condition()
         self._inflight = 0
         self._lock = threading.Lock()
-        self._buf: list[tuple[str, bytes]] = []
+        self._buf: list[tuple[str, bytes] | _Frag] = []
         self._buf_size = 0
         # blob hash -> pack ref of this run's packs, the newest PACKED_KEEP kept (for
         # deduplication within the run; every folder takes its refs long before eviction)
@@ -171,13 +197,43 @@ class _Uploader:
         if flush:
             self._flush(flush)
 
-    def _flush(self, blobs: list[tuple[str, bytes]]) -> None:
-        body = b"".join(d for _, d in blobs)
+    def add_fragment(self, frag: _Frag) -> bool:
+        """Queue a folder's fragment for the next pack; False (nothing queued) when a blob of
+        it is this run's already: its files are then taken one by one, each blob once."""
+        if not frag.blobs:
+            return True
+        hashes = [h for h, _o, _n in frag.blobs]
+        flush = None
+        with self._lock:
+            if not (self._pending_blobs.isdisjoint(hashes) and self.packed.keys().isdisjoint(hashes)):
+                return False
+            self._pending_blobs.update(hashes)
+            self._buf.append(frag)
+            self._buf_size += len(frag.body)
+            if self._buf_size >= PACK_TARGET:
+                flush, self._buf, self._buf_size = self._buf, [], 0
+        if flush:
+            self._flush(flush)
+        return True
+
+    def _flush(self, blobs: list[tuple[str, bytes] | _Frag]) -> None:
+        body = b"".join([b[1] if isinstance(b, tuple) else b.body for b in blobs])
         ph = digest(body)
         entries: list[tuple[str, int, int]] = []
         off = 0
         with self._lock:
-            for h, d in blobs:
+            for b in blobs:
+                if isinstance(b, _Frag):
+                    got = [(h, off + o, n) for h, o, n in b.blobs]
+                    entries += got
+                    self.packed.update([(h, (ph, o, n)) for h, o, n in got])
+                    self._pending_blobs.difference_update([h for h, _o, _n in got])
+                    self.formed += [(h, ph, o, n) for h, o, n in got]
+                    b.at, b.pack = off, ph  # the pack last: the walk reads it without the lock
+                    off += len(b.body)
+                    b.body = b""
+                    continue
+                h, d = b
                 self.packed[h] = (ph, off, len(d))
                 self._pending_blobs.discard(h)
                 entries.append((h, off, len(d)))
@@ -388,6 +444,7 @@ class _Folder:
     jobs: list[Future[list[tuple[Found, Entry | None]]]] = field(default_factory=list)
     children: dict[str, _Result] = field(default_factory=dict)
     entries: list[Entry | tuple[str, _Result]] = field(default_factory=list)
+    frag: _Frag | None = None  # files a helper read and wrote the entries of (a first snapshot)
     result: _Result | None = None
     quick: bool = False  # its files were vouched for by the listing's signature alone
     sig: bytes | None = None  # the listing's signature, kept with the rows when all are sound
@@ -506,7 +563,7 @@ class _Walk:
         self.small_sent = 0
         self.ahead: _Ahead | None = None
         # folders listed (and their small files read) by other processes, ahead of the walk
-        self.listed: dict[str, Future[tuple[Plain, dict[str, Read]] | None]] = {}
+        self.listed: dict[str, Future[tuple[Plain, Fragment] | None]] = {}
 
     # -- hashing -------------------------------------------------------------------------
 
@@ -649,9 +706,9 @@ class _Walk:
     def _list(self, fr: _Folder) -> None:
         """List the folder with care: compare each file with its row, hash what changed."""
         rel, abs_dir, cache_id = fr.rel, fr.abs, fr.cache_id
-        listing, reads = self._listing(rel, abs_dir)
-        fr.sig = listing.sig
         rows = fr.rows = self.cache.rows(cache_id) if cache_id is not None and self.usable else {}
+        listing, reads, frag = self._listing(rel, abs_dir, whole=not rows and rel not in self.pending)
+        fr.sig = listing.sig
         subdirs = listing.dirs
         if rel in self.pending_dirs:
             on_disk = {n for n, _p in subdirs}
@@ -669,8 +726,10 @@ class _Walk:
                     fr.keys[fname] = f.target
                 else:
                     todo.append(f)
-            fr.changed = fr.changed or bool(listing.files)
+            fr.changed = fr.changed or bool(listing.files) or frag is not None
             self._submit(fr, todo, self.base.nodes(rel) if todo else None, reads)
+            if frag is not None:
+                self._fragment(fr, frag)
             return
         seen: set[str] = set()
         for f in listing.files:
@@ -700,8 +759,11 @@ class _Walk:
         nodes = self.base.nodes(rel) if todo else None
         self._submit(fr, todo, nodes, reads)
 
-    def _listing(self, rel: str, abs_dir: str) -> tuple[Listing, dict[str, Read] | None]:
-        """The folder's listing, and its small files' reads where another process made both."""
+    def _listing(self, rel: str, abs_dir: str,
+                 whole: bool) -> tuple[Listing, dict[str, Read] | None, Fragment | None]:
+        """The folder's listing where another process made it, less the small files it read:
+        as a fragment, taken ``whole`` (nothing of an earlier version to compare them with), or
+        else as reads, for each file to be taken one by one."""
         job = self.listed.pop(rel, None)
         got = None
         if job is not None:
@@ -712,12 +774,46 @@ class _Walk:
             except Exception:  # noqa: BLE001 - whatever the helper met, the walk meets again itself
                 got = None
         if got is None:
-            return self.lister.list(rel, abs_dir), None
-        (files, dirs, sig), reads = got
+            return self.lister.list(rel, abs_dir), None, None
+        (files, dirs, sig), fragment = got
         prefix = f"{rel}/" if rel else ""
+        reads = None
+        frag: Fragment | None = fragment
+        if not fragment.files:
+            frag = None
+        elif not whole or self.up.blobs is not None or self.base.nodes(rel):
+            # an earlier version may hold these files (kept from it, or a blob already stored)
+            files = files + fragment.files
+            reads = _reads(fragment, prefix)
+            frag = None
         listing = Listing([Found(prefix + name, Stat(*st)) for name, *st in files], dirs)
         listing.sig = sig
-        return listing, {prefix + name: r for name, r in reads.items()}
+        return listing, reads, frag
+
+    def _fragment(self, fr: _Folder, frag: Fragment) -> None:
+        """Take the files a helper read and wrote the entries of: their blobs join a pack (in
+        turn with the other small files, on the same thread) and their rows are kept."""
+        fg = fr.frag = _Frag(frag, f"{fr.rel}/" if fr.rel else "")
+        n = len(frag.files)
+        self.progress.files_total += n
+        self.progress.bytes_total += sum(t[2] for t in frag.files)
+        self.hashed += n
+        fr.queued += n
+        self.queued += n
+        self.small_sent += n
+        fr.jobs.append(self.small_pool.submit(self._take_fragment, fr, fg, frag))
+
+    def _take_fragment(self, fr: _Folder, fg: _Frag, frag: Fragment) -> list[tuple[Found, Entry | None]]:
+        if self.up.add_fragment(fg):
+            self.progress.add(files=len(frag.files), nbytes=fg.nbytes)
+            return []
+        # a blob of it is this run's already (the same file in another folder): file by file
+        fr.frag = None
+        prefix = f"{fr.rel}/" if fr.rel else ""
+        reads = _reads(frag, prefix)
+        batch: list[tuple[Found, FileEntry | None]] = [(Found(prefix + name, Stat(*st)), None)
+                                                       for name, *st in frag.files]
+        return self._entries(batch, [reads[f.path] for f, _p in batch])
 
     def _list_ahead(self, stack: list[_Folder]) -> None:
         """In a first snapshot of a large workspace, other processes list the next folders
@@ -733,8 +829,8 @@ class _Walk:
                 if rel in self.listed:
                     continue
                 try:
-                    self.listed[rel] = self.procs.submit(list_and_read, self.root, self.lister.salt, rel,
-                                                         LIST_MOST, SMALL_MAX, LIST_READ)
+                    self.listed[rel] = self.procs.submit(list_and_pack, self.root, self.lister.salt, rel,
+                                                         LIST_MOST, SMALL_MAX, LIST_READ, self.started_ns - RACY_NS)
                 except (BrokenProcessPool, RuntimeError, OSError):
                     self.procs_failed = True
                     return
@@ -759,7 +855,7 @@ class _Walk:
     def _sound(self, fr: _Folder) -> bool:
         """Whether the folder's signature may be kept: every file's row known and not too fresh."""
         return (fr.sig is not None and all(k is not None for k in fr.keys.values())
-                and all(self._racy(k) is not None for _f, k in fr.maybe))
+                and all(self._racy(k) is not None for _f, k in fr.maybe) and (fr.frag is None or fr.frag.sound))
 
     def finish(self, fr: _Folder) -> _Result:
         """Decide the folder's entries once its subfolders are done; queue its tree."""
@@ -802,8 +898,12 @@ class _Walk:
                 for f, e in job.result():
                     self._take(fr, f, e, nodes)
             fr.jobs = []
-        files = len(fr.kept) + sum(r.files for r in kids.values())
-        nbytes = sum(_size(e) for e in fr.kept.values()) + sum(r.bytes for r in kids.values())
+        fg = fr.frag
+        files = len(fr.kept) + sum(r.files for r in kids.values()) + (len(fg.texts) if fg else 0)
+        nbytes = (sum(_size(e) for e in fr.kept.values()) + sum(r.bytes for r in kids.values())
+                  + (fg.nbytes if fg else 0))
+        if fg is not None:
+            self.skipped += fg.skipped
         result = _Result(None, files, nbytes, False)
         # The stat cache follows the folder (inside the snapshot's transaction).
         for gone, (gid, _tree) in cached_kids.items():
@@ -816,13 +916,16 @@ class _Walk:
         if fr.cache_id is None:
             fr.cache_id = self._ensure_id(fr)
         self.cache.replace_rows(fr.cache_id, fr.keys.items())
+        if fg is not None:
+            self.cache.put_rows(fr.cache_id, fg.rows)
+            fg.rows = []
         if self._sound(fr):
             self.cache.set_sig(fr.cache_id, fr.sig)
         fr.entries = [*fr.kept.values(), *((n, r) for n, r in sorted(kids.items()))]
         fr.kept, fr.keys = {}, {}
         fr.result = result
         self.queue.append(fr)
-        self.waiting += len(fr.entries)
+        self.waiting += len(fr.entries) + (len(fg.texts) if fg else 0)
         return result
 
     def _ensure_id(self, fr: _Folder) -> int:
@@ -841,36 +944,39 @@ class _Walk:
                 self.cache.add_blobs(formed)
         while self.queue:
             fr = self.queue[0]
+            fg = fr.frag
             unpacked = [e for e in fr.entries if type(e) is dict and e.get("pack", 0) is None]
-            if unpacked:
+            if unpacked or (fg is not None and fg.pack is None):
                 refs = self.up.refs([e["hash"] for e in unpacked])
-                if force and None in refs:
+                if force and (None in refs or (fg is not None and fg.pack is None)):
                     self.up.flush_now()
                     refs = self.up.refs([e["hash"] for e in unpacked])
-                if None in refs:
+                if None in refs or (fg is not None and fg.pack is None):
                     return
                 for u, ref in zip(unpacked, refs, strict=True):
                     u["pack"] = ref
-            out: list[tuple[str, dict[str, Any]]] = []
+            where = fr.rel or "the workspace root"
+            out = fg.entries() if fg is not None else []
             for e in fr.entries:
                 if isinstance(e, tuple):
                     name, r = e
                     assert r.tree is not None, "a subfolder's tree is written before its parent's"
-                    out.append((name + "/", {"name": name, "type": "dir", "tree": r.tree}))
+                    out.append((name + "/", entry_text({"name": name, "type": "dir", "tree": r.tree}, where)))
                 elif isinstance(e, FileEntry):
                     j = node_json(e)
-                    out.append((j["name"], j))
+                    out.append((j["name"], entry_text(j, where)))
                 else:  # this folder's own new entry: made its tree entry in place (nothing else holds it)
                     name = e.pop("path").rpartition("/")[2]
                     e["name"] = name
-                    out.append((name, e))
+                    out.append((name, entry_text(e, where)))
             out.sort(key=itemgetter(0))
-            body = encode_tree([j for _k, j in out], fr.rel or "the workspace root")
+            body = encode_texts([t for _k, t in out])
             assert fr.result is not None and fr.cache_id is not None
             fr.result.tree = self.up.add_tree(body)
             self.cache.set_folder(fr.cache_id, fr.result.tree, fr.result.files, fr.result.bytes)
-            self.waiting -= len(fr.entries)
+            self.waiting -= len(fr.entries) + (len(fg.texts) if fg else 0)
             fr.entries = []
+            fr.frag = None
             self.queue.popleft()
 
     def run(self) -> _Result:
@@ -926,6 +1032,20 @@ class _Walk:
             if self.waiting > WAITING_MAX and self.up.pending():
                 self.up.flush_now()
                 self.drain()
+
+
+def _reads(frag: Fragment, prefix: str) -> dict[str, Read]:
+    """What a fragment's files read, by path, for the walk to take them one by one."""
+    out: dict[str, Read] = {}
+    for t, i in zip(frag.files, frag.blob_of, strict=True):
+        if i is None:
+            out[prefix + t[0]] = None
+        elif i < 0:
+            out[prefix + t[0]] = (digest(b""), b"")
+        else:
+            h, at, n = frag.blobs[i]
+            out[prefix + t[0]] = (h, frag.body[at:at + n])
+    return out
 
 
 def _pending_by_folder(copy: WorkspaceCopy, version: int) -> dict[str, dict[str, FileEntry]]:

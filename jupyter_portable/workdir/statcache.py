@@ -49,6 +49,14 @@ def _row(key: Key) -> tuple[Any, Any, Any, Any, Any]:
     return (size, mtime, ctime, ino - 2 * _I64 if ino >= _I64 else ino, None)
 
 
+Row = tuple[str, Any, Any, Any, Any, Any]  # a file's row in a folder: (name, size, mtime, ctime, inode, target)
+
+
+def file_row(name: str, key: Key) -> Row:
+    """What :meth:`StatCache.put_rows` stores for one file (made where the file was listed)."""
+    return (_text(name), *_row(key))
+
+
 def _key(size: Any, mtime: Any, ctime: Any, ino: Any, target: Any) -> Key:
     if target is not None:
         return str(target)
@@ -226,6 +234,11 @@ class StatCache:
         self._db.execute("UPDATE dirs SET sig=NULL WHERE id=? AND sig IS NOT NULL", (dir_id,))
         self._db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?)",
                              ((dir_id, _text(name), *_row(key)) for name, key in rows))
+
+    def put_rows(self, dir_id: int, rows: list[Row]) -> None:
+        """Add :func:`file_row` rows to folder ``dir_id`` (a folder written whole: its
+        signature is set afterwards, or not at all)."""
+        self._db.executemany(f"INSERT OR REPLACE INTO files VALUES ({int(dir_id)}, ?, ?, ?, ?, ?, ?)", rows)
 
     def drop_folder(self, dir_id: int) -> None:
         """Forget a folder and everything under it."""
