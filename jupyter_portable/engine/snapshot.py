@@ -564,6 +564,8 @@ class _Walk:
         self.ahead: _Ahead | None = None
         # folders listed (and their small files read) by other processes, ahead of the walk
         self.listed: dict[str, Future[tuple[Plain, Fragment] | None]] = {}
+        # nothing stored before to compare files with: folders listed ahead are taken whole
+        self.first = not usable and base.root is None and up.blobs is None
 
     # -- hashing -------------------------------------------------------------------------
 
@@ -622,7 +624,9 @@ class _Walk:
 
     def _procs(self) -> ProcessPoolExecutor | None:
         if self.procs is None and not self.procs_failed:
-            self.procs = helper_pool()
+            # A first snapshot's helpers do nearly all of its work (see _fragment): they get every
+            # core. Otherwise the walk takes each file in turn and keeps a core of its own.
+            self.procs = helper_pool(spare_one=not self.first)
             self.procs_failed = self.procs is None  # no second process here: threads do it all
         return self.procs
 
@@ -781,7 +785,7 @@ class _Walk:
         frag: Fragment | None = fragment
         if not fragment.files:
             frag = None
-        elif not whole or self.up.blobs is not None or self.base.nodes(rel):
+        elif not whole or not self.first:
             # an earlier version may hold these files (kept from it, or a blob already stored)
             files = files + fragment.files
             reads = _reads(fragment, prefix)
