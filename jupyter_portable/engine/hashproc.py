@@ -5,9 +5,10 @@ A large snapshot's cost is Python's, per file: listing, reading, hashing, record
 process, threads take turns with one interpreter lock, so a cold snapshot of a million
 small files used one core of two. The walk hands batches of small files to a process of
 this module (spawned, so nothing of the parent's threads or locks is inherited), which
-returns each file's hash and bytes; in a first snapshot it also lists the folders ahead of
-the walk, reads their small files and writes their tree entries (:func:`list_and_pack`). Everything else stays in the
-snapshot's process.
+returns each file's hash and bytes. In a first snapshot these processes (one per core) also
+list the folders ahead of the walk, read their small files and write each one's tree entry
+and stat cache row (:func:`list_and_pack`); the snapshot's process joins the folders' bytes
+into packs, fills in the pack refs and writes the trees.
 """
 
 from __future__ import annotations
