@@ -725,9 +725,7 @@ class _Walk:
         if not rows and rel not in self.pending:  # nothing recorded here (a first snapshot): every file is new
             for f in listing.files:
                 if f.target is not None:
-                    fname = f.path.rpartition("/")[2]
-                    fr.kept[fname] = {"path": f.path, "type": "symlink", "target": f.target}
-                    fr.keys[fname] = f.target
+                    _keep_link(fr, f, f.target)
                 else:
                     todo.append(f)
             fr.changed = fr.changed or bool(listing.files) or frag is not None
@@ -742,8 +740,7 @@ class _Walk:
             seen.add(lname)
             was = rows.get(lname)
             if f.target is not None:
-                fr.kept[fname] = {"path": f.path, "type": "symlink", "target": f.target}
-                fr.keys[fname] = f.target
+                _keep_link(fr, f, f.target)
                 if was != f.target:
                     fr.changed = True
                 continue
@@ -1036,6 +1033,13 @@ class _Walk:
             if self.waiting > WAITING_MAX and self.up.pending():
                 self.up.flush_now()
                 self.drain()
+
+
+def _keep_link(fr: _Folder, f: Found, target: str) -> None:
+    """Record a symlink of the folder as found: its target is all there is to it."""
+    fname = f.path.rpartition("/")[2]
+    fr.kept[fname] = {"path": f.path, "type": "symlink", "target": target}
+    fr.keys[fname] = target
 
 
 def _reads(frag: Fragment, prefix: str) -> dict[str, Read]:
