@@ -167,19 +167,9 @@ class LocalBackend(Backend):
             raise ObjectMissing(f"object {key} is missing from {self.url}", key=key) from exc
 
     def _write_temp(self, final: str, data: bytes) -> str:
-        folder = os.path.dirname(final)
-        self._mkdirs(folder)
-        tmp = os.path.join(folder, f".tmp-{secrets.token_hex(8)}")
-        faults.point(f"temp {final}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        """A temp file beside ``final`` holding ``data``, fsynced and closed."""
+        tmp, fd = self._stage(final, data, halves=True)
         try:
-            half = len(data) // 2
-            os.write(fd, data[:half]) if half else None
-            faults.point(f"half-written {final}")
-            view = memoryview(data)[half:]
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
             os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -231,8 +221,9 @@ class LocalBackend(Backend):
         except OSError as exc:
             raise StoreError(f"cannot write {len(items)} objects to {self.url}: {exc.strerror}") from exc
 
-    def _stage(self, final: str, data: bytes) -> tuple[str, int]:
-        """A temp file beside ``final`` holding ``data``, not yet fsynced, and its open fd."""
+    def _stage(self, final: str, data: bytes, *, halves: bool = False) -> tuple[str, int]:
+        """A temp file beside ``final`` holding ``data``, not yet fsynced, and its open fd
+        (``halves``: written in two halves, with a crash point between them)."""
         folder = os.path.dirname(final)
         self._mkdirs(folder)
         tmp = os.path.join(folder, f".tmp-{secrets.token_hex(8)}")
@@ -240,8 +231,11 @@ class LocalBackend(Backend):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            if halves:
+                _write_all(fd, view[:len(data) // 2])
+                faults.point(f"half-written {final}")
+                view = view[len(data) // 2:]
+            _write_all(fd, view)
         except BaseException:
             os.close(fd)
             os.unlink(tmp)
@@ -331,3 +325,9 @@ class LocalBackend(Backend):
         except OSError as exc:
             if exc.errno != errno.ENOENT:
                 raise StoreError(f"cannot delete {key}: {exc.strerror}") from exc
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    """Write all of ``view`` (a write may take fewer bytes than it was given)."""
+    while view:
+        view = view[os.write(fd, view):]
