@@ -127,3 +127,31 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def palette_fill(page: Any, text: str) -> Any:
+    """JupyterLab's command palette, opened with its shortcut and filled with ``text``.
+
+    The palette closes when the page's focus moves, and JupyterLab may still be restoring
+    its layout (activating a widget) right after the page loads: the palette then closes
+    between opening and typing. It is opened again, up to three times."""
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import expect
+
+    palette = page.locator(".jp-ModalCommandPalette input")
+    for _ in range(3):
+        if palette.is_visible():
+            page.keyboard.press("Escape")
+        page.keyboard.press("Control+Shift+C")
+        try:
+            expect(palette).to_be_visible(timeout=5_000)
+            palette.fill(text, timeout=5_000)
+            expect(palette).to_be_focused(timeout=1_000)
+            expect(palette).to_have_value(text, timeout=1_000)
+            return palette
+        except (AssertionError, PlaywrightError):
+            continue
+    page.keyboard.press("Control+Shift+C")
+    expect(palette).to_be_visible()
+    palette.fill(text)
+    return palette

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from portable_lab import Lab
+from portable_lab import Lab, palette_fill
 
 expect: Any = None
 try:
@@ -93,10 +93,7 @@ def test_every_route_card_shows_its_name_total_and_time_to_ready(page: Any, lab:
 def test_the_command_palette_runs_continue(page: Any, lab: Lab) -> None:
     sidebar_at(page)
     expect(badge(page)).to_have_text("IDLE")
-    page.keyboard.press("Control+Shift+C")
-    palette = page.locator(".jp-ModalCommandPalette input")
-    expect(palette).to_be_visible()
-    palette.fill("Portable: Continue")
+    palette_fill(page, "Portable: Continue")
     expect(page.locator(".jp-ModalCommandPalette .lm-CommandPalette-item",
                         has_text="Continue on the Chosen Route")).to_be_visible()
     page.keyboard.press("Enter")

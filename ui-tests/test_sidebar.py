@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from portable_lab import OUTPUT, PRICE_CAP, Lab
+from portable_lab import OUTPUT, PRICE_CAP, Lab, palette_fill
 
 expect: Any = None
 try:
@@ -292,10 +292,7 @@ def test_the_sidebar_follows_the_dark_theme(page: Any, lab: Lab) -> None:
         return [int(x) for x in re.findall(r"\d+", rgb)[:3]]
 
     assert sum(background()) > 600  # light
-    page.keyboard.press("Control+Shift+C")  # the command palette
-    palette = page.locator(".jp-ModalCommandPalette input")
-    expect(palette).to_be_visible()
-    palette.fill("Use Theme: JupyterLab Dark")
+    palette_fill(page, "Use Theme: JupyterLab Dark")
     page.keyboard.press("Enter")
     expect(page.locator("body")).to_have_attribute("data-jp-theme-name", "JupyterLab Dark")
     page.wait_for_timeout(500)  # the theme's stylesheet settles
