@@ -36,7 +36,9 @@ def test_silence_is_lost_only_after_stale_after_s_of_the_given_clock(env: dict[s
         assert orch.continue_()["state"] == L.ACTIVE
         rec = orch.record()
         assert rec is not None
-        os.kill(rec.pid, signal.SIGKILL)  # the agent goes silent; the machine itself still runs
+        # the agent goes silent; the machine itself still runs (the agent's session goes with it:
+        # the kernel it started ahead would outlive the test, with nobody left to stop it)
+        os.killpg(rec.pid, signal.SIGKILL)
         before = len(reads)
         first: Any = orch.check(now=1000.0)
         assert first["alive"] is False and first["state"] == L.ACTIVE
