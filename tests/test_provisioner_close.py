@@ -1,10 +1,17 @@
 """A server stopping while a kernel moves to its placeholder: the shutdown's cleanup waits for
-the placeholder being started, then stops it and removes its folder; the start does not fail."""
+the placeholder being started, then stops it and removes its folder; the start does not fail.
+And a placeholder never outlives the server that started it, however that one ends."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +106,60 @@ def test_a_stop_during_a_launch_lets_the_launch_finish_first(tmp_path: Path, mon
     asyncio.run(scenario())
     assert seen == [True]
     assert prov._placeholder is None and prov._placeholder_dir is None
+
+
+# a stand-in for the server: starts the placeholder as the provisioner does, says its pid, waits
+_SERVER = """
+import os, subprocess, sys, time
+env = {**os.environ, "JUPYTER_PORTABLE_SERVER_PID": str(os.getpid())}
+kernel = subprocess.Popen([sys.executable, "-m", "jupyter_portable.interfaces.kernel.placeholder", "-f", sys.argv[1]],
+                          env=env, start_new_session=True)
+print(kernel.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _until(pred: Any, wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+@pytest.mark.timeout(180)
+def test_a_placeholder_kernel_ends_with_the_server_that_started_it(tmp_path: Path) -> None:
+    """The server stopped while a kernel moved to its placeholder, or was killed: the
+    placeholder it started must not run on with nobody to stop it."""
+    from jupyter_client.connect import write_connection_file
+
+    from jupyter_portable.interfaces.kernel import placeholder
+    from jupyter_portable.orchestration import provisioner
+
+    assert placeholder.SERVER_PID_ENV == provisioner.SERVER_PID_ENV
+    fname, cfg = write_connection_file(str(tmp_path / "kernel.json"), ip="127.0.0.1")
+    server = subprocess.Popen([sys.executable, "-c", _SERVER, fname], stdout=subprocess.PIPE, text=True)
+    assert server.stdout is not None
+    kernel = int(server.stdout.readline())
+    try:
+        def answers() -> bool:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", cfg["shell_port"]), 1):
+                return True
+            return False
+
+        assert _until(answers, 120), "the placeholder kernel came up"
+        server.kill()  # however the server ends: SIGKILL leaves it no say
+        server.wait()
+        assert _until(lambda: not _running(kernel), 60), "the placeholder ended with its server"
+    finally:
+        server.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(kernel, signal.SIGKILL)

@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import select
 import stat as statmod
-import threading
-import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
@@ -27,6 +24,7 @@ from jupyter_portable.core.tree import entry_text, packed_text
 from jupyter_portable.engine.fetch import Placer
 from jupyter_portable.engine.scan import Lister, Plain, PlainFile
 from jupyter_portable.store.repo import digest, hash_file
+from jupyter_portable.workdir.lifetime import die_with
 from jupyter_portable.workdir.statcache import Row, file_row, stat_key
 
 _RDONLY = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
@@ -34,31 +32,6 @@ _RDONLY = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 Check = tuple[str, int, str, int]  # (path under the root, size, hash, mode) of a regular file
 Item = tuple[str, int, int]  # (path under the root, size, mtime_ns) as the listing saw it
 Quick = tuple[bytes, list[tuple[str, str]]] | None  # Lister.quick of one folder
-
-
-def die_with(parent: int) -> None:
-    """Pool initializer: end this process when the process that made the pool ends, however
-    it ends (a SIGKILL included), so that none is left holding its pipes or writing to the
-    workspace. Linux's parent-death signal is not used: it follows the *thread* that started
-    the process, and a pool starts its processes in whichever thread submits first (a
-    restore's writer thread, which ends before the pool: the helper it killed held the pool's
-    queue lock, and the other helper waited on it for ever)."""
-    try:
-        fd: int | None = os.pidfd_open(parent)
-    except (AttributeError, OSError):  # not Linux 5.3 or later: ask for the parent every second
-        fd = None
-    if os.getppid() != parent:  # it ended already
-        os._exit(0)
-    threading.Thread(target=_end_with, args=(parent, fd), daemon=True, name="portable-die-with").start()
-
-
-def _end_with(parent: int, fd: int | None) -> None:
-    if fd is not None:
-        select.select([fd], [], [])  # a process's pidfd is readable once it has ended
-    else:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-    os._exit(0)
 
 
 def helper_pool(most: int = 3, spare_one: bool = True) -> ProcessPoolExecutor | None:
@@ -70,6 +43,11 @@ def helper_pool(most: int = 3, spare_one: bool = True) -> ProcessPoolExecutor | 
     if cores < 2:
         return None
     try:
+        # Each helper ends when this process ends. Linux's parent-death signal is not used: it
+        # follows the *thread* that started the process, and a pool starts its processes in
+        # whichever thread submits first (a restore's writer thread, which ends before the
+        # pool: the helper it killed held the pool's queue lock, and the other helper waited
+        # on it for ever).
         return ProcessPoolExecutor(min(most, cores - 1 if spare_one else cores),
                                    mp_context=multiprocessing.get_context("spawn"),
                                    initializer=die_with, initargs=(os.getpid(),))

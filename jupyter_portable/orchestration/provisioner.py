@@ -47,6 +47,7 @@ from jupyter_portable.worker.client import AgentClient, AgentRecord
 WORKSPACE_ENV = "JUPYTER_PORTABLE_WORKSPACE"
 NO_MACHINE_ENV = "JUPYTER_PORTABLE_NO_MACHINE"  # what the placeholder kernel tells each cell (JSON)
 FIRST_MACHINE_ENV = "JUPYTER_PORTABLE_FIRST_MACHINE"  # "first-cell" (default) or "open"
+SERVER_PID_ENV = "JUPYTER_PORTABLE_SERVER_PID"  # the placeholder kernel ends with this process
 PLACEHOLDER_MODULE = "jupyter_portable.interfaces.kernel.placeholder"
 _PORTS = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
 
@@ -194,7 +195,8 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         from jupyter_client.connect import write_connection_file
 
         assert self._workspace_root is not None
-        env = {**os.environ, NO_MACHINE_ENV: json.dumps(self._no_machine), WORKSPACE_ENV: self._workspace_root}
+        env = {**os.environ, NO_MACHINE_ENV: json.dumps(self._no_machine), WORKSPACE_ENV: self._workspace_root,
+               SERVER_PID_ENV: str(os.getpid())}
         with self._placeholder_lock:
             folder = tempfile.mkdtemp(prefix="portable-placeholder-")
             fname, cfg = write_connection_file(os.path.join(folder, f"kernel-{kernel_id}.json"),

@@ -28,6 +28,7 @@ from ipykernel.kernelbase import Kernel
 
 NO_MACHINE_ENV = "JUPYTER_PORTABLE_NO_MACHINE"
 WORKSPACE_ENV = "JUPYTER_PORTABLE_WORKSPACE"
+SERVER_PID_ENV = "JUPYTER_PORTABLE_SERVER_PID"  # the server that started it: it ends with that one
 ERROR_NAME = "NoGPUMachine"
 FIRST_MACHINE_MSG = "portable_first_machine_request"  # a control message: {asker} or {answer, reason}
 START_HINT = "To start one, run a cell again and press Start, or press Continue in the portable sidebar."
@@ -189,6 +190,13 @@ class PlaceholderKernel(Kernel):  # type: ignore[misc]
 def main() -> None:
     from ipykernel.kernelapp import IPKernelApp
 
+    from jupyter_portable.workdir.lifetime import die_with
+
+    server = os.environ.get(SERVER_PID_ENV, "")
+    if server.isdigit():
+        # never outlives its server, however that one ends (a server that stopped while the
+        # kernel moved here has nobody left to stop it)
+        die_with(int(server))
     IPKernelApp.launch_instance(kernel_class=PlaceholderKernel)
 
 
