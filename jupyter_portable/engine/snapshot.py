@@ -116,8 +116,13 @@ class _Frag:
         self.texts = frag.texts
         self.rows = frag.rows
         self.sound = frag.sound
-        self.skipped = [prefix + t[0] for t, i in zip(frag.files, frag.blob_of, strict=True) if i is None]
-        self.nbytes = sum(t[2] for t, i in zip(frag.files, frag.blob_of, strict=True) if i is not None)
+        self.skipped: list[str] = []
+        self.nbytes = 0  # of the files published (not those changed while read)
+        for t, i in zip(frag.files, frag.blob_of, strict=True):
+            if i is None:
+                self.skipped.append(prefix + t[0])
+            else:
+                self.nbytes += t[2]
         # the pack its body joined and where in it ("" once formed: no bytes to pack)
         self.pack: str | None = None if frag.blobs else ""
         self.at = 0
@@ -185,17 +190,22 @@ class _Uploader:
         self.futures.append(self.pool.submit(run))
 
     def add_blob(self, h: str, data: bytes) -> None:
-        flush = None
         with self._lock:
             if h in self._pending_blobs or h in self.packed:
                 return
             self._pending_blobs.add(h)
-            self._buf.append((h, data))
-            self._buf_size += len(data)
-            if self._buf_size >= PACK_TARGET:
-                flush, self._buf, self._buf_size = self._buf, [], 0
+            flush = self._queue((h, data), len(data))
         if flush:
             self._flush(flush)
+
+    def _queue(self, item: tuple[str, bytes] | _Frag, size: int) -> list[tuple[str, bytes] | _Frag] | None:
+        """Buffer ``item`` (under the lock); what to form a pack of now, if the buffer is full."""
+        self._buf.append(item)
+        self._buf_size += size
+        if self._buf_size < PACK_TARGET:
+            return None
+        flush, self._buf, self._buf_size = self._buf, [], 0
+        return flush
 
     def add_fragment(self, frag: _Frag) -> bool:
         """Queue a folder's fragment for the next pack; False (nothing queued) when a blob of
@@ -203,15 +213,11 @@ class _Uploader:
         if not frag.blobs:
             return True
         hashes = [h for h, _o, _n in frag.blobs]
-        flush = None
         with self._lock:
             if not (self._pending_blobs.isdisjoint(hashes) and self.packed.keys().isdisjoint(hashes)):
                 return False
             self._pending_blobs.update(hashes)
-            self._buf.append(frag)
-            self._buf_size += len(frag.body)
-            if self._buf_size >= PACK_TARGET:
-                flush, self._buf, self._buf_size = self._buf, [], 0
+            flush = self._queue(frag, len(frag.body))
         if flush:
             self._flush(flush)
         return True
@@ -949,10 +955,10 @@ class _Walk:
             unpacked = [e for e in fr.entries if type(e) is dict and e.get("pack", 0) is None]
             if unpacked or (fg is not None and fg.pack is None):
                 refs = self.up.refs([e["hash"] for e in unpacked])
-                if force and (None in refs or (fg is not None and fg.pack is None)):
+                if force and not self._packed(refs, fg):
                     self.up.flush_now()
                     refs = self.up.refs([e["hash"] for e in unpacked])
-                if None in refs or (fg is not None and fg.pack is None):
+                if not self._packed(refs, fg):
                     return
                 for u, ref in zip(unpacked, refs, strict=True):
                     u["pack"] = ref
@@ -979,6 +985,11 @@ class _Walk:
             fr.entries = []
             fr.frag = None
             self.queue.popleft()
+
+    @staticmethod
+    def _packed(refs: list[dict[str, Any] | None], fg: _Frag | None) -> bool:
+        """Whether a folder's new blobs all have their pack refs (its fragment's pack formed)."""
+        return None not in refs and (fg is None or fg.pack is not None)
 
     def run(self) -> _Result:
         try:
