@@ -8,15 +8,15 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTHON ?= python3
 
-.PHONY: setup demo test checks test-load bench bench-scale clean
+.PHONY: setup demo test checks docs test-load bench bench-scale clean
 
 setup: $(STAMP)
 
 # the lab extension's sources too: an editable install copies the built extension into .venv
 # only when it is (re)installed
-LAB_SOURCES := $(wildcard labextension/src/*.ts labextension/src/*.tsx labextension/style/*.css labextension/schema/*.json labextension/package.json)
+LAB_SOURCES := $(wildcard labextension/src/*.ts labextension/src/*.tsx labextension/src/components/*.tsx labextension/style/*.css labextension/schema/*.json labextension/package.json)
 
-$(STAMP): pyproject.toml scripts/setup.sh jupyter_portable/worker/bootstrap.py $(LAB_SOURCES)
+$(STAMP): pyproject.toml scripts/setup.sh jupyter_portable/worker/bootstrap.py jupyter_portable/worker/resolve.py $(LAB_SOURCES)
 	PYTHON=$(PYTHON) scripts/setup.sh
 	touch $(STAMP)
 
@@ -35,9 +35,15 @@ checks:
 	cd labextension && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" jlpm test
 	# two workers, a test file each at a time (its module fixtures stay in one process): most
 	# tests wait on servers and machines, so two share the 2 cores well
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile --durations=40
 	# the browser tests: a pytest run of their own (their conftest is not the one of tests/)
 	$(PY) -m pytest ui-tests
+	# the documentation site, after the browser tests regenerated its screenshots
+	$(MAKE) --no-print-directory docs
+
+# the documentation site (docs/) into docs/_build/html; any warning fails the build
+docs:
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 # the whole suite 5 times in a row beside one busy loop per core; it must pass 5/5 (RUNS=n for fewer)
 test-load: setup

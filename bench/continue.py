@@ -153,7 +153,7 @@ def build_workspace(root: Path, store_url: str, layout: Layout) -> Any:
 
 class Bench:
     def __init__(self, ws: Any, root: Path, work: Path, layout: Layout) -> None:
-        from jupyter_portable.compute.local import LocalMarket
+        from jupyter_portable.demo.market import LocalMarket
 
         self.ws = ws
         self.root = root  # the source folder (the user's copy)
@@ -180,7 +180,7 @@ class Bench:
 
     def lose_current(self) -> None:
         """The market takes the active worker back; wait until its agent is gone, then drop its folder."""
-        from jupyter_portable.compute.local import lose_allocation
+        from jupyter_portable.demo.market import lose_allocation
 
         orch = self.orchestrator(EAGER_THRESHOLD)
         try:
@@ -485,7 +485,9 @@ def report(b: Bench | None, env: dict[str, list[float]] | None, reps: int,
              ("kernel answers (kernel_info)", "kernel_answers_s"), ("cell replied", "cell_s"),
              ("resume cell: %workspace latest --load (its own s)", "resume_s"),
              ("data file in place (its ctime)", "data_arrived_s"),
-             ("agent: materialize", "agent materialize_s"), ("agent: verify", "agent verify_s")]
+             ("agent: materialize", "agent materialize_s"), ("agent: verify", "agent verify_s"),
+             ("agent: environment known (its own s)", "agent environment_s"),
+             ("agent: kernel started, from its work's start (own s)", "agent kernel_start_s")]
     print_table(("mark", "eager", "lazy"), [(label, fmt(m(f"eager:{k}")), fmt(m(f"lazy:{k}"))) for label, k in marks])
 
     if env is not None:

@@ -85,7 +85,7 @@ def plan(runs: int, sizes: tuple[int, ...]) -> list[tuple[str, int]]:
 
 def run(work: Path, runs: int, sizes: tuple[int, ...], seed: int) -> list[dict[str, Any]]:
     from jupyter_portable import Workspace
-    from jupyter_portable.compute.local import LocalMarket
+    from jupyter_portable.demo.market import LocalMarket
     from jupyter_portable.orchestration.orchestrator import Orchestrator
     from jupyter_portable.orchestration.routes import compute_routes, history_records
     from jupyter_portable.orchestration.state_view import head_manifest
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rows = run(work, runs, sizes, args.seed)
     finally:
-        from jupyter_portable.compute.local import LocalMarket
+        from jupyter_portable.demo.market import LocalMarket
 
         market = LocalMarket(work / "catalog.toml", work / "market")
         for a in market.list_allocations():  # whatever an aborted run left: this market's only

@@ -8,6 +8,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,20 @@ from typing import Any
 import pytest
 
 BIN = Path(sys.executable).parent
+# the digests of wheel sets this computer stored (worker/trust.py): one file per test process, in a
+# folder of its own, never the user's; CLI subprocesses inherit it
+os.environ.setdefault("JUPYTER_PORTABLE_TRUST_FILE",
+                      str(Path(tempfile.mkdtemp(prefix="jp-trust-")) / "trusted-wheels.json"))
+
+
+@pytest.fixture(autouse=True)
+def no_loaded_config() -> Iterator[None]:
+    """A test's server hands its configuration (c.Portable and the sections of core.envconfig) to
+    the whole process, and a config file wins over a variable: the next test starts without it."""
+    from jupyter_portable.core.envconfig import use_config
+
+    yield
+    use_config(None)
 
 
 @pytest.fixture(scope="session")

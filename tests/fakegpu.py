@@ -146,13 +146,14 @@ def render_q(gpus: list[dict[str, Any]], driver: str, cuda: str) -> str:
 
 
 def install_fake_nvidia_smi(bin_dir: Path, gpus: list[dict[str, Any]], driver: str, cuda: str,
-                            mode: str = "ok") -> Path:
+                            mode: str = "ok", python: str = sys.executable) -> Path:
     """Write an executable ``bin_dir/nvidia-smi`` presenting ``gpus``; returns its path.
 
     ``gpus`` are dicts with ``name`` and ``memory_mb`` (``uuid`` optional). ``mode``: ``ok``;
     ``failed`` (exit 9, cannot talk to the driver); ``no-devices`` (exit 6, a pod restarted
     without GPUs); ``malformed`` (the second CSV row loses a field); ``hang`` (never answers).
-    Each call's argv is appended as JSON to ``bin_dir/nvidia-smi.d/calls.log``.
+    Each call's argv is appended as JSON to ``bin_dir/nvidia-smi.d/calls.log`` (writable by any
+    user). ``python`` runs the script (stdlib only; a machine's may be another user's).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
@@ -170,7 +171,10 @@ def install_fake_nvidia_smi(bin_dir: Path, gpus: list[dict[str, Any]], driver: s
             for i, g in enumerate(_gpus(gpus))]
     (data / "query.json").write_text(json.dumps({"header": header, "rows": rows}))
     exe = bin_dir / "nvidia-smi"
-    exe.write_text(_SCRIPT.format(python=sys.executable, data=str(data)))
+    log = data / "calls.log"
+    log.touch()
+    log.chmod(0o666)  # a machine's login user calls it
+    exe.write_text(_SCRIPT.format(python=python, data=str(data)))
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return exe
 

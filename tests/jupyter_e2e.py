@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 CATALOG = """
 version = 1
@@ -66,10 +69,29 @@ def portable_env(tmp_path: Path, monkeypatch: Any, catalog: str = CATALOG,
     return dirs
 
 
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[dict[str, Path]]:
+    """The local market in this test's folder, with the test module's ``SERVER_ENV`` (names to
+    values) set first; every machine still running is released after the test. A test module
+    takes it (and :func:`jp_root_dir`) with ``from jupyter_e2e import env, jp_root_dir``."""
+    for name, value in getattr(request.module, "SERVER_ENV", {}).items():
+        monkeypatch.setenv(name, value)
+    yield portable_env(tmp_path, monkeypatch)
+    release_all()
+
+
+@pytest.fixture
+def jp_root_dir(tmp_path: Path, env: dict[str, Path]) -> Path:
+    """The server's root (pytest-jupyter's fixture): a workspace with a first version in the store."""
+    root = tmp_path / "workspace"
+    make_workspace(root, env["store"])
+    return root
+
+
 def release_all(providers: tuple[str, ...] = ("local",)) -> None:
     """Terminate every machine the test's markets still run: no worker outlives its test."""
     from jupyter_portable.compute.base import Allocation
-    from jupyter_portable.compute.local import LocalMarket
+    from jupyter_portable.demo.market import LocalMarket
 
     if "local" in providers:
         market = LocalMarket()
@@ -88,14 +110,15 @@ def release_all(providers: tuple[str, ...] = ("local",)) -> None:
                                          details={"pid": rec["pid"], "remote_dir": rec["remote_dir"]}))
 
 
-def make_workspace(root: Path, store: Path) -> Any:
+def make_workspace(root: Path, store: Path | str) -> Any:
+    """A workspace at ``root`` with a first version in ``store`` (a folder, or a store URL)."""
     from jupyter_portable import Workspace
 
     root.mkdir(parents=True, exist_ok=True)
     (root / "train.py").write_text("print('training')\n")
     (root / "data").mkdir(exist_ok=True)
     (root / "data" / "small.csv").write_text("a,b\n1,2\n")
-    ws = Workspace.init(root, f"file://{store}")
+    ws = Workspace.init(root, store if isinstance(store, str) else f"file://{store}")
     ws.snapshot("first", progress=None)
     return ws
 
@@ -133,6 +156,19 @@ class KernelSocket:
                 break
         self.ws.close()
         self.ws = await connect()
+        await self.nudge()
+
+    async def nudge(self, tries: int = 24) -> None:
+        """Until the kernel's iopub answers through this websocket, as JupyterLab's connection does: a
+        fresh ZMQ subscription drops what is published before it joins (a cell's first output was lost
+        that way under load), so a request's idle status must arrive before any cell runs."""
+        for _ in range(tries):
+            try:
+                await self.reply(await self.send("shell", "kernel_info_request", {}), timeout=5)
+                return
+            except TimeoutError:
+                continue
+        raise TimeoutError("the kernel's iopub never answered through the new websocket")
 
     async def send(self, channel: str, msg_type: str, content: dict[str, Any]) -> str:
         """Send one message on ``channel``; its msg_id."""

@@ -99,9 +99,11 @@ def _free_port(host: str = "127.0.0.1") -> int:
 
 def start_sshd(directory: Path, *, path_prefix: Sequence[Path] = (), extra_config: Sequence[str] = (),
                env: dict[str, str] | None = None, timeout: float = 10.0, host: str = "127.0.0.1",
-               port: int | None = None, host_key: tuple[str, str] | None = None) -> Sshd:
+               port: int | None = None, host_key: tuple[str, str] | None = None, user: str | None = None) -> Sshd:
     """Start sshd on ``host`` (a loopback address), on ``port`` or a free one, with keys made in
     ``directory``; ``host_key`` (OpenSSH private text, public line) replaces the made host key.
+    ``user`` is the only account that may log in (default: whoever runs the tests); sshd reads the
+    authorized keys as that user, so ``directory`` and the folders above it must let it through.
 
     ``path_prefix`` goes in front of PATH in every session (sshd's ``SetEnv``), e.g. a bin dir
     with a fake ``nvidia-smi``; ``env`` adds variables to that ``SetEnv`` line (sshd takes only its
@@ -119,6 +121,8 @@ def start_sshd(directory: Path, *, path_prefix: Sequence[Path] = (), extra_confi
     client_key = keygen(directory / "client_ed25519")
     authorized = directory / "authorized_keys"
     authorized.write_text(client_key.with_suffix(".pub").read_text())
+    authorized.chmod(0o644)
+    login = user or getpass.getuser()
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # the privilege-separation directory sshd insists on
     path = ":".join([*(str(p) for p in path_prefix), BASE_PATH])
     last = ""
@@ -134,7 +138,8 @@ def start_sshd(directory: Path, *, path_prefix: Sequence[Path] = (), extra_confi
             "PasswordAuthentication no",
             "KbdInteractiveAuthentication no",
             "UsePAM no",
-            "PermitRootLogin prohibit-password",
+            "PermitRootLogin prohibit-password" if login == "root" else "PermitRootLogin no",
+            f"AllowUsers {login}",
             "StrictModes no",  # the temp dir's modes are the test runner's, not a user's home
             "AllowTcpForwarding yes",
             "SetEnv " + " ".join(f"{k}={v}" for k, v in {"PATH": path, **(env or {})}.items()),
@@ -144,7 +149,7 @@ def start_sshd(directory: Path, *, path_prefix: Sequence[Path] = (), extra_confi
         log.write_text("")
         proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)], stdin=subprocess.DEVNULL)
         sshd = Sshd(dir=directory, port=listen, client_key=client_key, host_key=host_key_path, log=log, proc=proc,
-                    host=host)
+                    host=host, user=login)
         deadline = time.monotonic() + timeout
         while proc.poll() is None and time.monotonic() < deadline:
             if "Server listening" in sshd.log_text():

@@ -24,10 +24,10 @@ from jupyter_portable.compute.admission import (
     refusals,
 )
 from jupyter_portable.compute.base import Allocation
-from jupyter_portable.compute.fake_nvidia_smi import write_fake_nvidia_smi
 from jupyter_portable.compute.gpus import Gpu
 from jupyter_portable.core.errors import AdmissionRefused, NoCapacity
 from jupyter_portable.core.offers import Requirements
+from jupyter_portable.demo.fake_nvidia_smi import write_fake_nvidia_smi
 
 H100 = Gpu(name="NVIDIA H100 80GB HBM3", driver="580.95.05", memory_mb=81559, uuid="GPU-1", index=0)
 
@@ -70,7 +70,7 @@ def test_a_different_driver_than_the_pinned_one_is_refused() -> None:
 def test_every_mismatch_is_listed() -> None:
     l4 = Gpu(name="NVIDIA L4", driver="550.54.15", memory_mb=23034, uuid="GPU-3", index=0)
     req = Requirements(gpus=("L4",), gpu_count=2, min_gpu_memory_gb=40, driver="580.95.05", min_cuda="12.8",
-                       image="pytorch:2.4")
+                       container_image="pytorch:2.4")
     assert refusals(req, facts(l4, cuda="12.4")) == {
         "gpu_count": "machine has 1 such GPU(s), 2 needed",
         "gpu_memory": "GPU 0 has 23034 MiB (24.2 GB), 40 GB needed",

@@ -93,7 +93,7 @@ def test_a_bought_block_is_recorded_and_the_launch_at_its_start_goes_into_it(ec2
     listed(stub)
     sold(stub)
     providers = aws(client)
-    booking = reservations.reserve(ws, KEY, START.isoformat(), 24, providers=providers, now=NOW)
+    booking = reservations.reserve(ws, KEY, START.isoformat(), 24, providers=providers, now=NOW, max_price=1200)
     assert (booking.reservation_id, booking.guarantee, booking.price) == ("cr-0abc", "provider", 1200.0)
     assert stored(ws) == ["cr-0abc"]
 
@@ -133,16 +133,17 @@ def test_a_failed_record_after_a_purchase_is_retried_then_kept_never_lost(ec2: t
     waits: list[float] = []
     monkeypatch.setattr(ws.store, "update_doc", flaky)
     with pytest.raises(PortableError, match="cr-0abc") as err:
-        reservations.reserve(ws, KEY, START.isoformat(), 24, providers=aws(client), now=NOW, sleep=waits.append)
+        reservations.reserve(ws, KEY, START.isoformat(), 24, providers=aws(client), now=NOW, sleep=waits.append,
+                             max_price=1200)
     assert len(waits) == reservations.RECORD_TRIES - 1  # tried again, with growing waits
     assert waits == sorted(waits) and "do not buy it again" in (err.value.hint or "")
-    kept = json.loads((ws.copy.meta / reservations.UNRECORDED).read_text())
+    kept = json.loads((ws.copy.root / ".portable" / "unrecorded-reservations.json").read_text())
     assert [k["reservation_id"] for k in kept] == ["cr-0abc"]
     assert stored(ws) == []
     # the store answers again: the next read records the block, and the copy forgets it
     failures["left"] = 0
     assert [b.reservation_id for b in reservations.reservations(ws)] == ["cr-0abc"]
-    assert stored(ws) == ["cr-0abc"] and not (ws.copy.meta / reservations.UNRECORDED).exists()
+    assert stored(ws) == ["cr-0abc"] and not (ws.copy.root / ".portable" / "unrecorded-reservations.json").exists()
 
 
 def test_a_record_that_fails_twice_is_retried_into_the_store(ec2: tuple[Any, Stubber], ws: Workspace,
@@ -162,6 +163,6 @@ def test_a_record_that_fails_twice_is_retried_into_the_store(ec2: tuple[Any, Stu
     monkeypatch.setattr(ws.store, "update_doc", twice_down)
     waits: list[float] = []
     booking = reservations.reserve(ws, KEY, START.isoformat(), 24, providers=aws(client), now=NOW,
-                                   sleep=waits.append)
+                                   sleep=waits.append, max_price=1200)
     assert booking.reservation_id == "cr-0abc" and len(waits) == 2
     assert stored(ws) == ["cr-0abc"]

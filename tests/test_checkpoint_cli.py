@@ -100,3 +100,31 @@ def test_lockfile_object_is_never_a_secret(tmp_path: Path) -> None:
             data = p.read_bytes()
             assert b"very-secret-value-123" not in data and b"hf_secret_token_456" not in data, p
     assert ws.manifest().runtime is not None
+
+
+def test_a_checkpoint_reached_through_a_symlink_leading_outside_is_refused_with_that_reason(
+        cli, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    save_file({"w": np.zeros((2, 2), dtype=np.float32)}, str(elsewhere / "real.safetensors"))
+    root = tmp_path / "w"
+    write_tree(root, {"train.py": "pass\n"})
+    (root / "ckpt").mkdir()
+    save_file({"w": np.ones((2, 2), dtype=np.float32)}, str(root / "ckpt" / "inside.safetensors"))
+    Workspace.init(root, f"file://{tmp_path}/store")
+    (root / "model.safetensors").symlink_to(elsewhere / "real.safetensors")
+    (root / "linked").symlink_to(elsewhere)
+    (root / "ckpt" / "shard.safetensors").symlink_to(elsewhere / "real.safetensors")
+    for path, said in (("model.safetensors", "model.safetensors: it is reached through a symlink that points "
+                                             f"outside the workspace (to {elsewhere / 'real.safetensors'})"),
+                       ("linked/real.safetensors", "reached through a symlink that points outside the workspace"),
+                       ("ckpt", "ckpt/shard.safetensors in it is a symlink that points outside the workspace")):
+        proc = cli("checkpoint", path, cwd=root, check=False)
+        assert proc.returncode == 2, (path, proc.stdout, proc.stderr)
+        assert said in proc.stderr and "never reach the store" in proc.stderr, proc.stderr
+    assert Workspace.find(root).log() == [], "nothing was published"
+    # a checkpoint in a file whose name a terminal would act on is registered; the log shows its name escaped
+    (root / "ckpt" / "shard.safetensors").unlink()
+    os.rename(root / "ckpt" / "inside.safetensors", root / "ckpt" / "in\x1b[2Jside.safetensors")
+    assert cli.json("checkpoint", "ckpt/in\x1b[2Jside.safetensors", cwd=root)["status"] == "verified"
+    assert "\x1b" not in cli("log", cwd=root).stdout

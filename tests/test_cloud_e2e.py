@@ -23,26 +23,32 @@ from typing import Any
 import pytest
 from jupyter_e2e import EventStream, KernelSocket, is_state, make_workspace, start_session
 from twins.machines import unavailable
+from userenv import publish_lockfile, user_lockfile
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 pytestmark = pytest.mark.timeout(420)
 
 PROVIDERS = ("runpod", "vastai", "lambda", "aws", "gcp")
+# each provider's machines run another Python than the tests' (pyenv's 3.11.7): every interpreter at least once
+MACHINE_PYTHON = {"runpod": "3.11.2", "vastai": "3.10", "lambda": "3.12", "aws": "3.13", "gcp": "3.10"}
 H100 = {"gpu": "NVIDIA H100 80GB HBM3", "model": "H100 SXM", "memory_mb": 81559, "count": 1, "price": 2.69,
         "driver": "550.90.07", "cuda": "12.4", "stock": 3, "region": "US-TX-3"}
 
 
 @contextlib.contextmanager
 def twin_for(provider: str, root: Path) -> Iterator[Any]:
+    from twins.machines import require_python
+
+    python = require_python(MACHINE_PYTHON[provider])
     if provider == "runpod":
         from twins.runpod import RunPodTwin
 
-        with RunPodTwin(root, offers=[H100], boot_delay_s=0.5) as twin:
+        with RunPodTwin(root, offers=[{**H100, "python": python}], boot_delay_s=0.5) as twin:
             yield twin
     elif provider == "vastai":
         from twins.vastai import VastTwin
 
-        with VastTwin(root, offers=[H100], boot_delay_s=0.5) as twin:
+        with VastTwin(root, offers=[{**H100, "python": python}], boot_delay_s=0.5) as twin:
             yield twin
     elif provider == "lambda":
         from twins.lambdalabs import LambdaTwin
@@ -51,20 +57,21 @@ def twin_for(provider: str, root: Path) -> Iterator[Any]:
         reason = lambda_unavailable()
         if reason:
             pytest.skip(reason)
-        with LambdaTwin(root, offers=[{**H100, "region": "us-east-1"}], boot_delay_s=0.5) as twin:
+        with LambdaTwin(root, offers=[{**H100, "region": "us-east-1", "python": python}], boot_delay_s=0.5) as twin:
             yield twin
     elif provider == "aws":
         from twins.aws import AwsTwin
 
         with AwsTwin(root, offers={"g5.xlarge": {"gpu": "NVIDIA A10G", "memory_mb": 24576, "count": 1,
-                                                 "driver": "550.54.15", "cuda": "12.4", "stock": None}},
-                     boot_delay_s=0.5, ssh_cidr="127.0.0.1/32") as twin:
+                                                 "driver": "550.54.15", "cuda": "12.4", "stock": None,
+                                                 "python": python}},
+                     boot_delay_s=0.5, ssh_cidr="127.0.0.1/32", python=python) as twin:
             yield twin
     else:
         from twins.gcp import GcpOffer, GcpTwin
 
         # a spot VM: Compute Engine's preemption is what takes it back (on demand, it would be "stopped")
-        with GcpTwin(root, offers=[GcpOffer(machine_type="g2-standard-4", zone="us-central1-a")],
+        with GcpTwin(root, offers=[GcpOffer(machine_type="g2-standard-4", zone="us-central1-a", python=python)],
                      boot_delay_s=0.5) as twin:
             yield twin
 
@@ -76,6 +83,12 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cloud-store")
 
 
+# where a machine logs in as ubuntu, not root, the store is S3 (a moto server): a folder of this
+# computer's is not a store a rented machine could reach, and here not one its user could write
+S3_STORE_PROVIDERS = ("lambda", "aws", "gcp")
+_BUCKETS: dict[str, str] = {}
+
+
 @pytest.fixture(params=PROVIDERS)
 def cloud(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
           wheelhouse: Path) -> Iterator[tuple[str, Any]]:
@@ -83,6 +96,8 @@ def cloud(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
     if reason:
         pytest.skip(reason)
     provider = request.param
+    if provider in S3_STORE_PROVIDERS:
+        request.getfixturevalue("aws_env")
     with twin_for(provider, tmp_path / "twin") as twin:
         for key, value in twin.env().items():
             monkeypatch.setenv(key, value)
@@ -91,18 +106,30 @@ def cloud(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
         monkeypatch.setenv("JUPYTER_PORTABLE_MARKET_DIR", str(tmp_path / "market"))
         monkeypatch.setenv("JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES", "0")
         monkeypatch.setenv("JUPYTER_PORTABLE_FIRST_MACHINE", "open")  # the session opened rents the first machine
-        # the lockfile recorded here is this test venv's (torch, jupyterlab...): building it needs an
-        # index, so the kernel runs in the bootstrapped Python (tests/test_worker_env.py covers "auto")
-        monkeypatch.setenv("JUPYTER_PORTABLE_ENVIRONMENT", "image")
+        # default settings: the notebook's environment is the workspace's lockfile, fitted to the machine's Python
+        monkeypatch.delenv("JUPYTER_PORTABLE_ENVIRONMENT", raising=False)
         monkeypatch.delenv("JUPYTER_PORTABLE_REMOTE_PYTHON", raising=False)
         monkeypatch.delenv("JUPYTER_PORTABLE_SSH_KEY", raising=False)
         yield provider, twin
 
 
+@pytest.fixture(scope="module")
+def lockfile(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The researcher's environment, made on the tests' Python (3.11.7): ipython 9 and friends."""
+    folder = Path(__file__).resolve().parents[1] / ".wheelhouse"
+    return user_lockfile(tmp_path_factory.mktemp("user-env"), folder)
+
+
 @pytest.fixture
-def jp_root_dir(tmp_path: Path, cloud: tuple[str, Any], store: Path) -> Path:
+def jp_root_dir(tmp_path: Path, cloud: tuple[str, Any], store: Path, lockfile: bytes) -> Path:
     root = tmp_path / "workspace"
-    make_workspace(root, store)
+    url: Path | str = store
+    if cloud[0] in S3_STORE_PROVIDERS:
+        from conftest import make_bucket
+
+        # one bucket for the module, as the file store is one folder: later machines of a kind are warm
+        url = f"s3://{_BUCKETS.setdefault('cloud', make_bucket())}/cloud"
+    publish_lockfile(make_workspace(root, url), lockfile)
     return root
 
 
@@ -114,6 +141,18 @@ def jp_server_config() -> dict[str, Any]:
 
 async def _state(jp_fetch: Any) -> dict[str, Any]:
     return json.loads((await jp_fetch("portable", "api", "state")).body)
+
+
+def _state_of(root: Path) -> dict[str, Any]:
+    """What ``jupyter portable state --json`` reports, read the way it builds it (the orchestrator's summary)."""
+    from jupyter_portable import Workspace
+    from jupyter_portable.orchestration.orchestrator import Orchestrator
+
+    orch = Orchestrator(Workspace.find(root), providers={})
+    try:
+        return orch.summary()
+    finally:
+        orch.close()
 
 
 def _allocation(root: Path, allocation_id: str) -> Any:
@@ -142,7 +181,23 @@ async def test_continue_onto_a_bare_cloud_machine(jp_serverapp: Any, jp_fetch: A
     assert alloc.ssh is not None and alloc.details["host_key_fingerprint"] == machine.host_key_fingerprint()
     assert alloc.details["host_key_source"] == ("user data" if provider in ("aws", "gcp") else "first use")
 
+    # default settings: the workspace's lockfile (made on 3.11.7) rebuilt for the machine's Python
+    first_ready = next(e for e in events.seen if e.get("state") == "READY")
+    env = first_ready["detail"]["environment"]
+    machine_py = MACHINE_PYTHON[provider]
+    assert env["mode"] == "lockfile" and env["python"]["recorded"].startswith("3.11."), env
+    assert env["python"]["installed"].startswith(machine_py), env
+    changed = {c["name"]: c for c in env["changes"]}
+    if machine_py == "3.10":  # ipython 9 needs Python >= 3.11: the nearest one that runs, and why
+        assert changed["ipython"]["why"] == "requires-python" and changed["ipython"]["installed"] < "9", changed
+    assert env["summary"].startswith(f"Python {env['python']['recorded']} -> {env['python']['installed']}")
+    cli_state = _state_of(jp_root_dir)
+    assert cli_state["environment"]["summary"] == env["summary"]
     kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
+    status, out = await kernel.run("import sys, IPython; print('%d.%d' % sys.version_info[:2], IPython.__version__)")
+    assert status == "ok", out
+    assert machine_py.startswith(out.split()[0]) and out.split()[1] == (changed.get("ipython") or {}).get(
+        "installed", out.split()[1]), out
     status, out = await kernel.run("import os, sys; open('made-on-cloud.txt', 'w').write('from the cloud');"
                                    "open('ckpt.bin', 'wb').write(bytes(range(256)) * 64);"
                                    "print(os.environ['JUPYTER_PORTABLE_ALLOCATION'], os.getcwd())")
@@ -165,12 +220,20 @@ async def test_continue_onto_a_bare_cloud_machine(jp_serverapp: Any, jp_fetch: A
     await events.wait_for(is_state("ACTIVE"), timeout=240, after=mark)
     ready = next(e for e in events.seen[mark:] if e.get("state") == "READY")
     assert ready["verified"] is True and ready["detail"]["checkpoints"]["ckpt.bin"] == recorded
+    # the notebook's environment came with it, fitted to the machine's Python, and says how
+    env = ready["detail"]["environment"]
+    assert env["mode"] == "lockfile", env
     state = await _state(jp_fetch)
     second = state["lifecycle"]["allocation_id"]
     assert second != first and state["allocation"]["provider"] == provider
     again = _allocation(jp_root_dir, second)
     assert again.details["bootstrap"]["warm"] is True  # every wheel from the store, no index asked
-    await kernel.follow_restart(lambda: jp_ws_fetch("api", "kernels", kernel_id, "channels"))
+    try:
+        await kernel.follow_restart(lambda: jp_ws_fetch("api", "kernels", kernel_id, "channels"))
+    except TimeoutError as exc:  # what the server knew of the kernel then, for whoever reads the failure
+        k = jp_serverapp.kernel_manager.get_kernel(kernel_id)
+        raise AssertionError(f"{exc}; the server's kernel: {k.execution_state}, ports {k.ports}, on "
+                             f"{getattr(k.provisioner, 'allocation_id', None)} (the new machine is {second})") from exc
     status, out = await kernel.run("import os; print(os.environ['JUPYTER_PORTABLE_ALLOCATION']);"
                                    "print(open('made-on-cloud.txt').read())", timeout=60)
     assert status == "ok", out
@@ -193,18 +256,17 @@ async def test_continue_onto_a_bare_cloud_machine(jp_serverapp: Any, jp_fetch: A
 
 def _twin_env(tmp_path: Path, twin: Any) -> dict[str, str]:
     return {**twin.env(), "JUPYTER_PORTABLE_PROVIDERS": "runpod", "JUPYTER_PORTABLE_SSH_STATE": str(tmp_path / "ssh"),
-            "JUPYTER_PORTABLE_MARKET_DIR": str(tmp_path / "market"), "JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES": "0",
-            "JUPYTER_PORTABLE_ENVIRONMENT": "image"}
+            "JUPYTER_PORTABLE_MARKET_DIR": str(tmp_path / "market"), "JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES": "0"}
 
 
 def test_the_cli_continues_onto_a_twin_and_shows_the_machine(tmp_path: Path, wheelhouse: Path, store: Path,
-                                                             cli: Any) -> None:
+                                                             cli: Any, lockfile: bytes) -> None:
     from twins.runpod import RunPodTwin
 
     if unavailable():
         pytest.skip(unavailable())
     root = tmp_path / "ws"
-    make_workspace(root, store)
+    publish_lockfile(make_workspace(root, store), lockfile)
     with RunPodTwin(tmp_path / "twin", offers=[H100], boot_delay_s=0.5) as twin:
         env = {**_twin_env(tmp_path, twin), "JUPYTER_PORTABLE_WHEEL_FIND_LINKS": str(wheelhouse),
                "JUPYTER_PORTABLE_NO_INDEX": "1"}
@@ -213,6 +275,10 @@ def test_the_cli_continues_onto_a_twin_and_shows_the_machine(tmp_path: Path, whe
         [ref] = twin.running()
         machine = twin.machines[ref]
         state = cli.json("state", cwd=root, extra_env=env)
+        # the environment, as continue --json and state --json both say it (Debian's 3.11.2, not 3.11.7)
+        assert out["environment"]["mode"] == "lockfile" and state["environment"] == out["environment"]
+        assert out["environment"]["python"] == {"recorded": out["environment"]["python"]["recorded"],
+                                                "installed": "3.11.2"}, out["environment"]
         assert state["machine"]["ssh"] == {"host": machine.host, "port": machine.port, "user": "root"}
         assert state["machine"]["host_key_fingerprint"] == machine.host_key_fingerprint()
         assert state["machine"]["host_key_source"] == "first use"
@@ -223,6 +289,29 @@ def test_the_cli_continues_onto_a_twin_and_shows_the_machine(tmp_path: Path, whe
         assert private.startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----")
         body = private.split(b"\n")[1]
         assert not any(body in p.read_bytes() for p in store.rglob("*") if p.is_file())
+
+
+def test_the_exact_environment_refuses_a_machine_of_another_python_with_the_list(
+        tmp_path: Path, wheelhouse: Path, store: Path, cli: Any, lockfile: bytes) -> None:
+    from twins.machines import require_python
+    from twins.runpod import RunPodTwin
+
+    if unavailable():
+        pytest.skip(unavailable())
+    root = tmp_path / "ws"
+    publish_lockfile(make_workspace(root, store), lockfile)
+    python310 = require_python("3.10")
+    with RunPodTwin(tmp_path / "twin", offers=[{**H100, "python": python310}], boot_delay_s=0.5) as twin:
+        env = {**_twin_env(tmp_path, twin), "JUPYTER_PORTABLE_WHEEL_FIND_LINKS": str(wheelhouse),
+               "JUPYTER_PORTABLE_NO_INDEX": "1"}
+        proc = cli("continue", "--environment", "exact", cwd=root, extra_env=env, timeout=300, check=False)
+        assert proc.returncode != 0, proc.stdout
+        reason = proc.stderr.strip().splitlines()[-1]
+        assert "the work ran on Python 3.11" in reason and "python3 is 3.10" in reason, proc.stderr
+        assert "ipython" in reason and "(requires-python)" in reason, proc.stderr
+        assert twin.running() == []  # refused and released
+        state = cli.json("state", cwd=root, extra_env=env)
+        assert state["state"] == "FAILED"
 
 
 def test_a_request_the_published_schema_refuses_fails_the_continue(tmp_path: Path, wheelhouse: Path, store: Path,

@@ -1,5 +1,6 @@
 """Configuration the Jupyter way: ``c.Portable.*`` in the Jupyter config files, read by the
-command and the server extension alike, with the documented environment variables on top."""
+command and the server extension alike, with the documented environment variables as defaults
+(a file's value wins over a variable, a command's flag over both)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 from conftest import Cli
 
+from jupyter_portable.core.envconfig import PortableRun
 from jupyter_portable.core.errors import UsageError
 from jupyter_portable.interfaces.config import ENV, Portable, help_all
 
@@ -66,12 +68,15 @@ def test_the_command_reads_c_portable_from_the_jupyter_config_files(tmp_path: Pa
     assert offer_ids(cli, config_env) == ["from-config-file"]
 
 
-def test_an_environment_variable_overrides_the_file_and_a_flag_overrides_both(tmp_path: Path, cli: Cli,
+def test_the_file_wins_over_an_environment_variable_and_a_flag_wins_over_both(tmp_path: Path, cli: Cli,
                                                                              config_env: dict[str, str]) -> None:
-    (Path(config_env["JUPYTER_CONFIG_DIR"]) / "jupyter_server_config.json").write_text(json.dumps(
-        {"Portable": {"catalog": str(catalog(tmp_path / "file.toml", "from-file"))}}))
+    file = Path(config_env["JUPYTER_CONFIG_DIR"]) / "jupyter_server_config.json"
     env = {**config_env, "JUPYTER_PORTABLE_CATALOG": str(catalog(tmp_path / "env.toml", "from-env"))}
-    assert offer_ids(cli, env) == ["from-env"]
+    assert offer_ids(cli, env) == ["from-env"]  # no file sets it: the variable
+    file.write_text(json.dumps({"Portable": {"catalog": str(catalog(tmp_path / "file.toml", "from-file"))}}))
+    assert offer_ids(cli, env) == ["from-file"]
+    file.write_text(json.dumps({"PortableLocal": {"catalog": str(tmp_path / "file.toml")}}))
+    assert offer_ids(cli, env) == ["from-file"]  # the provider's own section too
     flag = catalog(tmp_path / "flag.toml", "from-flag")
     assert offer_ids(cli, env, "--catalog", str(flag)) == ["from-flag"]
 
@@ -88,8 +93,9 @@ def test_a_bad_setting_is_one_line_that_names_it(cli: Cli, config_env: dict[str,
 
 def test_help_all_lists_every_setting_with_its_variable(cli: Cli) -> None:
     out = cli("--help-all").stdout
-    for name in Portable.class_own_traits(config=True):
-        assert f"--Portable.{name}=" in out
+    for name in [*Portable.class_own_traits(config=True), *PortableRun.class_own_traits(config=True)]:
+        assert f"--Portable.{name}=" in out  # c.Portable's run settings are defined in core.envconfig
+    assert "--PortableRun." not in out  # one documented name each
     for name, var in ENV.items():
         assert var in out, name
     assert help_all() in out
@@ -105,7 +111,8 @@ def test_intervals_are_bounded() -> None:
 def jp_server_config(tmp_path: Path) -> dict[str, Any]:
     mine = catalog(tmp_path / "server.toml", "from-server-config")
     return {"ServerApp": {"jpserver_extensions": {"jupyter_portable": True}},
-            "Portable": {"providers": ["local"], "catalog": str(mine), "check_interval_s": 7.5}}
+            "Portable": {"providers": ["local"], "catalog": str(mine), "check_interval_s": 7.5,
+                         "first_machine": "open", "boot_timeout": "aws=1200,600"}}
 
 
 @pytest.fixture
@@ -123,5 +130,7 @@ def jp_root_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 async def test_the_server_extension_uses_c_portable(jp_serverapp: Any, jp_fetch: Any) -> None:
     service = jp_serverapp.web_app.settings["portable_service"]
     assert [t.callback_time for t in service._timers][0] == 7500
+    assert service.first_machine == "open"  # what the provisioner asks before renting a first machine
+    assert service.orchestrator().cloud_boot_timeouts == {"*": 600.0, "aws": 1200.0}
     answer = json.loads((await jp_fetch("portable", "api", "routes")).body)
     assert [r["offer"] for r in answer["routes"]] == ["from-server-config"]

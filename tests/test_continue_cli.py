@@ -2,23 +2,21 @@
 the JSON contract, loss recorded with its reason, epoch fencing of a lost worker, a Continue
 with no admissible route, and the seal's read-back before release."""
 
+# ruff: noqa: F811 - the fixtures imported from jupyter_e2e are taken as arguments of the same name
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_e2e import CATALOG, make_workspace, portable_env, release_all
+from jupyter_e2e import (
+    CATALOG,
+    env,  # noqa: F401 - fixtures
+    make_workspace,
+)
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Path]]:
-    yield portable_env(tmp_path, monkeypatch)
-    release_all()
 
 
 @pytest.fixture
@@ -28,18 +26,18 @@ def root(tmp_path: Path, env: dict[str, Path]) -> Path:
 
 
 def _market() -> Any:
-    from jupyter_portable.compute.local import LocalMarket
+    from jupyter_portable.demo.market import LocalMarket
 
     return LocalMarket()
 
 
 def test_continue_state_stop_and_fencing(env: dict[str, Path], root: Path, cli: Any) -> None:
     from jupyter_portable import FencedError, Workspace
-    from jupyter_portable.compute.local import lose_allocation
+    from jupyter_portable.demo.market import lose_allocation
     from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
     out = cli.json("continue", cwd=root)
-    assert set(out) == {"state", "allocation_id", "route", "version", "verified", "provider", "machine"}
+    assert set(out) == {"state", "allocation_id", "route", "version", "verified", "provider", "machine", "environment"}
     assert out["state"] == "ACTIVE" and out["verified"] is True and out["route"].startswith("r-")
     assert out["provider"] == "local" and out["machine"]["ssh"] is None  # the local market is not reached by SSH
     first = out["allocation_id"]
@@ -73,7 +71,12 @@ def test_continue_state_stop_and_fencing(env: dict[str, Path], root: Path, cli: 
     # released only after the seal: the sealed version is in the history, and the machine is gone
     assert stopped["sealed_version"] <= head.version
     assert all(a["state"] != "active" for a in _market().list_allocations())
-    assert "RELEASED" in cli("state", cwd=root).stdout
+    # the state in the words the sidebar and a cell's error use (core/state_words.py)
+    from jupyter_portable.core.state_words import words
+
+    said = cli("state", cwd=root).stdout
+    assert said.startswith("RELEASED at version ") and words("RELEASED").meaning in said, said
+    assert said.rstrip().endswith(")") and "(no machine; the last was al-" in said, said
     nothing = cli("stop", cwd=root, check=False)
     assert nothing.returncode != 0 and "nothing to stop" in nothing.stderr
 
@@ -118,3 +121,46 @@ def test_continue_with_a_route_and_bad_routes(env: dict[str, Path], root: Path, 
     assert not rec_file.exists()
     bad = cli("continue", "--route", "r-nope", cwd=root, check=False)
     assert bad.returncode != 0 and "no route" in bad.stderr
+
+
+def test_a_checkpoint_file_saved_again_and_again_still_continues(env: dict[str, Path], root: Path, cli: Any) -> None:
+    """Saving one checkpoint file each epoch is the common case: the read-back holds the newest
+    verified record of a path to the file, not every record ever made of it (before, the second
+    save failed every later Continue: "hashes to ..., recorded ...")."""
+    from jupyter_portable import Workspace
+
+    ws = Workspace.find(root)
+    ckpt = root / "ckpt" / "weights.bin"
+    ckpt.parent.mkdir()
+    for step in (1, 2, 3):
+        ckpt.write_bytes(f"epoch {step} ".encode() * 1000)
+        rec = ws.checkpoint(ckpt, step=step, quiet_s=0, progress=None)
+        assert rec.verified, rec
+    out = cli.json("continue", cwd=root)
+    assert out["state"] == "ACTIVE" and out["verified"] is True
+    work = env["market"] / "allocations" / out["allocation_id"] / "work"
+    assert (work / "ckpt" / "weights.bin").read_bytes() == ckpt.read_bytes()
+    cli.json("stop", cwd=root)
+
+
+def test_a_checkpoint_overwritten_without_a_new_record_is_named_not_fatal(
+        env: dict[str, Path], root: Path, cli: Any) -> None:
+    """The file of a verified checkpoint changed after it was verified (a save whose check was
+    refused, or a plain overwrite), and a later version published it: the files are that version's,
+    and READY says which checkpoint is no longer on disk (it is in the version that verified it)."""
+    from jupyter_portable import Workspace
+
+    ws = Workspace.find(root)
+    ckpt = root / "model.bin"
+    ckpt.write_bytes(b"verified weights " * 1000)
+    rec = ws.checkpoint(ckpt, step=1, quiet_s=0, progress=None)
+    assert rec.verified
+    ckpt.write_bytes(b"half-written weights " * 10)
+    ws.snapshot("after a crash mid-save", progress=None)
+    out = cli.json("continue", cwd=root)
+    assert out["state"] == "ACTIVE" and out["verified"] is True
+    state = cli.json("state", "--events", cwd=root)
+    ready = [e for e in state["events"] if e["state"] == "READY"][-1]
+    superseded = ready["detail"]["superseded"]
+    assert superseded == {"model.bin": rec.version}, ready["detail"]
+    cli.json("stop", cwd=root)

@@ -3,18 +3,31 @@ request authenticated), the notebook's kernel on a local-market worker, the mark
 the machine back, Continue through every state to READY, and the same kernel id running
 the next cell on the new worker on files and a checkpoint read back with equal hashes."""
 
+# ruff: noqa: F811 - the fixtures imported from jupyter_e2e are taken as arguments of the same name
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
-from jupyter_e2e import EventStream, KernelSocket, is_state, make_workspace, portable_env, release_all, start_session
+from jupyter_e2e import (  # noqa: F401 - fixtures
+    EventStream,
+    KernelSocket,
+    env,
+    is_state,
+    jp_root_dir,
+    make_workspace,
+    portable_env,
+    release_all,
+    start_session,
+)
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
+# where the server's calendar starts (c.Portable.now, JUPYTER_PORTABLE_NOW)
+CALENDAR_NOW = datetime(2027, 3, 1, 9, 20, tzinfo=timezone.utc)
 SCHEMAS = Path(__file__).resolve().parents[1] / "jupyter_portable" / "interfaces" / "serverext" / "schemas"
 STATE_SCHEMA = json.loads((SCHEMAS / "state.json").read_text())
 
@@ -28,17 +41,9 @@ def _schema_registry() -> Any:
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Path]]:
-    yield portable_env(tmp_path, monkeypatch)
-    release_all()
-
-
-@pytest.fixture
-def jp_root_dir(tmp_path: Path, env: dict[str, Path]) -> Path:
-    root = tmp_path / "workspace"
-    make_workspace(root, env["store"])
-    return root
+# the server's calendar starts at a date the tests chose (c.Portable.now): bookings are placed
+# from it, never from a read of the wall clock
+SERVER_ENV = {"JUPYTER_PORTABLE_NOW": CALENDAR_NOW.isoformat()}
 
 
 async def _events(jp_ws_fetch: Any) -> EventStream:
@@ -51,7 +56,7 @@ async def _state(jp_fetch: Any) -> dict[str, Any]:
 
 async def test_notebook_survives_a_lost_gpu(jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any,
                                             jp_root_dir: Path, env: dict[str, Path]) -> None:
-    from jupyter_portable.compute.local import lose_allocation
+    from jupyter_portable.demo.market import lose_allocation
 
     events = await _events(jp_ws_fetch)
     # The main flow: a notebook session on the portable kernel starts the first machine.
@@ -197,15 +202,15 @@ async def test_routes_reservations_and_admission_failover(jp_serverapp: Any, jp_
     assert set(routes["routes"][0]["cost"]) >= {"gpu", "egress", "storage", "queue", "risk", "total"}
 
     # book and cancel a reservation
-    from datetime import datetime, timedelta, timezone
-
-    start = (datetime.now(timezone.utc) + timedelta(days=30)).replace(minute=0, second=0, microsecond=0)
+    start = datetime(2027, 3, 31, 10, 0, tzinfo=timezone.utc)  # 30 days after the server's now
     booked = await jp_fetch("portable", "api", "reservations", method="POST", body=json.dumps(
         {"offer": "local/a100", "start": start.isoformat(), "hours": 2, "charge": "before"}))  # within a year
     assert booked.code == 201
     rid = json.loads(booked.body)["reservation_id"]
     listing = json.loads((await jp_fetch("portable", "api", "reservations")).body)
     assert [b["reservation_id"] for b in listing["reservations"]] == [rid] and listing["calendar"]
+    # the calendar starts at the hour of the server's now, the date the test set
+    assert listing["calendar"]["start"].startswith("2027-03-01T09:00"), listing["calendar"]["start"]
     cancelled = json.loads((await jp_fetch("portable", "api", "reservations", rid, method="DELETE")).body)
     assert cancelled["status"] == "cancelled"
 
@@ -247,9 +252,11 @@ async def test_files_both_ways_and_conflicts_shown(jp_serverapp: Any, jp_fetch: 
     # what the kernel writes there reaches the store at the next snapshot, and is listed
     kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
     status, out = await kernel.run("open('made-by-kernel.txt','w').write('42')\n"
-                                   "open('train.py','w').write('print(\"edited by the kernel\")\\n')")
+                                   "open('train.py','w').write('print(\"edited by the kernel\")\\n')\n"
+                                   "import os; os.symlink('/etc/hostname', 'leads-out')")
     assert status == "ok", out
     snap = json.loads((await jp_fetch("portable", "api", "snapshot", method="POST", body="{}")).body)
+    assert snap["skipped"] == ["leads-out"]  # not backed up, and the sidebar's answer says so
     listed = json.loads((await jp_fetch("portable", "api", "files")).body)
     assert listed["version"] == snap["version"]
     assert "made-by-kernel.txt" in {f["path"] for f in listed["files"]}
@@ -267,9 +274,7 @@ async def test_files_both_ways_and_conflicts_shown(jp_serverapp: Any, jp_fetch: 
 
 async def test_a_reservation_start_triggers_continue(jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any,
                                                      jp_root_dir: Path) -> None:
-    from datetime import datetime, timedelta, timezone
-
-    start = (datetime.now(timezone.utc) + timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
+    start = datetime(2027, 3, 1, 11, 0, tzinfo=timezone.utc)  # two hours after the server's now
     booked = json.loads((await jp_fetch("portable", "api", "reservations", method="POST", body=json.dumps(
         {"offer": "local/a100", "start": start.isoformat(), "hours": 1, "charge": "now"}))).body)
     events = await _events(jp_ws_fetch)
@@ -345,3 +350,39 @@ async def test_an_executed_cell_causes_no_provider_call(jp_serverapp: Any, jp_fe
         assert state["can_continue"] is False and state["can_cancel"] is False
     assert calls == []
     assert service.view.builds - builds <= 1  # nothing changed: built at most once for five answers
+
+
+async def test_a_stop_made_in_a_terminal_is_told_like_the_servers_own(jp_serverapp: Any, jp_fetch: Any,
+                                                                      jp_ws_fetch: Any, jp_root_dir: Path,
+                                                                      cli: Any) -> None:
+    """`jupyter portable stop` in a terminal changes the lifecycle behind the server's back: the
+    server's next look tells each change as a state event (the toolbar and the sidebar listen
+    to those), once each, in order."""
+    import asyncio
+    import os
+
+    events = await _events(jp_ws_fetch)
+    await start_session(jp_fetch)
+    await events.wait_for(is_state("ACTIVE"), timeout=60)
+    mark = len(events.seen)
+    ours = {k: v for k, v in os.environ.items() if k.startswith("JUPYTER_PORTABLE_")}
+    # in a thread: this server runs on the test's event loop and must go on while the CLI works
+    await asyncio.to_thread(cli, "stop", cwd=jp_root_dir, extra_env=ours)
+    released = await events.wait_for(is_state("RELEASED"), timeout=120, after=mark)
+    told = [e for e in events.seen[mark:] if "seq" in e and "state" in e]
+    assert [e["state"] for e in told] == ["DRAINING", "SEALED", "RELEASED"], told
+    assert [e["seq"] for e in told] == sorted({e["seq"] for e in told})  # in order, once each
+    assert released["previous"] == "SEALED" and (await _state(jp_fetch))["lifecycle"]["state"] == "RELEASED"
+    # told RELEASED, the server moves the notebook's kernel off the machine to its placeholder: that
+    # move ends before the server does (a kernel still starting cannot be shut down cleanly)
+    km = jp_serverapp.kernel_manager
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 120
+    while True:
+        moving = [kid for kid in km.list_kernel_ids()
+                  if getattr(km.get_kernel(kid).provisioner, "allocation_id", None) is not None
+                  or not km.get_kernel(kid).ready.done()]
+        if not moving:
+            break
+        assert loop.time() < deadline, f"kernels still on the released machine or starting: {moving}"
+        await asyncio.sleep(0.2)

@@ -98,7 +98,9 @@ def test_the_placeholder_answers_a_cell_at_once_with_the_no_machine_error_and_th
     assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "NoGPUMachine"
     text = "\n".join(_seen)
     assert "No GPU machine: press Continue in the portable sidebar" in text
-    assert "The workspace is LOST: preempted by the market." in text
+    # in the words of every view (core/state_words.py), and why
+    assert ("The workspace is LOST: the machine went away before a seal; the workspace stands on its last "
+            "published version; nothing is rented (preempted by the market).") in text
     assert "Continue would take: 1x NVIDIA A100-SXM4-80GB on local/a100 (local-a) at $1.50/h" in text
 
 
@@ -162,6 +164,11 @@ def test_the_stop_button_ends_a_held_first_cell(placeholder: Any) -> None:
 def test_the_move_notice_names_the_gpu_provider_region_and_version() -> None:
     rec = {"gpu": "NVIDIA A100 80GB", "provider": "runpod", "region": "eu-ro-1"}
     assert moved_message(rec, 12) == "Now on NVIDIA A100 80GB (runpod, eu-ro-1). Workspace version 12 verified."
+    # a machine whose environment is not exactly the recorded one says so (issue 26)
+    env = {"exact": False, "summary": "Python 3.11.7 -> 3.10.13; exact: every recorded version"}
+    assert moved_message(rec, 12, env).endswith("verified. Environment: Python 3.11.7 -> 3.10.13; exact: every "
+                                                "recorded version.")
+    assert moved_message(rec, 12, {**env, "exact": True}).endswith("verified.")
 
 
 def test_a_bad_first_machine_setting_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -241,7 +248,7 @@ async def _state_after(jp_fetch: Any, passing: str, timeout: float = 120) -> Any
 
 
 def _machines() -> list[dict[str, Any]]:
-    from jupyter_portable.compute.local import LocalMarket
+    from jupyter_portable.demo.market import LocalMarket
 
     return LocalMarket().list_allocations()
 

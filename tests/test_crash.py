@@ -1,11 +1,17 @@
 """Crash consistency: a snapshot SIGKILLed at any step leaves a store that fsck finds
 clean, whose previous version still restores, and whose manifests name only objects
-that exist."""
+that exist; and a copy whose ``.portable/`` holds only what the copy keeps, each file whole.
+
+The steps are the store's writes and the copy's one writer of ``.portable/``
+(``WorkspaceCopy._write``), so a kill also lands between a ``.portable/`` file's new bytes
+and their rename."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -14,10 +20,12 @@ from pathlib import Path
 
 import pytest
 from conftest import read_tree, write_tree
+from hooks_site.portable_faults import fault_env
 
 from jupyter_portable import Workspace
 from jupyter_portable.engine.verify import fsck
 from jupyter_portable.store.repo import Store
+from jupyter_portable.workdir.workcopy import KEPT_FILES, WorkspaceCopy
 
 V1 = {f"src/m{i}.py": f"print({i})\n" for i in range(12)} | {"data/big.bin": os.urandom(20 * 1024 * 1024)}
 
@@ -38,9 +46,31 @@ def _change(root: Path) -> None:
 
 
 def _snapshot_killed_at(root: Path, step: int) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, JUPYTER_PORTABLE_KILL_AT=str(step))
+    env = fault_env(JUPYTER_PORTABLE_KILL_AT=str(step))
     return subprocess.run([sys.executable, "-m", "jupyter_portable", "snapshot", "--json", "-q"],
                           cwd=root, env=env, capture_output=True, text=True, timeout=120)
+
+
+_TEMP = re.compile(r"\.(?P<name>.+)\.tmp-[0-9a-f]{8}")  # the writer's new bytes, cut before their rename
+
+
+def _check_copy_after_crash(root: Path) -> int:
+    """Every file under ``.portable/`` is one the copy keeps (or a cut write's temp, never read), and
+    every JSON file there reads whole; the copy still opens. The number of cut writes found."""
+    meta = root / ".portable"
+    cut = 0
+    for path in sorted(p for p in meta.rglob("*") if not p.is_dir()):
+        rel = path.relative_to(meta).as_posix()
+        temp = _TEMP.fullmatch(path.name)
+        kept_as = rel[: -len(path.name)] + temp["name"] if temp else rel
+        kept = any(fnmatch.fnmatchcase(kept_as, k.name) for k in KEPT_FILES)
+        assert kept, f".portable/{rel} is no file the copy keeps"
+        if temp:
+            cut += 1
+        elif rel.endswith(".json"):
+            json.loads(path.read_bytes())  # whole: the old bytes or the new ones
+    WorkspaceCopy(root).read_config()
+    return cut
 
 
 def _check_after_crash(store_url: str, ws_id: str, tmp: Path, v1_tree: dict) -> int:
@@ -65,6 +95,7 @@ def test_sigkill_at_every_local_store_step(tmp_path: Path) -> None:
     _change(base_ws)
     killed_at: list[int] = []
     published_after: list[int] = []
+    cut_copy_writes = 0
     step = 0
     while True:
         step += 1
@@ -82,6 +113,11 @@ def test_sigkill_at_every_local_store_step(tmp_path: Path) -> None:
             break
         assert proc.returncode == -signal.SIGKILL, proc.stderr
         killed_at.append(step)
+        if "writing .portable/" in proc.stderr:
+            cut_copy_writes += 1
+            assert _check_copy_after_crash(ws_dir) == 1, proc.stderr
+        else:
+            _check_copy_after_crash(ws_dir)
         ws_id = cfg["workspace_id"]
         version = _check_after_crash(f"file://{store_dir}", ws_id, run_dir, v1_tree)
         if version == 2:
@@ -95,6 +131,7 @@ def test_sigkill_at_every_local_store_step(tmp_path: Path) -> None:
         shutil.rmtree(run_dir)
     assert len(killed_at) >= 20, f"only {len(killed_at)} distinct kill points"
     assert published_after, "some kill points fall after the head moved"
+    assert cut_copy_writes >= 2, "the kills land inside the copy's own writes too (the publish intent, the config)"
 
 
 @pytest.mark.usefixtures("aws_env")
@@ -116,6 +153,7 @@ def test_sigkill_at_every_s3_step(tmp_path: Path) -> None:
             break
         assert proc.returncode == -signal.SIGKILL, proc.stderr
         kills += 1
+        _check_copy_after_crash(root)
         _check_after_crash(url, ws.workspace_id, root.parent / f"r{step}", v1_tree)
         shutil.rmtree(root)
     assert kills >= 8

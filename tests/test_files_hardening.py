@@ -197,11 +197,14 @@ def test_the_kept_name_carries_the_time_passed_in(tmp_path: Path) -> None:
     at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
     res = Workspace.restore(ws.config.store, ws.workspace_id, dest, force=True, now=at, delete=True,
                             progress=None)
-    assert res.kept == {"notes.txt": "notes.txt.orig-20260102T030405Z-2", "data": "data.orig-20260102T030405Z"}
+    assert res.kept == {"notes.txt": "notes.txt.orig-20260102T030405Z-2", "data": "data.orig-20260102T030405Z",
+                        "mine.txt": "mine.txt.orig-20260102T030405Z"}
     assert (dest / "notes.txt.orig-20260102T030405Z-2").read_text() == "my own notes\n"
-    # --delete removes what the version lacks, never what this restore kept aside.
-    assert sorted(res.removed) == ["mine.txt", "notes.txt.orig-20260102T030405Z"]
+    # in a folder that was not a copy, --delete keeps what the version lacks aside too (issue 28),
+    # and leaves a kept copy, this restore's or an older one, where it is
+    assert res.removed == ["mine.txt"]
     assert (dest / "data.orig-20260102T030405Z").exists()
+    assert (dest / "notes.txt.orig-20260102T030405Z").read_text() == "an older keep\n"
 
 
 def test_force_moves_a_symlinked_folder_aside_and_never_writes_through_it(tmp_path: Path) -> None:

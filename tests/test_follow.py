@@ -3,35 +3,22 @@ with the extension, the notebook's kernel on a local-market worker writing files
 the server pulling them into the user's copy (orchestration/follow.py). Ticks are driven with
 the test's own clock so each step is decided, not raced."""
 
+# ruff: noqa: F811 - the fixtures imported from jupyter_e2e are taken as arguments of the same name
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_e2e import KernelSocket, make_workspace, portable_env, release_all, start_session
+from jupyter_e2e import KernelSocket, env, jp_root_dir, make_workspace, portable_env, release_all, start_session  # noqa: F401 - fixtures
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 pytestmark = pytest.mark.timeout(300)
 
 T0 = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-
-
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Path]]:
-    yield portable_env(tmp_path, monkeypatch)
-    release_all()
-
-
-@pytest.fixture
-def jp_root_dir(tmp_path: Path, env: dict[str, Path]) -> Path:
-    root = tmp_path / "workspace"
-    make_workspace(root, env["store"])
-    return root
 
 
 async def _setup(jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any, env: dict[str, Path]) -> tuple[Any, Any, Path]:

@@ -2,22 +2,18 @@
 a worker that stops answering is LOST only once ``stale_after_s`` of that clock has passed,
 however long the machine under test takes between two looks."""
 
+# ruff: noqa: F811 - the fixtures imported from jupyter_e2e are taken as arguments of the same name
 from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from jupyter_e2e import make_workspace, portable_env, release_all
-
-
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Path]]:
-    yield portable_env(tmp_path, monkeypatch)
-    release_all()
+from jupyter_e2e import (
+    env,  # noqa: F401 - fixtures
+    make_workspace,
+)
 
 
 def test_silence_is_lost_only_after_stale_after_s_of_the_given_clock(env: dict[str, Path], tmp_path: Path) -> None:

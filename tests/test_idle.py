@@ -3,15 +3,14 @@ cells and its GPUs' utilization, and end to end on the local market with a real 
 a machine idle for idle_minutes = 1 is sealed and released, its final version reads back, and the
 history records the stop reason "idle"."""
 
+# ruff: noqa: F811 - the fixtures imported from jupyter_e2e are taken as arguments of the same name
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,17 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from jupyter_e2e import EventStream, KernelSocket, is_state, make_workspace, portable_env, release_all, start_session
+from jupyter_e2e import (  # noqa: F401 - fixtures
+    EventStream,
+    KernelSocket,
+    env,
+    is_state,
+    jp_root_dir,
+    make_workspace,
+    portable_env,
+    release_all,
+    start_session,
+)
 
 from jupyter_portable.core.errors import UsageError
 from jupyter_portable.core.idle import (
@@ -29,11 +38,12 @@ from jupyter_portable.core.idle import (
     STOP,
     WARNING,
     activity_from_status,
+    gpu_busy,
     idle_decision,
     idle_stop_message,
 )
 from jupyter_portable.core.settings import Settings, apply_changes
-from jupyter_portable.core.times import parse_iso, to_iso, utcnow
+from jupyter_portable.core.times import parse_iso, to_iso
 from jupyter_portable.worker.activity import Activity, parse_utilization
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
@@ -174,7 +184,7 @@ def test_a_kernel_that_dies_mid_cell_is_not_busy_forever() -> None:
 
 
 def test_utilization_is_the_busiest_gpus(tmp_path: Path) -> None:
-    from jupyter_portable.compute.fake_nvidia_smi import set_utilization, write_fake_nvidia_smi
+    from jupyter_portable.demo.fake_nvidia_smi import set_utilization, write_fake_nvidia_smi
     from jupyter_portable.worker.activity import UTILIZATION_ARGS
 
     exe = write_fake_nvidia_smi(tmp_path, gpu="NVIDIA L4", count=2, memory_mb=23034, driver="550.54.15",
@@ -191,32 +201,28 @@ def test_utilization_is_the_busiest_gpus(tmp_path: Path) -> None:
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
 
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Path]]:
-    monkeypatch.setenv("JUPYTER_PORTABLE_GPU_SAMPLE_SECONDS", "0.5")
-    yield portable_env(tmp_path, monkeypatch)
-    release_all()
-
-
-@pytest.fixture
-def jp_root_dir(tmp_path: Path, env: dict[str, Path]) -> Path:
-    root = tmp_path / "workspace"
-    make_workspace(root, env["store"])
-    return root
+SERVER_ENV = {"JUPYTER_PORTABLE_GPU_SAMPLE_SECONDS": "0.5"}
 
 
 async def _state(jp_fetch: Any) -> dict[str, Any]:
     return json.loads((await jp_fetch("portable", "api", "state")).body)
 
 
-async def _until(pred: Any, timeout: float = 60) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
+async def _until(pred: Any, what: str, seen: Any = None) -> Any:
+    """``pred()``'s first true answer, asked every 0.2 s; the test's timeout bounds the wait. What
+    is waited for, and each new value of ``seen()`` meanwhile, go to the test's output: a wait that
+    never ends then says where it stopped and what the worker reported last."""
+    print(f"waiting for {what}", flush=True)
+    last = None
     while True:
         got = await asyncio.to_thread(pred)
         if got:
             return got
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("timed out")
+        if seen is not None:
+            now = await asyncio.to_thread(seen)
+            if now != last:
+                print(f"  {what}: {now!r}", flush=True)
+                last = now
         await asyncio.sleep(0.2)
 
 
@@ -224,15 +230,16 @@ async def _until(pred: Any, timeout: float = 60) -> Any:
 async def test_an_idle_machine_is_sealed_released_and_the_history_says_idle(
         jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any, jp_root_dir: Path, env: dict[str, Path]) -> None:
     from jupyter_portable import Workspace
-    from jupyter_portable.compute.fake_nvidia_smi import set_utilization
+    from jupyter_portable.demo.fake_nvidia_smi import set_utilization
 
     body = json.loads((await jp_fetch("portable", "api", "settings", method="PUT",
                                       body='{"idle_minutes": 1}')).body)
     assert body["idle_minutes"] == 1
     service = jp_serverapp.web_app.settings["portable_service"]
-    # the monitor's own ticks go on, on a clock held still until the last step: only the checks
-    # made here, at the times passed in, can stop the machine before then, however loaded the host
-    held = [utcnow()]
+    # the monitor's own ticks go on, on a clock held still (at a time before anything here) until
+    # the last step: only the checks made here, at the times passed in, can stop the machine before
+    # then, however loaded the host
+    held = [datetime(2026, 1, 1, tzinfo=timezone.utc)]
     service.idle.clock = lambda: held[0]
     events = EventStream(await jp_ws_fetch("api", "events", "subscribe"))
     kernel_id = await start_session(jp_fetch)
@@ -241,13 +248,20 @@ async def test_an_idle_machine_is_sealed_released_and_the_history_says_idle(
     aid = orch.lifecycle().allocation_id
     client = orch.client(aid)
 
-    # a cell run on the notebook's kernel is what the worker reports as its last execution
-    before = utcnow() - timedelta(seconds=1)
+    # a cell run on the notebook's kernel is what the worker reports as its last execution: the
+    # worker's own report moves on from what it said before the cell
+    prior = activity_from_status(client.status())
     kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
     status, out = await kernel.run("open('result.txt', 'w').write('done\\n')")
     assert status == "ok", out
-    act = await _until(lambda: activity_from_status(client.status()))
-    assert act.last_activity >= before and not act.kernel_busy
+
+    def after_the_cell() -> Any:
+        now = activity_from_status(client.status())
+        moved = now is not None and (prior is None or now.last_activity > prior.last_activity)
+        return now if moved and not now.kernel_busy else None
+
+    act = await _until(after_the_cell, "the cell in the worker's activity",
+                       lambda: (client.status().get("activity") or {}) | {"gpu": None})
     d = service.idle.check(now=act.last_activity + timedelta(seconds=30))
     assert d.state == WARNING and d.stop_at == act.last_activity + M and orch.lifecycle().state == "ACTIVE"
     shown = (await _state(jp_fetch))["idle"]
@@ -255,11 +269,20 @@ async def test_an_idle_machine_is_sealed_released_and_the_history_says_idle(
 
     # a busy GPU moves the idle clock: the worker samples the machine's nvidia-smi
     gpu_bin = env["market"] / "allocations" / aid / "bin"
-    await asyncio.sleep(max(0.0, 3 - (utcnow() - act.last_activity).total_seconds()))  # busy well after the cell
     set_utilization(gpu_bin, 90)
-    busy = await _until(lambda: (client.status()["activity"]["gpu"] or {}).get("last_busy"))
+
+    def gpu() -> dict[str, Any]:
+        return dict(client.status()["activity"]["gpu"] or {})
+
+    # busy well after the cell, on the worker's own clock (it samples every 0.5 s)
+    await _until(lambda: (b := gpu().get("last_busy")) and parse_iso(b[0]) >= act.last_activity + timedelta(seconds=3),
+                 "a busy GPU sample 3 s after the cell", lambda: gpu().get("last_busy"))
     set_utilization(gpu_bin, 0)
-    busy_at = parse_iso(busy[0])
+    # then quiet: a sample below the threshold after the last busy one, so the last busy time holds
+    await _until(lambda: (g := gpu()).get("samples") and not gpu_busy(g["samples"][-1][1])
+                 and parse_iso(g["samples"][-1][0]) > parse_iso(g["last_busy"][0]),
+                 "a quiet GPU sample after the busy ones", lambda: (gpu().get("samples") or [None])[-1])
+    busy_at = parse_iso(gpu()["last_busy"][0])
     assert busy_at >= act.last_activity + timedelta(seconds=3)
     d = service.idle.check(now=act.last_activity + timedelta(seconds=61))  # a minute after the cell, not the GPU
     assert d.state == WARNING and d.idle_since == busy_at
@@ -317,11 +340,18 @@ async def test_an_idle_machine_is_sealed_released_and_the_history_says_idle(
     status, said = await placeholder.run("print('never runs')", timeout=60)
     assert status == "error" and "No GPU machine: press Continue" in said, said
     assert "released after 1 min idle" in said and lc.route and lc.route in said, said
+    # the kernels shut down before the server's teardown; the first notebook's kernel may still be
+    # moving to its placeholder after the release, and a shutdown that meets that move fails: it is
+    # asked again until none is left
     km = jp_serverapp.kernel_manager
-    for kid in list(km.list_kernel_ids()):
-        with contextlib.suppress(Exception):
-            await km.shutdown_kernel(kid, now=True)
-    await _until(lambda: not km.list_kernel_ids(), timeout=30)
+    print("waiting for the kernels to shut down", flush=True)
+    while km.list_kernel_ids():
+        for kid in list(km.list_kernel_ids()):
+            try:
+                await km.shutdown_kernel(kid, now=True)
+            except Exception as exc:  # noqa: BLE001 - said, and asked again
+                print(f"  kernel {kid} did not shut down yet: {type(exc).__name__}: {exc}", flush=True)
+        await asyncio.sleep(0.2)
 
 
 def test_the_cli_sets_idle_minutes_and_refuses_a_bad_value(tmp_path: Path, cli: Any) -> None:

@@ -465,8 +465,8 @@ def test_another_workspaces_record_and_rewritten_history_are_refused(ws: Workspa
 
 
 def test_a_held_lock_times_out_with_a_clear_error(ws: WorkspaceCopy) -> None:
-    ws.meta.mkdir(parents=True, exist_ok=True)
-    fd = os.open(ws.meta / lifecycle_store.LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    (ws.root / ".portable").mkdir(parents=True, exist_ok=True)
+    fd = os.open(ws.root / ".portable" / "lifecycle.lock", os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         with pytest.raises(ConflictError, match="another process has held"):

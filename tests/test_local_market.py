@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from jupyter_portable.compute.base import Allocation
-from jupyter_portable.compute.catalog import CATALOG_ENV, default_catalog_path, load_catalog
-from jupyter_portable.compute.fake_nvidia_smi import write_fake_nvidia_smi
 from jupyter_portable.compute.gpus import query_gpus
-from jupyter_portable.compute.local import SEED_ENV, LocalMarket, lose_allocation
 from jupyter_portable.core.errors import LaunchFailed, NoCapacity, NotSupported, QuotaExceeded, UsageError
+from jupyter_portable.demo.catalog import CATALOG_ENV, default_catalog_path, load_catalog
+from jupyter_portable.demo.fake_nvidia_smi import write_fake_nvidia_smi
+from jupyter_portable.demo.market import SEED_ENV, LocalMarket, lose_allocation
 
 BASE: dict[str, Any] = {"gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 1, "gpu_memory_gb": 80, "driver": "580.95.05",
                         "cuda": "13.0", "price_per_hour": 2.49, "region": "local-a", "capacity": 2,

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hooks_site.portable_faults import fault_env
 from kernel import Kernel
 
 from jupyter_portable import Workspace
@@ -33,7 +34,8 @@ def workspace(tmp_path: Path) -> Workspace:
 
 @pytest.fixture
 def kernel(workspace: Workspace) -> Iterator[Kernel]:
-    k = Kernel(workspace.root, env={"JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES": "0"})
+    # the fault hooks are installed in it (hooks_site): a test may corrupt a read-back
+    k = Kernel(workspace.root, env=fault_env(JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES="0"))
     assert k.run("%load_ext jupyter_portable").error is None
     yield k
     k.close()
@@ -60,6 +62,21 @@ def test_new_user_checkpoint_latest_and_a_rejected_copy(kernel: Kernel, workspac
         "['bias', 'weight']"
     listing = kernel.run("%workspace checkpoints").stdout
     assert "#1 verified  ckpt.pt" in listing and "#2 REJECTED  ckpt-copy.pt" in listing
+
+
+def test_latest_load_refuses_a_checkpoint_file_written_again_since_it_was_verified(
+        kernel: Kernel, workspace: Workspace) -> None:
+    assert "trained 2" in kernel.run(TRAIN).stdout
+    assert kernel.run("%workspace checkpoint ckpt.pt --step 2 --save model").error is None
+    assert "loaded ckpt.pt (step 2)" in kernel.run("%workspace latest --load sd").text
+    # the training loop writes the same file again and dies before registering it
+    kernel.run("torch.save({'other': torch.zeros(3)}, 'ckpt.pt')")
+    out = kernel.run("%workspace latest --load sd2")
+    assert "UsageError" in out.stderr and "changed since its checkpoint step 2 was verified" in out.stderr, out
+    assert kernel.run("print('sd2' in dir())").stdout.strip() == "False"  # nothing was loaded
+    # saved and registered again: that one loads
+    assert kernel.run("%workspace checkpoint ckpt.pt --step 3").error is None
+    assert "loaded ckpt.pt (step 3)" in kernel.run("%workspace latest --load sd3").text
 
 
 def test_safetensors_verified_and_truncated_rejected(kernel: Kernel) -> None:

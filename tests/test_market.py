@@ -11,8 +11,8 @@ import pytest
 from conftest import write_tree
 
 from jupyter_portable import Workspace
-from jupyter_portable.compute.local import LocalMarket
 from jupyter_portable.core.errors import NoCapacity, UsageError
+from jupyter_portable.demo.market import LocalMarket
 
 CATALOG = """
 version = 1
@@ -152,7 +152,9 @@ def test_settings_pin_a_driver_and_cap_the_price(cli, market_env, tmp_path: Path
 
 def test_reservations_book_list_and_cancel(cli, market_env, tmp_path: Path) -> None:
     ws = _workspace(tmp_path, 0)
-    start = (datetime.now(timezone.utc) + timedelta(days=1)).replace(minute=0, second=0, microsecond=0)
+    # the CLI's calendar starts at a date the test chose (c.Portable.now): no wall clock read here
+    market_env = {**market_env, "JUPYTER_PORTABLE_NOW": "2027-03-01T09:20:00Z"}
+    start = datetime(2027, 3, 2, 9, 0, tzinfo=timezone.utc)
     iso = start.strftime("%Y-%m-%dT%H:%MZ")
     booked = cli.json("reserve", "local/dear-near", "--start", iso, "--hours", "3", "--charge", "before",
                       cwd=ws.root, extra_env=market_env)
@@ -184,6 +186,25 @@ def test_reservations_book_list_and_cancel(cli, market_env, tmp_path: Path) -> N
     with pytest.raises(UsageError):
         from jupyter_portable.orchestration.reservations import reserve
         reserve(ws, "local/dear-near", "tomorrow", 1)
+
+
+def test_the_calendar_promises_what_a_booking_records_in_the_same_words(market_env, tmp_path: Path) -> None:
+    """Issue 30, item 5: an offer that is not reservable was shown as capacity-checked ("the market
+    holds one machine") and booked as best effort ("no capacity is held")."""
+    from jupyter_portable.core.calendar import GUARANTEE_TEXT
+    from jupyter_portable.orchestration.reservations import booking_view, calendar, reserve
+
+    ws = _workspace(tmp_path, 0)
+    now = datetime(2027, 3, 1, 9, 20, tzinfo=timezone.utc)
+    offers = calendar(ws, 2, now=now)["offers"]
+    for key in ("local/cheap-far", "local/dear-near"):
+        booking = reserve(ws, key, "2027-03-02T09:00Z", 1, "before", now=now)
+        promised = offers[key]
+        assert booking.guarantee == promised["guarantee"], key
+        assert booking_view(booking, now)["guarantee_text"] == promised["guarantee_text"]
+    assert offers["local/cheap-far"]["guarantee_text"] == GUARANTEE_TEXT["best-effort"]
+    assert "no capacity is held" in offers["local/cheap-far"]["guarantee_text"]
+    assert offers["local/dear-near"]["guarantee"] == "capacity-checked"
 
 
 def test_a_wrong_driver_is_refused_and_recorded_as_an_environment_fault(tmp_path: Path, monkeypatch) -> None:
@@ -230,8 +251,7 @@ def test_every_route_blocked_is_a_clear_error(market_env, tmp_path: Path) -> Non
 
 
 def test_spend_warns_then_seals_and_releases_at_the_budget(market_env, tmp_path: Path) -> None:
-    import time
-
+    from jupyter_portable.core.times import parse_iso
     from jupyter_portable.orchestration.budget import budget_report, enforce_budget
     from jupyter_portable.orchestration.routes import acquire_for
     from jupyter_portable.orchestration.settings import update_settings
@@ -249,15 +269,20 @@ def test_spend_warns_then_seals_and_releases_at_the_budget(market_env, tmp_path:
     assert report["state"] == "warn" and "nearly spent" in report["message"] and "released" not in report
     # Work written on the copy since the last snapshot must survive the seal.
     (ws.root / "results.txt").write_text("epoch 7: loss 0.12")
-    update_settings(ws, budget_total=0.0001)  # $1/h spends this in 0.36 s
-    time.sleep(0.5)
-    done = enforce_budget(ws)
+    # An hour later on the market's own books (its clock passed in, the worker's heartbeat taken as
+    # fresh): $1 spent against a cap of $0.0001.
+    update_settings(ws, budget_total=0.0001)
+    [rec] = [a for a in market.list_allocations() if a["allocation_id"] == alloc_id]
+    later = parse_iso(rec["started"]) + timedelta(hours=1)
+    an_hour_on = LocalMarket(market_env["JUPYTER_PORTABLE_CATALOG"], market_env["JUPYTER_PORTABLE_MARKET_DIR"],
+                             clock=later.timestamp, heartbeat_timeout_s=2 * 3600)
+    done = enforce_budget(ws, providers={"local": an_hour_on}, now=later)
     assert done["state"] == "exhausted" and done["released"] == [alloc_id]
     assert "results.txt" in ws.manifest().by_path(), "sealed before release: nothing lost"
     assert any(v["message"] == "sealed: budget exhausted" for v in ws.log())
     record = [a for a in ws.manifest().allocations if a["allocation_id"] == alloc_id][-1]
     assert record["state"] == "released" and record["stop_reason"].startswith("budget exhausted")
-    assert record["spend"] > 0.0001
+    assert record["spend"] == pytest.approx(1.0, abs=0.01)  # the market's hour at $1/h
     assert market.status(market.allocation(alloc_id)).state == "terminated"
     assert budget_report(ws)["active"] == []
 

@@ -67,7 +67,7 @@ async def test_the_server_sweeps_for_orphans_and_terminates_one(jp_serverapp: An
     assert orphans is not None and orphans["problems"] == []
     [orphan] = orphans["machines"]
     assert orphan["allocation_id"] == "al-leaked00001" and orphan["orphan"] is True
-    assert orphan["spend_source"] == "provider" and orphan["spend"] is not None
+    assert orphan["spend_source"] == "provider-rate" and orphan["spend"] is not None
     elsewhere = next(ref for ref in twin.running() if ref != orphan["ref"])
 
     with pytest.raises(HTTPClientError) as refused:

@@ -83,9 +83,9 @@ def test_bytes_that_do_not_match_the_hash_write_nothing(placer: Placer, tmp_path
     assert _leftovers(tmp_path) == []
 
 
-@pytest.mark.parametrize("mode", [0o666, 0o777, 0o600, 0o400, 0o000])
-def test_every_mode_is_exact_whatever_the_umask_takes_away(placer: Placer, tmp_path: Path, mode: int) -> None:
-    # a mode the umask leaves whole is given at creation; the others are set after the write
+@pytest.mark.parametrize("mode", [0o666, 0o777, 0o755, 0o600, 0o400, 0o000])
+def test_every_mode_is_exact_but_what_the_umask_takes_away(placer: Placer, tmp_path: Path, mode: int) -> None:
+    # a store is writable by workers: a stored 0777 never makes a world-writable file (issue 28)
     old = os.umask(0o022)
     try:
         placer._umask = 0o022
@@ -93,13 +93,15 @@ def test_every_mode_is_exact_whatever_the_umask_takes_away(placer: Placer, tmp_p
     finally:
         os.umask(old)
     st = (tmp_path / f"m{mode:o}").stat()
-    assert stat.S_IMODE(st.st_mode) == mode and st.st_mtime_ns == MTIME
+    assert stat.S_IMODE(st.st_mode) == mode & ~0o022 and st.st_mtime_ns == MTIME
 
 
-def test_an_unknown_umask_still_gives_the_exact_mode(placer: Placer, tmp_path: Path) -> None:
+def test_an_unknown_umask_takes_away_what_022_would(placer: Placer, tmp_path: Path) -> None:
     placer._umask = None  # no /proc/self/status: the mode is always set after the write
-    placer.write_verified(_entry("u.txt", b"u", 0o664), b"u")
-    assert stat.S_IMODE((tmp_path / "u.txt").stat().st_mode) == 0o664
+    placer.write_verified(_entry("u.txt", b"u", 0o666), b"u")
+    placer.write_verified(_entry("x.sh", b"x", 0o750), b"x")
+    assert stat.S_IMODE((tmp_path / "u.txt").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "x.sh").stat().st_mode) == 0o750
 
 
 def test_unnamed_files_on_another_filesystem_than_the_workspace_are_made_in_place(tmp_path: Path) -> None:

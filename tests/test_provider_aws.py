@@ -377,8 +377,9 @@ def test_an_unreachable_endpoint_is_provider_unavailable() -> None:
     client = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="testing",
                           aws_secret_access_key="testing", endpoint_url="http://127.0.0.1:9",
                           config=Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=2))
-    with pytest.raises(ProviderUnavailable):
-        provider(client).terminate(allocation())
+    with pytest.raises(ProviderUnavailable) as err:
+        provider(client, terminate_attempts=1).terminate(allocation())
+    assert err.value.context["may_be_running"] is True and "may still be running" in str(err.value)
 
 
 def test_missing_credentials_are_an_auth_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
@@ -442,7 +443,7 @@ def test_an_answer_that_is_not_ec2_xml_is_provider_unavailable_without_the_page(
         not_ec2: tuple[str, list[int]], status: int) -> None:
     url, sends = not_ec2
     sends[0] = status
-    subject = provider(html_client(url))
+    subject = provider(html_client(url), terminate_attempts=1)
     for call in (subject.offers, lambda: subject.check_permission(offer()), lambda: subject.status(allocation()),
                  lambda: subject.terminate(allocation())):
         with pytest.raises(ProviderUnavailable) as err:
@@ -453,8 +454,8 @@ def test_an_answer_that_is_not_ec2_xml_is_provider_unavailable_without_the_page(
 
 
 def test_aws_answering_html_leaves_the_other_providers_listing(not_ec2: tuple[str, list[int]], tmp_path: Any) -> None:
-    from jupyter_portable.compute.catalog import default_catalog_path
-    from jupyter_portable.compute.local import LocalMarket
+    from jupyter_portable.demo.catalog import default_catalog_path
+    from jupyter_portable.demo.market import LocalMarket
     from jupyter_portable.orchestration.routes import list_offers
 
     url, _ = not_ec2

@@ -325,9 +325,14 @@ def test_quota_exceeded_at_launch_is_quota_exceeded(gce: Gce, error: Callable[[]
 ])
 def test_other_launch_errors_map_to_the_tree(gce: Gce, error: Callable[[], Any], raised: type) -> None:
     gce.instances.rpcs["insert"].replies.append(error())
+    unsure = raised is ProviderUnavailable  # the insert may have been carried out: looked up by name first
+    if unsure:
+        gce.instances.rpcs["get"].replies.append(gexc.NotFound("The resource was not found"))
     with pytest.raises(raised) as err:
         gce.provider.launch(offer(), allocation_id="alloc-5")
     assert err.value.provider == "gcp" and err.value.__cause__ is not None
+    assert len(gce.instances.rpcs["get"].requests) == (1 if unsure else 0)
+    assert gce.instances.rpcs["insert"].requests[0].request_id  # the insert is idempotent by its request id
 
 
 # -- afterwards -----------------------------------------------------------------------
@@ -366,14 +371,50 @@ def test_a_stopped_on_demand_vm_is_stopped_and_a_deleted_one_terminated(gce: Gce
     assert gce.provider.status(allocation()).state == "terminated"
 
 
-def test_terminate_and_terminate_again(gce: Gce) -> None:
+def _delete_op(status: str, *, error: tuple[int, str] | None = None) -> c.Operation:
+    op = c.Operation(name="operation-3", status=status, operation_type="delete", zone="us-central1-a")
+    if error is not None:
+        op.http_error_status_code, op.http_error_message = error
+        op.error = c.Error(errors=[c.Errors(code="INTERNAL_ERROR", message=error[1])])
+    return op
+
+
+def test_terminate_waits_for_the_delete_and_terminate_again(gce: Gce) -> None:
+    gce.provider.operation_poll_s = 0.01
     gce.instances.rpcs["delete"].replies.extend([
-        c.Operation(name="operation-3", status="RUNNING", operation_type="delete"),
+        _delete_op("RUNNING"),
         http_error(404, "The resource 'projects/demo-project/zones/us-central1-a/instances/jp-alloc-1-0000' was "
                         "not found", "notFound")])
+    # accepted is not done: the VM runs (and is billed) until its operation is
+    gce.operations.rpcs["get"].replies.extend([_delete_op("RUNNING"), _delete_op("DONE")])
     gce.provider.terminate(allocation())
+    assert len(gce.operations.rpcs["get"].requests) == 2
+    assert gce.operations.rpcs["get"].requests[0].operation == "operation-3"
     gce.provider.terminate(allocation())  # already gone: not an error
     assert gce.instances.rpcs["delete"].requests[0].instance == "jp-alloc-1-0000"
+
+
+def test_a_delete_whose_operation_fails_is_tried_again(gce: Gce) -> None:
+    gce.provider.operation_poll_s = 0.01
+    slept: list[float] = []
+    gce.provider.sleep = slept.append
+    gce.instances.rpcs["delete"].replies.extend([_delete_op("RUNNING"), _delete_op("RUNNING")])
+    gce.operations.rpcs["get"].replies.extend([_delete_op("DONE", error=(503, "SERVICE UNAVAILABLE")),
+                                               _delete_op("DONE")])
+    gce.provider.terminate(allocation())
+    assert len(gce.instances.rpcs["delete"].requests) == 2 and slept == [0.5]
+
+
+def test_a_delete_that_never_finishes_says_the_vm_may_still_run(gce: Gce) -> None:
+    gce.provider.operation_poll_s, gce.provider.operation_timeout = 0.01, 0.05
+    gce.provider.sleep = lambda _s: None
+    gce.provider.terminate_attempts = 2
+    gce.instances.rpcs["delete"].replies.extend([_delete_op("RUNNING"), _delete_op("RUNNING")])
+    gce.operations.rpcs["get"].default = _delete_op("RUNNING")  # however long it is waited for
+    with pytest.raises(ProviderUnavailable) as err:
+        gce.provider.terminate(allocation())
+    assert "may still be running" in str(err.value) and "had not done it" in str(err.value)
+    assert err.value.context["may_be_running"] is True and "jp-alloc-1-0000" in (err.value.hint or "")
 
 
 # -- the boundary ---------------------------------------------------------------------

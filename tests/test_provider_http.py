@@ -230,15 +230,16 @@ def test_runpod_offers_ask_the_catalog_for_the_requirements(api: respx.MockRoute
     assert all(o.gpu_count == 2 and o.extra["min_cuda"] == "12.4" for o in offers)
 
 
-def test_runpod_spot_offers_come_from_graphql_at_the_minimum_bid(api: respx.MockRouter) -> None:
+def test_runpod_spot_offers_come_from_graphql_at_the_bid_not_the_minimum(api: respx.MockRouter) -> None:
     api.get(f"{RUNPOD}/v2/catalog/gpus").mock(return_value=httpx.Response(200, json={"gpus": []}))
     gql = api.post(f"{RUNPOD}/graphql").mock(return_value=reply("runpod", "graphql.gpuTypes.200.json"))
     offers = runpod(include_spot=True).offers()
     assert_authorized(gql)
     query = sent_json(gql)["query"]
     assert "gpuTypes" in query and "minimumBidPrice" in query and "gpuCount: 1" in query
+    # the default bid, 0.6 x the on-demand price (0.69, 0.25), above the minimum (0.35, 0.12)
     assert [(o.gpu, o.price_per_hour, o.spot, o.capacity) for o in offers] == [
-        ("RTX 4090", 0.35, True, 1), ("RTX A4000", 0.12, True, 0)]  # the H100 has no bid market
+        ("RTX 4090", 0.414, True, 1), ("RTX A4000", 0.15, True, 0)]  # the H100 has no bid market
 
 
 def test_runpod_full_lifecycle_reachable_only_with_an_ssh_endpoint(api: respx.MockRouter) -> None:
@@ -316,11 +317,14 @@ def test_runpod_no_stock_is_no_capacity_before_any_launch(api: respx.MockRouter)
 def test_runpod_launch_errors_are_typed(api: respx.MockRouter, name: str, error: type[ComputeError]) -> None:
     api.get(f"{RUNPOD}/v2/catalog/gpus").mock(return_value=reply("runpod", "listGpuTypes.200.json"))
     create = api.post(f"{RUNPOD}/v2/pods").mock(return_value=reply("runpod", name, **{"Retry-After": "7"}))
+    # a 5xx may have rented something: the launch is looked up by its name first (none here)
+    listed = api.get(f"{RUNPOD}/v2/pods").mock(return_value=httpx.Response(200, json={"pods": []}))
     provider = runpod()
     offer = provider.offers()[0]
     with pytest.raises(error) as info:
         provider.launch(offer, allocation_id="alloc-0001")
     assert type(info.value) is error
+    assert listed.call_count == (1 if name == "createPod.503.json" else 0)
     assert (info.value.provider, info.value.offer) == ("runpod", offer.id)
     # a launch is tried again only on a 429 (the provider did not act on it): any other
     # answer may mean it rented something
@@ -341,7 +345,7 @@ def test_runpod_spot_launch_rents_with_a_bid_over_graphql(api: respx.MockRouter)
     assert "podRentInterruptable" in request["query"]
     spec = request["variables"]["input"]
     assert (spec["gpuTypeId"], spec["gpuCount"], spec["bidPerGpu"], spec["cloudType"], spec["startSsh"]) == (
-        "NVIDIA GeForce RTX 4090", 1, 0.35, "SECURE", True)
+        "NVIDIA GeForce RTX 4090", 1, 0.414, "SECURE", True)
     assert {"key": "PUBLIC_KEY", "value": PUBKEY} in spec["env"] and {"key": "A", "value": "b"} in spec["env"]
     assert alloc.ref == "spot5x8q2w1z" and alloc.details["spot"] is True
     assert provider.status(alloc).state == "lost"  # a stopped interruptible pod was outbid
@@ -419,7 +423,8 @@ def test_vast_full_lifecycle(api: respx.MockRouter) -> None:
     request = sent_json(create)
     assert (request["image"], request["label"], request["runtype"], request["cancel_unavail"], request["disk"]) == (
         "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", "jupyter-portable.alloc-0002", "ssh_direct", True, 50)
-    assert request["env"] == "-e 'HF_TOKEN=hf x' -e JUPYTER_PORTABLE_ALLOCATION_ID=alloc-0002"
+    # an object, as Vast's guide and official client send it; values exactly as given
+    assert request["env"] == {"HF_TOKEN": "hf x", "JUPYTER_PORTABLE_ALLOCATION_ID": "alloc-0002"}
     assert sent_json(attach) == {"ssh_key": PUBKEY}
     assert alloc.ref == "7654321"
 
@@ -435,6 +440,8 @@ def test_vast_full_lifecycle(api: respx.MockRouter) -> None:
     ("showInstance.200.proxy-only.json", "reachable", SshEndpoint("ssh5.vast.ai", 34321, "root")),
     ("showInstance.200.exited.json", "lost", None),
     ("showInstance.200.outbid.json", "lost", None),
+    ("showInstance.200.created-error.json", "lost", None),  # the runtime refused it: it never runs
+    ("showInstance.200.created.json", "pending", None),
 ])
 def test_vast_status_cases(api: respx.MockRouter, name: str, state: str, ssh: SshEndpoint | None) -> None:
     api.get(f"{VAST}/api/v0/instances/7654321/").mock(return_value=reply("vastai", name))
@@ -864,10 +871,24 @@ def test_vast_search_filters_on_the_gpu_models_count_driver_and_cuda(api: respx.
     offers = vast().offers(Requirements(gpus=("H100",), gpu_count=2, driver="550.54.15", min_cuda="12"))
     query = sent_json(route)
     assert query["gpu_name"] == {"in": ["H100 NVL", "H100 PCIE", "H100 SXM"]}  # Vast matches names exactly
-    assert (query["num_gpus"], query["driver_version"], query["cuda_max_good"]) == (
-        {"gte": 2}, {"eq": "550.54.15"}, {"gte": 12.0})
+    # as Vast's client sends them: the driver as its zero-padded number, the CUDA floor's capability
+    assert (query["num_gpus"], query["driver_version"], query["cuda_max_good"], query["compute_cap"]) == (
+        {"gte": 2}, {"eq": 550054015}, {"gte": 12.0}, {"gte": 500})
+    assert (query["direct_port_count"], query["external"]) == ({"gte": 1}, {"eq": False})  # SSH is direct
     assert [o.gpu for o in offers] == ["H100 SXM"]
     check_request(sent(route))  # and the query is one the published document admits
+
+
+def test_vast_driver_and_cuda_filters_are_the_clients_numbers() -> None:
+    from jupyter_portable.compute.vastai import min_compute_cap, numeric_driver
+
+    assert numeric_driver("550.54.15") == {"eq": 550054015}  # vastai's query.numeric_version
+    assert numeric_driver("535.104.05") == {"eq": 535104005}
+    assert numeric_driver("550.54") == {"gte": 550054000, "lte": 550054999}  # every patch release of it
+    assert numeric_driver("550") == {"gte": 550000000, "lte": 550999999}
+    assert numeric_driver("r550") is None and numeric_driver("550.1234.1") is None
+    assert [min_compute_cap(v) for v in ("10.2", "11.8", "12", "12.4", "13.0", "14.1", "x")] == [
+        None, 350, 500, 500, 750, 750, None]
 
 
 def test_vast_gpu_models_become_the_exact_names_vast_lists() -> None:

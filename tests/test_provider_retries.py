@@ -239,9 +239,11 @@ def test_a_launch_is_tried_again_only_when_no_connection_was_made(api: respx.Moc
     alloc = make("runpod", clock).launch(spot_offer(spot=False), allocation_id="alloc-0001")
     assert alloc.ref and create.call_count == 2
     create.mock(side_effect=[reply("runpod", "createPod.503.json"), reply("runpod", "createPod.201.json")])
+    listed = api.get(f"{RUNPOD}/v2/pods").mock(return_value=httpx.Response(200, json={"pods": []}))
     with pytest.raises(ProviderUnavailable) as info:
         make("runpod", clock).launch(spot_offer(spot=False), allocation_id="alloc-0002")
     assert create.call_count == 2 + 1  # a 503 may have rented something: never sent twice
+    assert listed.call_count == 1  # it was looked up by its name first; none was found
     assert "may have gone through" in (info.value.hint or "")
 
 
@@ -265,6 +267,7 @@ def booting_pod(api: respx.MockRouter) -> tuple[respx.Route, respx.Route]:
     pod = body("runpod", "createPod.201.json")["id"]
     polls = api.get(f"{RUNPOD}/v2/pods/{pod}").mock(return_value=reply("runpod", "getPod.200.provisioning.json"))
     released = api.delete(f"{RUNPOD}/v2/pods/{pod}").mock(return_value=httpx.Response(204))
+    api.get(f"{RUNPOD}/v2/billing/pods").mock(return_value=reply("runpod", "listPodBilling.200.json"))
     return polls, released
 
 
@@ -278,6 +281,7 @@ def test_status_polling_backs_off_stays_under_the_bound_and_releases_on_timeout(
     tried = info.value.context["attempts"]
     assert isinstance(tried, list) and tried[0].error == "Timeout"
     assert released.call_count == 1
+    assert (tried[0].spend, tried[0].spend_source) == (0.0734, "bill")  # the machine ran: its bill is kept
     waits = clock.waits
     assert waits[0] == pytest.approx(1.0)
     # never faster again, except the last wait, cut to the deadline

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -213,7 +214,8 @@ def test_a_port_with_nothing_listening_is_unavailable_and_its_allocation_lost(
 
 
 def test_the_ssh_provider_starts_a_worker_on_a_real_sshd_on_loopback(provider: SshProvider, sshd: Sshd,
-                                                                     tmp_path: Path) -> None:
+                                                                     tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """ACCEPTANCE: The ssh provider starts a worker on a real sshd on loopback in CI."""
     [offer] = provider.offers()
     provider.check_permission(offer)
@@ -266,6 +268,24 @@ def test_the_ssh_provider_starts_a_worker_on_a_real_sshd_on_loopback(provider: S
         close()  # idempotent
         with pytest.raises(OSError):
             urllib.request.urlopen(f"http://127.0.0.1:{local_port}/hello.txt", timeout=2)
+
+        # another process takes the free port before ssh binds it (a kernel started at the same
+        # moment picks ports the same way): that process's socket answers a connection, but the
+        # tunnel is not there; ssh cannot bind, exits, and another port is tried
+        import jupyter_portable.compute.ssh as ssh_module
+
+        with socket.socket() as squatter:
+            squatter.bind(("127.0.0.1", 0))
+            squatter.listen()
+            taken = squatter.getsockname()[1]
+            ports = iter([taken])
+            real_free_port = ssh_module._free_port
+            monkeypatch.setattr(ssh_module, "_free_port", lambda: next(ports, None) or real_free_port())
+            local_port, close = provider.forward_port(alloc, remote_port)
+            assert local_port != taken
+            with urllib.request.urlopen(f"http://127.0.0.1:{local_port}/hello.txt", timeout=5) as answer:
+                assert answer.read() == b"hello from the host"
+            close()
     finally:
         provider.run(alloc, ["kill", server_pid])
         server.wait(5)

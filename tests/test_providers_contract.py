@@ -53,8 +53,8 @@ def _lifecycle(provider: Provider, offer: Offer) -> None:
 
 
 def test_the_local_market_keeps_the_contract(tmp_path: Path) -> None:
-    from jupyter_portable.compute.catalog import default_catalog_path
-    from jupyter_portable.compute.local import LocalMarket
+    from jupyter_portable.demo.catalog import default_catalog_path
+    from jupyter_portable.demo.market import LocalMarket
 
     market = LocalMarket(default_catalog_path(), tmp_path / "market")
     offers = market.offers()

@@ -130,3 +130,34 @@ def test_writer_that_read_the_head_before_a_claim_cannot_publish(file_store: str
         store.publish(stale, expected_version=1, epoch=0)
     with pytest.raises(ConflictError):
         store.backend.swap(f"workspaces/{ws.workspace_id}/HEAD", head.to_bytes(), token)
+
+
+def test_claiming_an_epoch_while_another_writer_moves_the_head_retries_and_fences_it(tmp_path: Path) -> None:
+    """A Continue claims the epoch as the server records the lost machine (seen on S3 under load):
+    the claim reads the head again and lands above it, instead of failing the Continue."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.txt").write_text("a")
+    ws = Workspace.init(root, f"file://{tmp_path / 'store'}")
+    ws.snapshot("first", progress=None)
+    store, wsid = ws.store, ws.workspace_id
+    before = store.read_head(wsid)[0].epoch
+    swap = store.backend.swap
+    moved: list[int] = []
+
+    def racing_swap(key: str, data: bytes, token: object) -> object:
+        if not moved:  # the other writer gets there first, once: a real swap of the same head
+            head, other = store.read_head(wsid)
+            moved.append(head.epoch + 1)
+            swap(key, replace(head, epoch=head.epoch + 1).to_bytes(), other)
+        return swap(key, data, token)
+
+    store.backend.swap = racing_swap  # type: ignore[method-assign]
+    try:
+        epoch = store.claim_epoch(wsid)
+    finally:
+        store.backend.swap = swap  # type: ignore[method-assign]
+    assert moved == [before + 1] and epoch == before + 2 == store.read_head(wsid)[0].epoch
+    # the writer that lost is fenced from here on
+    with pytest.raises(FencedError):
+        ws.record_allocation({"allocation_id": "al-old"}, epoch=moved[0])

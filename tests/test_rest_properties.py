@@ -2,40 +2,28 @@
 endpoint of the server extension get a 2xx or a 4xx with a message, never a 500, and after
 all of them the workspace's settings, reservations, routes and state still read back."""
 
+# ruff: noqa: F811 - the fixtures imported from jupyter_e2e are taken as arguments of the same name
 from __future__ import annotations
 
 import json
 import math
 import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from jupyter_e2e import make_workspace, portable_env, release_all
+from jupyter_e2e import env, jp_root_dir, make_workspace, portable_env, release_all  # noqa: F401 - fixtures
 
 from jupyter_portable.core.validate import loads_strict
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 pytestmark = pytest.mark.timeout(300)
 
-SETTING_FIELDS = ["gpus", "gpu_count", "min_gpu_memory_gb", "driver", "min_cuda", "image", "max_price_per_hour",
+SETTING_FIELDS = ["gpus", "gpu_count", "min_gpu_memory_gb", "driver", "min_cuda", "container_image", "machine_image",
+                  "max_price_per_hour",
                   "regions", "budget_total", "budget_warn_fraction", "hours", "autosnapshot_minutes"]
-
-
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Path]]:
-    yield portable_env(tmp_path, monkeypatch)
-    release_all()
-
-
-@pytest.fixture
-def jp_root_dir(tmp_path: Path, env: dict[str, Path]) -> Path:
-    root = tmp_path / "workspace"
-    make_workspace(root, env["store"])
-    return root
 
 
 def _draw(strategy: st.SearchStrategy[Any], n: int) -> list[Any]:
@@ -130,3 +118,13 @@ async def test_no_request_body_or_parameter_gets_a_500(jp_serverapp: Any, jp_fet
     for path in (["settings"], ["reservations"], ["routes"], ["state"]):
         resp = await jp_fetch("portable", "api", *path)
         loads_strict(resp.body, "/".join(path))
+
+
+async def test_hours_too_large_for_a_float_is_a_400(jp_serverapp: Any, jp_fetch: Any, jp_root_dir: Path) -> None:
+    """Issue 28: ``hours: 10**400`` on reservations answered 500 (float() overflowed)."""
+    for hours in ("1" + "0" * 400, "-" + "1" + "0" * 400, "337"):
+        body = f'{{"offer": "local/a100", "start": "2030-01-01T10:00Z", "hours": {hours}}}'
+        code, answer = await _send(jp_fetch, "POST", ["reservations"], body)
+        assert code == 400, (hours[:5], code, answer)
+        assert "hours must be a whole number from 1 to 336" in answer["error"]
+    assert json.loads((await jp_fetch("portable", "api", "reservations")).body)["reservations"] == []

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from jupyter_portable import Workspace
-from jupyter_portable.compute.local import LocalMarket
 from jupyter_portable.core.errors import UsageError
 from jupyter_portable.core.offers import Offer
 from jupyter_portable.core.routing import INCIDENT_WINDOW_S, Caps, Incident, Signals, WorkspaceFacts, rank_routes
 from jupyter_portable.core.spend import money, spend_line
+from jupyter_portable.demo.market import LocalMarket
 
 FIXTURE = Path(__file__).resolve().parents[1] / "labextension" / "src" / "__tests__" / "routes50.json"
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
@@ -66,10 +66,16 @@ def test_a_recent_preemption_raises_the_risk_at_once_and_fades() -> None:
                            store_egress_per_gb=0.09, workspace_bytes=10**9)
     plain = rank_routes(facts, [o], hours=2)[0]
     hit = rank_routes(facts, [o], hours=2, signals=Signals(incidents={o.key: (Incident("preempted", 240),)}))[0]
-    assert hit.p_fail == pytest.approx(plain.p_fail + 0.30 * (1 - 240 / INCIDENT_WINDOW_S))
+    assert hit.risk is not None and plain.risk is not None
+    # a preemption adds to the chance the machine is lost, not to the chance its launch fails
+    assert hit.risk.p_lost == pytest.approx(plain.risk.p_lost + 0.30 * (1 - 240 / INCIDENT_WINDOW_S))
+    assert hit.risk.p_launch == pytest.approx(plain.risk.p_launch)
+    assert hit.p_fail == pytest.approx(1 - (1 - hit.risk.p_launch) * (1 - hit.risk.p_lost))
     assert hit.cost.risk > plain.cost.risk and hit.cost.total > plain.cost.total
     assert hit.history == ("preempted 4 min ago",)
-    assert hit.words["risk"].startswith(f"Risk: {hit.p_fail:.0%} chance the launch fails: {money(hit.cost.risk)}")
+    assert hit.words["risk"].startswith(
+        f"Risk: {hit.p_fail:.0%} chance of a failed launch or a lost machine in the 2 planned h:"
+        f" {hit.risk.hours:.1f} h lost, {money(hit.cost.risk)} expected (preempted 4 min ago)")
     assert "preempted 4 min ago" in hit.words["risk"]
     gone = rank_routes(facts, [o], hours=2,
                        signals=Signals(incidents={o.key: (Incident("preempted", INCIDENT_WINDOW_S),)}))[0]
@@ -120,6 +126,26 @@ def test_a_loss_in_the_history_raises_that_offers_risk_for_a_while(tmp_path: Pat
     assert soon.incidents == {"local/a100": (Incident("preempted", 240.0),)}, "a planned stop is no incident"
     later = signals_from_history(ws, now=T0 + timedelta(minutes=30) + timedelta(seconds=INCIDENT_WINDOW_S))
     assert later.incidents == {}
+
+
+def test_the_work_a_loss_throws_away_follows_the_workspaces_checkpoint_cadence(tmp_path: Path) -> None:
+    from jupyter_portable.orchestration.routes import checkpoint_cadence_s, workspace_facts
+
+    def ckpt(minute: float, status: str = "verified") -> dict[str, object]:
+        return {"status": status, "created": _iso(T0 + timedelta(minutes=minute))}
+
+    # gaps of 10, 30 and 20 min between verified ones (the rejected one is no checkpoint): median 20 min
+    assert checkpoint_cadence_s([ckpt(0), ckpt(10), ckpt(25, "rejected"), ckpt(40), ckpt(60)]) == 1200
+    assert checkpoint_cadence_s([ckpt(0)]) is None, "one checkpoint is no cadence"
+    assert checkpoint_cadence_s([]) is None
+    ws = _workspace(tmp_path)
+    assert workspace_facts(ws, {}).checkpoint_every_s is None
+    (ws.root / "a.txt").write_text("b")
+    ws.checkpoint(ws.root / "a.txt", step=1, quiet_s=0.1, progress=None)
+    (ws.root / "a.txt").write_text("c")
+    ws.checkpoint(ws.root / "a.txt", step=2, quiet_s=0.1, progress=None)
+    every = workspace_facts(ws, {}).checkpoint_every_s
+    assert every is not None and every > 0
 
 
 def test_the_machines_are_listed_newest_first_with_reasons_and_costs(tmp_path: Path) -> None:

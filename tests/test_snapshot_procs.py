@@ -13,9 +13,9 @@ import pytest
 from conftest import read_tree, write_tree
 
 from jupyter_portable import Workspace
-from jupyter_portable.engine import snapshot as snap
 from jupyter_portable.engine.hashproc import read_small
 from jupyter_portable.engine.scan import Found
+from jupyter_portable.engine.snapshot import file_saver, options, scanner, uploader, walk
 from jupyter_portable.store.repo import digest
 
 
@@ -40,34 +40,34 @@ def _snapshot(tmp_path: Path, name: str) -> tuple[Path, Workspace]:
 def test_processes_publish_the_same_version_as_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _src_t, by_threads = _snapshot(tmp_path, "threads")
     res_t = by_threads.snapshot(progress=None)
-    monkeypatch.setattr(snap, "PROCESS_MIN", 0)
+    monkeypatch.setattr(options, "DEFAULT", options.Options(process_min=0))
     spawned: list[object] = []
-    real = snap._Walk._procs
+    real = file_saver.FileSaver.process_pool
 
-    def watching(self: snap._Walk):  # type: ignore[no-untyped-def]
+    def watching(self: file_saver.FileSaver):  # type: ignore[no-untyped-def]
         got = real(self)
         spawned.append(got)
         return got
 
-    monkeypatch.setattr(snap._Walk, "_procs", watching)
+    monkeypatch.setattr(file_saver.FileSaver, "process_pool", watching)
     listed: list[str] = []
-    real_listing = snap._Walk._listing
+    real_listing = scanner.Scanner._listing
 
-    def listing(self: snap._Walk, rel: str, abs_dir: str, whole: bool):  # type: ignore[no-untyped-def]
+    def listing(self: scanner.Scanner, rel: str, abs_dir: str, whole: bool):  # type: ignore[no-untyped-def]
         got = real_listing(self, rel, abs_dir, whole)
         if got[2] is not None:
             listed.append(rel)
         return got
 
-    monkeypatch.setattr(snap._Walk, "_listing", listing)
+    monkeypatch.setattr(scanner.Scanner, "_listing", listing)
     joined: list[bool] = []
-    real_add = snap._Uploader.add_fragment
+    real_add = uploader.Uploader.add_fragment
 
-    def add_fragment(self: snap._Uploader, frag: snap._Frag) -> bool:
+    def add_fragment(self: uploader.Uploader, frag: uploader.Frag) -> bool:
         joined.append(real_add(self, frag))
         return joined[-1]
 
-    monkeypatch.setattr(snap._Uploader, "add_fragment", add_fragment)
+    monkeypatch.setattr(uploader.Uploader, "add_fragment", add_fragment)
     src_p, by_procs = _snapshot(tmp_path, "procs")
     res_p = by_procs.snapshot(progress=None)
     assert spawned and spawned[0] is not None, "the snapshot used other processes"
@@ -81,9 +81,7 @@ def test_processes_publish_the_same_version_as_threads(tmp_path: Path, monkeypat
     Workspace.restore(str(tmp_path / "store-procs"), by_procs.workspace_id, out, progress=None)
     assert read_tree(out) == read_tree(src_p)
     assert not by_procs.snapshot(progress=None).changed
-    from jupyter_portable.workdir.statcache import StatCache
-
-    with StatCache(by_procs.copy.meta) as cache:  # every packed blob recorded, by the cache's own thread
+    with by_procs.copy.statcache() as cache:  # every packed blob recorded, by the cache's own thread
         reader = cache.blob_reader()
         assert reader is not None
         try:
@@ -96,7 +94,7 @@ def test_processes_publish_the_same_version_as_threads(tmp_path: Path, monkeypat
     # the stat cache lost: folders are listed (and read) ahead again, but each file is then
     # compared with the version's entry one by one: the same version, nothing stored again
     for suffix in ("", "-wal", "-shm"):
-        (by_procs.copy.meta / f"statcache.sqlite{suffix}").unlink(missing_ok=True)
+        Path(f"{by_procs.copy.statcache_path}{suffix}").unlink(missing_ok=True)
     joined.clear()
     again = by_procs.snapshot(progress=None)
     assert not again.changed and again.new_bytes == 0 and again.hashed == res_p.hashed
@@ -157,27 +155,24 @@ def test_a_listing_whose_helper_died_is_made_by_the_walk(tmp_path: Path) -> None
     src, ws = _snapshot(tmp_path, "src")
     from jupyter_portable.engine.progress import Progress
     from jupyter_portable.engine.trees import BaseTree
-    from jupyter_portable.workdir.statcache import StatCache
-
-    with StatCache(ws.copy.meta) as cache:
-        up = snap._Uploader(ws.store, 1, Progress("t"))
-        walk = snap._Walk(ws.copy, ws.store, cache, False, BaseTree(ws.store, None), up, Progress("t"), 0, {})
+    with ws.copy.statcache() as cache:
+        up = uploader.Uploader(ws.store, 1, Progress("t"))
+        run = walk.Walk(ws.copy, cache, False, BaseTree(ws.store, None), up, Progress("t"), 0, {})
         try:
             cases = (("d0", MemoryError(), ["d0/same-a.txt", "d0/same-b.txt"]),
                      ("d1", BrokenProcessPool("killed"), []))
             for rel, error, files in cases:
                 dead: Future[object] = Future()
                 dead.set_exception(error)
-                walk.listed[rel] = dead  # type: ignore[assignment]
-                listing, reads, frag = walk._listing(rel, str(src / rel), True)
-                assert reads is None and frag is None and rel not in walk.listed
+                run.scanner.listed[rel] = dead  # type: ignore[assignment]
+                listing, reads, frag = run.scanner._listing(rel, str(src / rel), True)
+                assert reads is None and frag is None and rel not in run.scanner.listed
                 assert sorted(f.path for f in listing.files) == files
                 assert [n for n, _p in listing.dirs] == ["sub"] and listing.sig is not None
         finally:
-            walk.pool.shutdown()
-            walk.small_pool.shutdown()
+            run.files.shutdown()
             up.pool.shutdown()
-    assert walk.procs_failed, "no more folders are sent to processes"
+    assert run.files.procs_failed, "no more folders are sent to processes"
 
 
 def test_read_small_returns_nothing_for_a_file_that_moved_on(tmp_path: Path) -> None:
@@ -196,22 +191,19 @@ def test_a_dead_helper_process_leaves_the_batch_to_the_threads(tmp_path: Path) -
     copy = ws.copy
     from jupyter_portable.engine.progress import Progress
     from jupyter_portable.engine.trees import BaseTree
-    from jupyter_portable.workdir.statcache import StatCache
-
-    with StatCache(copy.meta) as cache:
-        up = snap._Uploader(ws.store, 1, Progress("t"))
-        walk = snap._Walk(copy, ws.store, cache, False, BaseTree(ws.store, None), up, Progress("t"), 0, {})
+    with copy.statcache() as cache:
+        up = uploader.Uploader(ws.store, 1, Progress("t"))
+        run = walk.Walk(copy, cache, False, BaseTree(ws.store, None), up, Progress("t"), 0, {})
         try:
             st = os.lstat(src / "empty.txt")
             batch: list[tuple[Found, None]] = [(Found("empty.txt", st), None)]
             dead: Future[list[tuple[str, bytes] | None]] = Future()
             dead.set_exception(BrokenProcessPool("killed"))
-            out = walk._take_read(batch, dead)
+            out = run.files.take_read(batch, dead)
         finally:
-            walk.pool.shutdown()
-            walk.small_pool.shutdown()
+            run.files.shutdown()
             up.pool.shutdown()
-    assert walk.procs_failed, "no more batches are sent to processes"
+    assert run.files.procs_failed, "no more batches are sent to processes"
     assert len(out) == 1 and out[0][1] is not None and out[0][1]["hash"] == digest(b"")
 
 
@@ -251,17 +243,16 @@ def test_folders_statted_ahead_by_another_process_see_each_change(tmp_path: Path
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     src, ws = _snapshot(tmp_path, "src")
     first = ws.snapshot(progress=None)
-    monkeypatch.setattr(snap, "AHEAD_MIN", 0)
-    monkeypatch.setattr(snap, "AHEAD_CHUNK", 20)  # a batch per folder or two
+    monkeypatch.setattr(options, "DEFAULT", options.Options(ahead_min=0, ahead_chunk=20))  # a batch per folder or two
     taken: list[tuple[str, bool]] = []
-    real = snap._Ahead.take
+    real = scanner.Ahead.take
 
-    def watching(self: snap._Ahead, rel: str):  # type: ignore[no-untyped-def]
+    def watching(self: scanner.Ahead, rel: str):  # type: ignore[no-untyped-def]
         got = real(self, rel)
         taken.append((rel, got[0]))
         return got
 
-    monkeypatch.setattr(snap._Ahead, "take", watching)
+    monkeypatch.setattr(scanner.Ahead, "take", watching)
     assert not ws.snapshot(progress=None).changed
     assert taken, "the walk asked the look-ahead"
     # the far end of the walk was statted by the other process (the walk met it there)
@@ -296,9 +287,7 @@ def test_quick_folders_refuses_other_ignore_rules_and_reports_a_gone_folder(tmp_
 def test_the_stat_cache_lists_signed_folders_in_walk_order_with_their_own_files(tmp_path: Path) -> None:
     src, ws = _snapshot(tmp_path, "src")
     ws.snapshot(progress=None)
-    from jupyter_portable.workdir.statcache import StatCache
-
-    with StatCache(ws.copy.meta) as cache:
+    with ws.copy.statcache() as cache:
         folders = cache.signed_folders()
     paths = [p for p, _n in folders]
     assert paths == sorted(paths, key=lambda p: p.split("/")) and paths[0] == ""
@@ -307,8 +296,7 @@ def test_the_stat_cache_lists_signed_folders_in_walk_order_with_their_own_files(
 
 
 @pytest.mark.timeout(120)
-def test_a_look_ahead_whose_helper_died_leaves_every_folder_to_the_walk(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_look_ahead_whose_helper_died_leaves_every_folder_to_the_walk(tmp_path: Path) -> None:
     import signal
 
     from jupyter_portable.engine.hashproc import helper_pool
@@ -316,14 +304,13 @@ def test_a_look_ahead_whose_helper_died_leaves_every_folder_to_the_walk(tmp_path
 
     write_tree(tmp_path, {f"d{i:02d}/f.txt": str(i) for i in range(40)})
     folders = [("", 0)] + [(f"d{i:02d}", 1) for i in range(40)]
-    monkeypatch.setattr(snap, "AHEAD_CHUNK", 1)  # a batch per folder
     lister = Lister(tmp_path)
     procs = helper_pool()
     if procs is None:
         pytest.skip("one core: no helper processes here")
     try:
-        ahead = snap._Ahead(procs, str(tmp_path), lister.salt, folders)
-        assert len(ahead.sent) == snap.AHEAD_IN_FLIGHT
+        ahead = scanner.Ahead(procs, str(tmp_path), lister.salt, folders, options.Options(ahead_chunk=1))
+        assert len(ahead.sent) == options.DEFAULT.ahead_in_flight
         # the helper is up and answered the far end (taking it here would move the walk there)
         assert ahead.sent[0].result(timeout=60) == [lister.quick("d39", str(tmp_path / "d39"))]
         for pid in list(procs._processes):  # the helper dies (OOM killer, say)

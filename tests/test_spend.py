@@ -6,8 +6,17 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from jupyter_portable.core.calendar import Booking, cancel
 from jupyter_portable.core.errors import UsageError
-from jupyter_portable.core.spend import Budget, admits_price, budget_state, spend_of
+from jupyter_portable.core.spend import (
+    Budget,
+    admits_price,
+    budget_left,
+    budget_state,
+    committed_of,
+    committed_to,
+    spend_of,
+)
 
 T0 = datetime(2026, 11, 3, 10, 0, tzinfo=timezone.utc)
 
@@ -41,8 +50,9 @@ def test_budget_ok_warn_and_exhausted() -> None:
     budget = Budget(total=100.0)
     # $50 of $100 at $2/h: 50 left, 25 h left
     state = budget_state(50.0, budget, 2.0)
-    assert state == {"spent": 50.0, "total": 100.0, "left": 50.0, "state": "ok", "hours_left": 25.0,
-                     "message": "spent $50.00 of $100.00 (50%); about 25.0 h left at $2.00/h"}
+    assert state == {"spent": 50.0, "committed": 0.0, "total": 100.0, "left": 50.0, "state": "ok",
+                     "hours_left": 25.0, "message": "$50.00 left of the $100.00 budget: $50.00 spent; "
+                                                    "about 25.0 h at $2.00/h"}
     # $80 of $100 is the 0.8 warn fraction: 20 left, 10 h
     state = budget_state(80.0, budget, 2.0)
     assert (state["state"], state["left"], state["hours_left"]) == ("warn", 20.0, 10.0)
@@ -85,3 +95,54 @@ def test_admits_price_names_the_cap() -> None:
     assert admits_price(2.5, budget) == "$2.50/h is over the cap of $2.00/h"
     assert admits_price(2.0, budget) is None
     assert admits_price(99.0, Budget()) is None
+
+
+def _booking(rid: str, price: float, start: datetime, hours: float = 24, guarantee: str = "best-effort") -> Booking:
+    return Booking.new(rid, "aws/p5.48xlarge@us-east-1a", start, hours, charge="now", guarantee=guarantee,
+                       price=price, created=T0)
+
+
+def test_a_capacity_block_counts_once_whether_its_machine_ran_or_not() -> None:
+    # issue 30 item 2: a $10 budget, a $7.16 Capacity Block bought, $0.07 spent elsewhere
+    block = _booking("cr-1", 7.16, T0 + timedelta(days=1), guarantee="provider")
+    before = T0 + timedelta(hours=1)
+    assert committed_to(block, 0.0, before) == pytest.approx(7.16)
+    state = budget_state(0.07, Budget(total=10.0), 0.0, committed=committed_of([block], {}, before))
+    assert state["left"] == pytest.approx(2.77)
+    assert state["message"] == "$2.77 left of the $10.00 budget: $0.07 spent, $7.16 committed to bookings"
+    # a machine launched into the block records $3.00 at the block's rate: spent grows by 3.00, the
+    # commitment shrinks by 3.00, and what is left stays $2.77 (money counted once)
+    during = T0 + timedelta(days=1, hours=10)
+    committed = committed_of([block], {"cr-1": 3.00}, during)
+    assert committed == pytest.approx(4.16)
+    assert budget_left(10.0, 0.07 + 3.00, committed) == pytest.approx(2.77)
+    # the block is paid and final: after its slot the unused part is still money gone
+    after = T0 + timedelta(days=3)
+    assert committed_of([block], {"cr-1": 3.00}, after) == pytest.approx(4.16)
+    # a machine that ran past the block's price never makes the commitment negative
+    assert committed_to(block, 9.0, after) == 0.0
+
+
+def test_a_booking_not_sold_by_a_provider_holds_money_back_until_its_slot_starts() -> None:
+    slot = _booking("res-1", 5.0, T0 + timedelta(hours=3), hours=2)
+    assert committed_to(slot, 0.0, T0) == 5.0
+    # from its start the machine that runs in it records its own spend: the booking holds nothing more
+    assert committed_to(slot, 0.0, T0 + timedelta(hours=3)) == 0.0
+    assert committed_to(slot, 0.0, T0 + timedelta(hours=9)) == 0.0
+    # cancelled: nothing is held back, refunded or not
+    gone = cancel(slot, T0 + timedelta(hours=1))
+    assert isinstance(gone, Booking)
+    assert committed_to(gone, 0.0, T0 + timedelta(hours=1)) == 0.0
+
+
+def test_bookings_use_up_the_budget_and_the_state_says_so() -> None:
+    budget = Budget(total=10.0)
+    # $1 spent, $9 booked ahead: nothing left, exhausted (the running machine is sealed)
+    state = budget_state(1.0, budget, 2.0, committed=9.0)
+    assert (state["state"], state["left"], state["hours_left"]) == ("exhausted", 0.0, 0.0)
+    assert "$1.00 spent, $9.00 committed to bookings" in state["message"]
+    # $1 spent and $6 booked: 70% used is under the 0.8 warning, $3 left is 1.5 h at $2/h
+    state = budget_state(1.0, budget, 2.0, committed=6.0)
+    assert (state["state"], state["left"], state["hours_left"]) == ("ok", 3.0, 1.5)
+    # no budget: nothing is "left", whatever was booked
+    assert budget_left(None, 1.0, 6.0) is None

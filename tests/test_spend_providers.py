@@ -64,7 +64,7 @@ def test_aws_on_demand_spend_is_the_pricing_apis_price_in_the_region_times_the_l
     aws = AwsProvider(client=ec2, pricing_client=pricing, clock=lambda: NOW)
     status = aws.status(allocation())
     assert status.state == "reachable"
-    assert status.spend == pytest.approx(2 * 1.212) and status.spend_source == "provider"
+    assert status.spend == pytest.approx(2 * 1.212) and status.spend_source == "provider-rate"
     # asked once per type and region: the next status reads the same price without a call
     ec2_stub.add_response("describe_instances", described(), {"InstanceIds": ["i-0abc"]})
     assert aws.status(allocation()).spend == pytest.approx(2 * 1.212)
@@ -82,7 +82,7 @@ def test_aws_spot_spend_follows_the_spot_price_history(clients: Any) -> None:
         {"InstanceTypes": ["g5.xlarge"], "AvailabilityZone": "us-west-2b", "ProductDescriptions": ["Linux/UNIX"],
          "StartTime": NOW - timedelta(hours=2), "EndTime": NOW})
     status = AwsProvider(client=ec2, pricing_client=pricing, clock=lambda: NOW).status(allocation())
-    assert status.spend == pytest.approx(0.40 + 0.50) and status.spend_source == "provider"
+    assert status.spend == pytest.approx(0.40 + 0.50) and status.spend_source == "provider-rate"
 
 
 def test_aws_without_the_pricing_api_estimates_from_the_table(clients: Any) -> None:
@@ -116,14 +116,17 @@ def test_runpod_and_vast_spend_is_their_own_price_from_their_own_start(provider:
         from jupyter_portable.compute.vastai import VastProvider
 
         make = VastProvider
-    with TwinClass(tmp_path, offers=[offer], boot_delay_s=0.2) as twin:
-        later = datetime.now(timezone.utc) + timedelta(minutes=10)
+    # the provider's calendar and ours, both passed in: rented at 09:00, asked ten minutes later
+    rented = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
+    later = rented + timedelta(minutes=10)
+    with TwinClass(tmp_path, offers=[offer], boot_delay_s=0.2, wall=lambda: rented) as twin:
         p = make(**twin.provider_kwargs(), now=lambda: later)
         allocation = p.launch(p.offers()[0], allocation_id="al-spend00001")
         created.append(twin.rentals[allocation.ref].created_at)
+        assert created == [rented]
         status = p.status(allocation)
         expected = 36.0 * (later - created[0]).total_seconds() / 3600
-        assert status.spend_source == "provider" and status.spend == pytest.approx(expected, abs=0.01)
+        assert status.spend_source == "provider-rate" and status.spend == pytest.approx(expected, abs=0.01)
         [listed] = p.list_machines()
         assert listed.spend == pytest.approx(expected, abs=0.01) and listed.uptime_s == pytest.approx(
             (later - created[0]).total_seconds(), abs=1)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hooks_site.portable_faults import fault_env
+
 from jupyter_portable.store.backend import LocalBackend
 from jupyter_portable.store.repo import digest, object_key
 
@@ -45,7 +47,7 @@ def test_a_kill_at_any_step_leaves_only_whole_objects(tmp_path: Path) -> None:
     steps = 0
     for n in range(1, 40):
         root = tmp_path / f"kill{n}"
-        env = dict(os.environ, JUPYTER_PORTABLE_KILL_AT=str(n))
+        env = fault_env(JUPYTER_PORTABLE_KILL_AT=str(n))
         proc = subprocess.run([sys.executable, "-c", _WRITER, str(root)], env=env, capture_output=True, text=True,
                               timeout=120)
         for name, data in _objects(root).items():

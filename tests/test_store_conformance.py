@@ -10,6 +10,7 @@ import io
 import os
 import tarfile
 import threading
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from stores import (  # noqa: F401 - fixtures
 )
 
 from jupyter_portable import Workspace
-from jupyter_portable.core.errors import ConflictError, ObjectMissing
+from jupyter_portable.core.errors import ConflictError, ObjectMissing, StoreError
 from jupyter_portable.engine.verify import fsck
 from jupyter_portable.store import open_backend
 from jupyter_portable.store.backend import Backend
@@ -66,6 +67,31 @@ def test_a_missing_key_is_reported_missing_never_empty(backend: Backend) -> None
     assert backend.exists("objects/aa/nope") is False
     assert backend.read_versioned("objects/aa/nope") is None
     backend.delete("objects/aa/nope")  # deleting what is not there is no error
+
+
+def test_a_missing_key_is_missing_whatever_status_codes_the_store_name_holds(new_store: Callable[[], str]) -> None:
+    """A backend tells errors apart by their kind or status, never by words in a message that
+    also holds the bucket and the key: a store named with "416" (a range past the end) or "401"
+    (access denied) still reports a missing object as missing."""
+    backend = open_backend(new_store() + "/run-416-401-403-412")
+    for call in (lambda: backend.read("objects/aa/x416"), lambda: backend.read_range("objects/aa/x416", 0, 3),
+                 lambda: backend.size("objects/aa/x416")):
+        with pytest.raises(ObjectMissing, match="missing"):
+            call()
+
+
+def test_a_missing_bucket_is_a_store_error_never_a_missing_object(new_store: Callable[[], str]) -> None:
+    """A bucket (or container) that is not there is the store's fault, said as such: read as a
+    missing object it would look like an empty workspace."""
+    scheme, rest = new_store().split("://", 1)
+    if scheme not in ("s3", "gs", "az"):
+        pytest.skip("only a bucket store has a bucket to lose")
+    backend = open_backend(f"{scheme}://missing-{uuid.uuid4().hex[:12]}/{rest.split('/', 1)[1]}")
+    for call in (lambda: backend.read("objects/aa/x"), lambda: backend.size("objects/aa/x"),
+                 lambda: backend.exists("objects/aa/x"), lambda: backend.list("objects")):
+        with pytest.raises(StoreError) as err:
+            call()
+        assert not isinstance(err.value, ObjectMissing), err.value
 
 
 def test_write_new_is_create_only_and_a_retry_of_the_same_bytes_counts_as_written(backend: Backend) -> None:
@@ -158,6 +184,7 @@ def test_range_reads_return_exactly_the_bytes_asked(backend: Backend) -> None:
     assert backend.read_range("objects/ab/r", len(body) - 3, len(body)) == body[-3:]
     assert backend.read_range("objects/ab/r", len(body) - 3, len(body) + 100) == body[-3:]
     assert backend.read_range("objects/ab/r", 7, 7) == b""
+    assert backend.read_range("objects/ab/r", len(body) + 10, len(body) + 20) == b""  # wholly past the end
 
 
 def test_a_large_object_round_trips_whole_in_ranges_and_into_a_file(backend: Backend, tmp_path: Path) -> None:
@@ -184,7 +211,7 @@ def test_the_conditional_write_probe_passes_and_leaves_no_key(backend: Backend) 
 
 
 def test_a_worker_wheel_set_is_stored_once_and_read_back_by_the_bootstrap(new_store: Callable[[], str]) -> None:
-    from jupyter_portable.worker import bootstrap
+    from jupyter_portable.worker import bootstrap, trust
 
     store = Store.open(new_store())
     store.ensure_config()
@@ -194,11 +221,13 @@ def test_a_worker_wheel_set_is_stored_once_and_read_back_by_the_bootstrap(new_st
     stored = [bootstrap._put_wheel(store, data, name) for name, data in wheels]
     assert bootstrap._put_wheel(store, wheels[0][1], wheels[0][0]) == stored[0]  # once: the same object
     key = bootstrap.set_key(reqs, target.tag)
-    doc = {"format": bootstrap.FORMAT, "schema": 1, "requirements": reqs, "env": target.tag,
-           "wheels": [w.to_json() for w in stored]}
+    doc = {"format": bootstrap.FORMAT, "schema": bootstrap.SCHEMA, "requirements": reqs, "env": target.tag,
+           "wheels": [w.to_json() for w in stored], "changes": []}
     import json
 
-    store.backend.write_new(key, json.dumps(doc).encode())
+    data = json.dumps(doc).encode()
+    store.backend.write_new(key, data)
+    trust.record(store.url, key, data)  # as the computer that stored it does: warm from here, no index asked
     got = bootstrap.wheel_set(store, target, no_index=True)
     assert got.warm and list(got.wheels) == stored
     with tarfile.open(fileobj=io.BytesIO(bootstrap._tar(store, got.wheels))) as tar:
@@ -366,3 +395,16 @@ def test_sigkill_at_every_step_of_a_snapshot_leaves_the_last_version_restorable(
             results += pool.map(attempt, range(len(results) + 1, len(results) + 3))
     kills = [v for v in results if v is not None]
     assert len(kills) >= 8 and 2 in kills, results  # some kills fall after the head moved
+
+
+def test_a_blob_is_written_once_and_an_existing_one_is_no_error(backend: Backend) -> None:
+    """write_blob / write_blobs: readable when they return; the same object again is harmless."""
+    body = b"a shared blob"
+    key = f"objects/{digest(body)[:2]}/{digest(body)}"
+    backend.write_blob(key, body)
+    backend.write_blob(key, body)
+    assert backend.read(key) == body
+    more = [(f"objects/{digest(b)[:2]}/{digest(b)}", b) for b in (b"one", b"two", b"")]
+    backend.write_blobs(more)
+    backend.write_blobs(more)
+    assert [backend.read(k) for k, _b in more] == [b for _k, b in more]

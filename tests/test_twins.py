@@ -17,6 +17,7 @@ import pytest
 from sshd import keygen, unavailable
 from twins import lambdalabs
 from twins.lambdalabs import LambdaTwin
+from twins.machines import CLOUD_USER, require_python
 from twins.runpod import RunPodTwin
 from twins.server import Twin, TwinOffer
 from twins.vastai import VastTwin
@@ -147,6 +148,48 @@ def test_each_provider_launches_reaches_and_terminates_a_bare_machine(provider_n
         assert not machine.alive() and machine.processes() == []
         assert not machine.home.exists()  # its disk went with it
         assert provider.status(allocation).state in ("terminated", "lost")
+        assert twin.violations == []
+
+
+def python_version(python: str) -> str:
+    return subprocess.run([python, "-c", "import platform; print(platform.python_version())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def test_a_machine_has_its_offers_python_and_its_images_login_user(provider_name: str, tmp_path: Path,
+                                                                    clock: FakeClock, key: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    python = require_python("3.10")
+    with twin_for(provider_name, tmp_path, clock, offers=[TwinOffer(**{**vars(H100), "python": python})]) as twin:
+        provider = provider_for(twin, clock, monkeypatch)
+        _, allocation = launch(provider, key)
+        endpoint = wait_reachable(provider, allocation, clock)[-1].ssh
+        assert endpoint is not None
+        # Lambda Stack logs in as ubuntu (the provider's default, no override), RunPod and Vast as root
+        assert endpoint.user == (CLOUD_USER if provider_name == "lambda" else "root")
+        out = ssh(endpoint, key, "id -un; python3 -c 'import platform; print(platform.python_version())'; "
+                                 'test "$HOME" = "$(pwd)" && echo home')
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == [endpoint.user, python_version(python), "home"]
+        assert twin.violations == []
+
+
+@pytest.mark.parametrize("name", ["runpod", "vastai"])
+def test_a_machine_has_the_python_of_the_image_it_was_launched_with(name: str, tmp_path: Path, clock: FakeClock,
+                                                                     key: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    python = require_python("3.10")
+    image = "team/train:py310"
+    with twin_for(name, tmp_path, clock, images={image: python}) as twin:
+        provider = provider_for(twin, clock, monkeypatch)
+        offer = next(o for o in provider.offers() if o.capacity)
+        allocation = provider.launch(offer, allocation_id="alloc-0001", image=image,
+                                     ssh_public_key=key.with_suffix(".pub").read_text())
+        endpoint = wait_reachable(provider, allocation, clock)[-1].ssh
+        assert endpoint is not None
+        out = ssh(endpoint, key, "python3 -c 'import platform; print(platform.python_version())'")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == [python_version(python)]  # the offer's (Debian's 3.11.2) gave way
         assert twin.violations == []
 
 

@@ -9,6 +9,7 @@ launch's user data), then terminates and sees the machine gone. Every server is 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -18,11 +19,12 @@ import boto3
 import pytest
 from sshd import keygen, unavailable
 from twins.aws import SPOT_INTERRUPTION, AwsTwin
-from twins.gcp import GcpTwin
+from twins.gcp import GcpOffer, GcpTwin
+from twins.machines import CLOUD_USER, require_python
 
-from jupyter_portable.compute.aws import AwsProvider
+from jupyter_portable.compute.aws import DLAMI_IMAGE, AwsProvider
 from jupyter_portable.compute.base import Allocation, AllocationStatus, Provider
-from jupyter_portable.compute.gcp import ALLOCATION_LABEL, WORKSPACE_LABEL, GcpProvider
+from jupyter_portable.compute.gcp import ALLOCATION_LABEL, DLVM_IMAGE, WORKSPACE_LABEL, GcpProvider
 from jupyter_portable.compute.keys import host_key_pair as new_host_key
 from jupyter_portable.core.offers import Offer
 
@@ -98,7 +100,7 @@ def test_aws_machine_is_reached_with_the_imported_key_and_the_pinned_host_key(
             assert "PRIVATE KEY" not in json.dumps(alloc.to_json())  # the private half only in the user data
         s1, s2 = wait_reachable(provider, one), wait_reachable(again, two)
         assert s1.ssh is not None and s2.ssh is not None
-        assert (s1.ssh.port, s1.ssh.user) == (22, "root") and s1.ssh.host != s2.ssh.host
+        assert (s1.ssh.port, s1.ssh.user) == (22, "ubuntu") and s1.ssh.host != s2.ssh.host
         ec2 = boto3.client("ec2")
         described = {i["InstanceId"]: i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]}
         assert described[one.ref]["PublicIpAddress"] == s1.ssh.host  # EC2's own answer, used as it is
@@ -170,11 +172,11 @@ def test_gcp_machine_is_reached_with_the_metadata_key_and_the_pinned_host_key(
         assert alloc.details["host_key"] == host_key[1] and "PRIVATE KEY" not in json.dumps(alloc.to_json())
 
         status = wait_reachable(provider, alloc)
-        assert status.ssh is not None and (status.ssh.port, status.ssh.user) == (22, "root")
+        assert status.ssh is not None and (status.ssh.port, status.ssh.user) == (22, "ubuntu")
         vm = twin.vms[alloc.ref].resource
         assert vm.labels[ALLOCATION_LABEL] == "alloc-1" and vm.labels[WORKSPACE_LABEL] == "ws-42"
         metadata = {item.key: item.value for item in vm.metadata.items}
-        assert metadata["ssh-keys"] == f"root:{public}"
+        assert metadata["ssh-keys"] == f"ubuntu:{public}"
         assert "set_host_keys = false" in metadata["user-data"]  # the guest agent keeps the pinned key
 
         out = ssh(key, status, pinned(tmp_path, "kh", status, host_key[1]),
@@ -187,6 +189,43 @@ def test_gcp_machine_is_reached_with_the_metadata_key_and_the_pinned_host_key(
         provider.terminate(alloc)
         assert machine_gone(twin, alloc.ref) and twin.running() == []
         assert provider.status(alloc).state == "terminated"
+        assert twin.errors == []
+
+
+def test_gcp_guest_agent_replaces_the_pinned_host_key_unless_the_user_data_told_it_not_to(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the twin, as on Google's images, the guest agent runs after cloud-init and generates new host
+    keys on a VM's first boot: the pin holds only because the launch's user data writes the agent's
+    ``set_host_keys = false`` before it runs. A launch whose user data leaves it on gets the agent's key
+    (published as a guest attribute), and the pinned login refuses that machine."""
+    from jupyter_portable.compute import gcp
+
+    key = keygen(tmp_path / "user_ed25519")
+    public = key.with_suffix(".pub").read_text().strip()
+    with GcpTwin(tmp_path / "gcp", boot_delay_s=0.2) as twin:
+        for name, value in twin.env().items():
+            monkeypatch.setenv(name, value)
+        provider = GcpProvider()
+        offer = {o.id: o for o in provider.offers()}["g2-standard-4@us-central1-a:spot"]
+        mine = new_host_key()
+        kept = provider.launch(offer, allocation_id="alloc-kept", ssh_public_key=public, host_key=mine)
+        # the same launch, but the agent's configuration left as the image has it (host keys on)
+        monkeypatch.setattr(gcp, "_GUEST_AGENT_CONFIG", {**gcp._GUEST_AGENT_CONFIG,
+                                                          "content": "[InstanceSetup]\nset_host_keys = true\n"})
+        theirs = new_host_key()
+        replaced = provider.launch(offer, allocation_id="alloc-replaced", ssh_public_key=public, host_key=theirs)
+        s1, s2 = wait_reachable(provider, kept), wait_reachable(provider, replaced)
+
+        assert ssh(key, s1, pinned(tmp_path, "kh1", s1, mine[1]), "true").returncode == 0
+        assert twin.vms[kept.ref].guest_attributes == {}  # the agent left the keys alone
+        refused = ssh(key, s2, pinned(tmp_path, "kh2", s2, theirs[1]), "true")
+        assert refused.returncode == 255 and "Host key verification failed" in refused.stderr
+        published = twin.vms[replaced.ref].guest_attributes["hostkeys/ssh-ed25519"]
+        assert published != theirs[1].split()[1]
+        agents = ssh(key, s2, pinned(tmp_path, "kh3", s2, f"ssh-ed25519 {published}"), "true")
+        assert agents.returncode == 0, agents.stderr  # the machine presents the agent's key
+        for alloc in (kept, replaced):
+            provider.terminate(alloc)
         assert twin.errors == []
 
 
@@ -220,3 +259,61 @@ def test_aws_twin_lists_permits_and_runs_out_like_ec2(tmp_path: Path, monkeypatc
             provider.launch(offer, allocation_id="alloc-1",
                             ssh_public_key=keygen(tmp_path / "k").with_suffix(".pub").read_text())
         assert twin.running() == []
+
+
+# -- the machines: the image's Python, the image's user ---------------------------------------------
+
+def python_version(python: str) -> str:
+    return subprocess.run([python, "-c", "import platform; print(platform.python_version())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+WHO = ("id -un; sudo -n id -un 2>/dev/null || echo no-sudo; "
+       "python3 -c 'import platform; print(platform.python_version())'")
+
+
+def test_an_aws_machine_has_its_amis_python_and_logs_in_as_ubuntu(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    python = require_python("3.10")
+    key = keygen(tmp_path / "user_ed25519")
+    offer = Offer(provider="aws", id="g5.xlarge@us-east-1a:spot", gpu="A10G", gpu_count=1, gpu_memory_gb=24,
+                  price_per_hour=0.41, region="us-east-1", spot=True)
+    with AwsTwin(tmp_path / "aws", boot_delay_s=0.3, images={DLAMI_IMAGE: python}) as twin:
+        monkeypatch.delenv("AWS_PROFILE", raising=False)
+        monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+        for name, value in twin.env().items():
+            monkeypatch.setenv(name, value)
+        provider = AwsProvider(caller_address=never_asked, **twin.provider_kwargs())
+        host_key = new_host_key()
+        alloc = provider.launch(offer, allocation_id="alloc-1", ssh_public_key=key.with_suffix(".pub").read_text(),
+                                host_key=host_key)
+        status = wait_reachable(provider, alloc)
+        assert status.ssh is not None and status.ssh.user == CLOUD_USER  # the provider's default: no override
+        out = ssh(key, status, pinned(tmp_path, "kh", status, host_key[1]), WHO)
+        assert out.returncode == 0, out.stderr
+        sudo = "root" if shutil.which("sudo") else "no-sudo"
+        assert out.stdout.split() == [CLOUD_USER, sudo, python_version(python)]
+        assert twin.errors == []
+
+
+def test_a_gcp_machine_has_its_offers_python_and_logs_in_as_ubuntu(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    python = require_python("3.10")
+    key = keygen(tmp_path / "user_ed25519")
+    with GcpTwin(tmp_path / "gcp", boot_delay_s=0.3, offers=[GcpOffer(python=python)],
+                 images={DLVM_IMAGE: "/nonexistent/python3"}) as twin:  # launched with another image than this
+        monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
+        for name, value in twin.env().items():
+            monkeypatch.setenv(name, value)
+        provider = GcpProvider(**twin.provider_kwargs())
+        offer = {o.id: o for o in provider.offers()}["g2-standard-4@us-central1-a:spot"]
+        host_key = new_host_key()
+        alloc = provider.launch(offer, allocation_id="alloc-1", ssh_public_key=key.with_suffix(".pub").read_text(),
+                                host_key=host_key, image="projects/team/global/images/trainer")
+        status = wait_reachable(provider, alloc)
+        assert status.ssh is not None and status.ssh.user == CLOUD_USER
+        out = ssh(key, status, pinned(tmp_path, "kh", status, host_key[1]), WHO)
+        assert out.returncode == 0, out.stderr
+        sudo = "root" if shutil.which("sudo") else "no-sudo"
+        assert out.stdout.split() == [CLOUD_USER, sudo, python_version(python)]
+        assert twin.errors == []

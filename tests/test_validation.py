@@ -14,13 +14,13 @@ import pytest
 from conftest import write_tree
 
 from jupyter_portable import ManifestError, Workspace
-from jupyter_portable.compute.local import LocalMarket
 from jupyter_portable.core.calendar import Booking, can_book
 from jupyter_portable.core.errors import UsageError
 from jupyter_portable.core.lifecycle import Lifecycle
 from jupyter_portable.core.manifest import MAX_FILE_SIZE, Head, Manifest, PackIndex
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.core.validate import MTIME_NS_MAX, MTIME_NS_MIN, dumps_strict, loads_strict
+from jupyter_portable.demo.market import LocalMarket
 from jupyter_portable.orchestration.reservations import (
     calendar,
     cancel_reservation,
@@ -145,6 +145,13 @@ def test_the_cli_refuses_nan_settings_in_one_line(ws: Workspace, cli: Any) -> No
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith("error: setting hours must be") and "Traceback" not in proc.stderr
     assert _raw_doc(ws, "settings") is None
+    # nor is "nan" a driver version (issue 28): a pin no machine can ever match
+    for driver in ("nan", "NaN", "inf", "latest", "550.54.15-nan"):
+        proc = cli("settings", "--driver", driver, cwd=ws.root, check=False)
+        assert proc.returncode == 2 and proc.stderr.startswith("error: setting driver must be an exact driver "
+                                                                "version such as 550.54.15"), proc.stderr
+    assert _raw_doc(ws, "settings") is None
+    assert cli.json("settings", "--driver", "550.54.15", cwd=ws.root)["requirements"]["driver"] == "550.54.15"
 
 
 # -- reservations -------------------------------------------------------------------------------

@@ -71,7 +71,9 @@ def test_every_kind_of_damage_is_found_alike(monkeypatch: pytest.MonkeyPatch, co
     os.symlink("d1", out / "link")  # a link that points elsewhere
     with open(out / "big.bin", "r+b") as fh:
         fh.seek(1_500_000)
-        fh.write(b"!")  # a large file's content
+        byte = fh.read(1)
+        fh.seek(1_500_000)
+        fh.write(bytes([byte[0] ^ 0xFF]))  # a large file's content: a byte flipped (random bytes may hold any)
     by_folders, alone = _both(monkeypatch, copy, pending={"d3/s0/f3.txt"})
     assert not by_folders.ok
     assert by_folders.mismatches == alone.mismatches

@@ -2,11 +2,14 @@
 credentials scoped to its workspace (never the user's keys), refreshed through the worker's
 API; no worker or kernel environment holds a long-lived AWS key or a provider key.
 
-The moto server enforces IAM here. Two things AWS does that moto does not are added for the
+The moto server enforces IAM here. What AWS does that moto does not is added for the
 duration of a test (``iam_enforced``): an assumed role's session policy limits what the
-role allows (moto applies only the role's own policies), and ``StringLike`` on
-``s3:prefix`` is evaluated for ListBucket (moto skips the operator). Everything else is
-moto's own evaluation of the policy this package writes.
+role allows (moto applies only the role's own policies); a condition is evaluated on the
+request's keys as AWS does (``s3:prefix`` of a ListBucket, ``s3:if-none-match`` and
+``s3:if-match`` from a PutObject's headers; ``StringLike`` and ``Null``; a key the request
+lacks fails every operator but ``Null``), where moto skips keys it lacks and operators it
+does not know; and an Allow whose condition is not met does not apply, where moto makes it a
+Deny. Everything else is moto's own evaluation of the policy this package writes.
 """
 
 from __future__ import annotations
@@ -36,6 +39,31 @@ def _string_like(expected: Any, actual: str) -> bool:
     return any(fnmatch.fnmatchcase(actual, p) for p in patterns)
 
 
+def _conditions_as_aws(statement: Any, context: dict[str, str] | None) -> bool:
+    """Whether a statement's Condition block holds for a request's ``context`` (IAM's rules)."""
+    from moto.iam.policy_conditions import CONDITION_OPERATIONS
+
+    context = context or {}
+    for operator, keys in statement._statement.get("Condition", {}).items():
+        for key, expected in keys.items():
+            if operator == "Null":
+                if (key not in context) != (str(expected).lower() == "true"):
+                    return False
+            elif key not in context or not CONDITION_OPERATIONS[operator](expected, context[key]):
+                return False  # an operator this fixture does not know raises KeyError: the test stops
+    return True
+
+
+def _request_context(request: Any) -> dict[str, str]:
+    """The condition keys of one S3 request that the policies here use."""
+    headers = {str(k).lower(): str(v) for k, v in request._headers.items()}
+    context = {"s3:prefix": parse_qs(urlparse(request._path).query).get("prefix", [""])[0]}
+    for header in ("if-none-match", "if-match"):
+        if header in headers:
+            context[f"s3:{header}"] = headers[header]
+    return context
+
+
 @pytest.fixture
 def iam_enforced(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     """A bucket, an IAM user with the user's long-lived keys (in the environment), a role for
@@ -62,6 +90,7 @@ def iam_enforced(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> It
                                                 "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]}]}))
 
     original = access_control.IAMRequestBase.check_action_permitted
+    statement_verdict = access_control.IAMPolicyStatement.is_action_permitted
 
     def with_session_policy(self: Any, resource: str) -> None:
         original(self, resource)
@@ -70,13 +99,20 @@ def iam_enforced(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> It
         session = next(r for r in sts_backends[ACCOUNT]["aws"].assumed_roles
                        if r.access_key_id == self._access_key._access_key_id)
         if session.policy:
-            prefix = parse_qs(urlparse(self._path).query).get("prefix", [""])[0]
             verdict = access_control.IAMPolicy(session.policy).is_action_permitted(
-                self._action, resource, None, {"s3:prefix": prefix})
+                self._action, resource, None, _request_context(self))
             if verdict != access_control.PermissionResult.PERMITTED:
                 self._raise_access_denied()
 
+    def allow_never_denies(self: Any, *args: Any, **kwargs: Any) -> Any:
+        verdict = statement_verdict(self, *args, **kwargs)
+        if verdict == access_control.PermissionResult.DENIED and self._statement.get("Effect") == "Allow":
+            return access_control.PermissionResult.NEUTRAL
+        return verdict
+
     monkeypatch.setattr(access_control.IAMRequestBase, "check_action_permitted", with_session_policy)
+    monkeypatch.setattr(access_control.IAMPolicyStatement, "_check_conditions", _conditions_as_aws)
+    monkeypatch.setattr(access_control.IAMPolicyStatement, "is_action_permitted", allow_never_denies)
     monkeypatch.setitem(policy_conditions.CONDITION_OPERATIONS, "StringLike", _string_like)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
@@ -133,10 +169,10 @@ def test_session_credentials_reach_their_own_workspace_and_no_other(iam_enforced
     s3 = _s3_with(creds)
     own, other = f"team/workspaces/{a.workspace_id}", f"team/workspaces/{b.workspace_id}"
 
-    # its own workspace: read, write, list
+    # its own workspace: read, list, create a manifest
     assert json.loads(s3.get_object(Bucket=bucket, Key=f"{own}/HEAD")["Body"].read())["workspace_id"] == a.workspace_id
-    s3.put_object(Bucket=bucket, Key=f"{own}/probe", Body=b"mine")
     assert s3.list_objects_v2(Bucket=bucket, Prefix=f"{own}/manifests/")["KeyCount"] == 1
+    s3.put_object(Bucket=bucket, Key=f"{own}/manifests/probe", Body=b"mine", IfNoneMatch="*")
     s3.get_object(Bucket=bucket, Key="team/config.json")
     # another workspace's: refused to read, to write and to list
     assert _denied(lambda: s3.get_object(Bucket=bucket, Key=f"{other}/HEAD"))
@@ -145,7 +181,7 @@ def test_session_credentials_reach_their_own_workspace_and_no_other(iam_enforced
     # nor may it enumerate the shared blobs, delete anything, or leave the store's prefix
     assert _denied(lambda: s3.list_objects_v2(Bucket=bucket, Prefix="team/objects/"))
     assert _denied(lambda: s3.list_objects_v2(Bucket=bucket))
-    assert _denied(lambda: s3.delete_object(Bucket=bucket, Key=f"{own}/probe"))
+    assert _denied(lambda: s3.delete_object(Bucket=bucket, Key=f"{own}/manifests/probe"))
     assert _denied(lambda: s3.put_object(Bucket=bucket, Key="elsewhere/x", Body=b"x"))
 
     # the whole store API, as the worker uses it: a snapshot of its own workspace publishes,
@@ -161,6 +197,130 @@ def test_session_credentials_reach_their_own_workspace_and_no_other(iam_enforced
 
     with pytest.raises(StoreError, match="access denied"):
         Store.open(url).read_head(b.workspace_id)
+
+
+def _refused_as_existing(call: Any) -> bool:
+    """A create-only PutObject on a key that exists: S3 answers 412 Precondition Failed."""
+    from botocore.exceptions import ClientError
+
+    try:
+        call()
+    except ClientError as exc:
+        return exc.response["Error"]["Code"] in ("PreconditionFailed", "412")
+    return False
+
+
+def test_a_workers_credentials_create_but_never_replace_what_the_store_holds(iam_enforced: dict[str, str],
+                                                                            tmp_path: Path) -> None:
+    """Issue 28, item 3: the blobs every workspace shares, the index and wheel records, and the
+    workspace's own manifests take only create-only writes; the head only a compare-and-swap;
+    the workspace's documents none. On an unversioned bucket a replaced object is a deleted one."""
+    import boto3
+
+    from jupyter_portable.store.credentials import issue
+
+    bucket = iam_enforced["bucket"]
+    url = f"s3://{bucket}/team"
+    a, b = _two_workspaces(tmp_path, url)
+    user = boto3.session.Session().client("s3")  # the user's own keys (a fresh session reads them)
+    user.put_object(Bucket=bucket, Key="team/wheels/worker/" + "0" * 64 + "/cp311.json", Body=b'{"set": 1}')
+    user.put_object(Bucket=bucket, Key=f"team/workspaces/{a.workspace_id}/settings.json", Body=b"{}")
+    shared = [item["Key"] for part in ("objects", "index", "wheels")
+              for item in user.list_objects_v2(Bucket=bucket, Prefix=f"team/{part}/").get("Contents", [])]
+    own = f"team/workspaces/{a.workspace_id}"
+    manifests = [item["Key"] for item in user.list_objects_v2(Bucket=bucket, Prefix=f"{own}/manifests/")["Contents"]]
+    assert any("/objects/" in k for k in shared) and any("/index/" in k for k in shared) and manifests
+    before = {k: user.get_object(Bucket=bucket, Key=k)["Body"].read() for k in [*shared, *manifests]}
+
+    creds = issue(url, a.workspace_id, session_name="al-root")
+    assert creds is not None
+    s3 = _s3_with(creds)  # what the machine's root holds
+    for key in [*shared, *manifests]:
+        assert _denied(lambda k=key: s3.put_object(Bucket=bucket, Key=k, Body=b"junk")), key
+        assert _refused_as_existing(lambda k=key: s3.put_object(Bucket=bucket, Key=k, Body=b"junk",
+                                                                IfNoneMatch="*")), key
+        assert _denied(lambda k=key: s3.delete_object(Bucket=bucket, Key=k)), key
+    assert {k: user.get_object(Bucket=bucket, Key=k)["Body"].read() for k in before} == before
+
+    # the head: only a compare-and-swap (publishing); never blind, never a create
+    head = f"{own}/HEAD"
+    got = user.get_object(Bucket=bucket, Key=head)
+    body, etag = got["Body"].read(), got["ETag"]
+    assert _denied(lambda: s3.put_object(Bucket=bucket, Key=head, Body=b"{}"))
+    assert _denied(lambda: s3.put_object(Bucket=bucket, Key=head, Body=b"{}", IfNoneMatch="*"))
+    assert _refused_as_existing(lambda: s3.put_object(Bucket=bucket, Key=head, Body=b"{}", IfMatch='"0123"'))
+    s3.put_object(Bucket=bucket, Key=head, Body=body, IfMatch=etag)
+    # its documents are the user's side's: not even a conditional write
+    doc = f"{own}/settings.json"
+    doc_etag = user.head_object(Bucket=bucket, Key=doc)["ETag"]
+    for cond in ({}, {"IfMatch": doc_etag}, {"IfNoneMatch": "*"}):
+        assert _denied(lambda c=cond: s3.put_object(Bucket=bucket, Key=doc, Body=b'{"budget": 1e9}', **c)), cond
+    assert user.get_object(Bucket=bucket, Key=doc)["Body"].read() == b"{}"
+
+    # what a snapshot needs still works: a new blob, created once
+    fresh = "team/objects/ff/" + "f" * 64
+    s3.put_object(Bucket=bucket, Key=fresh, Body=b"new", IfNoneMatch="*")
+    assert _refused_as_existing(lambda: s3.put_object(Bucket=bucket, Key=fresh, Body=b"other", IfNoneMatch="*"))
+    assert user.get_object(Bucket=bucket, Key=fresh)["Body"].read() == b"new"
+
+
+def test_a_store_prefix_with_a_policy_wildcard_is_refused(aws_env: dict[str, str], tmp_path: Path) -> None:
+    """A ``*``, ``?`` or ``$`` in a prefix would make the worker's policy name other keys than the store's."""
+    from jupyter_portable import Workspace
+    from jupyter_portable.core.errors import UsageError
+    from jupyter_portable.store.credentials import issue, session_policy
+
+    bucket = make_bucket()
+    for prefix in ("team*", "te?m", "t/${aws:username}"):
+        with pytest.raises(UsageError, match="wildcard or a variable"):
+            Workspace.init(tmp_path / "ws", f"s3://{bucket}/{prefix}")
+        assert not (tmp_path / "ws" / ".portable").exists()
+        with pytest.raises(UsageError, match="wildcard or a variable"):
+            session_policy(bucket, prefix, "ws-abc")
+        with pytest.raises(UsageError, match="wildcard or a variable"):
+            issue(f"s3://{bucket}/{prefix}", "ws-abc", session_name="al-1", environ={})
+    assert session_policy(bucket, "team/a-b_c.d", "ws-abc")["Statement"]
+
+
+def test_a_store_whose_names_make_a_session_policy_longer_than_sts_takes_is_refused_at_init(
+        aws_env: dict[str, str], tmp_path: Path) -> None:
+    from jupyter_portable import Workspace
+    from jupyter_portable.core.errors import UsageError
+    from jupyter_portable.store.credentials import MAX_POLICY_CHARS, session_policy
+
+    bucket = make_bucket()
+    long_prefix = "/".join(["experiments-of-the-vision-group"] * 4)
+    with pytest.raises(UsageError, match=f"too long for a worker's session policy .* STS takes {MAX_POLICY_CHARS}"):
+        Workspace.init(tmp_path / "ws", f"s3://{bucket}/{long_prefix}")
+    assert not (tmp_path / "ws" / ".portable").exists()
+    ws = Workspace.init(tmp_path / "ok", f"s3://{bucket}/experiments-of-the-vision-group")
+    assert len(json.dumps(session_policy(bucket, "experiments-of-the-vision-group", ws.workspace_id),
+                          separators=(",", ":"))) <= MAX_POLICY_CHARS
+
+
+def test_init_on_a_bucket_without_versioning_warns_and_names_the_risk(aws_env: dict[str, str], tmp_path: Path,
+                                                                     cli: Any) -> None:
+    import boto3
+
+    bucket = make_bucket()
+    proc = cli("init", str(tmp_path / "off"), "--store", f"s3://{bucket}/team", "--json")
+    out = json.loads(proc.stdout)
+    assert len(out["warnings"]) == 1
+    for text in (out["warnings"][0], proc.stderr):
+        assert f"bucket {bucket} keeps no old versions (versioning is off)" in text
+        assert "replaced or deleted there is gone for good" in text
+        assert f"put-bucket-versioning --bucket {bucket}" in text
+    assert "warning: " in proc.stderr
+
+    s3 = boto3.session.Session().client("s3")
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Suspended"})
+    out = cli.json("init", str(tmp_path / "suspended"), "--store", f"s3://{bucket}/other")
+    assert "(versioning is suspended)" in out["warnings"][0]
+
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    proc = cli("init", str(tmp_path / "on"), "--store", f"s3://{bucket}/third")
+    assert "warning" not in proc.stderr and proc.stdout.startswith("initialized workspace")
+    assert cli.json("init", str(tmp_path / "file"), "--store", f"file://{tmp_path}/store")["warnings"] == []
 
 
 def test_without_a_role_the_federation_token_is_scoped_and_not_the_users_key(aws_env: dict[str, str]) -> None:
@@ -257,6 +417,20 @@ def test_a_local_worker_holds_no_long_lived_key_and_its_credentials_are_scoped_a
         s3 = _s3_with(held)
         s3.get_object(Bucket=bucket, Key=f"team/workspaces/{a.workspace_id}/HEAD")
         assert _denied(lambda: s3.get_object(Bucket=bucket, Key=f"team/workspaces/{b.workspace_id}/HEAD"))
+        # the machine's root, with them, cannot replace what the store holds: not the blobs that
+        # workspace b shares, not a manifest of its own workspace
+        import boto3
+
+        user = boto3.session.Session().client("s3")
+        blobs = [item["Key"] for item in user.list_objects_v2(Bucket=bucket, Prefix="team/objects/")["Contents"]]
+        mine = user.list_objects_v2(Bucket=bucket, Prefix=f"team/workspaces/{a.workspace_id}/manifests/")
+        kept = {k: user.get_object(Bucket=bucket, Key=k)["Body"].read()
+                for k in [*blobs, *(item["Key"] for item in mine["Contents"])]}
+        for key in kept:
+            assert _denied(lambda k=key: s3.put_object(Bucket=bucket, Key=k, Body=b"junk")), key
+            assert _refused_as_existing(lambda k=key: s3.put_object(Bucket=bucket, Key=k, Body=b"junk",
+                                                                    IfNoneMatch="*")), key
+        assert {k: user.get_object(Bucket=bucket, Key=k)["Body"].read() for k in kept} == kept
         # the worker reads and writes its own workspace with them
         (Path(rec.workdir) / "from-worker.txt").write_text("written on the machine\n")
         assert client.snapshot("on the worker")["version"] >= 2

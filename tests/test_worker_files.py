@@ -84,3 +84,31 @@ def test_a_name_at_the_limit_is_written(agent: tuple[httpx.Client, Path]) -> Non
     resp = _put(client, f"sub/{name}")
     assert resp.status_code == 200, resp.text
     assert (work / "sub" / name).read_bytes() == b"x = 1\n"
+
+
+@pytest.mark.parametrize("endpoint", [("POST", "/read"), ("POST", "/fetch"), ("PUT", "/files")])
+@pytest.mark.parametrize(("path", "said"), [
+    ("a" * 5000, "is 5000 bytes; this filesystem allows at most 255"),
+    ("d/" * 2499 + "x", "is 2500 levels deep"),
+    ("/".join(["d" * 200] * 25), "the limit there is 4095"),
+])
+def test_a_path_of_5000_characters_is_a_400_on_every_endpoint_that_takes_a_path(
+        agent: tuple[httpx.Client, Path], endpoint: tuple[str, str], path: str, said: str) -> None:
+    client, work = agent
+    method, url = endpoint
+    resp = client.request(method, url, json={"path": path, "content": base64.b64encode(b"x").decode(), "base": None})
+    assert resp.status_code == 400, resp.text
+    assert said in resp.json()["error"]
+    assert sorted(p.name for p in work.iterdir()) == [".portable", "train.py"]
+
+
+@pytest.mark.parametrize("endpoint", [("POST", "/read"), ("POST", "/fetch"), ("PUT", "/files"), ("POST", "/snapshot"),
+                                      ("POST", "/kernel"), ("POST", "/seal")])
+def test_a_deeply_nested_body_is_a_400_not_a_500(agent: tuple[httpx.Client, Path], endpoint: tuple[str, str]) -> None:
+    client, work = agent
+    method, url = endpoint
+    deep = b"[" * 100_000 + b"]" * 100_000
+    resp = client.request(method, url, content=b'{"path": ' + deep + b"}")
+    assert resp.status_code == 400, resp.text
+    assert "nested too deeply" in resp.json()["error"]
+    assert client.get("/status").json()["phase"] == "ready"  # the worker still serves

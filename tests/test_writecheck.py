@@ -9,11 +9,8 @@ from __future__ import annotations
 import json
 import shutil
 import struct
-import threading
-import time
 import warnings
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -379,35 +376,13 @@ def test_temp_named_files_are_refused(tmp_path: Path, name: str) -> None:
 # --- the quiet window ----------------------------------------------------------------------
 
 
-@pytest.fixture
-def appender() -> Iterator[list[threading.Thread]]:
-    threads: list[threading.Thread] = []
-    yield threads
-    for thread in threads:
-        thread.join()
-
-
-def keep_writing(path: Path, seconds: float, threads: list[threading.Thread]) -> None:
-    path.write_bytes(b"start")
-
-    def run() -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            with path.open("ab") as f:
-                f.write(b"more bytes ")
-            time.sleep(0.02)
-
-    thread = threading.Thread(target=run, daemon=True)
-    threads.append(thread)
-    thread.start()
-
-
 class AppendingClock:
-    """A clock of the test's own: each sleep advances it and appends to ``path``, as a
-    writer that never stops would. The bound is then measured without the wall clock."""
+    """A clock of the test's own: each sleep advances it and appends to ``path``, as a writer
+    would, until ``stop_at`` on this clock (never, by default). The bound is then measured
+    without the wall clock."""
 
-    def __init__(self, path: Path) -> None:
-        self.path, self.now = path, 0.0
+    def __init__(self, path: Path, stop_at: float = float("inf")) -> None:
+        self.path, self.now, self.stop_at = path, 0.0, stop_at
         path.write_bytes(b"start")
 
     def __call__(self) -> float:
@@ -415,8 +390,22 @@ class AppendingClock:
 
     def sleep(self, seconds: float) -> None:
         self.now += seconds
-        with self.path.open("ab") as f:
-            f.write(b"more bytes ")
+        if self.now < self.stop_at:
+            with self.path.open("ab") as f:
+                f.write(b"more bytes ")
+
+
+class ShardingClock(AppendingClock):
+    """Each sleep writes one more shard into the folder ``path``, as a sharded save does."""
+
+    def __init__(self, path: Path) -> None:
+        path.mkdir()
+        self.path, self.now, self.stop_at, self.shards = path, 0.0, float("inf"), 0
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        (self.path / f"shard_{self.shards:03}.bin").write_bytes(b"x")
+        self.shards += 1
 
 
 def test_file_still_being_appended_to_is_refused_in_bounded_time(tmp_path: Path) -> None:
@@ -428,24 +417,16 @@ def test_file_still_being_appended_to_is_refused_in_bounded_time(tmp_path: Path)
     assert reason.endswith("during the quiet window; it did not hold still for 0.5 s within 1.5 s")
 
 
-def test_file_whose_writer_stops_within_the_timeout_is_accepted(tmp_path: Path, appender: list) -> None:
-    path = tmp_path / "stream.bin"
-    keep_writing(path, 0.4, appender)
-    result = check_checkpoint(path, quiet_s=0.5, timeout_s=1.5)
+def test_file_whose_writer_stops_within_the_timeout_is_accepted(tmp_path: Path) -> None:
+    clock = AppendingClock(tmp_path / "stream.bin", stop_at=0.5)  # its last write at 0.4
+    result = check_checkpoint(clock.path, quiet_s=0.5, timeout_s=1.5, clock=clock, sleep=clock.sleep)
     assert (result.ok, result.reason) == (True, None)
-    assert path.stat().st_size > len(b"start")
+    assert clock.path.stat().st_size > len(b"start")
+    assert 0.4 + 0.5 - 1e-9 <= clock.now < 1.5  # quiet for the whole window after the last write
 
 
-def test_directory_gaining_files_is_refused(tmp_path: Path, appender: list) -> None:
-    folder = tmp_path / "ckpt"
-    folder.mkdir()
-
-    def run() -> None:
-        for i in range(60):
-            (folder / f"shard_{i:03}.bin").write_bytes(b"x")
-            time.sleep(0.04)
-
-    appender.append(threading.Thread(target=run, daemon=True))
-    appender[-1].start()
-    reason = wait_quiet(folder, quiet_s=0.5, timeout_s=1.0)
+def test_directory_gaining_files_is_refused(tmp_path: Path) -> None:
+    clock = ShardingClock(tmp_path / "ckpt")
+    folder = clock.path
+    reason = wait_quiet(folder, quiet_s=0.5, timeout_s=1.0, clock=clock, sleep=clock.sleep)
     assert reason is not None and reason.startswith("still being written: files appeared (shard_")

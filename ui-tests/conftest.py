@@ -51,19 +51,28 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         yield server
 
 
+def start_lab_asking_nothing(tmp: Path) -> contextlib.AbstractContextManager[Lab]:
+    """:func:`start_lab` whose first cell starts the machine without asking (the question itself is
+    tested in test_first_machine), with JupyterLab's app exposed for the tests that read it."""
+    return start_lab(tmp, {"jupyter-portable/notebook": {"confirmFirstMachine": False}},
+                     lab_args=("--LabApp.expose_app_in_browser=True",))
+
+
 @contextlib.contextmanager
-def start_lab(tmp: Path, lab_settings: dict[str, dict[str, Any]] | None = None) -> Iterator[Lab]:
+def start_lab(tmp: Path, lab_settings: dict[str, dict[str, Any]] | None = None, *, catalog: str = CATALOG,
+              lab_args: tuple[str, ...] = ()) -> Iterator[Lab]:
     """JupyterLab on a fresh IDLE workspace of its own in ``tmp``; ``lab_settings``: user settings by
-    plugin file ("jupyter-portable/notebook": {...}) written before it starts."""
+    plugin file ("jupyter-portable/notebook": {...}) written before it starts; ``catalog``: the local
+    market's offers (the tests' own three by default); ``lab_args``: more JupyterLab options."""
     from jupyter_portable import Workspace
     from jupyter_portable.orchestration.settings import update_settings
 
-    catalog = tmp / "catalog.toml"
-    catalog.write_text(CATALOG)
+    catalog_file = tmp / "catalog.toml"
+    catalog_file.write_text(catalog)
     market, store, root = tmp / "market", tmp / "store", tmp / "workspace"
     env = {
         **os.environ,
-        "JUPYTER_PORTABLE_CATALOG": str(catalog),
+        "JUPYTER_PORTABLE_CATALOG": str(catalog_file),
         "JUPYTER_PORTABLE_MARKET_DIR": str(market),
         "JUPYTER_PORTABLE_SSH_STATE": str(tmp / "ssh-state"),
         "JUPYTER_PORTABLE_PROVIDERS": "local",
@@ -95,7 +104,7 @@ def start_lab(tmp: Path, lab_settings: dict[str, dict[str, Any]] | None = None) 
     argv = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
             "--ServerApp.allow_unauthenticated_access=False", "--LabApp.news_url=None",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", *lab_args]
     if os.geteuid() == 0:
         argv.append("--allow-root")
     with log.open("wb") as out:
@@ -122,7 +131,7 @@ def start_lab(tmp: Path, lab_settings: dict[str, dict[str, Any]] | None = None) 
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         # the market's workers are processes of their own: take every machine back
-        from jupyter_portable.compute.local import lose_allocation
+        from jupyter_portable.demo.market import lose_allocation
 
         for alloc in (market / "allocations").glob("al-*") if (market / "allocations").is_dir() else ():
             try:

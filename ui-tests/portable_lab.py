@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -25,6 +26,10 @@ from typing import Any
 CHROMIUM = os.environ.get("PORTABLE_CHROMIUM", "/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "test-output" / "ui"
+# the documentation's screenshots: a shot whose name is already there (``sidebar-NAME.png``, or
+# ``NAME.png`` for the ``glance-`` ones) is refreshed by every browser run, so the pictures in the
+# docs show what the tests just saw
+DOCS_IMAGES = ROOT / "docs" / "images"
 
 # Two offers the budget allows and one over the $/h cap: the blocked route.
 CATALOG = """
@@ -115,11 +120,41 @@ class Lab:
         assert out.returncode == 0, out.stderr
         return out.stdout
 
+    def portable_json(self, *args: str) -> Any:
+        """The CLI's one JSON object for ``args`` (``--json`` added)."""
+        return json.loads(self.portable(*args, "--json"))
+
+    def put_notebook(self, name: str, cells: list[str] | list[tuple[str, dict[str, Any]]]) -> None:
+        """Write ``name``: a notebook on the portable kernel with these code cells (each a source,
+        or a source and its metadata)."""
+        pairs = [(c, {}) if isinstance(c, str) else c for c in cells]
+        nb = {"cells": [{"cell_type": "code", "source": src, "metadata": meta, "outputs": [], "execution_count": None}
+                        for src, meta in pairs],
+              "metadata": {"kernelspec": {"name": "portable", "display_name": "Python (portable)",
+                                          "language": "python"}},
+              "nbformat": 4, "nbformat_minor": 5}
+        self.api("PUT", f"api/contents/{name}", {"type": "notebook", "format": "json", "content": nb})
+
+    def open_page(self, browser: Any, path: str, height: int = 1100) -> tuple[Any, Any]:
+        """A fresh browser context and page on ``lab/<path>`` (the workspace reset), once
+        JupyterLab's splash is gone."""
+        context = browser.new_context(viewport={"width": 1500, "height": height})
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        page.goto(f"{self.url}lab{path}?reset&token={self.token}")
+        from playwright.sync_api import expect
+
+        expect(page.locator("#jupyterlab-splash")).to_have_count(0, timeout=60_000)
+        return context, page
+
     def screenshot(self, page: Any, name: str) -> Path:
         OUTPUT.mkdir(parents=True, exist_ok=True)
         path = OUTPUT / f"{name}.png"
         page.screenshot(path=str(path))
         self.shots.append(path)
+        for doc in (DOCS_IMAGES / f"{name}.png", DOCS_IMAGES / f"sidebar-{name}.png"):
+            if doc.is_file():
+                shutil.copyfile(path, doc)
         return path
 
 

@@ -44,18 +44,10 @@ WATCH_DIALOGS = """() => {
 
 @pytest.fixture(scope="module")
 def page(browser: Any, lab: Lab) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1500, "height": 1100})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    nb = {"cells": [{"cell_type": "code", "source": src, "metadata": meta, "outputs": [], "execution_count": None}
-                    for src, meta in CELLS],
-          "metadata": {"kernelspec": {"name": "portable", "display_name": "Python (portable)", "language": "python"}},
-          "nbformat": 4, "nbformat_minor": 5}
-    lab.api("PUT", "api/contents/resume.ipynb", {"type": "notebook", "format": "json", "content": nb})
+    lab.put_notebook("resume.ipynb", CELLS)
     lab.api("POST", "portable/api/continue", {})
     wait_for("the first machine", lambda: lab.state()["lifecycle"]["state"] == "ACTIVE", 180)
-    page.goto(f"{lab.url}lab/tree/resume.ipynb?reset&token={lab.token}")
-    expect(page.locator("#jupyterlab-splash")).to_have_count(0, timeout=60_000)
+    context, page = lab.open_page(browser, "/tree/resume.ipynb")
     page.evaluate(WATCH_DIALOGS)
     yield page
     context.close()

@@ -28,17 +28,10 @@ def wait_for(what: str, check: Any, timeout: float = 30.0) -> Any:
 
 @pytest.fixture(scope="module")
 def page(browser: Any, lab: Lab) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1500, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    nb = {"cells": [{"cell_type": "code", "source": "", "metadata": {}, "outputs": [], "execution_count": None}],
-          "metadata": {"kernelspec": {"name": "portable", "display_name": "Python (portable)", "language": "python"}},
-          "nbformat": 4, "nbformat_minor": 5}
-    lab.api("PUT", "api/contents/follow.ipynb", {"type": "notebook", "format": "json", "content": nb})
+    lab.put_notebook("follow.ipynb", [""])
     lab.api("POST", "portable/api/continue", {})
     wait_for("the machine", lambda: lab.state()["lifecycle"]["state"] == "ACTIVE", 180)
-    page.goto(f"{lab.url}lab/tree/follow.ipynb?reset&token={lab.token}")
-    expect(page.locator("#jupyterlab-splash")).to_have_count(0, timeout=60_000)
+    context, page = lab.open_page(browser, "/tree/follow.ipynb", height=1000)
     yield page
     context.close()
 

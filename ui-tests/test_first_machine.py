@@ -44,15 +44,8 @@ def machines(lab: Lab) -> list[dict[str, Any]]:
 
 
 def open_notebook(browser: Any, lab: Lab, name: str) -> tuple[Any, Any]:
-    context = browser.new_context(viewport={"width": 1500, "height": 1100})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    nb = {"cells": [{"cell_type": "code", "source": WHERE, "metadata": {}, "outputs": [], "execution_count": None}],
-          "metadata": {"kernelspec": {"name": "portable", "display_name": "Python (portable)", "language": "python"}},
-          "nbformat": 4, "nbformat_minor": 5}
-    lab.api("PUT", f"api/contents/{name}", {"type": "notebook", "format": "json", "content": nb})
-    page.goto(f"{lab.url}lab/tree/{name}?reset&token={lab.token}")
-    expect(page.locator("#jupyterlab-splash")).to_have_count(0, timeout=60_000)
+    lab.put_notebook(name, [WHERE])
+    context, page = lab.open_page(browser, f"/tree/{name}")
     page.evaluate(WATCH_TOASTS)
     # the notebook's kernel is the local placeholder, and it knows the notebook asks
     expect(page.locator(f'{STATUS}[data-kernel="portable-placeholder"]')).to_have_count(1, timeout=120_000)

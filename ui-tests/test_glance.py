@@ -3,7 +3,7 @@ name, total and time to Ready; Continue from the command palette; Stop and a boo
 Cancel asked first; a loss on the local market raising that offer's risk with the reason; the
 Machines section listing both machines of a Continue; a booking over the budget refused with
 the cap's words. The tests run in order on one server and one page; each key state leaves a
-screenshot in test-output/ui/ (the README's images come from them)."""
+screenshot in test-output/ui/ (the documentation's images are refreshed from them)."""
 
 from __future__ import annotations
 
@@ -168,10 +168,11 @@ def test_a_booking_over_the_budget_is_refused_and_a_cancel_asks_first(page: Any,
         free = section.locator("td.jp-Portable-slot.jp-mod-free").first
         free.scroll_into_view_if_needed()
         free.click()
-        section.get_by_role("button", name="Book", exact=True).click()
-        refused = section.get_by_role("alert")
+        # the server's dry run says so before Book is pressed, in the booking's own words
+        refused = section.locator(".jp-Portable-booking .jp-Portable-hint")
         over = re.compile(r"\$1\.50 total for 1 h is over the \$[01]\.\d\d left of the budget")
         expect(refused).to_contain_text(over)
+        expect(section.get_by_role("button", name="Book", exact=True)).to_be_disabled()
         lab.screenshot(page, "glance-06-booking-over-the-budget")
         assert lab.api("GET", "portable/api/reservations?days=7")["reservations"] == []
     finally:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from jupyter_portable.compute.admission import Runner, admit, local_runner, probe_machine
@@ -25,7 +25,9 @@ from jupyter_portable.core.errors import (
     PortableError,
     ProviderUnavailable,
 )
+from jupyter_portable.core.images import CONTAINER_IMAGE_PROVIDERS, image_for
 from jupyter_portable.core.offers import Checks, Offer, Requirements
+from jupyter_portable.core.spend import settled_spend
 
 EventSink = Callable[[dict[str, Any]], None]
 _UP = ("running", "reachable")
@@ -37,7 +39,9 @@ _CHECK_OF_STAGE = {"permission": "permitted", "capacity": "capacity", "launch": 
 @dataclass(frozen=True)
 class Attempt:
     """One route tried and given up. ``stage``: provider, permission, capacity, launch, boot,
-    probe or admission. ``environment_fault``: the machine was wrong, the work never ran."""
+    probe or admission. ``environment_fault``: the machine was wrong, the work never ran. A machine
+    that was launched is paid for even so: ``spend`` (dollars) and ``spend_source`` (one of
+    :data:`~jupyter_portable.core.spend.SPEND_SOURCES`) say what it cost; None when none was launched."""
 
     offer_key: str
     stage: str
@@ -46,11 +50,13 @@ class Attempt:
     checks: Checks
     environment_fault: bool = False
     allocation_id: str | None = None
+    spend: float | None = None
+    spend_source: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"offer": self.offer_key, "stage": self.stage, "error": self.error, "reason": self.reason,
                 "checks": self.checks.to_json(), "environment_fault": self.environment_fault,
-                "allocation_id": self.allocation_id}
+                "allocation_id": self.allocation_id, "spend": self.spend, "spend_source": self.spend_source}
 
 
 class _BootTimeout(LaunchFailed):
@@ -65,27 +71,27 @@ def cloud_ssh(allocation: Allocation, key: str | None = None) -> tuple[Any, Allo
     """A cloud machine reached the same way as an ``ssh`` host: an :class:`~.ssh.SshProvider` for
     its endpoint alone, held strictly to the host key pinned for this allocation (:mod:`.keys`),
     and the allocation as that provider knows it. The key is the user's (:func:`.keys.user_key`);
-    the Python is ``details["python"]`` (the bootstrapped worker's), else
-    ``JUPYTER_PORTABLE_REMOTE_PYTHON``, else ``python3`` (the image's); allocations go under
-    ``JUPYTER_PORTABLE_REMOTE_WORKDIR`` (else ``~/.jupyter-portable``) on the machine."""
-    import os
+    the Python is ``details["python"]`` (the bootstrapped worker's), else ``c.PortableRemote.python``
+    (``JUPYTER_PORTABLE_REMOTE_PYTHON``), else ``python3`` (the image's); allocations go under
+    ``c.PortableRemote.workdir`` (``JUPYTER_PORTABLE_REMOTE_WORKDIR``, else ``~/.jupyter-portable``)."""
     from dataclasses import replace
     from pathlib import Path
 
     from jupyter_portable.compute.hosts import Host
     from jupyter_portable.compute.keys import require_pinned, user_key
     from jupyter_portable.compute.ssh import SshProvider
+    from jupyter_portable.core.envconfig import PortableRemote
 
     if allocation.ssh is None:
         raise NotSupported(f"{allocation.provider} gave no SSH endpoint for {allocation.allocation_id}",
                            provider=allocation.provider, offer=allocation.offer_id)
     key_path = Path(key).expanduser() if key else user_key().private
     python = allocation.details.get("python")
+    remote = PortableRemote.current()
     host = Host(name=allocation.allocation_id, host=allocation.ssh.host, port=allocation.ssh.port,
                 user=allocation.ssh.user, key=key_path if key_path.exists() else None,
                 python=python if isinstance(python, str) and python else
-                os.environ.get(REMOTE_PYTHON_ENV) or "python3",
-                workdir=os.environ.get(REMOTE_WORKDIR_ENV) or "~/.jupyter-portable")
+                remote.python or "python3", workdir=remote.workdir)
     return (SshProvider(hosts=[host], known_hosts=require_pinned(allocation.allocation_id), multiplex=True),
             replace(allocation, offer_id=host.name))
 
@@ -156,6 +162,42 @@ def _ssh_ready(allocation: Allocation, st: Any) -> str | None:
     return None
 
 
+def follow_endpoint(allocation: Allocation, st: Any) -> bool:
+    """Whether the machine's SSH endpoint moved and the allocation now follows it. A host-side
+    restart or a stop and start may map SSH to another port (Vast) or address: when ``st`` (a
+    reachable status) names an endpoint other than the allocation's, and sshd there presents the host
+    key pinned for this allocation, the allocation takes the new endpoint and the key is pinned there.
+    Another key there is refused (LaunchFailed): that is not this machine."""
+    from jupyter_portable.compute.keys import pin_host_key, pinned_key, scan_host_key
+
+    new, old = st.ssh, allocation.ssh
+    if new is None or old is None or (new.host, new.port, new.user) == (old.host, old.port, old.user):
+        return False
+    pinned = pinned_key(allocation.allocation_id)
+    presented = scan_host_key(new.host, new.port)
+    if pinned is None or presented is None:
+        return False  # nothing to hold it to yet, or sshd is not up there yet: look again next time
+    if presented.split()[:2] != pinned.split()[:2]:
+        raise LaunchFailed(f"{allocation.provider} now maps {allocation.allocation_id}'s SSH to "
+                           f"{new.host}:{new.port}, where sshd presents another host key than the one pinned for it",
+                           provider=allocation.provider, offer=allocation.offer_id,
+                           hint="the machine is not trusted there; release it")
+    pin_host_key(allocation.allocation_id, new.host, new.port, pinned)
+    allocation.ssh = new
+    return True
+
+
+def attempt_spend(provider: Provider, allocation: Allocation, price_per_hour: float,
+                  held_s: float) -> tuple[float, str]:
+    """What a launched machine given up on cost: its provider's figure (asked once it is released,
+    so a bill covers all of it), else ``price_per_hour`` x ``held_s`` as an estimate."""
+    try:
+        billed = provider.spend(allocation)
+    except PortableError:
+        billed = None
+    return settled_spend(billed, None, price_per_hour, held_s)
+
+
 def _wait_up(provider: Provider, allocation: Allocation, timeout_s: float, intervals: Iterator[float], *,
              clock: Callable[[], float], sleep: Callable[[float], None],
              on_wait: Callable[[float, str], None] | None = None) -> None:
@@ -221,6 +263,7 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
         provider = providers.get(offer.provider)
         stage = "provider"
         allocation: Allocation | None = None
+        launched_at = clock()
         try:
             if provider is None:
                 raise ProviderUnavailable(f"no provider {offer.provider!r} is configured", provider=offer.provider,
@@ -240,7 +283,10 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
                 from jupyter_portable.compute.keys import host_key_pair
 
                 launch_kw["host_key"] = host_key_pair()
-            allocation = provider.launch(offer, allocation_id=allocation_id_factory(), image=requirements.image,
+            launched_at = clock()
+            # each provider gets only its own kind of image (core/images): never an AMI as a container
+            image = image_for(provider.name, requirements.container_image, requirements.machine_image)
+            allocation = provider.launch(offer, allocation_id=allocation_id_factory(), image=image,
                                          ssh_public_key=ssh_public_key, env=launch_env, **launch_kw)
             launch_kw.clear()  # the private host key lives in the machine's user data only
             if on_launched is not None:
@@ -257,8 +303,13 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
             stage = "probe"
             emit("PROBING", offer, checks, allocation_id=allocation.allocation_id)
             facts = probe_machine(runner_for(provider, allocation))
+            launched_image = allocation.details.get("image")
+            if facts.image is None and provider.name in CONTAINER_IMAGE_PROVIDERS and launched_image:
+                # an SSH session into a container does not see the container's env: the image is the
+                # one the provider accepted at launch (RunPod's pod, Vast's instance)
+                facts = replace(facts, image=str(launched_image))
             stage = "admission"
-            admit(requirements, facts, provider=provider.name, offer=offer.id)
+            admit(requirements.for_provider(provider.name), facts, provider=provider.name, offer=offer.id)
         except ComputeError as exc:
             if stage in _CHECK_OF_STAGE:
                 setattr(checks, _CHECK_OF_STAGE[stage], False)
@@ -269,6 +320,7 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
             if fault:
                 checks.notes["admission"] = reason
             released = None
+            spend: tuple[float | None, str | None] = (None, None)
             if allocation is not None and provider is not None:
                 try:
                     provider.terminate(allocation)
@@ -276,10 +328,12 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
                 except ComputeError as term_exc:
                     released = False
                     reason += f" (and releasing the machine failed: {term_exc})"
+                spend = attempt_spend(provider, allocation, offer.price_per_hour, clock() - launched_at)
             attempt = Attempt(offer_key=offer.key, stage=stage,
                               error="Timeout" if isinstance(exc, _BootTimeout) else type(exc).__name__,
                               reason=reason, checks=checks, environment_fault=fault,
-                              allocation_id=allocation.allocation_id if allocation else None)
+                              allocation_id=allocation.allocation_id if allocation else None,
+                              spend=spend[0], spend_source=spend[1])
             attempts.append(attempt)
             emit("REFUSED" if fault else "FAILED", offer, checks, reason=reason, stage=stage, error=attempt.error,
                  environment_fault=fault, allocation_id=attempt.allocation_id, released=released)
@@ -303,4 +357,5 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
                      provider="", attempts=attempts)
 
 
-__all__ = ["Attempt", "EventSink", "acquire", "default_runner", "poll_intervals"]
+__all__ = ["Attempt", "EventSink", "acquire", "attempt_spend", "default_runner", "follow_endpoint",
+           "poll_intervals"]

@@ -21,6 +21,7 @@ from jupyter_portable.compute.base import Allocation
 from jupyter_portable.compute.gpus import QUERY_ARGS, Gpu, parse_cuda_version, parse_query_csv
 from jupyter_portable.core.errors import AdmissionRefused
 from jupyter_portable.core.offers import Requirements, version_tuple
+from jupyter_portable.core.secretenv import scrubbed
 
 Runner = Callable[[list[str]], tuple[int, str, str]]
 """Runs argv on the allocation; returns (exit status, stdout, stderr). Never raises: a
@@ -52,7 +53,7 @@ def local_runner(allocation: Allocation, timeout: float = 30) -> Runner:
     """A runner for a local-market allocation: its ``bin`` first on PATH, its ``work`` as cwd."""
     bin_dir = str(allocation.details["bin"])
     work = allocation.details.get("work") or allocation.details["dir"]
-    env = dict(os.environ)
+    env = scrubbed(os.environ)  # the machine's program: only what a machine's process may have (3.4)
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
     image = allocation.details.get("image")
     if image:
@@ -144,9 +145,9 @@ def refusals(requirements: Requirements, facts: MachineFacts) -> dict[str, str]:
         if req.min_cuda and (not facts.cuda_driver or version_tuple(facts.cuda_driver) < version_tuple(req.min_cuda)):
             have = f"supports CUDA {facts.cuda_driver}" if facts.cuda_driver else "does not say its CUDA version"
             out["cuda"] = f"driver {have}, at least {req.min_cuda} needed"
-    if req.image and facts.image != req.image:
-        out["image"] = (f"machine runs image {facts.image}, {req.image} is required" if facts.image
-                        else f"machine does not say its image, {req.image} is required")
+    if req.container_image and facts.image != req.container_image:
+        out["image"] = (f"machine runs image {facts.image}, {req.container_image} is required" if facts.image
+                        else f"machine does not say its image, {req.container_image} is required")
     return out
 
 

@@ -1,4 +1,4 @@
-"""The minimal worker agent started on every allocation until the full agent lands.
+"""The liveness process on every machine: the demo market's and each rented one, over SSH.
 
 Stdlib only, so it runs on any host with Python 3 (it is streamed to ``python3 -`` over
 SSH, or run locally as ``python -m jupyter_portable.compute.agent_stub``). It writes its

@@ -12,8 +12,11 @@ What a launch with the user's SSH key creates in the account, once, and then reu
   ``jupyter-portable:purpose=ssh``; the launch names it as ``KeyName``;
 - in the VPC it launches into, the security group ``jupyter-portable-ssh``, tagged the
   same way, opening 22/tcp to the caller's address only: ``JUPYTER_PORTABLE_SSH_CIDR``
-  when set, else the address https://checkip.amazonaws.com sees (as ``/32``). A new
-  address is added to the group, never replacing one (another machine may use it).
+  when set, else the address https://checkip.amazonaws.com sees (as ``/32``), asked at each
+  launch. A new address is added to the group, never replacing one (another machine may use it).
+  The ingress follows the user: when a heartbeat fails, :meth:`AwsProvider.admit_caller` asks
+  checkip again and adds a new address to the group before the machine could be declared lost
+  (a laptop that moved to another network is not a lost machine).
 
 The machine's SSH host key is pinned: a launch given ``host_key`` sends it as cloud-init
 user data (``ssh_keys``) and records its public half in the allocation. SSH goes to the
@@ -28,7 +31,15 @@ Where the API's answers come from:
 - permitted: ``run_instances`` with ``DryRun=True``.
 - capacity now: EC2 cannot say without launching; :meth:`AwsProvider.check_capacity`
   answers None.
-- launched: ``run_instances``; then ``describe_instances`` until it runs with a public IP.
+- launched: ``run_instances`` with the allocation id as its ``ClientToken`` (the same launch sent
+  again starts nothing twice); one answered by a 5xx, a timeout or a dropped connection is looked
+  up by its allocation tag before anything else: the instance it made is the allocation. Then
+  ``describe_instances`` until it runs with a public IP.
+- released: ``terminate_instances``, tried again on a 5xx, a throttle or a lost answer until EC2
+  accepts it (or says the instance is gone); then an error says it may still be running and names it.
+- reserved: ``describe_capacity_block_offerings`` quotes a Capacity Block (its ``UpfrontFee``, for
+  the whole days EC2 sells), ``purchase_capacity_block`` buys exactly the quoted offering; an
+  instance launched into it is priced at the block's fee over its hours, not on-demand.
 
 botocore errors are translated at this boundary (see ``_translate``)::
 
@@ -47,6 +58,7 @@ import hashlib
 import ipaddress
 import math
 import os
+import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -61,9 +73,11 @@ from jupyter_portable.compute.base import (
     Provider,
     Reservation,
     SshEndpoint,
+    delete_until_confirmed,
     spend_since,
 )
 from jupyter_portable.compute.cloudinit import HostKey, check_host_key, cloud_config, parse_zone_offer_id
+from jupyter_portable.compute.settings import AWS_IMAGE, PortableAws
 from jupyter_portable.core.errors import (
     AuthError,
     ComputeError,
@@ -79,13 +93,16 @@ from jupyter_portable.core.times import parse_iso, parse_iso_or_none
 
 # EC2 resolves ``resolve:ssm:`` image ids at launch, so the default follows AWS's own
 # "latest Deep Learning Base AMI" parameter instead of an AMI id that ages per region.
-DLAMI_IMAGE = "resolve:ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+DLAMI_IMAGE = AWS_IMAGE
 ALLOCATION_TAG = "jupyter-portable:allocation"  # = base.ALLOCATION_TAG
 WORKSPACE_TAG = "jupyter-portable:workspace"  # = base.WORKSPACE_TAG
 # EC2's Pricing API answers from these regions only
 PRICING_REGION = "us-east-1"
 PRICING_ENDPOINT_ENV = "AWS_ENDPOINT_URL_PRICING"
 PURPOSE_TAG = "jupyter-portable:purpose"
+# on an instance launched into a Capacity Block: the block's price per hour (its upfront fee over
+# its hours), which DescribeInstances does not say; `machines` prices the instance at it
+BLOCK_RATE_TAG = "jupyter-portable:block-price-per-hour"
 SSH_GROUP_NAME = "jupyter-portable-ssh"
 KEY_PAIR_PREFIX = "jupyter-portable-"
 CHECKIP_URL = "https://checkip.amazonaws.com"
@@ -134,8 +151,11 @@ class AwsProvider(Provider):
                  subnets: Mapping[str, str] | None = None, ssh_user: str | None = None, spot: bool = True,
                  shapes: Mapping[str, gpu_catalog.MachineShape] | None = None,
                  clock: Callable[[], datetime] = _utcnow, ssh_cidr: str | None = None,
-                 caller_address: Callable[[], str] = checkip, pricing_client: Any = None) -> None:
+                 caller_address: Callable[[], str] = checkip, pricing_client: Any = None,
+                 sleep: Callable[[float], None] = time.sleep, terminate_attempts: int = 20) -> None:
         self._region = region
+        self.sleep = sleep  # between tries of a terminate (passed in so that tests do not wait)
+        self.terminate_attempts = max(1, terminate_attempts)
         self._pricing = pricing_client
         self._prices: dict[tuple[str, str], float | None] = {}  # (type, region) -> Pricing API's $/h
         # EC2's eventual consistency is judged against this clock; tests pass a fixed one.
@@ -146,10 +166,14 @@ class AwsProvider(Provider):
         self.key_name = key_name
         self.security_group_ids = tuple(security_group_ids)
         self.subnets = dict(subnets or {})
-        self.ssh_user = ssh_user or os.environ.get("JUPYTER_PORTABLE_AWS_SSH_USER") or "ubuntu"
+        # what is not given comes from the environment or the default (compute.settings)
+        given = {"ssh_user": ssh_user or None, "ssh_cidr": ssh_cidr or None}
+        settings = PortableAws(**{k: v for k, v in given.items() if v is not None})
+        self.ssh_user = settings.ssh_user
         self.spot = spot
         self.shapes = dict(shapes if shapes is not None else gpu_catalog.AWS)
-        self._ssh_cidr = ssh_cidr or os.environ.get("JUPYTER_PORTABLE_SSH_CIDR") or None
+        # the user's setting: SSH comes from there, whatever checkip says
+        self._ssh_cidr = settings.ssh_cidr or None
         self._caller_address = caller_address
         # what exists already, learnt once per provider: key name by key, group by (VPC, CIDR)
         self._key_pairs: dict[str, str] = {}
@@ -296,9 +320,15 @@ class AwsProvider(Provider):
                                   env=env, host_key=host_key, key_name=key_name, groups=groups)
         # idempotent: the same launch sent again (its answer lost) starts no second instance
         params["ClientToken"] = allocation_id
-        with self._boundary("launch", offer.id, default=LaunchFailed):
-            resp = self.client.run_instances(**params)
-        instance = resp["Instances"][0]
+        try:
+            with self._boundary("launch", offer.id, default=LaunchFailed):
+                instance = self.client.run_instances(**params)["Instances"][0]
+        except ProviderUnavailable as exc:
+            # a 5xx, a timeout or a dropped connection: EC2 may have launched it; that instance is the allocation
+            found = self._launched(allocation_id, exc)
+            if found is None:
+                raise
+            instance = found
         started = instance.get("LaunchTime") or self.clock()
         details: dict[str, Any] = {"instance_type": machine, "availability_zone": zone, "region": self.region,
                                    "market": "spot" if spot else "on-demand"}
@@ -308,8 +338,30 @@ class AwsProvider(Provider):
             details["security_group_ids"] = list(groups)
         if host_key is not None:
             details["host_key"] = host_key[1]  # the public half only: the private one is in the user data alone
+        if offer.extra.get("capacity_reservation_id"):
+            # paid with the block: its hours cost the block's upfront fee over its length, not on-demand
+            details["capacity_reservation_id"] = offer.extra["capacity_reservation_id"]
+            if offer.extra.get("block_price_per_hour") is not None:
+                details["block_price_per_hour"] = float(offer.extra["block_price_per_hour"])
         return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id,
                           ref=instance["InstanceId"], started=started.isoformat(), details=details)
+
+    def _launched(self, allocation_id: str, exc: ComputeError) -> Mapping[str, Any] | None:
+        """The instance tagged with ``allocation_id`` after a launch whose answer was a 5xx or never
+        came, else None; when the lookup fails too, ``exc`` says the instance may be running."""
+        try:
+            with self._boundary("look the launch up"):
+                for reservation in self._pages("describe_instances", "Reservations", Filters=[
+                        {"Name": f"tag:{ALLOCATION_TAG}", "Values": [allocation_id]},
+                        {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}]):
+                    for instance in reservation.get("Instances", []):
+                        return dict(instance)
+        except ComputeError as again:
+            exc.args = (f"{exc}; looking the launch up by its tag failed too ({again}): an instance tagged "
+                        f"{ALLOCATION_TAG}={allocation_id} may be running",)
+            exc.context.update(may_be_running=True, allocation_id=allocation_id)
+            raise exc from again
+        return None
 
     def _run_params(self, offer: Offer, *, allocation_id: str, image: str | None, user_data_key: str | None,
                     env: dict[str, str] | None, host_key: HostKey | None, key_name: str | None,
@@ -320,6 +372,8 @@ class AwsProvider(Provider):
                 {"Key": "Name", "Value": f"jupyter-portable {allocation_id}"}]
         if workspace:
             tags.append({"Key": WORKSPACE_TAG, "Value": workspace})
+        if offer.extra.get("capacity_reservation_id") and offer.extra.get("block_price_per_hour") is not None:
+            tags.append({"Key": BLOCK_RATE_TAG, "Value": repr(float(offer.extra["block_price_per_hour"]))})
         params: dict[str, Any] = {
             "ImageId": image or self.image, "InstanceType": machine, "MinCount": 1, "MaxCount": 1,
             "Placement": {"AvailabilityZone": zone},
@@ -373,21 +427,47 @@ class AwsProvider(Provider):
         return name
 
     def _ssh_source(self) -> str:
-        """The CIDR SSH comes from: JUPYTER_PORTABLE_SSH_CIDR, else the caller's address /32."""
-        if self._ssh_cidr is None:
+        """The CIDR SSH comes from: JUPYTER_PORTABLE_SSH_CIDR, else the caller's address /32, asked now
+        (the user may have moved since the last launch)."""
+        source = self._ssh_cidr
+        if source is None:
             try:
-                address = self._caller_address().strip()
+                source = self._caller_address().strip()
             except OSError as exc:
                 raise ProviderUnavailable(
                     f"aws: could not learn this machine's public address from {CHECKIP_URL} ({type(exc).__name__})",
                     provider=self.name, hint="set JUPYTER_PORTABLE_SSH_CIDR to the address SSH comes from, "
                                              "e.g. 203.0.113.7/32") from exc
-            self._ssh_cidr = address
         try:
-            return str(ipaddress.ip_network(self._ssh_cidr, strict=False))
+            return str(ipaddress.ip_network(source, strict=False))
         except ValueError:
-            raise UsageError(f"aws: not an IP address or CIDR block for SSH: {self._ssh_cidr[:60]!r}",
+            raise UsageError(f"aws: not an IP address or CIDR block for SSH: {source[:60]!r}",
                              hint="set JUPYTER_PORTABLE_SSH_CIDR like 203.0.113.7/32") from None
+
+    def admit_caller(self, allocation: Allocation) -> bool:
+        """Let SSH in to ``allocation`` from this computer's address as checkip sees it now: the rule is
+        added to this provider's group (``jupyter-portable-ssh``) when none covers the address yet.
+        True when one was added. Nothing changes where JUPYTER_PORTABLE_SSH_CIDR fixes the source or
+        the groups are the user's own (``security_group_ids``)."""
+        from botocore.exceptions import ClientError
+
+        groups = [str(g) for g in allocation.details.get("security_group_ids") or []]
+        if self._ssh_cidr is not None or self.security_group_ids or not groups:
+            return False
+        cidr = self._ssh_source()
+        added = False
+        with self._boundary("let SSH in from this computer's new address", allocation.offer_id):
+            for group in self.client.describe_security_groups(GroupIds=groups)["SecurityGroups"]:
+                if group.get("GroupName") != SSH_GROUP_NAME or _opens_ssh_to(group, cidr):
+                    continue
+                try:
+                    self.client.authorize_security_group_ingress(
+                        GroupId=group["GroupId"], IpPermissions=[_ssh_permission(cidr)])
+                    added = True
+                except ClientError as exc:
+                    if _code(exc) != "InvalidPermission.Duplicate":
+                        raise
+        return added
 
     def _vpc_for(self, zone: str) -> str:
         if zone in self.subnets:
@@ -425,12 +505,8 @@ class AwsProvider(Provider):
             group = self.client.describe_security_groups(Filters=filters)["SecurityGroups"][0]
         group_id = str(group["GroupId"])
         if not _opens_ssh_to(group, cidr):
-            v6 = ":" in cidr
-            ranges = ({"Ipv6Ranges": [{"CidrIpv6": cidr, "Description": "jupyter-portable user"}]} if v6
-                      else {"IpRanges": [{"CidrIp": cidr, "Description": "jupyter-portable user"}]})
             try:
-                self.client.authorize_security_group_ingress(
-                    GroupId=group_id, IpPermissions=[{"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, **ranges}])
+                self.client.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[_ssh_permission(cidr)])
             except ClientError as exc:
                 if _code(exc) != "InvalidPermission.Duplicate":
                     raise
@@ -459,7 +535,13 @@ class AwsProvider(Provider):
             return AllocationStatus("terminated", reason=f"instance {allocation.ref} no longer exists")
         instance = instances[0]
         st = self._state(instance)
-        st.spend, st.spend_source = self._spend(instance)
+        block_rate = allocation.details.get("block_price_per_hour")
+        launched = instance.get("LaunchTime")
+        if isinstance(block_rate, (int, float)) and isinstance(launched, datetime):
+            # in a Capacity Block: the block's price (its upfront fee over its hours), the rate EC2 charged
+            st.spend, st.spend_source = spend_since(float(block_rate), launched, self.clock())[1], "provider-rate"
+        else:
+            st.spend, st.spend_source = self._spend(instance)
         return st
 
     def _state(self, instance: Mapping[str, Any]) -> AllocationStatus:
@@ -558,9 +640,9 @@ class AwsProvider(Provider):
             except ComputeError:
                 spent = None
             if spent is not None:
-                return spent, "provider"
+                return spent, "provider-rate"
         elif (price := self.on_demand_price(machine, self.region)) is not None:
-            return spend_since(price, launched, now)[1], "provider"
+            return spend_since(price, launched, now)[1], "provider-rate"
         shape = self.shapes.get(machine)
         if shape is None:
             return None, None
@@ -578,36 +660,53 @@ class AwsProvider(Provider):
                     tags = {t.get("Key"): t.get("Value") for t in inst.get("Tags") or []}
                     launched = inst.get("LaunchTime")
                     uptime = spend_since(0.0, launched, self.clock())[0] if isinstance(launched, datetime) else None
-                    spend, source = self._spend(inst)
                     shape = self.shapes.get(inst.get("InstanceType", ""))
+                    price = shape.price_per_hour if shape else None
+                    block_rate = _block_rate(tags.get(BLOCK_RATE_TAG))
+                    if block_rate is not None and isinstance(launched, datetime):
+                        # in a Capacity Block: the block's price, as status() counts it, not on-demand
+                        price = block_rate
+                        spend: float | None = spend_since(block_rate, launched, self.clock())[1]
+                        source: str | None = "provider-rate"
+                    else:
+                        spend, source = self._spend(inst)
                     out.append(MachineInfo(
                         provider=self.name, ref=inst["InstanceId"], allocation_id=tags.get(ALLOCATION_TAG),
                         workspace_id=tags.get(WORKSPACE_TAG), state=self._state(inst).state,
                         name=tags.get("Name") or "",
                         started=launched.isoformat() if isinstance(launched, datetime) else None,
-                        uptime_s=uptime, price_per_hour=shape.price_per_hour if shape else None, spend=spend,
+                        uptime_s=uptime, price_per_hour=price, spend=spend,
                         spend_source=source, details={"instance_type": inst.get("InstanceType"),
                                                       "state": inst["State"]["Name"]}))
         return out
 
     def terminate(self, allocation: Allocation) -> None:
-        """``terminate_instances``; an instance that is already gone is fine."""
+        """``terminate_instances``, tried again (up to ``terminate_attempts``, waits growing to 30 s)
+        until EC2 accepts it; an instance that is already gone is fine. Unconfirmed, the error says
+        the instance may still be running and names it."""
         from botocore.exceptions import ClientError
 
-        with self._boundary("terminate", allocation.offer_id):
-            try:
-                self.client.terminate_instances(InstanceIds=[allocation.ref])
-            except ClientError as exc:
-                if _code(exc) != "InvalidInstanceID.NotFound":
-                    raise
+        def delete() -> None:
+            with self._boundary("terminate", allocation.offer_id):
+                try:
+                    self.client.terminate_instances(InstanceIds=[allocation.ref])
+                except ClientError as exc:
+                    if _code(exc) != "InvalidInstanceID.NotFound":
+                        raise
+
+        delete_until_confirmed(delete, attempts=self.terminate_attempts, sleep=self.sleep,
+                               machine=f"aws instance {allocation.ref}", ref=allocation.ref,
+                               allocation_id=allocation.allocation_id, verb="terminating",
+                               hint=f"terminate instance {allocation.ref} in the EC2 console, or try again later")
 
     # -- reservations: Capacity Blocks ------------------------------------------------
 
-    def reserve(self, offer: Offer, *, start: str, hours: float) -> Reservation:
-        """Buy a Capacity Block for one instance of ``offer``'s type: the earliest
-        offering that starts within a day of ``start`` (blocks start at a fixed hour),
-        preferring ``offer``'s zone. ``hours`` is rounded up to a duration EC2 sells
-        (whole days up to 14, then whole weeks up to 182 days). Charged at purchase."""
+    def quote_reservation(self, offer: Offer, *, start: str, hours: float) -> Reservation:
+        """What a Capacity Block for one instance of ``offer``'s type would cost, bought now: the
+        earliest offering that starts within a day of ``start`` (blocks start at a fixed hour),
+        preferring ``offer``'s zone, for ``hours`` rounded up to a duration EC2 sells (whole days up
+        to 14, then whole weeks up to 182 days). ``price`` is the offering's ``UpfrontFee``, what
+        EC2 charges at purchase; ``hours`` the block's. Nothing is bought (``reservation_id`` "")."""
         machine, zone, spot = parse_zone_offer_id(offer.id, "AWS")
         if spot:
             raise NotSupported("Capacity Blocks reserve on-demand capacity, not spot", provider=self.name,
@@ -623,19 +722,33 @@ class AwsProvider(Provider):
                              provider=self.name, offer=offer.id,
                              hint="try another start time, a shorter block, or another route")
         best = min(found, key=lambda o: (o["AvailabilityZone"] != zone, o["StartDate"], float(o["UpfrontFee"])))
+        block = int(best.get("CapacityBlockDurationHours") or duration)
+        return Reservation(
+            reservation_id="", provider=self.name, offer_id=f"{machine}@{best['AvailabilityZone']}",
+            start=best["StartDate"].isoformat(), hours=float(block), guarantee="provider",
+            price=float(best["UpfrontFee"]),
+            details={"offering_id": best["CapacityBlockOfferingId"], "availability_zone": best["AvailabilityZone"],
+                     "instance_type": machine, "currency": best.get("CurrencyCode", "USD"),
+                     "end": best["EndDate"].isoformat(), "requested_start": start, "requested_hours": hours,
+                     "days": block / 24, "price_source": "describe_capacity_block_offerings UpfrontFee"})
+
+    def reserve(self, offer: Offer, *, start: str, hours: float, quote: Reservation | None = None) -> Reservation:
+        """Buy a Capacity Block for one instance of ``offer``'s type: the offering ``quote`` (from
+        :meth:`quote_reservation`) names, else the one it would name now. Charged at purchase
+        (the offering's upfront fee, for whole days); EC2 offers no cancellation."""
+        quote = quote if quote is not None else self.quote_reservation(offer, start=start, hours=hours)
         with self._boundary("buy a Capacity Block", offer.id, default=LaunchFailed):
-            bought = self.client.purchase_capacity_block(CapacityBlockOfferingId=best["CapacityBlockOfferingId"],
+            bought = self.client.purchase_capacity_block(CapacityBlockOfferingId=quote.details["offering_id"],
                                                          InstancePlatform="Linux/UNIX")["CapacityReservation"]
-        booked_zone = best["AvailabilityZone"]
+        machine = quote.details["instance_type"]
+        booked_zone = quote.details["availability_zone"]
         return Reservation(
             reservation_id=bought["CapacityReservationId"], provider=self.name, offer_id=f"{machine}@{booked_zone}",
-            start=(bought.get("StartDate") or best["StartDate"]).isoformat(),
-            hours=float(best.get("CapacityBlockDurationHours", duration)), guarantee="provider",
-            price=float(best["UpfrontFee"]),
-            details={"capacity_reservation_id": bought["CapacityReservationId"], "availability_zone": booked_zone,
-                     "instance_type": machine, "currency": best.get("CurrencyCode", "USD"),
-                     "offering_id": best["CapacityBlockOfferingId"], "state": bought.get("State"),
-                     "end": (bought.get("EndDate") or best["EndDate"]).isoformat(), "requested_start": start})
+            start=bought["StartDate"].isoformat() if bought.get("StartDate") else quote.start,
+            hours=quote.hours, guarantee="provider", price=quote.price,
+            details={**quote.details, "capacity_reservation_id": bought["CapacityReservationId"],
+                     "state": bought.get("State"),
+                     "end": bought["EndDate"].isoformat() if bought.get("EndDate") else quote.details["end"]})
 
     def cancel_reservation(self, reservation: Reservation) -> None:
         """Capacity Blocks are paid up front and EC2 offers no cancellation."""
@@ -645,6 +758,15 @@ class AwsProvider(Provider):
 
 # -- helpers ------------------------------------------------------------------------------
 
+
+
+def _block_rate(tag: str | None) -> float | None:
+    """The block price a BLOCK_RATE_TAG holds; None when absent or not a sane price."""
+    try:
+        rate = float(tag) if tag is not None else None
+    except ValueError:
+        return None
+    return rate if rate is not None and 0 <= rate < 1e6 else None
 
 
 def block_hours(hours: float) -> int:
@@ -662,12 +784,27 @@ def block_hours(hours: float) -> int:
 
 
 def _opens_ssh_to(group: Mapping[str, Any], cidr: str) -> bool:
+    """Whether one of ``group``'s ingress rules lets tcp/22 in from all of ``cidr``."""
+    want = ipaddress.ip_network(cidr, strict=False)
     for rule in group.get("IpPermissions") or []:
         if rule.get("IpProtocol") in ("tcp", "-1") and rule.get("FromPort", 0) <= 22 <= rule.get("ToPort", 65535):
-            if any(r.get("CidrIp") == cidr for r in rule.get("IpRanges") or []) or any(
-                    r.get("CidrIpv6") == cidr for r in rule.get("Ipv6Ranges") or []):
-                return True
+            ranges = [r.get("CidrIp") for r in rule.get("IpRanges") or []] + [
+                r.get("CidrIpv6") for r in rule.get("Ipv6Ranges") or []]
+            for text in ranges:
+                try:
+                    have = ipaddress.ip_network(str(text), strict=False)
+                except ValueError:
+                    continue
+                if have.version == want.version and want.subnet_of(have):  # type: ignore[arg-type]
+                    return True
     return False
+
+
+def _ssh_permission(cidr: str) -> dict[str, Any]:
+    """The ingress rule for tcp/22 from ``cidr``."""
+    ranges = ({"Ipv6Ranges": [{"CidrIpv6": cidr, "Description": "jupyter-portable user"}]} if ":" in cidr
+              else {"IpRanges": [{"CidrIp": cidr, "Description": "jupyter-portable user"}]})
+    return {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, **ranges}
 
 
 def _recent(started: str, now: datetime) -> bool:

@@ -10,12 +10,14 @@ a log line.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from jupyter_portable.core.errors import NotSupported
+from jupyter_portable.core.errors import NotSupported, ProviderUnavailable
 from jupyter_portable.core.offers import Offer, Requirements
+from jupyter_portable.core.spend import SPEND_SOURCES  # noqa: F401 (the sources a figure names)
 from jupyter_portable.core.times import parse_iso_or_none
 
 STATES = ("pending", "running", "reachable", "stopped", "lost", "terminated")
@@ -29,8 +31,6 @@ ALLOCATION_TAG = "jupyter-portable:allocation"
 WORKSPACE_TAG = "jupyter-portable:workspace"
 WORKSPACE_ENV = "JUPYTER_PORTABLE_WORKSPACE_ID"
 ALLOCATION_ENV = "JUPYTER_PORTABLE_ALLOCATION_ID"
-# where a status' spend figure comes from: the provider's own (measured) or price x time (estimated)
-SPEND_SOURCES = ("provider", "estimate")
 
 
 def machine_name(allocation_id: str, workspace_id: str | None = None, *, limit: int | None = None) -> str:
@@ -49,6 +49,28 @@ def parse_machine_name(name: object) -> tuple[str, str | None] | None:
     if not parts[0]:
         return None
     return parts[0], (parts[1] if len(parts) > 1 and parts[1] else None)
+
+
+def delete_until_confirmed(delete: Callable[[], None], *, attempts: int, sleep: Callable[[float], None],
+                           machine: str, ref: str, allocation_id: str, verb: str, hint: str) -> None:
+    """Call ``delete`` until it returns: it raises ProviderUnavailable on a 5xx or a lost answer,
+    and is tried again (up to ``attempts``, waits from 0.5 s doubling to 30 s). Unconfirmed, the
+    error says ``machine`` (its id ``ref``) may still be running and carries ``hint``."""
+    wait = 0.5
+    for attempt in range(1, attempts + 1):
+        try:
+            delete()
+            return
+        except ProviderUnavailable as exc:
+            if attempt == attempts:
+                exc.args = (f"{machine} (allocation {allocation_id}) may still be running: {verb} it was not "
+                            f"confirmed after {attempt} attempts: {exc}",)
+                exc.context.update(may_be_running=True, machine=ref,
+                                   allocation_id=allocation_id, attempts=attempt)
+                exc.hint = hint
+                raise
+            sleep(wait)
+            wait = min(30.0, wait * 2)
 
 
 def spend_since(price_per_hour: float | None, started: object, now: datetime) -> tuple[float | None, float | None]:
@@ -100,7 +122,8 @@ class Allocation:
 @dataclass
 class AllocationStatus:
     """``state`` is one of STATES. ``reachable`` means the SSH endpoint answers (for RunPod,
-    RUNNING alone is not enough). ``spend`` is the provider's own figure where it gives one."""
+    RUNNING alone is not enough). ``spend`` so far, where the status gives one (None: it cannot say,
+    as after a pod exited), with its ``spend_source``, one of SPEND_SOURCES."""
 
     state: str
     ssh: SshEndpoint | None = None
@@ -179,7 +202,11 @@ class Provider:
     def launch(self, offer: Offer, *, allocation_id: str, image: str | None = None,
                ssh_public_key: str | None = None, env: dict[str, str] | None = None) -> Allocation:
         """Check 4, "launched": start one machine. Raises NoCapacity, QuotaExceeded or
-        LaunchFailed. Returns as soon as the provider accepted it; poll :meth:`status`."""
+        LaunchFailed. Returns as soon as the provider accepted it; poll :meth:`status`.
+
+        ``image`` is this provider's own kind (:mod:`jupyter_portable.core.images`): a container
+        image for RunPod, Vast.ai and the local market, a machine image of this cloud's form for
+        AWS or Google Cloud; None: the provider's default. Acquiring never sends another kind."""
         raise NotImplementedError
 
     def status(self, allocation: Allocation) -> AllocationStatus:
@@ -189,6 +216,20 @@ class Provider:
     def terminate(self, allocation: Allocation) -> None:
         """Release the machine. Terminating one that is already gone is not an error."""
         raise NotImplementedError
+
+    def admit_caller(self, allocation: Allocation) -> bool:
+        """Let SSH in to ``allocation`` from where this computer is now, where the provider's firewall
+        admits addresses (AWS: the security group). True when access had to change: a heartbeat that
+        just failed may pass now. Default: nothing to change."""
+        return False
+
+    def spend(self, allocation: Allocation) -> tuple[float | None, str | None]:
+        """What the allocation has cost so far, and where that figure comes from (one of
+        SPEND_SOURCES): the provider's bill where it publishes one (asked also after the machine is
+        released: it covers everything up to then), else what :meth:`status` says. ``(None, None)``
+        when the provider cannot say; callers then keep the last figure they saw, or estimate."""
+        st = self.status(allocation)
+        return (st.spend, st.spend_source) if st.spend is not None else (None, None)
 
     def list_machines(self) -> list[MachineInfo]:
         """Every machine the account holds that carries our name or labels (terminated ones
@@ -201,6 +242,13 @@ class Provider:
         return [m for m in self.list_machines()
                 if (allocation_id is None or m.allocation_id == allocation_id)
                 and (workspace_id is None or m.workspace_id == workspace_id)]
+
+    def quote_reservation(self, offer: Offer, *, start: str, hours: float) -> Reservation | None:
+        """What booking ``offer`` for the slot would cost, as the provider charges it (its price and
+        the hours it sells, which may be more than asked), without buying; None where the provider
+        sells no reservations of its own. A provider that quotes takes the quote back in
+        ``reserve(..., quote=)`` and buys exactly that."""
+        return None
 
     def reserve(self, offer: Offer, *, start: str, hours: float) -> Reservation:
         """Book ``offer`` for a slot, where the provider sells reservations."""

@@ -12,7 +12,10 @@ SSH: the user's public key goes in the ``ssh-keys`` metadata for ``ssh_user``
 external IP, port 22 (the network's firewall must let 22 in; the default network's
 ``default-allow-ssh`` rule does). A launch given ``host_key`` pins the VM's host key
 through cloud-init ``user-data`` and turns off the guest agent's own host-key
-generation, which would replace it on first boot.
+generation, which would replace it on first boot: the agent runs after cloud-init's init
+stage (after network-online, before sshd), so the ``set_host_keys = false`` that stage's
+``write_files`` puts in ``/etc/default/instance_configs.cfg`` is read before it acts (the GCP
+twin boots in that order; a ``runcmd`` would come too late).
 
 Where the answers come from:
 
@@ -23,7 +26,13 @@ Where the answers come from:
   regional quotas say).
 - capacity now: Compute Engine cannot say without launching: None.
 - launched: ``InstancesClient.insert``, waiting on its zone operation, because Compute
-  Engine reports an exhausted zone only through the operation.
+  Engine reports an exhausted zone only through the operation. The insert carries a
+  ``requestId`` made from the allocation id (the same insert sent again is done once), and one
+  answered by a 5xx or a timeout is looked up by the VM's name (made from the allocation id)
+  before anything else: the VM it made is the allocation.
+- released: ``InstancesClient.delete``, tried again on a 5xx, a rate limit or a lost answer
+  until Compute Engine accepts it (or says the VM is gone); then an error says the VM may still
+  be running and names it.
 
 google-api-core errors are translated at this boundary (see ``_translate``); the codes
 are read from the error items of a failed operation or of an HTTP error body::
@@ -41,8 +50,9 @@ are read from the error items of a failed operation or of an HTTP error body::
 from __future__ import annotations
 
 import hashlib
-import os
 import re
+import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
@@ -50,8 +60,17 @@ from datetime import datetime, timezone
 from typing import Any
 
 from jupyter_portable.compute import gpu_catalog
-from jupyter_portable.compute.base import Allocation, AllocationStatus, MachineInfo, Provider, SshEndpoint, spend_since
+from jupyter_portable.compute.base import (
+    Allocation,
+    AllocationStatus,
+    MachineInfo,
+    Provider,
+    SshEndpoint,
+    delete_until_confirmed,
+    spend_since,
+)
 from jupyter_portable.compute.cloudinit import HostKey, check_host_key, cloud_config, parse_zone_offer_id
+from jupyter_portable.compute.settings import GCP_IMAGE, PortableGcp
 from jupyter_portable.core.errors import (
     AuthError,
     ComputeError,
@@ -65,7 +84,7 @@ from jupyter_portable.core.offers import Offer, Requirements
 
 # A Deep Learning VM image family (Ubuntu, CUDA, NVIDIA driver); check the current families
 # with `gcloud compute images list --project deeplearning-platform-release`.
-DLVM_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu128-ubuntu-2204-nvidia-570"
+DLVM_IMAGE = GCP_IMAGE
 ALLOCATION_LABEL = "jupyter-portable-allocation"
 WORKSPACE_LABEL = "jupyter-portable-workspace"
 # Google's guest agent regenerates host keys on a new instance unless told not to.
@@ -102,19 +121,30 @@ class GcpProvider(Provider):
                  endpoint: str | None = None,
                  instances_client: Any = None, regions_client: Any = None, accelerator_types_client: Any = None,
                  projects_client: Any = None, shapes: Mapping[str, gpu_catalog.MachineShape] | None = None,
-                 now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+                 now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+                 sleep: Callable[[float], None] = time.sleep, terminate_attempts: int = 20,
+                 operation_poll_s: float = 0.5, request_timeout: float = 60.0) -> None:
         self.now = now  # the wall clock spend so far is counted to
-        self._project = project or os.environ.get("GOOGLE_CLOUD_PROJECT") or None
+        self.sleep = sleep  # between tries of a delete (passed in so that tests do not wait)
+        self.terminate_attempts = max(1, terminate_attempts)
+        # what is not given comes from the environment or the default (compute.settings)
+        given = {"project": project or None, "ssh_user": ssh_user or None, "endpoint": endpoint or None}
+        settings = PortableGcp(**{k: v for k, v in given.items() if v is not None})
+        self._project = settings.project or None
         self.zones = tuple(zones)
         self._credentials = credentials
         self.image = image
         self.network = network
         self.subnetwork = subnetwork
         self.disk_gb = disk_gb
-        self.ssh_user = ssh_user or os.environ.get("JUPYTER_PORTABLE_GCP_SSH_USER") or "ubuntu"
-        self.endpoint = endpoint or os.environ.get("JUPYTER_PORTABLE_GCP_ENDPOINT") or None
+        self.ssh_user = settings.ssh_user
+        self.endpoint = settings.endpoint or None
         self.spot = spot
         self.operation_timeout = operation_timeout
+        self.operation_poll_s = operation_poll_s  # the first wait before an operation is asked again
+        # how long an insert's or a delete's answer is waited for (the library's default is 600 s);
+        # one that does not come is a lost answer: the insert is looked up by name, the delete sent again
+        self.request_timeout = request_timeout
         self._clients: dict[str, Any] = {"instances": instances_client, "regions": regions_client,
                                          "accelerator_types": accelerator_types_client,
                                          "projects": projects_client}
@@ -131,7 +161,14 @@ class GcpProvider(Provider):
                        "accelerator_types": compute_v1.AcceleratorTypesClient,
                        "projects": compute_v1.ProjectsClient}[kind]
                 options = {"api_endpoint": self.endpoint} if self.endpoint else None
-                self._clients[kind] = cls(credentials=self._credentials, client_options=options)
+                client: Any = cls(credentials=self._credentials, client_options=options)
+                services = getattr(getattr(client, "_transport", None), "_extended_operations_services", None)
+                if options and isinstance(services, dict):
+                    # the client follows its operations with a zoneOperations client it makes on
+                    # the default endpoint: the configured one must answer those too
+                    services["zone_operations"] = compute_v1.ZoneOperationsClient(
+                        credentials=self._credentials, client_options=options)
+                self._clients[kind] = client
         return self._clients[kind]
 
     @property
@@ -295,19 +332,42 @@ class GcpProvider(Provider):
             instance.guest_accelerators = [c.AcceleratorConfig(
                 accelerator_type=f"zones/{zone}/acceleratorTypes/{shape.accelerator}",
                 accelerator_count=shape.gpu_count)]
-        with self._boundary("launch", offer.id, default=LaunchFailed):
-            operation = self._client("instances").insert(project=self.project, zone=zone,
-                                                         instance_resource=instance)
-            try:
-                operation.result(timeout=self.operation_timeout)
-            except (FutureTimeout, TimeoutError):
-                pass  # accepted and still going: status() follows it from here
+        try:
+            with self._boundary("launch", offer.id, default=LaunchFailed):
+                operation = self._client("instances").insert(request=c.InsertInstanceRequest(
+                    project=self.project, zone=zone, instance_resource=instance,
+                    request_id=request_id(allocation_id)), timeout=self.request_timeout)
+                try:
+                    operation.result(timeout=self.operation_timeout)
+                except (FutureTimeout, TimeoutError):
+                    pass  # accepted and still going: status() follows it from here
+        except ProviderUnavailable as exc:
+            # a 5xx or a lost answer: the insert may have been carried out; its VM is the allocation
+            if not self._made(zone, name, exc):
+                raise
         details: dict[str, Any] = {"project": self.project, "zone": zone, "machine_type": machine,
                                    "market": "spot" if spot else "on-demand"}
         if host_key is not None:
             details["host_key"] = host_key[1]  # the public half only: the private one is in the user-data alone
         return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id, ref=f"{zone}/{name}",
                           started=datetime.now(timezone.utc).isoformat(), details=details)
+
+    def _made(self, zone: str, name: str, exc: ComputeError) -> bool:
+        """Whether the VM ``name`` exists after an insert whose answer was a 5xx or never came."""
+        from google.api_core.exceptions import NotFound
+
+        try:
+            with self._boundary("look the launch up"):
+                try:
+                    self._client("instances").get(project=self.project, zone=zone, instance=name)
+                except NotFound:
+                    return False
+        except ComputeError as again:
+            exc.args = (f"{exc}; looking the launch up by its name failed too ({again}): VM {zone}/{name} "
+                        "may be running",)
+            exc.context.update(may_be_running=True, machine=f"{zone}/{name}")
+            raise exc from again
+        return True
 
     def _shape(self, machine: str) -> gpu_catalog.MachineShape:
         try:
@@ -391,18 +451,44 @@ class GcpProvider(Provider):
         return out
 
     def terminate(self, allocation: Allocation) -> None:
-        """``instances.delete``; a VM that is already gone is fine. Does not wait for it."""
+        """``instances.delete``, and a wait (up to ``operation_timeout``) on its zone operation:
+        accepted is not done, and the VM (its GPUs billed) runs until the operation is. A delete
+        that is refused, ends in an error or does not finish in time is tried again (up to
+        ``terminate_attempts``, waits growing to 30 s); a VM that is already gone is fine.
+        Unconfirmed, the error says the VM may still be running and names it."""
         from google.api_core.exceptions import NotFound
+        from google.api_core.future.polling import DEFAULT_POLLING
 
         zone, name = _parse_ref(allocation.ref)
-        with self._boundary("terminate", allocation.offer_id):
-            try:
-                self._client("instances").delete(project=self.project, zone=zone, instance=name)
-            except NotFound:
-                pass
+        polling = DEFAULT_POLLING.with_delay(initial=self.operation_poll_s, maximum=10.0)
+
+        def delete() -> None:
+            with self._boundary("terminate", allocation.offer_id):
+                try:
+                    operation = self._client("instances").delete(project=self.project, zone=zone, instance=name,
+                                                                 timeout=self.request_timeout)
+                except NotFound:
+                    return
+                try:
+                    operation.result(timeout=self.operation_timeout, polling=polling)
+                except (FutureTimeout, TimeoutError) as exc:
+                    raise ProviderUnavailable(
+                        f"Compute Engine accepted deleting VM {name} but had not done it after "
+                        f"{self.operation_timeout:.0f} s", provider=self.name, offer=allocation.offer_id) from exc
+
+        delete_until_confirmed(delete, attempts=self.terminate_attempts, sleep=self.sleep,
+                               machine=f"gcp VM {allocation.ref}", ref=allocation.ref,
+                               allocation_id=allocation.allocation_id, verb="deleting",
+                               hint=f"delete VM {name} in zone {zone} in the Cloud console, or try again later")
 
 
 # -- helpers ------------------------------------------------------------------------------
+
+def request_id(allocation_id: str) -> str:
+    """The insert's ``requestId`` for an allocation: a UUID of the allocation id, so the same
+    insert sent again is done once (Compute Engine keeps request ids for at least 60 minutes)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"jupyter-portable:allocation:{allocation_id}"))
+
 
 def instance_name(allocation_id: str) -> str:
     """A valid, stable Compute Engine name for an allocation: ``jp-<readable>-<hash>``."""

@@ -21,6 +21,7 @@ QUERY_ARGS = [f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,no
 # ("CUDA Version                          : 12.4"); the driver prints N/A when it has none.
 _CUDA = re.compile(r"CUDA Version\s*:\s*(\d+\.\d+)")
 _NO_DEVICES = "no devices were found"
+_DRIVER = re.compile(r"\A\d{1,5}(?:\.\d{1,5}){0,3}\Z")
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,8 @@ def parse_query_csv(text: str) -> list[Gpu]:
             raise ValueError(f"line {number}: index and memory.total must be integers: {line[:120]!r}")
         if not name or not driver or not uuid:
             raise ValueError(f"line {number} has an empty field: {line[:120]!r}")
+        if not _DRIVER.match(driver):  # "nan", "N/A": no version a pin or a route could compare
+            raise ValueError(f"line {number}: driver_version {driver[:40]!r} is not a version such as 550.54.15")
         gpus.append(Gpu(name=name, driver=driver, memory_mb=int(memory), uuid=uuid, index=int(index)))
     return gpus
 

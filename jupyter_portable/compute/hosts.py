@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import getpass
 import math
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -77,13 +76,10 @@ class Host:
 
 
 def default_hosts_path() -> Path:
-    """``$JUPYTER_PORTABLE_HOSTS``, else ``<jupyter config dir>/portable/hosts.toml``."""
-    env = os.environ.get(ENV_HOSTS)
-    if env:
-        return Path(env).expanduser()
-    from jupyter_core.paths import jupyter_config_dir
+    """``$JUPYTER_PORTABLE_HOSTS``, else ``<jupyter config dir>/portable/hosts.toml`` (compute.settings)."""
+    from jupyter_portable.compute.settings import PortableSsh
 
-    return Path(jupyter_config_dir()) / "portable" / "hosts.toml"
+    return Path(PortableSsh().hosts_file).expanduser()
 
 
 def load_hosts(path: Path | str | None = None) -> list[Host]:
@@ -92,8 +88,11 @@ def load_hosts(path: Path | str | None = None) -> list[Host]:
     A missing default file means no hosts; a missing file that was named explicitly (argument
     or environment) is a UsageError, as is anything malformed.
     """
-    explicit = path is not None or bool(os.environ.get(ENV_HOSTS))
-    file = Path(path).expanduser() if path is not None else default_hosts_path()
+    from jupyter_portable.compute.settings import PortableSsh
+
+    section = PortableSsh()
+    explicit = path is not None or section.names_hosts_file()
+    file = Path(path).expanduser() if path is not None else Path(section.hosts_file).expanduser()
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -478,10 +478,12 @@ class HttpProvider(Provider):
             raise
 
     def _found_after_lost_answer(self, exc: ComputeError, allocation_id: str) -> MachineInfo | None:
-        """After a launch whose answer never came (the provider may have acted on it): the machine
-        that launch made, looked up by its name, else None. A rate limit was never acted on."""
+        """After a launch whose answer never came, or came as a 5xx (a timeout, a dropped connection,
+        a gateway's error page: the provider may have acted on it), the machine that launch made,
+        looked up by its name, else None. A rate limit, or any other answer, was never acted on."""
+        status = exc.context.get("status")
         if not isinstance(exc, ProviderUnavailable) or exc.context.get("rate_limited") \
-                or exc.context.get("status") is not None:
+                or (status is not None and not (isinstance(status, int) and status >= 500)):
             return None
         try:
             found = [m for m in self.find_machines(allocation_id=allocation_id) if m.state != "terminated"]

@@ -4,7 +4,7 @@
 ``<jupyter data dir>/portable/ssh/id_ed25519`` (or ``$JUPYTER_PORTABLE_SSH_STATE``), mode 0600
 in a 0700 folder. Its public half goes to each machine at launch by the provider's own means;
 the private half never leaves this folder: not the store, not an event, not a log.
-``$JUPYTER_PORTABLE_SSH_KEY`` names another private key to use instead.
+``c.PortableRemote.ssh_key`` (``$JUPYTER_PORTABLE_SSH_KEY``) names another private key to use instead.
 
 **Host keys, pinned per allocation.** Every cloud allocation has a ``known_hosts`` of its own,
 ``<ssh state>/allocations/<allocation id>/known_hosts``, and is reached with
@@ -68,13 +68,17 @@ def _keygen(path: Path, comment: str) -> None:
 
 def user_key(directory: Path | None = None) -> UserKey:
     """The user's key pair for rented machines, made on first use (see the module docstring)."""
-    named = os.environ.get(KEY_ENV)
+    from jupyter_portable.core.envconfig import PortableRemote
+
+    section = PortableRemote.current()
+    named = section.ssh_key
     if named:
         private = Path(named).expanduser()
         pub = private.with_name(private.name + ".pub")
         if not private.is_file() or not pub.is_file():
-            raise UsageError(f"{KEY_ENV}={named} does not name a private key with its .pub beside it",
-                             hint=f"unset {KEY_ENV} to use a key made for jupyter-portable, or point it at a key "
+            where = section.where("ssh_key")
+            raise UsageError(f"{where}={named} does not name a private key with its .pub beside it",
+                             hint=f"unset {where} to use a key made for jupyter-portable, or point it at a key "
                                   "pair made by ssh-keygen")
         return UserKey(private, check_public_key(pub.read_text()))
     folder = directory or state_dir()
@@ -143,7 +147,8 @@ def scan_host_key(host: str, port: int, *, timeout_s: float = 5.0) -> str | None
         raise ProviderUnavailable("ssh-keyscan is not installed", provider="ssh",
                                   hint="install OpenSSH's client (Debian: apt-get install openssh-client)")
     try:
-        proc = subprocess.run([exe, "-T", str(max(1, round(timeout_s))), "-p", str(port), "-t", "ed25519", host],
+        # "--": the host comes from a provider's answer, and "-f FILE" there would be an option
+        proc = subprocess.run([exe, "-T", str(max(1, round(timeout_s))), "-p", str(port), "-t", "ed25519", "--", host],
                               capture_output=True, text=True, timeout=timeout_s + 5, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return None
@@ -154,6 +159,19 @@ def scan_host_key(host: str, port: int, *, timeout_s: float = 5.0) -> str | None
                 return check_public_key(" ".join(parts[1:3]))
             except UsageError:
                 continue
+    return None
+
+
+def pinned_key(allocation_id: str, directory: Path | None = None) -> str | None:
+    """The host key pinned for this allocation (``kind blob``), or None when none is."""
+    try:
+        text = known_hosts_path(allocation_id, directory).read_text()
+    except FileNotFoundError:
+        return None
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3:
+            return f"{parts[1]} {parts[2]}"
     return None
 
 
@@ -171,4 +189,4 @@ def require_pinned(allocation_id: str, directory: Path | None = None) -> Path:
 
 
 __all__ = ["KEY_ENV", "UserKey", "check_public_key", "fingerprint", "forget", "host_key_pair", "known_hosts_path",
-           "pin_host_key", "require_pinned", "scan_host_key", "user_key"]
+           "pin_host_key", "pinned_key", "require_pinned", "scan_host_key", "user_key"]

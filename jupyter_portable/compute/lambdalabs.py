@@ -21,7 +21,6 @@ The API base is ``base_url``, else ``$LAMBDA_API_URL``, else the real one; the S
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import time
 from collections.abc import Callable
@@ -56,6 +55,7 @@ from jupyter_portable.compute.http import (
     opt,
     spend_since,
 )
+from jupyter_portable.compute.settings import LAMBDA_API, LAMBDA_SSH_USER, PortableLambda
 from jupyter_portable.core.errors import (
     AuthError,
     ComputeError,
@@ -67,11 +67,11 @@ from jupyter_portable.core.errors import (
 from jupyter_portable.core.offers import Offer, Requirements
 from jupyter_portable.core.times import now_iso, utcnow
 
-API = "https://cloud.lambda.ai"
+API = LAMBDA_API
 KEY_ENV = "LAMBDA_API_KEY"
 SSH_KEYS_ENV = "LAMBDA_SSH_KEY_NAMES"
 URL_ENV = "LAMBDA_API_URL"  # a proxy, or a twin in tests
-SSH_USER = "ubuntu"  # Lambda Stack images log in as ubuntu, not root
+SSH_USER = LAMBDA_SSH_USER  # Lambda Stack images log in as ubuntu, not root
 SSH_USER_ENV = "LAMBDA_SSH_USER"
 KEY_NAME_PREFIX = "jupyter-portable-"
 
@@ -129,12 +129,13 @@ class LambdaProvider(HttpProvider):
                  clock: Callable[[], float] = time.monotonic, transport: httpx.BaseTransport | None = None,
                  now: Callable[[], datetime] = utcnow) -> None:
         self.now = now  # the wall clock spend so far is counted to
-        if ssh_key_names is None:
-            ssh_key_names = [n.strip() for n in os.environ.get(SSH_KEYS_ENV, "").split(",") if n.strip()]
-        self.ssh_key_names = list(ssh_key_names)
+        # what is not given comes from the environment or the default (compute.settings)
+        given = {"ssh_key_names": ssh_key_names, "ssh_user": ssh_user or None, "api_url": base_url or None}
+        settings = PortableLambda(**{k: v for k, v in given.items() if v is not None})
+        self.ssh_key_names = list(settings.ssh_key_names)
         self.file_system_names = list(file_system_names)
-        self.ssh_user = ssh_user or os.environ.get(SSH_USER_ENV) or SSH_USER
-        self._api = ApiClient(provider=self.name, base_url=base_url or os.environ.get(URL_ENV) or API,
+        self.ssh_user = settings.ssh_user
+        self._api = ApiClient(provider=self.name, base_url=settings.api_url or API,
                               key=key_from(api_key, KEY_ENV), key_env=KEY_ENV,
                               key_hint="create one at https://cloud.lambda.ai/api-keys", classify=_classify,
                               timeout=timeout, retries=retries, backoff=backoff, sleep=sleep, clock=clock,

@@ -1,20 +1,21 @@
 """Which providers this installation asks, and how each is made: a name maps to the module
-and class that implement it, imported only when asked for. ``JUPYTER_PORTABLE_PROVIDERS``
-(comma-separated; default ``local``, plus ``ssh`` when a hosts file exists) chooses them;
-cloud providers are opt-in, so no API is called unless asked for.
+and class that implement it, imported only when asked for. ``c.Portable.providers`` (or
+``JUPYTER_PORTABLE_PROVIDERS``; default ``local``, plus ``ssh`` when a hosts file exists) chooses
+them; cloud providers are opt-in, so no API is called unless asked for. Names and each provider's
+settings are read and checked in ``compute.settings``.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 from typing import Any
 
 from jupyter_portable.compute.base import Provider
-from jupyter_portable.core.errors import ComputeError, PortableError, UsageError
+from jupyter_portable.compute.settings import env_provider_names, provider_kwargs
+from jupyter_portable.core.errors import ComputeError, UsageError
 
 PROVIDERS: dict[str, tuple[str, str]] = {
-    "local": ("jupyter_portable.compute.local", "LocalMarket"),
+    "local": ("jupyter_portable.demo.market", "LocalMarket"),
     "ssh": ("jupyter_portable.compute.ssh", "SshProvider"),
     "runpod": ("jupyter_portable.compute.runpod", "RunPodProvider"),
     "vastai": ("jupyter_portable.compute.vastai", "VastProvider"),
@@ -24,25 +25,9 @@ PROVIDERS: dict[str, tuple[str, str]] = {
 }
 
 
-def provider_names(env: dict[str, str] | None = None) -> list[str]:
-    env = dict(os.environ) if env is None else env
-    raw = env.get("JUPYTER_PORTABLE_PROVIDERS", "").strip()
-    if raw:
-        names = [n.strip() for n in raw.split(",") if n.strip()]
-        unknown = [n for n in names if n not in PROVIDERS]
-        if unknown:
-            raise UsageError(f"unknown provider(s) in JUPYTER_PORTABLE_PROVIDERS: {', '.join(unknown)}",
-                             hint=f"choose from {', '.join(PROVIDERS)}")
-        return names
-    names = ["local"]
-    try:
-        from jupyter_portable.compute.hosts import default_hosts_path
-
-        if default_hosts_path().is_file():
-            names.append("ssh")
-    except (ImportError, PortableError):
-        pass
-    return names
+def provider_names() -> list[str]:
+    """The providers the environment names (``JUPYTER_PORTABLE_PROVIDERS``), else the default."""
+    return env_provider_names()
 
 
 def make_provider(name: str, **kwargs: Any) -> Provider:
@@ -58,5 +43,7 @@ def make_provider(name: str, **kwargs: Any) -> Provider:
         raise UsageError(f"provider {name} is not available in this installation: {exc}") from exc
 
 
-def enabled_providers(env: dict[str, str] | None = None) -> dict[str, Provider]:
-    return {name: make_provider(name) for name in provider_names(env)}
+def enabled_providers() -> dict[str, Provider]:
+    """The providers of the environment alone (no config file), each built from its settings
+    (``compute.settings``): what orchestration asks when it is given none."""
+    return {name: make_provider(name, **provider_kwargs(name)) for name in provider_names()}

@@ -8,20 +8,32 @@ interruptible field, so spot pods are rented with GraphQL's ``podRentInterruptab
 "Reachable" here means the pod publishes a direct SSH endpoint (``ssh.direct``, or a
 public port for 22 in ``runtime.ports``): RUNNING alone is not enough, and the proxy
 endpoint carries a shell only (no scp, rsync or port forwarding).
+
+Interruptible pods are opt-in (``include_spot``, else ``$RUNPOD_SPOT=1``). The bid per GPU is a
+setting (``spot_bid``, else ``$RUNPOD_SPOT_BID``): a fraction of the type's on-demand price, default
+:data:`DEFAULT_SPOT_BID` (0.6). Not the minimum bid: RunPod stops the lowest bidders first, so a
+pod at the minimum is the first to go; at 0.6 it saves 40% and stands above the minimum (about half
+the on-demand price) without paying on-demand. A type whose minimum is above the bid is not
+offered. The offer's ``reliability`` (routing's risk input) follows the bid: :func:`bid_reliability`.
+
+Spend is the bill: ``GET /v2/billing/pods?podId=`` (hourly buckets of GPU, CPU and disk) summed.
+Where the bill cannot be read, the pod's own ``cost`` ($/h) x time since its ``createdAt`` is the
+provider's rate; a pod's ``cost`` reads 0.0 once it EXITED (the document says so), so then the rate
+says nothing and the caller keeps the last figure it saw.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
+from jupyter_portable.compute import gpu_catalog
 from jupyter_portable.compute.base import (
     ALLOCATION_ENV,
     WORKSPACE_ENV,
@@ -46,6 +58,13 @@ from jupyter_portable.compute.http import (
     slug,
     spend_since,
 )
+from jupyter_portable.compute.settings import (
+    RUNPOD_API,
+    RUNPOD_IMAGE,
+    RUNPOD_SPOT_BID,
+    PortableRunPod,
+    spot_bid_fraction,
+)
 from jupyter_portable.core.errors import (
     AuthError,
     ComputeError,
@@ -55,14 +74,21 @@ from jupyter_portable.core.errors import (
     QuotaExceeded,
 )
 from jupyter_portable.core.offers import Offer, Requirements, version_tuple
-from jupyter_portable.core.times import now_iso, utcnow
+from jupyter_portable.core.times import parse_iso_or_none, to_iso, utcnow
 
-API = "https://api.runpod.io"
+API = RUNPOD_API
 KEY_ENV = "RUNPOD_API_KEY"
 # where the APIs are (a proxy, or a twin in tests); the constructor's base_url/graphql_url win
 URL_ENV = "RUNPOD_API_URL"
 GRAPHQL_ENV = "RUNPOD_GRAPHQL_URL"
-DEFAULT_IMAGE = "runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404"
+DEFAULT_IMAGE = RUNPOD_IMAGE
+SPOT_ENV = "RUNPOD_SPOT"  # "1": list interruptible offers too
+SPOT_BID_ENV = "RUNPOD_SPOT_BID"  # the bid, a fraction of the on-demand price
+DEFAULT_SPOT_BID = RUNPOD_SPOT_BID
+# Rough priors, as for the clouds' spot (gpu_catalog.SPOT_RELIABILITY): RunPod publishes no
+# interruption rate. A pod bidding the minimum is stopped by any higher bid (as likely lost as
+# kept over a planned run); one bidding the on-demand price is as safe as spot gets.
+MIN_BID_RELIABILITY = 0.5
 
 # RunPod has no machine-readable code for these; only the human-readable text tells.
 NO_CAPACITY = re.compile(r"no longer any instances available|no instances? (?:are |is )?(?:currently )?available"
@@ -122,6 +148,16 @@ def _classify(info: ErrorInfo) -> ComputeError | None:
     return None
 
 
+def bid_reliability(bid: float, minimum: float, on_demand: float) -> float:
+    """How likely a spot pod bidding ``bid`` per GPU keeps running: :data:`MIN_BID_RELIABILITY` at
+    the ``minimum`` bid, rising in line with the bid to ``SPOT_RELIABILITY`` at the ``on_demand`` price."""
+    top = gpu_catalog.SPOT_RELIABILITY
+    if on_demand <= minimum:
+        return top
+    share = min(1.0, max(0.0, (bid - minimum) / (on_demand - minimum)))
+    return round(MIN_BID_RELIABILITY + (top - MIN_BID_RELIABILITY) * share, 4)
+
+
 def _capacity(level: str | None) -> int | None:
     """RunPod gives a level, not a count: NONE is 0, any other level "at least one"."""
     if level is None:
@@ -131,26 +167,34 @@ def _capacity(level: str | None) -> int | None:
 
 class RunPodProvider(HttpProvider):
     """RunPod pods. ``api_key`` defaults to ``$RUNPOD_API_KEY``; ``cloud`` is SECURE or
-    COMMUNITY; ``include_spot`` adds interruptible offers priced at the minimum bid. The REST base
+    COMMUNITY; ``include_spot`` (default ``$RUNPOD_SPOT``) adds interruptible offers priced at the
+    bid, ``spot_bid`` (default ``$RUNPOD_SPOT_BID``, else 0.6) x the on-demand price. The REST base
     is ``base_url``, else ``$RUNPOD_API_URL``, else the real one; GraphQL is ``graphql_url``,
     else ``$RUNPOD_GRAPHQL_URL``, else ``/graphql`` on the REST base."""
 
     name = "runpod"
 
-    def __init__(self, api_key: str | None = None, *, cloud: str = "SECURE", include_spot: bool = False,
-                 default_image: str = DEFAULT_IMAGE, disk_gb: int = 50, base_url: str | None = None,
-                 graphql_url: str | None = None, timeout: float = 30.0, retries: int = 4, backoff: float = 0.5,
-                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, api_key: str | None = None, *, cloud: str = "SECURE", include_spot: bool | None = None,
+                 spot_bid: float | None = None, default_image: str = DEFAULT_IMAGE, disk_gb: int = 50,
+                 base_url: str | None = None, graphql_url: str | None = None, timeout: float = 30.0, retries: int = 4,
+                 backoff: float = 0.5, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic,
                  transport: httpx.BaseTransport | None = None, now: Callable[[], datetime] = utcnow) -> None:
         self.now = now  # the wall clock spend so far is counted to
         self.cloud = cloud.upper()
         if self.cloud not in ("SECURE", "COMMUNITY"):
             raise ValueError(f"cloud must be SECURE or COMMUNITY, not {cloud!r}")
-        self.include_spot = include_spot
+        if spot_bid is not None:
+            spot_bid = spot_bid_fraction(spot_bid, "spot_bid")
+        # what is not given comes from the environment or the default (compute.settings)
+        given = {"spot": include_spot, "spot_bid": spot_bid, "api_url": base_url, "graphql_url": graphql_url}
+        settings = PortableRunPod(**{k: v for k, v in given.items() if v is not None})
+        self.include_spot = settings.spot
+        self.spot_bid = settings.spot_bid
         self.default_image = default_image
         self.disk_gb = disk_gb
-        base_url = base_url or os.environ.get(URL_ENV) or API
-        self.graphql_url = graphql_url or os.environ.get(GRAPHQL_ENV) or base_url.rstrip("/") + "/graphql"
+        base_url = settings.api_url or API
+        self.graphql_url = settings.graphql_url or base_url.rstrip("/") + "/graphql"
         self._api = ApiClient(provider=self.name, base_url=base_url, key=key_from(api_key, KEY_ENV), key_env=KEY_ENV,
                               key_hint="create one at https://www.runpod.io/console/user/settings",
                               classify=_classify, timeout=timeout, retries=retries, backoff=backoff, sleep=sleep,
@@ -207,16 +251,25 @@ class RunPodProvider(HttpProvider):
                 gpu_id = need(gpu, "id", str, where="gpuTypes[]")
                 in_cloud = opt(gpu, "secureCloud" if self.cloud == "SECURE" else "communityCloud", bool)
                 lowest = opt(gpu, "lowestPrice", dict) or {}
-                bid = opt(lowest, "minimumBidPrice", NUMBER, where=f"{gpu_id}.lowestPrice")
-                if not in_cloud or not bid:
+                minimum = opt(lowest, "minimumBidPrice", NUMBER, where=f"{gpu_id}.lowestPrice")
+                on_demand = opt(lowest, "uninterruptablePrice", NUMBER, where=f"{gpu_id}.lowestPrice")
+                if not in_cloud or not minimum or not on_demand:
                     continue  # no interruptible market for this type
+                bid = round(self.spot_bid * float(on_demand), 4)
+                if bid < minimum:
+                    self._api.log.info("runpod: no spot offer for %s: the bid %.4f/GPU (%g x on-demand) is under "
+                                       "the minimum %.4f", gpu_id, bid, self.spot_bid, minimum)
+                    continue
                 stock = opt(lowest, "stockStatus", str)
                 offer = make_offer(self.name, id=f"spot-{self.cloud.lower()}/{slug(gpu_id)}/x{count}",
                                    gpu=need(gpu, "displayName", str, where=gpu_id), gpu_count=count,
                                    gpu_memory_gb=float(need(gpu, "memoryInGb", NUMBER, where=gpu_id)),
-                                   price_per_hour=round(float(bid) * count, 4), region="any", spot=True,
+                                   price_per_hour=round(bid * count, 4), region="any", spot=True,
                                    capacity=_capacity(stock),
-                                   extra={"gpu_type_id": gpu_id, "cloud": self.cloud, "bid_per_gpu": float(bid),
+                                   reliability=bid_reliability(bid, float(minimum), float(on_demand)),
+                                   extra={"gpu_type_id": gpu_id, "cloud": self.cloud, "bid_per_gpu": bid,
+                                          "minimum_bid_per_gpu": float(minimum),
+                                          "on_demand_per_gpu": float(on_demand), "bid_fraction": self.spot_bid,
                                           "data_center_id": None, "availability": stock})
                 if offer is not None:
                     out.append(offer)
@@ -283,7 +336,8 @@ class RunPodProvider(HttpProvider):
                 pod_id, details = found.ref, {"status": found.details.get("status"),
                                               "cost_per_hour": found.price_per_hour, "found_by_name": True}
         return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id, ref=pod_id,
-                          started=now_iso("seconds"), details={**details, "image": image, "spot": offer.spot})
+                          started=to_iso(self.now(), "seconds"),
+                          details={**details, "image": image, "spot": offer.spot})
 
     def _launch_on_demand(self, offer: Offer, name: str, image: str, env: dict[str, str]) -> tuple[str, dict]:
         gpu: dict[str, Any] = {"id": self._gpu_type(offer), "count": max(1, offer.gpu_count)}
@@ -328,7 +382,8 @@ class RunPodProvider(HttpProvider):
         """``GET /v2/pods/{id}``: PROVISIONING/STARTING are pending, RUNNING is running until a
         direct SSH endpoint exists (then reachable), EXITED is stopped (lost for a spot pod:
         it was outbid), ERROR is lost, TERMINATED (or 404) is terminated/lost. ``spend``: the
-        pod's own ``cost`` ($/h) from its ``createdAt``, both RunPod's figures."""
+        pod's own ``cost`` ($/h) from its ``createdAt``, both RunPod's figures (none once EXITED;
+        :meth:`spend` reads the bill)."""
         path = f"/v2/pods/{quote(allocation.ref, safe='')}"
         status, pod = self._api.request("GET", path, operation="status", allow=(404,))
         if status == 404:
@@ -340,8 +395,8 @@ class RunPodProvider(HttpProvider):
                 raise ShapeError(f"unknown pod status {raw!r}")
             state = POD_STATES[raw]
             ssh = _ssh_endpoint(pod) if state == "running" else None
-            _, spend = spend_since(opt(pod, "cost", NUMBER), opt(pod, "createdAt", str), self.now())
-        measured: dict[str, Any] = {"spend": spend, "spend_source": "provider" if spend is not None else None}
+            spend = self._rate_spend(pod, raw)
+        measured: dict[str, Any] = {"spend": spend, "spend_source": "provider-rate" if spend is not None else None}
         if state == "running":
             if ssh is not None:
                 return AllocationStatus("reachable", ssh=ssh, **measured)
@@ -369,14 +424,51 @@ class RunPodProvider(HttpProvider):
                 raw = need(pod, "status", str)
                 created = opt(pod, "createdAt", str)
                 price = opt(pod, "cost", NUMBER)
-                uptime, spend = spend_since(price, created, now)
+                uptime, _ = spend_since(price, created, now)
+                spend = self._rate_spend(pod, raw)
                 out.append(MachineInfo(provider=self.name, ref=need(pod, "id", str), allocation_id=aid,
                                        workspace_id=wsid if isinstance(wsid, str) else None,
                                        state=POD_STATES.get(raw, "pending"), name=opt(pod, "name", str) or "",
                                        started=created, uptime_s=uptime, price_per_hour=price, spend=spend,
-                                       spend_source="provider" if spend is not None else None,
+                                       spend_source="provider-rate" if spend is not None else None,
                                        details={"status": raw}))
         return [m for m in out if m.state != "terminated"]
+
+    def _rate_spend(self, pod: dict[str, Any], raw: str) -> float | None:
+        """The pod's ``cost`` ($/h) x time since its ``createdAt``; None once it is not running (its
+        cost reads 0.0 then, which says nothing of what it cost)."""
+        price = opt(pod, "cost", NUMBER)
+        if raw in ("EXITED", "TERMINATED") and not price:
+            return None
+        return spend_since(price, opt(pod, "createdAt", str), self.now())[1]
+
+    def spend(self, allocation: Allocation) -> tuple[float | None, str | None]:
+        """The bill: ``GET /v2/billing/pods`` for this pod, hourly buckets from the hour before its
+        launch, ``totalAmount`` summed ("bill"). A bill with no record yet, or one that cannot be
+        read, gives way to :meth:`status`'s rate (see the module docstring)."""
+        params: dict[str, Any] = {"podId": allocation.ref, "bucketSize": "hour"}
+        started = parse_iso_or_none(allocation.started)
+        if started is not None:
+            if started.tzinfo is None:
+                started = started.replace(tzinfo=timezone.utc)
+            hour = started.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+            params["startTime"] = hour.strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            _, body = self._api.request("GET", "/v2/billing/pods", operation="spend", params=params)
+            with self._api.reading("GET /v2/billing/pods"):
+                records = [r for r in need(body, "records", list)
+                           if need(r, "podId", str, where="records[]") == allocation.ref]
+                total = sum(float(need(r, "totalAmount", NUMBER, where="records[]")) for r in records)
+        except ComputeError as exc:
+            self._api.log.info("runpod: the bill of pod %s could not be read (%s); using its rate", allocation.ref,
+                               exc)
+            records, total = [], 0.0
+        if records:
+            return total, "bill"
+        try:
+            return super().spend(allocation)
+        except ComputeError:
+            return None, None
 
     def terminate(self, allocation: Allocation) -> None:
         """``DELETE /v2/pods/{id}``, tried until RunPod confirms; a pod that is already gone (404)

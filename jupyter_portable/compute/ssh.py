@@ -35,6 +35,7 @@ for the worker travels inside the script on ssh's stdin.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -50,6 +51,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+import psutil
+
 from jupyter_portable.compute import agent_stub
 from jupyter_portable.compute.admission import Runner
 from jupyter_portable.compute.base import Allocation, AllocationStatus, Provider, SshEndpoint
@@ -64,7 +67,7 @@ from jupyter_portable.core.errors import (
     UsageError,
 )
 from jupyter_portable.core.offers import Offer, Requirements
-from jupyter_portable.core.secretenv import SECRET_NAMES, SECRET_SUFFIXES
+from jupyter_portable.core.secretenv import ALLOWED_NAMES, ALLOWED_PREFIXES, SECRET_NAMES, SECRET_SUFFIXES
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.workdir.files import atomic_write, file_lock
 
@@ -88,126 +91,21 @@ _UNREACHABLE = ("Connection refused", "Connection timed out", "timed out", "No r
                 "Connection reset", "kex_exchange_identification", "ssh: connect to host",
                 "Name or service not known", "Temporary failure in name resolution")
 
-# The remote half: small stdlib scripts streamed to ``python3 -``. ``P`` is prepended as a
-# literal, so arguments (and the worker's env) never appear on any command line.
-_COMMON = r'''
-import json, os, signal, subprocess, sys, time
+# The remote half: compute/hostside.py, streamed to the host's ``python3 -`` with one call after it.
 
-def ours(pid, allocation):
-    """Is pid alive and our worker for this allocation (not a reused PID, not a zombie)?"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as fh:
-            args = fh.read().decode(errors="replace").split("\0")
-    except OSError:
-        proc = subprocess.run(["ps", "-o", "args=", "-p", str(pid)], capture_output=True, text=True)
-        args = proc.stdout.split()
-    return "--allocation" in args and allocation in args
-'''
+@functools.cache
+def _hostside_source() -> str:
+    """The source of :mod:`.hostside`, as the host's Python runs it."""
+    from jupyter_portable.compute import hostside
 
-_LAUNCH = r'''
-root = os.path.expanduser(P["workdir"])
-d = os.path.join(os.path.abspath(root), "allocations", P["allocation"])
-os.makedirs(d, exist_ok=True)
-for name in ("agent.json", "heartbeat", "stopped"):
-    try:
-        os.remove(os.path.join(d, name))
-    except FileNotFoundError:
-        pass
-src = os.path.join(d, "agent_stub.py")
-with open(src + ".tmp", "w") as fh:
-    fh.write(P["source"])
-os.replace(src + ".tmp", src)
-# the host's own secrets (provider keys, cloud credentials) stay out of the worker and its kernel
-env = {k: v for k, v in os.environ.items()
-       if k.upper() not in P["secret_names"] and not k.upper().endswith(tuple(P["secret_suffixes"]))}
-env.update(P["env"])
-# A session of its own: the worker outlives this SSH connection and gets no SIGHUP.
-with open(src, "rb") as stdin, open(os.path.join(d, "agent.log"), "ab") as log:
-    proc = subprocess.Popen([sys.executable, "-", "--dir", d, "--allocation", P["allocation"]], stdin=stdin,
-                            stdout=log, stderr=subprocess.STDOUT, cwd=d, env=env, start_new_session=True)
-out = {"remote_dir": d, "pid": proc.pid}
-deadline = time.time() + P["wait"]
-while True:
-    # The heartbeat is written after agent.json is closed: once it exists, agent.json is whole.
-    if os.path.exists(os.path.join(d, "heartbeat")):
-        with open(os.path.join(d, "agent.json")) as fh:
-            out["agent"] = json.load(fh)
-        break
-    if proc.poll() is not None:
-        out["error"] = "the worker exited with status %d" % proc.returncode
-        break
-    if time.time() > deadline:
-        out["error"] = "the worker wrote no heartbeat within %gs" % P["wait"]
-        os.killpg(proc.pid, signal.SIGKILL)
-        break
-    time.sleep(0.05)
-if "error" in out:
-    try:
-        with open(os.path.join(d, "agent.log"), errors="replace") as fh:
-            out["log"] = fh.read()[-1500:]
-    except OSError:
-        pass
-print(json.dumps(out))
-'''
-
-_STATUS = r'''
-out = {"now": time.time(), "alive": ours(P["pid"], P["allocation"]), "heartbeat": None,
-       "stopped": os.path.exists(os.path.join(P["remote_dir"], "stopped"))}
-try:
-    with open(os.path.join(P["remote_dir"], "heartbeat")) as fh:
-        out["heartbeat"] = float(fh.read().strip())
-except (OSError, ValueError):
-    pass
-print(json.dumps(out))
-'''
-
-_TERMINATE = r'''
-pid, allocation = P["pid"], P["allocation"]
-out = {"was_running": ours(pid, allocation), "killed": False}
-
-def signal_worker(sig):
-    # The worker leads its own session; signalling the group also stops what it started.
-    try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-def wait_gone(seconds):
-    deadline = time.time() + seconds
-    while ours(pid, allocation):
-        if time.time() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-if out["was_running"]:
-    signal_worker(signal.SIGTERM)
-    if not wait_gone(P["grace"]):
-        signal_worker(signal.SIGKILL)
-        out["killed"] = True
-        wait_gone(5)
-out["gone"] = not ours(pid, allocation)
-print(json.dumps(out))
-'''
+    return Path(hostside.__file__).read_text(encoding="utf-8")
 
 
 def default_state_dir() -> Path:
-    """``$JUPYTER_PORTABLE_SSH_STATE``, else ``<jupyter data dir>/portable/ssh``."""
-    env = os.environ.get(ENV_STATE)
-    if env:
-        return Path(env).expanduser()
-    from jupyter_core.paths import jupyter_data_dir
+    """``$JUPYTER_PORTABLE_SSH_STATE``, else ``<jupyter data dir>/portable/ssh`` (compute.settings)."""
+    from jupyter_portable.compute.settings import PortableSsh
 
-    return Path(jupyter_data_dir()) / "portable" / "ssh"
+    return Path(PortableSsh().state_dir).expanduser()
 
 
 def _holder(table: dict[str, dict[str, Any]], host: str) -> str | None:
@@ -357,8 +255,10 @@ class SshProvider(Provider):
             table[allocation_id] = {"host": host.name, "state": "launching", "started": started,
                                     "claimed": time.time()}
         try:
-            out = self._python(host, _LAUNCH, {"workdir": host.workdir, "allocation": allocation_id,
+            out = self._python(host, "launch", {"workdir": host.workdir, "allocation": allocation_id,
                                                "source": _agent_source(), "env": env, "wait": self.launch_wait,
+                                               "allowed_names": sorted(ALLOWED_NAMES),
+                                               "allowed_prefixes": list(ALLOWED_PREFIXES),
                                                "secret_names": sorted(SECRET_NAMES),
                                                "secret_suffixes": list(SECRET_SUFFIXES)},
                                timeout=self.launch_wait + self.connect_timeout + 10)
@@ -399,7 +299,7 @@ class SshProvider(Provider):
             return AllocationStatus("terminated", ssh=endpoint)
         try:
             host = self._host(allocation.offer_id)
-            out = self._python(host, _STATUS, self._worker_args(allocation), timeout=self.connect_timeout + 10)
+            out = self._python(host, "status", self._worker_args(allocation), timeout=self.connect_timeout + 10)
         except (ComputeError, UsageError) as exc:
             return AllocationStatus("lost", ssh=endpoint, reason=exc.one_line())
         if not out.get("alive"):
@@ -425,7 +325,7 @@ class SshProvider(Provider):
             return
         host = self._host(allocation.offer_id)
         if allocation.details.get("pid") is not None:
-            out = self._python(host, _TERMINATE, {**self._worker_args(allocation), "grace": grace},
+            out = self._python(host, "terminate", {**self._worker_args(allocation), "grace": grace},
                                timeout=grace + self.connect_timeout + 15)
             if not out.get("gone"):
                 raise ProviderUnavailable(f"the worker of {allocation.allocation_id} on ssh host {host.name} "
@@ -490,7 +390,7 @@ class SshProvider(Provider):
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors)
             close = _closer(proc, errors)
             while proc.poll() is None and time.monotonic() < deadline:
-                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                if _forward_listening(proc.pid, port):
                     break
                 time.sleep(0.05)
             if proc.poll() is None and time.monotonic() < deadline:
@@ -581,9 +481,10 @@ class SshProvider(Provider):
             raise error
         return proc
 
-    def _python(self, host: Host, script: str, payload: dict[str, Any], *, timeout: float) -> dict[str, Any]:
-        """Stream a remote script to the host's Python; its last stdout line is its JSON answer."""
-        source = _COMMON + f"\nP = json.loads({json.dumps(payload)!r})\n" + script
+    def _python(self, host: Host, function: str, payload: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+        """Run one function of :mod:`.hostside` on the host's Python; its last stdout line is its answer."""
+        source = (_hostside_source() +
+                  f"\nprint(json.dumps({function}(json.loads({json.dumps(payload)!r}))))\n")
         proc = self._exec(host, f"{remote_python(host)} -", input=source, timeout=timeout)
         lines = proc.stdout.strip().splitlines()
         try:
@@ -652,6 +553,24 @@ def ssh_runner(provider: SshProvider, allocation: Allocation) -> Runner:
 def _agent_source() -> str:
     with open(agent_stub.__file__, encoding="utf-8") as fh:
         return fh.read()
+
+
+def _forward_listening(pid: int, port: int) -> bool:
+    """Whether ssh (``pid``) itself listens on local ``port`` now. Another process may bind the free
+    port first (a kernel started at the same moment picks ports the same way); a connection test
+    alone then passes on that process's socket, and the tunnel's traffic would go to it. Where the
+    system does not show another process's sockets, a connection that opens is taken as the
+    forward, as before."""
+    try:
+        proc = psutil.Process(pid)
+        conns = [c for p in (proc, *proc.children(recursive=True)) for c in p.net_connections(kind="tcp4")]
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns)
 
 
 def _free_port() -> int:

@@ -11,18 +11,28 @@ Each host prices its own bandwidth: ``inet_down_cost`` ($/GB into the machine) b
 ``extra``. ``gpu_ram`` is MB per GPU; it becomes GB by dividing by 1000, as Vast's CLI
 converts, so a "24 GB" requirement admits a 24564 MB card.
 
-The search filters on what the requirements pin: ``gpu_name`` (each wanted model expanded to
-the exact names Vast lists, :data:`GPU_NAMES`), ``num_gpus``, ``driver_version``,
-``cuda_max_good``, memory and price. It has no cursor, so results are paged by the sort key:
-the next page asks for ``dph_total`` from the last price on, leaving out the asks already seen
-at that price, until a page comes back short or ``max_offers`` are listed.
+The search is sent as Vast's official client (``vastai`` 1.9.x) sends it: its default filters
+(verified, not external, rentable, not rented), then what the requirements pin: ``gpu_name`` (each
+wanted model expanded to the exact names Vast lists, :data:`GPU_NAMES`), ``num_gpus``, memory,
+price, ``driver_version`` as the client's zero-padded number (:func:`numeric_driver`),
+``cuda_max_good``, and ``compute_cap`` from the CUDA floor (a CUDA release builds for GPUs of
+:data:`MIN_COMPUTE_CAP` and up, whatever CUDA the host's driver reports). SSH is direct, so only
+hosts with a direct port are asked for (``direct_port_count >= 1``). It has no cursor, so results
+are paged by the sort key: the next page asks for ``dph_total`` from the last price on, leaving out
+the asks already seen at that price, until a page comes back short or ``max_offers`` are listed.
+
+The launch's ``env`` is a JSON object (``{"KEY": "value"}``), as Vast's guide says and its official
+client sends (the document's Docker-flag string is what that client turns into the object).
+
+Spend is the bill: ``GET /api/v0/charges/`` (per instance: GPU, disk, and bandwidth each way, which
+Vast bills per GB; time before the instance ran is not charged). Until the charges list the
+instance, the provider's rate (``dph_total`` x time since ``start_date``) stands in.
 """
 
 from __future__ import annotations
 
-import os
+import json
 import re
-import shlex
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -55,6 +65,7 @@ from jupyter_portable.compute.http import (
     opt,
     spend_since,
 )
+from jupyter_portable.compute.settings import VAST_API, VAST_IMAGE, PortableVast
 from jupyter_portable.core.errors import (
     AuthError,
     ComputeError,
@@ -63,12 +74,12 @@ from jupyter_portable.core.errors import (
     QuotaExceeded,
 )
 from jupyter_portable.core.offers import Offer, Requirements
-from jupyter_portable.core.times import now_iso, utcnow
+from jupyter_portable.core.times import parse_iso_or_none, to_iso, utcnow
 
-API = "https://console.vast.ai"
+API = VAST_API
 KEY_ENV = "VAST_API_KEY"
 URL_ENV = "VAST_API_URL"  # a proxy, or a twin in tests; the constructor's base_url wins
-DEFAULT_IMAGE = "vastai/base-image:@vastai-automatic-tag"
+DEFAULT_IMAGE = VAST_IMAGE
 
 NO_ASK = re.compile(r"no_such_ask|no such ask|(?:is )?(?:no longer|not) available", re.I)
 AUTH = re.compile(r"invalid user key|auth_error|unauthori[sz]ed|invalid api key", re.I)
@@ -84,6 +95,13 @@ GPU_NAMES = (
     "RTX A4000", "RTX A5000", "RTX A6000", "RTX PRO 6000 WS", "Tesla T4", "Tesla V100",
 )
 CUDA = re.compile(r"\A\s*v?(\d+)(?:\.(\d+))?(?:\.\d+)*\s*\Z")
+DRIVER = re.compile(r"\A\s*(\d{1,3})(?:\.(\d{1,3}))?(?:\.(\d{1,3}))?\s*\Z")
+# The least compute capability (x 100, as Vast's compute_cap) each CUDA major release builds for:
+# CUDA 11 dropped Kepler below 3.5, CUDA 12 Kepler, CUDA 13 Maxwell, Pascal and Volta (NVIDIA's notes).
+MIN_COMPUTE_CAP = {11: 350, 12: 500, 13: 750}
+# a container that stays "created" with one of these in status_msg never starts: its runtime refused it
+RUNTIME_ERROR = re.compile(r"\berror\b|failed|unsatisfied|oci runtime|exec format|no such (?:image|file)"
+                           r"|unable to|cannot|denied", re.I)
 
 # actual_status values from Vast's docs; the doc warns the last three never reach running.
 PENDING = {"loading", "created", "scheduling", "rebooting"}
@@ -101,6 +119,30 @@ def gpu_names(wanted: tuple[str, ...] | list[str]) -> list[str]:
         found = [name for name in GPU_NAMES if text.lower() in name.lower()] or [text]
         out += [name for name in found if name not in out]
     return out
+
+
+def numeric_driver(version: str) -> dict[str, int] | None:
+    """The ``driver_version`` filter for ``version`` as Vast's client sends it: each part zero-padded
+    to three digits, one number ("550.54.15" -> ``{"eq": 550054015}``); a version without its last
+    parts is the range of them ("550.54" -> 550054000..550054999). None when it is not a version."""
+    m = DRIVER.match(version)
+    if not m:
+        return None
+    parts = [int(p) for p in m.groups() if p is not None]
+    low = int("".join(f"{p:03d}" for p in parts + [0] * (3 - len(parts))))
+    if len(parts) == 3:
+        return {"eq": low}
+    return {"gte": low, "lte": low + 10 ** (3 * (3 - len(parts))) - 1}
+
+
+def min_compute_cap(cuda: str | None) -> int | None:
+    """The least ``compute_cap`` a CUDA ``MAJOR.MINOR`` floor can use (:data:`MIN_COMPUTE_CAP`), or None."""
+    m = CUDA.match(cuda or "")
+    if not m:
+        return None
+    major = int(m[1])
+    known = [k for k in MIN_COMPUTE_CAP if k <= major]
+    return MIN_COMPUTE_CAP[max(known)] if known else None
 
 
 def _classify(info: ErrorInfo) -> ComputeError | None:
@@ -144,7 +186,7 @@ class VastProvider(HttpProvider):
         self.disk_gb = disk_gb
         self.limit = max(1, limit)
         self.max_offers = max(1, max_offers)
-        self._api = ApiClient(provider=self.name, base_url=base_url or os.environ.get(URL_ENV) or API,
+        self._api = ApiClient(provider=self.name, base_url=base_url or PortableVast().api_url or API,
                               key=key_from(api_key, KEY_ENV), key_env=KEY_ENV,
                               key_hint="create one at https://cloud.vast.ai/manage-keys/", classify=_classify,
                               timeout=timeout, retries=retries, backoff=backoff, sleep=sleep, clock=clock,
@@ -153,10 +195,11 @@ class VastProvider(HttpProvider):
     # -- check 1: listed ------------------------------------------------------------------
 
     def search_query(self, requirements: Requirements | None = None) -> dict[str, Any]:
-        """The first page's bundles query for ``requirements``: verified, rentable, the GPU
-        models, count, driver and CUDA asked for, cheapest first."""
+        """The first page's bundles query for ``requirements``: the client's default filters, hosts
+        with a direct port, the GPU models, count, driver and CUDA asked for, cheapest first."""
         req = requirements or Requirements()
-        query: dict[str, Any] = {"verified": {"eq": True}, "rentable": {"eq": True}, "rented": {"eq": False},
+        query: dict[str, Any] = {"verified": {"eq": True}, "external": {"eq": False}, "rentable": {"eq": True},
+                                 "rented": {"eq": False}, "direct_port_count": {"gte": 1},
                                  "num_gpus": {"gte": max(1, req.gpu_count)}, "order": [["dph_total", "asc"]],
                                  "limit": self.limit, "allocated_storage": self.disk_gb}
         names = gpu_names(req.gpus)
@@ -164,12 +207,16 @@ class VastProvider(HttpProvider):
             query["gpu_name"] = {"in": names}
         if req.min_gpu_memory_gb:
             query["gpu_ram"] = {"gte": round(req.min_gpu_memory_gb * 1000)}
-        if req.driver:
-            query["driver_version"] = {"eq": req.driver.strip()}  # "XXX.XX.XX", as the document says
+        driver = numeric_driver(req.driver) if req.driver else None
+        if driver:
+            query["driver_version"] = driver
         cuda = CUDA.match(req.min_cuda or "")
         if cuda:
             # cuda_max_good is a float (12.4); MAJOR.MINOR is compared as one
             query["cuda_max_good"] = {"gte": float(f"{int(cuda[1])}.{int(cuda[2] or 0)}")}
+            capability = min_compute_cap(req.min_cuda)
+            if capability:
+                query["compute_cap"] = {"gte": capability}
         if req.max_price_per_hour is not None:
             query["dph_total"] = {"lte": req.max_price_per_hour}
         return query
@@ -222,6 +269,8 @@ class VastProvider(HttpProvider):
             bandwidth_mbps=float(down) if down and down > 0 else 1000.0,
             egress_per_gb=float(opt(row, "inet_down_cost", NUMBER, where=where) or 0.0),
             extra={"ask_id": ask, "machine_id": opt(row, "machine_id", int, where=where),
+                   "compute_cap": opt(row, "compute_cap", NUMBER, where=where),
+                   "direct_port_count": opt(row, "direct_port_count", NUMBER, where=where),
                    "upload_per_gb": opt(row, "inet_up_cost", NUMBER, where=where),
                    "storage_per_gb_month": opt(row, "storage_cost", NUMBER, where=where), "disk_gb": self.disk_gb})
 
@@ -265,8 +314,7 @@ class VastProvider(HttpProvider):
                                     "label": machine_name(allocation_id, env.get(WORKSPACE_ENV)),
                                     "runtype": "ssh_direct", "cancel_unavail": True}
             if env:
-                # the document types env as a Docker flag string
-                body["env"] = " ".join(f"-e {shlex.quote(f'{k}={v}')}" for k, v in env.items())
+                body["env"] = {k: str(v) for k, v in env.items()}  # an object: see the module docstring
             ask = self._ask(offer)
             path = f"/api/v0/asks/{ask}/"
             try:
@@ -283,7 +331,7 @@ class VastProvider(HttpProvider):
                                        provider=self.name)
                 instance = str(need(reply, "new_contract", int))
             allocation = Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id, ref=instance,
-                                    started=now_iso("seconds"), details={"ask_id": ask, "image": image,
+                                    started=to_iso(self.now(), "seconds"), details={"ask_id": ask, "image": image,
                                                                 "price_per_hour": offer.price_per_hour})
             if ssh_public_key:
                 self._attach_key(allocation, ssh_public_key)
@@ -318,8 +366,37 @@ class VastProvider(HttpProvider):
                 return AllocationStatus("lost", reason="vastai no longer lists this instance")
             st = self._state(inst)
             _, st.spend = self._spend(inst)
-            st.spend_source = "provider" if st.spend is not None else None
+            st.spend_source = "provider-rate" if st.spend is not None else None
             return st
+
+    def spend(self, allocation: Allocation) -> tuple[float | None, str | None]:
+        """The bill: the instance's row of ``GET /api/v0/charges/`` (``source`` ``instance-<id>``; the
+        ``day`` window from the day before its launch to now), its ``amount`` ("bill"). Until the
+        charges list it, or when they cannot be read, :meth:`status`'s rate."""
+        started = parse_iso_or_none(allocation.started)
+        now = self.now().timestamp()
+        since = (started.replace(tzinfo=started.tzinfo or timezone.utc).timestamp() if started else now) - 86400
+        filters = {"day": {"gte": int(since), "lte": int(now) + 1}, "type": {"in": ["instance"]}}
+        params: dict[str, Any] = {"select_filters": json.dumps(filters, separators=(",", ":")), "limit": 500}
+        wanted = f"instance-{allocation.ref}"
+        try:
+            for _ in range(100):  # a bound on pages, should the provider loop
+                _, body = self._api.request("GET", "/api/v0/charges/", operation="spend", params=params)
+                with self._api.reading("GET /api/v0/charges/"):
+                    for row in need(body, "results", list):
+                        if opt(row, "source", str, where="results[]") == wanted:
+                            return float(need(row, "amount", NUMBER, where=wanted)), "bill"
+                    token = opt(body, "next_token", str)
+                if not token:
+                    break
+                params["after_token"] = token
+        except ComputeError as exc:
+            self._api.log.info("vastai: the charges of instance %s could not be read (%s); using its rate",
+                               allocation.ref, exc)
+        try:
+            return super().spend(allocation)
+        except ComputeError:
+            return None, None
 
     def _spend(self, inst: dict[str, Any]) -> tuple[float | None, float | None]:
         start = opt(inst, "start_date", NUMBER)
@@ -331,6 +408,8 @@ class VastProvider(HttpProvider):
         actual = opt(inst, "actual_status", str)
         intended = opt(inst, "intended_status", str)
         message = opt(inst, "status_msg", str)
+        if actual == "created" and message and RUNTIME_ERROR.search(message):
+            return AllocationStatus("lost", reason=f"the container was created but could not start: {message}")
         if actual is None or actual in PENDING:
             if intended == "stopped":
                 return AllocationStatus("stopped", reason=message)
@@ -370,7 +449,7 @@ class VastProvider(HttpProvider):
                         state=self._state(inst).state, name=opt(inst, "label", str) or "",
                         started=datetime.fromtimestamp(float(start), timezone.utc).isoformat() if start else None,
                         uptime_s=uptime, price_per_hour=opt(inst, "dph_total", NUMBER), spend=spend,
-                        spend_source="provider" if spend is not None else None,
+                        spend_source="provider-rate" if spend is not None else None,
                         details={"actual_status": opt(inst, "actual_status", str)}))
                 token = opt(body, "next_token", str)
             if not token:

@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
+from types import MappingProxyType
 from typing import Any
 
 from jupyter_portable.core.errors import UsageError
@@ -23,6 +24,24 @@ from jupyter_portable.core.validate import short_repr
 BOOKING_SCHEMA = 1
 CHARGE_POLICIES = ("now", "before")  # "before": charged automatically CHARGE_LEAD before the start
 GUARANTEES = ("provider", "capacity-checked", "best-effort")
+# What each guarantee means to the user, one sentence each: the calendar's promise and the
+# booking's record say it in these words (the server sends them; the sidebar holds no copy).
+GUARANTEE_TEXT: Mapping[str, str] = MappingProxyType({
+    "provider": "Provider-backed: the provider sold this capacity; it cannot be cancelled once bought.",
+    "capacity-checked": "Capacity-checked: the market holds one machine of this offer for the slot.",
+    "best-effort": "Best effort: acquiring starts ahead of the slot; no capacity is held.",
+})
+
+
+def promised_guarantee(provider: str, reservable: bool, capacity: int | None) -> str:
+    """The guarantee a booking of an offer would record, so the calendar promises only that: a
+    reservable offer of the local market holds capacity; elsewhere the provider sells the slot; an
+    offer that is not reservable is booked best effort."""
+    if not reservable:
+        return "best-effort"
+    if provider == "local":
+        return "capacity-checked" if capacity else "best-effort"
+    return "provider"
 STATUSES = ("booked", "cancelled", "charged")
 CANCEL_RULES = ("free-until-start", "free-until-charge", "no-cancel")
 CHARGE_LEAD = timedelta(hours=2)
@@ -194,10 +213,12 @@ def _taken_by_hour(bookings: Iterable[Booking], offer_key: str, origin: datetime
 
 
 def slots(day_start: datetime, days: int, bookings: list[Booking], capacity: Mapping[str, int | None],
-          offer_keys: list[str], slot_hours: int = 1) -> dict[str, Any]:
+          offer_keys: list[str], slot_hours: int = 1, guarantees: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The calendar grid from ``day_start`` for ``days`` days, one row of slots per offer key.
+    ``guarantees``: what a booking of each offer would record (:func:`promised_guarantee`);
+    where not given, capacity-checked where the capacity is known, else best effort.
 
-    Returns ``{"start", "days", "slot_hours", "offers": {key: {"capacity", "guarantee", "slots":
+    Returns ``{"start", "days", "slot_hours", "offers": {key: {"capacity", "guarantee", "guarantee_text", "slots":
     [{"start", "free", "taken", "mine"}]}}}``. ``taken`` is the most bookings held at once in the
     slot; ``free`` is capacity minus that (None where capacity is unknown: best-effort);
     ``mine`` lists the reservation ids in the slot. Cancelled bookings hold nothing.
@@ -220,7 +241,8 @@ def slots(day_start: datetime, days: int, bookings: list[Booking], capacity: Map
             mine = list(dict.fromkeys(rid for i in hours for rid in by_hour.get(i, ())))
             row.append({"start": _iso(origin + first * HOUR), "free": None if cap is None else max(cap - taken, 0),
                         "taken": taken, "mine": mine})
-        offers[key] = {"capacity": cap, "guarantee": "best-effort" if cap is None else "capacity-checked",
+        guarantee = (guarantees or {}).get(key) or ("best-effort" if cap is None else "capacity-checked")
+        offers[key] = {"capacity": cap, "guarantee": guarantee, "guarantee_text": GUARANTEE_TEXT[guarantee],
                        "slots": row}
     return {"start": _iso(origin), "days": days, "slot_hours": slot_hours, "offers": offers}
 

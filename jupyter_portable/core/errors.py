@@ -15,6 +15,7 @@ Foreign errors (fsspec, botocore, OSError) are translated where they enter, with
     ├── ConflictError              another writer moved the head first
     │   └── FencedError            this writer's allocation epoch is stale
     ├── VersionNotFound            the asked-for manifest version does not exist
+    ├── ReservationNotFound        the workspace has no booking by that id
     └── ComputeError               a provider refused or failed; carries ``provider``
         ├── NoCapacity             listed, but none to be had now (zone exhausted, sold out)
         ├── QuotaExceeded          the account may not have more of this
@@ -89,6 +90,10 @@ class VersionNotFound(PortableError):
     """No manifest with that version in the workspace's history."""
 
 
+class ReservationNotFound(PortableError):
+    """The workspace has no booking by that id."""
+
+
 class ComputeError(PortableError):
     """A compute provider refused or failed. ``provider`` names it; ``offer`` where known."""
 
@@ -146,6 +151,7 @@ __all__ = [
     "PortableError",
     "ProviderUnavailable",
     "QuotaExceeded",
+    "ReservationNotFound",
     "StoreError",
     "UnsafePath",
     "UnsupportedStore",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_portable.core.errors import ManifestError, UnsafePath
-from jupyter_portable.core.paths import check_link_target, check_relpath
+from jupyter_portable.core.paths import check_link_target, check_relpath, disk_name
 from jupyter_portable.core.records import CheckpointRecord, check_allocation, check_next_action
 from jupyter_portable.core.tree import LazyFiles, TreeReader
 from jupyter_portable.core.validate import (
@@ -285,22 +285,9 @@ class Manifest:
         if self.tree is not None:
             return {"format": MANIFEST_FORMAT, "schema": MANIFEST_SCHEMA, "tree": self.tree,
                     "file_count": len(self.files), "total_bytes": self.total, **self._records()}
-        return {
-            "format": MANIFEST_FORMAT,
-            "schema": 1,
-            "workspace_id": self.workspace_id,
-            "version": self.version,
-            "parent": None if self.parent is None
-            else {"version": self.parent.version, "manifest": self.parent.manifest},
-            "created": self.created,
-            "message": self.message,
-            "epoch": self.epoch,
-            "files": [f.to_json() for f in self.files],
-            "checkpoints": list(self.checkpoints),
-            "runtime": self.runtime,
-            "next_action": self.next_action,
-            "allocations": list(self.allocations),
-        }
+        # schema 1 (still read): every file in one list (keys are sorted in the canonical bytes)
+        return {"format": MANIFEST_FORMAT, "schema": 1, "files": [f.to_json() for f in self.files],
+                **self._records()}
 
     def to_bytes(self) -> bytes:
         """The canonical bytes (computed once: the manifest is immutable)."""
@@ -317,29 +304,9 @@ class Manifest:
 
     @classmethod
     def from_json(cls, obj: object) -> "Manifest":
-        if not isinstance(obj, dict):
-            raise ManifestError("a manifest must be a JSON object")
-        if obj.get("format") != MANIFEST_FORMAT:
-            raise ManifestError(f"not a manifest (format {short_repr(obj.get('format'))})")
-        schema = obj.get("schema")
-        if schema not in (1, MANIFEST_SCHEMA) or type(schema) is not int:
-            raise ManifestError(
-                f"manifest schema {short_repr(schema)} is not supported (this package reads 1 and {MANIFEST_SCHEMA})",
-                hint="upgrade jupyter-portable",
-            )
-        records = ("format", "schema", "workspace_id", "version", "parent", "created", "message", "epoch",
-                   "checkpoints", "runtime", "next_action", "allocations")
-        _keys(obj, "manifest", records + (("files",) if schema == 1 else ("tree", "file_count", "total_bytes")))
-        parent = obj["parent"]
-        pref = None
-        if parent is not None:
-            _keys(parent, "manifest parent", ("version", "manifest"))
-            pref = ParentRef(_int(parent["version"], "parent version", minimum=1),
-                             check_hash(parent["manifest"], "parent manifest"))
-        version = _int(obj["version"], "manifest version", minimum=1)
-        if (pref is None) != (version == 1) or (pref is not None and pref.version != version - 1):
-            raise ManifestError(f"manifest version {version} must have parent version {version - 1}"
-                                if version > 1 else "manifest version 1 must have no parent")
+        link = ManifestLink.from_json(obj)
+        assert isinstance(obj, dict)
+        schema, version, pref = link.schema, link.version, link.parent
         if schema == 1:
             files: Sequence[FileEntry] = _flat_files(obj["files"])
             tree, total = None, 0
@@ -381,18 +348,70 @@ def _flat_files(raw_files: object) -> tuple[FileEntry, ...]:
     if not isinstance(raw_files, list):
         raise ManifestError("manifest files must be a list")
     files = tuple(FileEntry.from_json(f) for f in raw_files)
-    seen: set[str] = set()
+    # Paths are compared as the bytes they are on disk: "é" and its escaped UTF-8 bytes
+    # "\udcc3\udca9" are two strings but one file (only paths beyond ASCII can differ so).
+    seen: dict[bytes, str] = {}
     for f in files:
-        if f.path in seen:
+        key = disk_name(f.path) if not f.path.isascii() else f.path.encode()
+        other = seen.get(key)
+        if other == f.path:
             raise ManifestError(f"manifest names {f.path!r} twice")
-        seen.add(f.path)
+        if other is not None:
+            raise UnsafePath(f"manifest names {other!r} and {f.path!r}, which are the same path on disk")
+        seen[key] = f.path
+    folders: dict[bytes, str] = {}  # the folders of paths beyond ASCII, by their bytes
     for f in files:  # a path must not live under a file or a symlink
         head, _, _ = f.path.rpartition("/")
         while head:
-            if head in seen:
+            wide = not head.isascii()
+            key = disk_name(head) if wide else head.encode()
+            if key in seen:
                 raise ManifestError(f"{f.path!r} lies under another entry {head!r}")
+            if wide and folders.setdefault(key, head) != head:
+                raise UnsafePath(f"manifest names folders {folders[key]!r} and {head!r}, which are the same "
+                                 "folder on disk")
             head, _, _ = head.rpartition("/")
     return files
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestLink:
+    """What a manifest says about its place in the history (section 5.4), validated as
+    :meth:`Manifest.from_json` validates it, without reading its files: what a reader checks of
+    each manifest it passes through on the way to an older version."""
+
+    workspace_id: str
+    version: int
+    parent: ParentRef | None
+    epoch: int
+    schema: int
+
+    @classmethod
+    def from_json(cls, obj: object) -> "ManifestLink":
+        if not isinstance(obj, dict):
+            raise ManifestError("a manifest must be a JSON object")
+        if obj.get("format") != MANIFEST_FORMAT:
+            raise ManifestError(f"not a manifest (format {short_repr(obj.get('format'))})")
+        schema = obj.get("schema")
+        if schema not in (1, MANIFEST_SCHEMA) or type(schema) is not int:
+            raise ManifestError(
+                f"manifest schema {short_repr(schema)} is not supported (this package reads 1 and {MANIFEST_SCHEMA})",
+                hint="upgrade jupyter-portable",
+            )
+        records = ("format", "schema", "workspace_id", "version", "parent", "created", "message", "epoch",
+                   "checkpoints", "runtime", "next_action", "allocations")
+        _keys(obj, "manifest", records + (("files",) if schema == 1 else ("tree", "file_count", "total_bytes")))
+        parent = obj["parent"]
+        pref = None
+        if parent is not None:
+            _keys(parent, "manifest parent", ("version", "manifest"))
+            pref = ParentRef(_int(parent["version"], "parent version", minimum=1),
+                             check_hash(parent["manifest"], "parent manifest"))
+        version = _int(obj["version"], "manifest version", minimum=1)
+        if (pref is None) != (version == 1) or (pref is not None and pref.version != version - 1):
+            raise ManifestError(f"manifest version {version} must have parent version {version - 1}"
+                                if version > 1 else "manifest version 1 must have no parent")
+        return cls(check_workspace_id(obj["workspace_id"]), version, pref, _int(obj["epoch"], "epoch"), schema)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,10 +8,11 @@ checks; :class:`Checks` records which were done and what they said.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from jupyter_portable.core.errors import UsageError
+from jupyter_portable.core.images import CONTAINER_IMAGE_PROVIDERS, legacy_image
 
 _ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}\Z")
 
@@ -81,21 +82,34 @@ class Offer:
 
 @dataclass(frozen=True)
 class Requirements:
-    """What the work needs. Every field is optional; an empty Requirements admits anything."""
+    """What the work needs. Every field is optional; an empty Requirements admits anything.
+
+    ``container_image`` is what RunPod, Vast.ai and the local market start; ``machine_image``
+    what AWS or Google Cloud boots (an AMI or a GCP image: the one cloud of its form). Each
+    provider gets only its own kind (:func:`~jupyter_portable.core.images.image_for`)."""
 
     gpus: tuple[str, ...] = ()  # acceptable models, matched case-insensitively as substrings
     gpu_count: int = 1
     min_gpu_memory_gb: float = 0.0
     driver: str | None = None  # an exact driver version, e.g. "550.54.15"
     min_cuda: str | None = None  # e.g. "12.1"
-    image: str | None = None
+    container_image: str | None = None
+    machine_image: str | None = None
     max_price_per_hour: float | None = None
     regions: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"gpus": list(self.gpus), "gpu_count": self.gpu_count, "min_gpu_memory_gb": self.min_gpu_memory_gb,
-                "driver": self.driver, "min_cuda": self.min_cuda, "image": self.image,
-                "max_price_per_hour": self.max_price_per_hour, "regions": list(self.regions)}
+                "driver": self.driver, "min_cuda": self.min_cuda, "container_image": self.container_image,
+                "machine_image": self.machine_image, "max_price_per_hour": self.max_price_per_hour,
+                "regions": list(self.regions)}
+
+    def for_provider(self, provider: str) -> "Requirements":
+        """These requirements as a machine of ``provider`` is held to them: the container image only
+        where the provider starts containers (a VM or an ssh host runs none, so none is asked of it)."""
+        if provider in CONTAINER_IMAGE_PROVIDERS or self.container_image is None:
+            return self
+        return replace(self, container_image=None)
 
     @classmethod
     def from_json(cls, obj: object) -> "Requirements":
@@ -104,6 +118,11 @@ class Requirements:
         if not isinstance(obj, dict):
             raise UsageError("requirements must be an object")
         known = {f.name for f in fields(cls)}
+        obj = dict(obj)
+        if obj.get("image"):  # the single image of before: by its form, one of the two
+            setting, value = legacy_image(str(obj.pop("image")))
+            obj.setdefault(setting, value)
+        obj.pop("image", None)
         extra = set(obj) - known
         if extra:
             raise UsageError(f"unknown requirement(s): {', '.join(sorted(extra))}")
@@ -111,7 +130,8 @@ class Requirements:
             req = cls(gpus=tuple(str(g) for g in obj.get("gpus") or ()), gpu_count=int(obj.get("gpu_count", 1)),
                       min_gpu_memory_gb=float(obj.get("min_gpu_memory_gb", 0)),
                       driver=obj.get("driver") or None, min_cuda=obj.get("min_cuda") or None,
-                      image=obj.get("image") or None,
+                      container_image=obj.get("container_image") or None,
+                      machine_image=obj.get("machine_image") or None,
                       max_price_per_hour=None if obj.get("max_price_per_hour") is None
                       else float(obj["max_price_per_hour"]),
                       regions=tuple(str(r) for r in obj.get("regions") or ()))
@@ -142,8 +162,8 @@ def unmet(offer: Offer, req: Requirements) -> dict[str, str]:
         out["driver"] = f"does not list its driver; {req.driver} is pinned"
     if req.min_cuda and (not offer.cuda or version_tuple(offer.cuda) < version_tuple(req.min_cuda)):
         out["cuda"] = f"CUDA {offer.cuda or 'unknown'}, at least {req.min_cuda} needed"
-    if req.image and offer.images and req.image not in offer.images:
-        out["image"] = f"image {req.image} is not offered"
+    if req.container_image and offer.images and req.container_image not in offer.images:
+        out["image"] = f"image {req.container_image} is not offered"
     if req.regions and offer.region not in req.regions:
         out["region"] = f"{offer.region} is not one of {', '.join(req.regions)}"
     if req.max_price_per_hour is not None and offer.price_per_hour > req.max_price_per_hour:

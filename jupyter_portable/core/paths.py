@@ -9,6 +9,24 @@ from jupyter_portable.core.errors import UnsafePath
 _RESERVED_TOP = ".portable"
 
 
+def disk_name(text: str) -> bytes:
+    """The bytes a path or name is on disk: UTF-8, with each ``\\udc80``-``\\udcff`` escape
+    (Python's ``surrogateescape``) back as its byte. Two names with the same bytes are the same
+    file; UnicodeEncodeError for a lone surrogate, which no filesystem name can hold."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def check_encodable(text: str, what: str) -> None:
+    """Refuse a name no filesystem can hold: a lone surrogate that is not an escaped byte."""
+    if not text.isascii():
+        try:
+            disk_name(text)
+        except UnicodeEncodeError as exc:
+            bad = text[exc.start]
+            raise UnsafePath(f"{what} {text!r} holds a lone surrogate (U+{ord(bad):04X}), which is neither "
+                             "UTF-8 nor an escaped byte: no filesystem name can hold it") from None
+
+
 def check_relpath(path: object, *, what: str = "path") -> str:
     """Return ``path`` if it is a safe, normalised, workspace-relative POSIX path.
 
@@ -31,6 +49,7 @@ def check_relpath(path: object, *, what: str = "path") -> str:
             raise UnsafePath(f"{what} {path!r} has a {part or 'empty'!r} segment")
     if parts[0] == _RESERVED_TOP:
         raise UnsafePath(f"{what} {path!r} is inside the reserved .portable directory")
+    check_encodable(path, what)
     return path
 
 
@@ -42,6 +61,7 @@ def check_link_target(path: str, target: object) -> str:
         raise UnsafePath(f"symlink {path!r} target contains a NUL byte or a backslash")
     if target.startswith("/"):
         raise UnsafePath(f"symlink {path!r} points to absolute path {target!r}")
+    check_encodable(target, f"the target of symlink {path!r}:")
     resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
     if resolved == ".." or resolved.startswith("../") or resolved == ".":
         raise UnsafePath(f"symlink {path!r} points outside the workspace ({target!r})")

@@ -8,8 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from jupyter_portable.core.envplan import check_record
 from jupyter_portable.core.errors import ManifestError
 from jupyter_portable.core.paths import check_relpath
+from jupyter_portable.core.spend import SPEND_SOURCES
 from jupyter_portable.core.validate import check_hash, check_number
 
 CHECKPOINT_STATUSES = ("verified", "rejected")
@@ -120,8 +122,8 @@ def check_next_action(obj: object) -> dict[str, Any] | None:
 
 
 ALLOCATION_FIELDS = {"allocation_id", "provider", "offer", "gpu", "region", "started", "stopped",
-                     "stop_reason", "spend", "currency", "failures", "epoch", "state", "ref", "price_per_hour",
-                     "driver", "predicted", "measured"}
+                     "stop_reason", "spend", "spend_source", "currency", "failures", "epoch", "state", "ref",
+                     "price_per_hour", "driver", "predicted", "measured", "environment", "reservation_id"}
 # What the route predicted for this allocation, and what happened (seconds, dollars, hours). Optional:
 # records written before they existed, and launches that never reached Ready, have neither.
 PREDICTED_FIELDS = {"time_to_ready_s", "boot_s", "catalog_boot_s", "transfer_s", "queue_s", "bytes", "cost",
@@ -161,16 +163,22 @@ def check_allocation(obj: object) -> dict[str, Any]:
         raise ManifestError(f"allocation record has unknown field(s) {', '.join(sorted(extra))}")
     if not isinstance(obj.get("allocation_id"), str) or not obj["allocation_id"]:
         raise ManifestError("an allocation record needs its allocation_id")
+    # reservation_id: the booking the provider sold that the machine was launched into (its spend is part of it)
     for key in ("provider", "offer", "gpu", "region", "started", "stopped", "stop_reason", "currency", "state", "ref",
-                "driver"):
+                "driver", "reservation_id"):
         _opt(obj, key, str, "allocation")
     for key in ("spend", "price_per_hour"):
         if _opt(obj, key, (int, float), "allocation") is not None:
             check_number(obj[key], f"allocation {key}")
     _opt(obj, "epoch", int, "allocation")
+    source = _opt(obj, "spend_source", str, "allocation")
+    if source is not None and source not in (*SPEND_SOURCES, "provider"):  # "provider": before the three
+        raise ManifestError(f"allocation spend_source must be one of {', '.join(SPEND_SOURCES)}, got {source!r}")
     check_estimate(obj.get("predicted"), "predicted")
     check_estimate(obj.get("measured"), "measured")
     failures = obj.get("failures", [])
     if not isinstance(failures, list) or not all(isinstance(f, str) for f in failures):
         raise ManifestError("allocation failures must be a list of strings")
+    if obj.get("environment") is not None:  # what the machine's Python and packages were (issue 26)
+        check_record(obj["environment"], f"allocation {obj['allocation_id']}")
     return obj

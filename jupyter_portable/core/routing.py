@@ -8,11 +8,17 @@ breakdown, never one opaque number (all in dollars, for the planned ``hours``)::
               plus the offer's own per-GB ingress price)
     storage = workspace_bytes / 1e9 * storage_per_gb_month * hours / 730
     queue   = queue_s / 3600 * (value_of_time_per_hour, or price_per_hour * QUEUE_PRICE_FACTOR)
-    risk    = p_fail * (wasted GPU time of boot + transfer, plus egress paid again)
+    risk    = the expected hours a failure costs the researcher x (price_per_hour + value_of_time),
+              plus egress paid again (core.risk: a failed launch wastes the boot and the transfer;
+              a machine lost within the planned hours costs the time to notice, to Continue
+              again and to redo the work since the last verified checkpoint)
     total   = gpu + egress + storage + queue + risk
 
-``p_fail`` grows with what recently happened to the offer (:class:`Incident`: a preemption,
-a failed launch, a driver refusal), at once and fading over :data:`INCIDENT_WINDOW_S`.
+The chances grow with what recently happened to the offer (:class:`Incident`: a preemption,
+a failed launch, a driver refusal), at once and fading over :data:`INCIDENT_WINDOW_S`. The
+routes are ranked by total, except that an offer preempted repeatedly within the last hour is
+not put first while another open route costs at most :data:`BEST_MARGIN` more; the route says
+why (``Route.demoted``).
 Time to Ready is ``queue + boot + transfer``; the boot is the catalog's guess until Continues
 were measured (:class:`BootSample`, :func:`learn_boots`): the offer's own recent boots replace
 it, else its provider's recent excess over the catalog is added to it. The
@@ -35,20 +41,26 @@ from typing import Any
 
 from jupyter_portable.core.errors import UsageError
 from jupyter_portable.core.offers import Checks, Offer, Requirements, unmet
+from jupyter_portable.core.risk import (
+    BEST_MARGIN,
+    INCIDENT_P,
+    INCIDENT_WINDOW_S,
+    REPEAT_WINDOW_S,
+    REPEATED_PREEMPTIONS,
+    Incident,
+    Risk,
+    hours_words,
+    preemptions_within,
+    price_risk,
+)
+from jupyter_portable.core.risk import duration as _duration
 from jupyter_portable.core.spend import money
 
 LOCAL_PROVIDER = "local"  # the local market: workers are processes on this machine
 HOURS_PER_MONTH = 730.0  # storage is priced per GB-month; 8760 h / 12
 DEFAULT_QUEUE_S = 300.0  # expected wait when the provider does not say whether it has capacity
 QUEUE_PRICE_FACTOR = 1.0  # an hour waited is an hour of planned work not done, at the GPU's own rate
-RECENT_FAILURE_P = 0.10  # each recent launch failure of this offer adds this to p_fail
-DRIVER_MISMATCH_P = 0.25  # each admission refusal (wrong driver) weighs more: it wastes a whole boot
-MAX_P_FAIL = 0.95  # never certain: a route that always failed stays a (very dear) route
 UNKNOWN_STORE_EGRESS_PER_GB = 0.09  # a store the table does not know: assume the dearest common rate
-INCIDENT_WINDOW_S = 2 * 3600.0  # how long what happened to an offer weighs on its risk (fading to nothing)
-# What one incident adds to p_fail at once: a preemption says the market wants the machine back;
-# a refused driver wastes a whole boot and will happen again on the same offer.
-INCIDENT_P = {"preempted": 0.30, "launch failed": 0.20, "refused": 0.40}
 BOOT_WINDOW_S = 7 * 86400.0  # a measured boot older than this says nothing about the offer today
 BOOT_SAMPLES = 5  # the newest this many measured boots of an offer (twice as many of a provider) count
 
@@ -99,36 +111,16 @@ class WorkspaceFacts:
     store_egress_per_gb: float
     storage_per_gb_month: float = 0.023
     workspace_bytes: int = 0
+    checkpoint_every_s: float | None = None  # the usual gap between verified checkpoints; None: no cadence yet
 
     def __post_init__(self) -> None:
         if self.bytes_to_move < 0 or self.workspace_bytes < 0:
             raise UsageError("bytes_to_move and workspace_bytes must not be negative")
+        if self.checkpoint_every_s is not None and not (0 < self.checkpoint_every_s < math.inf):
+            raise UsageError("checkpoint_every_s must be a positive number of seconds,"
+                             f" not {self.checkpoint_every_s!r}")
         if not (self.store_egress_per_gb >= 0) or not (self.storage_per_gb_month >= 0):
             raise UsageError("store_egress_per_gb and storage_per_gb_month must not be negative")
-
-
-@dataclass(frozen=True)
-class Incident:
-    """Something that happened to an offer ``age_s`` seconds ago: ``kind`` is one of
-    :data:`INCIDENT_P` ("preempted", "launch failed", "refused")."""
-
-    kind: str
-    age_s: float
-
-    def __post_init__(self) -> None:
-        if self.kind not in INCIDENT_P:
-            raise UsageError(f"incident kind must be one of {', '.join(INCIDENT_P)}, not {self.kind!r}")
-        if not (0 <= self.age_s < math.inf):
-            raise UsageError(f"incident age_s must be a non-negative number of seconds, not {self.age_s!r}")
-
-    @property
-    def weight(self) -> float:
-        """What it adds to p_fail now: all of it at once, nothing after the window."""
-        return INCIDENT_P[self.kind] * max(0.0, 1.0 - self.age_s / INCIDENT_WINDOW_S)
-
-    def words(self) -> str:
-        """"preempted 4 min ago"."""
-        return f"{self.kind} {_duration(self.age_s)} ago" if self.age_s >= 30 else f"{self.kind} just now"
 
 
 @dataclass(frozen=True)
@@ -250,6 +242,9 @@ class Route:
     boot_basis: str = "catalog"  # "measured" (this offer's recent boots), "provider" (catalog + its excess)
     hours: float = 0.0  # the planned hours the cost is for
     bytes_to_move: int = 0
+    risk: Risk | None = None  # what the risk term is made of
+    rank: int = 0  # 1 for the best open route, in the order to try them; blocked routes follow
+    demoted: str | None = None  # why this cheaper route is not first (preempted repeatedly), in words
 
     def predicted(self) -> dict[str, Any]:
         """What this route predicts, as an allocation record's ``predicted`` (core.records)."""
@@ -264,7 +259,9 @@ class Route:
                 "price_per_hour": self.offer.price_per_hour, "cost": self.cost.to_json(),
                 "time_to_ready_s": round(self.time_to_ready_s, 1), "checks": self.checks.to_json(),
                 "blocked": self.blocked, "reasons": dict(self.reasons), "breakdown": list(self.breakdown),
-                "p_fail": round(self.p_fail, 4), "history": list(self.history), "words": dict(self.words)}
+                "p_fail": round(self.p_fail, 4), "history": list(self.history), "words": dict(self.words),
+                "risk": self.risk.to_json() if self.risk is not None else None, "rank": self.rank,
+                "demoted": self.demoted}
 
 
 def budget_reason(total: float, hours: float, left: float) -> str | None:
@@ -324,31 +321,35 @@ def egress_price_per_gb(store_provider: str | None, store_region: str | None, of
     return store_side + offer.egress_per_gb
 
 
-def _p_fail(offer: Offer, failures: int, mismatches: int, incidents: tuple[Incident, ...] = ()) -> float:
-    # Launch failure and unreliability as independent events, then what history adds.
-    p = 1.0 - (1.0 - offer.launch_failure_rate) * offer.reliability
-    p += RECENT_FAILURE_P * failures + DRIVER_MISMATCH_P * mismatches + sum(i.weight for i in incidents)
-    return min(p, MAX_P_FAIL)
-
-
 def _money(x: float) -> str:
     return f"${x:,.2f}"
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+def percent(p: float) -> str:
+    """"8%", "<1%": a chance as the sidebar rounds the route's ``p_fail`` (4 places, then half up)."""
+    q = round(p, 4)
+    return "<1%" if 0 < q < 0.005 else f"{math.floor(q * 100 + 0.5)}%"
+
+
+def risk_words(risk: Risk, hours: float, history: Iterable[str] = ()) -> str:
+    """The risk term in words: the chance, the hours and dollars it is expected to cost, what
+    happened to the offer, and what one lost machine costs."""
+    happened = list(history)
+    return (f"Risk: {percent(risk.p_fail)} chance of a failed launch or a lost machine in the {hours:g} planned h:"
+            f" {hours_words(risk.hours)} lost, {money(risk.dollars)} expected"
+            + (f" ({', '.join(happened)})" if happened else "")
+            + f". A lost machine costs {_duration(risk.notice_s)} to notice, {_duration(risk.again_s)} to Continue"
+            f" again and {_duration(risk.work_s)} of work since the last verified checkpoint")
 
 
 def _price_route(facts: WorkspaceFacts, offer: Offer, req: Requirements, hours: float, caps: Caps,
-                 signals: Signals, given: Checks | None, value_of_time: float) -> Route:
+                 signals: Signals, given: Checks | None, value_of_time: float, prepaid: float | None = None) -> Route:
     key = offer.key
     price = offer.price_per_hour
     reasons: dict[str, str] = dict(unmet(offer, req))
-    if caps.max_price_per_hour is not None and price > caps.max_price_per_hour:
+    if prepaid is not None and caps.budget_left is not None:
+        caps = replace(caps, budget_left=caps.budget_left + max(0.0, prepaid))
+    if caps.max_price_per_hour is not None and price > caps.max_price_per_hour and prepaid is None:
         reasons["price_cap"] = f"${price:.2f}/h is over the cap of ${caps.max_price_per_hour:.2f}/h"
     checks = replace(given, notes=dict(given.notes)) if given is not None else Checks()
     if not checks.listed:
@@ -394,18 +395,18 @@ def _price_route(facts: WorkspaceFacts, offer: Offer, req: Requirements, hours: 
     failures = signals.recent_launch_failures.get(key, 0)
     mismatches = signals.driver_mismatches.get(key, 0)
     incidents = tuple(i for i in signals.incidents.get(key, ()) if i.weight > 0)
-    p_fail = _p_fail(offer, failures, mismatches, incidents)
-    # A failed attempt wastes the boot and the transfer (the GPU meters from launch) and
-    # the bytes must be moved, and paid for, again.
-    retry = (boot_s + transfer_s) / 3600 * (price + value_of_time) + egress
-    risk = p_fail * retry
+    ready_s = queue_s + boot_s + transfer_s
+    r = price_risk(reliability=offer.reliability, launch_failure_rate=offer.launch_failure_rate, failures=failures,
+                   mismatches=mismatches, incidents=incidents, hours=hours, boot_s=boot_s, transfer_s=transfer_s,
+                   ready_s=ready_s, checkpoint_every_s=facts.checkpoint_every_s, rate=price + value_of_time,
+                   egress=egress)
+    p_fail, risk = r.p_fail, r.dollars
     cost = Cost(gpu=gpu, egress=egress, storage=storage, queue=queue, risk=risk,
                 total=gpu + egress + storage + queue + risk)
     over = budget_reason(cost.total, hours, caps.budget_left) if caps.budget_left is not None else None
     if over:
         reasons["budget"] = over
 
-    ready_s = queue_s + boot_s + transfer_s
     history = [i.words() for i in incidents]
     if failures:
         history.append(f"{failures} recent launch failure(s)")
@@ -418,8 +419,7 @@ def _price_route(facts: WorkspaceFacts, offer: Offer, req: Requirements, hours: 
         "storage": f"Storage: keeping {facts.workspace_bytes / 1e9:,.1f} GB in the store for {hours:g} h",
         "queue": (f"Queue: about {_duration(queue_s)} of waiting ({queue_why}), priced at this GPU's rate"
                   if queue_s > 0 else "Queue: no wait, capacity is free now"),
-        "risk": (f"Risk: {p_fail:.0%} chance the launch fails: {money(risk)} expected, a boot and transfer"
-                 " wasted" + (f" ({', '.join(history)})" if history else "")),
+        "risk": risk_words(r, hours, history),
         "total": "Total: the whole cost of getting to the next verified state, the figure caps are held to",
     }
     breakdown = (
@@ -428,24 +428,32 @@ def _price_route(facts: WorkspaceFacts, offer: Offer, req: Requirements, hours: 
         f"storage: {facts.workspace_bytes / 1e9:,.1f} GB x ${facts.storage_per_gb_month:.3f}/GB-month"
         f" for {hours:g} h = {_money(storage)}",
         f"queue: ~{_duration(queue_s)} ({queue_why}) x ${wait_rate:.2f}/h = {_money(queue)}",
-        f"risk: {p_fail:.0%} chance of a failed attempt"
-        + (f" ({', '.join(history)})" if history else "") + f" x {_money(retry)} retry = {_money(risk)}",
+        f"risk: {r.p_launch:.0%} launch fails x {_duration(r.launch_s)} wasted + {r.p_lost:.0%} machine lost"
+        f" x ({_duration(r.notice_s)} to notice + {_duration(r.again_s)} to Continue again"
+        f" + {_duration(r.work_s)} of work since the last verified checkpoint)"
+        + (f" ({', '.join(history)})" if history else "")
+        + f" = {hours_words(r.hours)} x ${r.rate:.2f}/h" + (" + egress again" if egress > 0 else "")
+        + f" = {_money(risk)}",
         f"ready in ~{_duration(ready_s)}: queue {_duration(queue_s)} + boot {_duration(boot_s)} ({boot_why})"
         f" + transfer {_duration(transfer_s)}",
     )
     return Route(id=route_id(offer), offer=offer, cost=cost, time_to_ready_s=ready_s, transfer_s=transfer_s,
                  queue_s=queue_s, boot_s=boot_s, blocked="; ".join(reasons.values()) or None, checks=checks,
                  reasons=reasons, breakdown=breakdown, p_fail=p_fail, history=tuple(history), words=words,
-                 boot_basis=boot_basis, hours=hours, bytes_to_move=facts.bytes_to_move)
+                 boot_basis=boot_basis, hours=hours, bytes_to_move=facts.bytes_to_move, risk=r)
 
 
 def rank_routes(facts: WorkspaceFacts, offers: Iterable[Offer], requirements: Requirements | None = None, *,
                 hours: float, caps: Caps = Caps(), signals: Signals = Signals(),
-                checks: Mapping[str, Checks] | None = None, value_of_time_per_hour: float = 0.0) -> list[Route]:
+                checks: Mapping[str, Checks] | None = None, value_of_time_per_hour: float = 0.0,
+                prepaid: Mapping[str, float] | None = None) -> list[Route]:
     """Every offer as a priced route: unblocked by total cost (ties: sooner ready), then blocked ones.
 
-    ``checks`` maps ``Offer.key`` to the checks done so far. Raises UsageError for
-    ``hours`` or ``value_of_time_per_hour`` that are not positive numbers.
+    ``checks`` maps ``Offer.key`` to the checks done so far. ``prepaid`` maps an offer's key to
+    the dollars a slot the provider sold (paid, in force) still holds for it: the budget already
+    holds that money back, so its route is held against what is left plus that, and not against
+    the $/h ceiling (the slot is bought), and it is ranked before the others. Raises UsageError
+    for ``hours`` or ``value_of_time_per_hour`` that are not positive numbers.
     """
     if not (isinstance(hours, (int, float)) and 0 < hours < math.inf):
         raise UsageError(f"hours must be a positive number, not {hours!r}")
@@ -453,14 +461,51 @@ def rank_routes(facts: WorkspaceFacts, offers: Iterable[Offer], requirements: Re
         raise UsageError(f"value_of_time_per_hour must not be negative, not {value_of_time_per_hour!r}")
     req = requirements or Requirements()
     done = checks or {}
-    routes = [_price_route(facts, o, req, float(hours), caps, signals, done.get(o.key), value_of_time_per_hour)
-              for o in offers]
-    routes.sort(key=lambda r: (r.blocked is not None, r.cost.total, r.time_to_ready_s, r.id))
-    return routes
+    paid = prepaid or {}
+    routes = [_price_route(facts, o, req, float(hours), caps, signals, done.get(o.key), value_of_time_per_hour,
+                           paid.get(o.key)) for o in offers]
+    # a slot already paid for goes first: Continue launches into it (its money is spent either way)
+    routes.sort(key=lambda r: (r.blocked is not None, r.offer.key not in paid, r.cost.total, r.time_to_ready_s, r.id))
+    routes = _put_repeatedly_preempted_back(routes, signals)
+    return [replace(r, rank=i) for i, r in enumerate(routes, 1)]
+
+
+def best_route(routes: Iterable[Route]) -> Route | None:
+    """The route marked best: the first open one of :func:`rank_routes`' order; None when all are blocked."""
+    return next((r for r in routes if not r.blocked), None)
+
+
+def _put_repeatedly_preempted_back(routes: list[Route], signals: Signals) -> list[Route]:
+    # An offer the market took back again and again is no bargain whatever its price says: while
+    # another open route costs at most BEST_MARGIN more, that one goes first and the cheaper says why.
+    open_ = [r for r in routes if not r.blocked]
+    lost = {r.id: preemptions_within(signals.incidents.get(r.offer.key, ())) for r in open_}
+    if not open_ or lost[open_[0].id] < REPEATED_PREEMPTIONS:
+        return routes
+    limit = open_[0].cost.total * (1 + BEST_MARGIN)
+    alt = next((r for r in open_ if lost[r.id] < REPEATED_PREEMPTIONS and round(r.cost.total, 4) <= round(limit, 4)),
+               None)
+    if alt is None:
+        return routes
+    ahead = open_[:open_.index(alt)]  # cheaper than alt, and every one preempted repeatedly
+    window = "hour" if REPEAT_WINDOW_S == 3600 else _duration(REPEAT_WINDOW_S)
+    why = {r.id: (f"Not marked best: preempted {lost[r.id]} times in the last {window}, and {_name(alt)} at"
+                  f" {money(alt.cost.total)} costs at most {BEST_MARGIN:.0%} more than its {money(r.cost.total)}")
+           for r in ahead}
+    demoted = [replace(r, demoted=why[r.id]) for r in ahead]
+    rest = [r for r in routes if r.id not in why and r.id != alt.id]
+    return [alt, *demoted, *rest]
+
+
+def _name(route: Route) -> str:
+    o = route.offer
+    gpu = f"{o.gpu} x{o.gpu_count}" if o.gpu_count > 1 else o.gpu
+    return f"{gpu} ({o.provider}, {o.region})"
 
 
 __all__ = [
     "BOOT_SAMPLES",
+    "BEST_MARGIN",
     "BOOT_WINDOW_S",
     "BootSample",
     "Caps",
@@ -473,10 +518,13 @@ __all__ = [
     "STORE_EGRESS",
     "Signals",
     "WorkspaceFacts",
+    "best_route",
     "budget_reason",
     "egress_price_per_gb",
     "learn_boots",
     "money",
+    "percent",
     "rank_routes",
+    "risk_words",
     "route_id",
 ]

@@ -14,12 +14,19 @@ names the field and says what it must be; nothing is changed.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_portable.core.errors import UsageError
 from jupyter_portable.core.idle import DEFAULT_IDLE_MINUTES
+from jupyter_portable.core.images import (
+    CONTAINER_WORDS,
+    MACHINE_WORDS,
+    check_container_image,
+    check_machine_image,
+    legacy_image,
+)
 from jupyter_portable.core.offers import Requirements
 from jupyter_portable.core.spend import Budget
 from jupyter_portable.core.validate import check_int, check_number, check_str, check_str_list, short_repr
@@ -37,9 +44,9 @@ MAX_IDLE_MINUTES = 7 * 24 * 60.0
 MAX_ITEMS = 32
 MAX_TEXT = 64
 
-_DRIVER_RE = re.compile(r"\A[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}\Z")
+# a driver version is numbers and dots (NVIDIA: 550.54.15); "nan" or "latest" never matches a machine
+_DRIVER_RE = re.compile(r"\A\d{1,5}(?:\.\d{1,5}){0,3}\Z")
 _CUDA_RE = re.compile(r"\A\d{1,3}(\.\d{1,3}){0,2}\Z")
-_IMAGE_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}\Z")
 _REGION_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
 
@@ -59,6 +66,8 @@ class Field:
     pattern: re.Pattern[str] | None = None
     nullable: bool = False  # None (or "") is a value of its own; otherwise it means the default
     off_value: float | None = None  # a number outside the range that still means something (0: off)
+    # a text's own rule past the pattern: returns the value or raises a UsageError of its own words
+    check: Callable[[str], str] | None = None
 
 
 FIELDS: tuple[Field, ...] = (
@@ -72,9 +81,13 @@ FIELDS: tuple[Field, ...] = (
           pattern=_DRIVER_RE, nullable=True),
     Field("min_cuda", "requirements", "min_cuda", "text", "a CUDA version such as 12.4, or \"\" for any",
           pattern=_CUDA_RE, nullable=True),
-    Field("image", "requirements", "image", "text",
-          "an image name such as nvcr.io/nvidia/pytorch:24.05-py3 (at most 200 characters), or \"\" for any",
-          pattern=_IMAGE_RE, nullable=True),
+    Field("container_image", "requirements", "container_image", "text",
+          f"the container image {CONTAINER_WORDS} start, such as nvcr.io/nvidia/pytorch:24.05-py3, "
+          "or \"\" for each provider's default", nullable=True, check=check_container_image),
+    Field("machine_image", "requirements", "machine_image", "text",
+          f"the image {MACHINE_WORDS} boot: an AMI (ami-0123456789abcdef0) for AWS or an image "
+          "(projects/PROJECT/global/images/family/FAMILY) for Google Cloud, or \"\" for each cloud's default",
+          nullable=True, check=check_machine_image),
     Field("max_price_per_hour", "requirements", "max_price_per_hour", "number",
           f"a price in $/h from 0 to {MAX_PRICE_PER_HOUR:g}, or \"\" for no cap", minimum=0,
           maximum=MAX_PRICE_PER_HOUR, nullable=True),
@@ -100,6 +113,9 @@ FIELDS: tuple[Field, ...] = (
           minimum=MIN_IDLE_MINUTES, maximum=MAX_IDLE_MINUTES, nullable=True, off_value=0),
 )
 FIELD_NAMES = frozenset(f.name for f in FIELDS)
+# settings that are no more, and what took their place (a request naming one is told)
+RENAMED = {"image": f"image is two settings now: container_image (the container {CONTAINER_WORDS} start) "
+                    f"and machine_image (the image {MACHINE_WORDS} boot)"}
 _BY_NAME = {f.name: f for f in FIELDS}
 _BY_PLACE = {(f.section, f.key): f for f in FIELDS}
 _SECTIONS = ("requirements", "budget")
@@ -110,11 +126,20 @@ def check_setting(name: str, value: object) -> Any:
     """``value`` for the setting ``name`` as the document keeps it (None: the default, or unset);
     UsageError naming the setting and what it must be otherwise."""
     f = _BY_NAME.get(name)
+    if f is None and name in RENAMED:
+        raise UsageError(f"setting {RENAMED[name]}", hint=f"set {name} as one of those")
     if f is None:
         raise UsageError(f"unknown setting {short_repr(name)}; the settings are {', '.join(sorted(FIELD_NAMES))}")
     if value is None or value == "":
         return None
     what = f"setting {name}"
+    if f.kind == "text" and f.check is not None:
+        # a rule of its own, which says in its own words what is wrong (and which providers it affects)
+        try:
+            text = check_str(value, what, max_len=200, min_len=1, printable=True, error=UsageError).strip()
+        except UsageError:
+            raise UsageError(f"setting {name} must be {f.rule}, got {short_repr(value)}") from None
+        return f.check(text)
     try:
         if f.kind == "list":
             items = check_str_list(value, what, max_items=MAX_ITEMS, max_len=MAX_TEXT, error=UsageError)
@@ -144,6 +169,12 @@ def _section(obj: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     if not isinstance(part, dict):
         raise UsageError(f"settings {name} must be a JSON object, got {short_repr(part)}")
     known = {f.key for f in FIELDS if f.section == name}
+    if name == "requirements" and "image" in part:  # a document written before image was two settings
+        part = dict(part)
+        old = part.pop("image")
+        if isinstance(old, str) and old.strip():
+            setting, value = legacy_image(old.strip())
+            part.setdefault(setting, value)
     unknown = set(part) - known
     if unknown:
         raise UsageError(f"settings {name} has unknown field(s) {', '.join(sorted(map(str, unknown)))[:200]}")
@@ -192,7 +223,8 @@ class Settings:
         requirements = Requirements(
             gpus=tuple(pick("gpus", ())), gpu_count=pick("gpu_count", req_defaults.gpu_count),
             min_gpu_memory_gb=pick("min_gpu_memory_gb", req_defaults.min_gpu_memory_gb),
-            driver=values.get("driver"), min_cuda=values.get("min_cuda"), image=values.get("image"),
+            driver=values.get("driver"), min_cuda=values.get("min_cuda"),
+            container_image=values.get("container_image"), machine_image=values.get("machine_image"),
             max_price_per_hour=values.get("max_price_per_hour"), regions=tuple(pick("regions", ())))
         budget = Budget(max_price_per_hour=values.get("budget_max_price_per_hour"), total=values.get("budget_total"),
                         warn_fraction=pick("budget_warn_fraction", budget_defaults.warn_fraction))
@@ -204,6 +236,8 @@ def apply_changes(current: object, changes: Mapping[str, Any]) -> Settings:
     """The settings ``current`` (a stored document, or None) with ``changes`` made: None leaves a
     field as it is, "" clears it (to its default). Every field of the result passes the rules, so a
     value stored before the rules existed is repaired by setting it again."""
+    for name in set(changes) & set(RENAMED):
+        check_setting(name, changes[name])
     unknown = set(changes) - FIELD_NAMES
     if unknown:
         raise UsageError(f"unknown setting(s): {', '.join(sorted(map(str, unknown)))[:200]}",
@@ -217,11 +251,12 @@ def apply_changes(current: object, changes: Mapping[str, Any]) -> Settings:
     for section in _SECTIONS:
         if section in doc and doc[section] is not None and not isinstance(doc[section], dict):
             raise UsageError(f"settings {section} must be a JSON object, got {short_repr(doc[section])}")
-        doc[section] = dict(doc.get(section) or {})
+        doc[section] = dict(_section(doc, section)) if section in doc else {}
     for name, value in checked.items():
         f = _BY_NAME[name]
         (doc[f.section] if f.section else doc)[f.key] = value
     return Settings.from_json(doc)
 
 
-__all__ = ["DEFAULT_HOURS", "FIELDS", "FIELD_NAMES", "Field", "Settings", "apply_changes", "check_setting"]
+__all__ = ["DEFAULT_HOURS", "FIELDS", "FIELD_NAMES", "RENAMED", "Field", "Settings", "apply_changes",
+           "check_setting"]

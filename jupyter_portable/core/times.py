@@ -1,9 +1,9 @@
 """Times as the project writes and reads them: ISO 8601 in UTC with a trailing ``Z``.
 
-The one place the clock is read (``now_iso``, ``utcnow``) for the edges that stamp a
-record; logic takes ``now`` as an argument. Parsing is strict where a naive time would be a
-guess (``parse_iso``) and lenient where a record written elsewhere may lack a zone
-(``parse_iso_or_none`` reads it as UTC).
+``now_iso`` and ``utcnow`` are the wall-clock reads of the edges that stamp a record, and the
+default of a ``now=`` or ``clock=``; logic takes ``now`` as an argument and never calls them.
+Parsing is strict where a naive time would be a guess (``parse_iso``) and lenient where a
+record written elsewhere may lack a zone (``parse_iso_or_none`` reads it as UTC).
 """
 
 from __future__ import annotations

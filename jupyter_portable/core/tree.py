@@ -1,7 +1,7 @@
 """Tree records (format 2): one folder's entries, content-addressed as in git and restic.
 
 A version names one root tree; a folder's entry names its subtree by hash, so a version
-shares every unchanged subtree with its parent. ``docs/store-format.md`` section 4.6 is
+shares every unchanged subtree with its parent. ``docs/store-format.md`` section 4.7 is
 the byte-level description; anything that is not exactly that is refused.
 """
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from jupyter_portable.core.errors import ManifestError, UnsafePath
+from jupyter_portable.core.paths import check_encodable, disk_name
 from jupyter_portable.core.validate import HASH_RE, check_hash, dumps_strict, loads_strict, short_repr
 
 TREE_FORMAT = "jupyter-portable.tree"
@@ -40,7 +41,18 @@ def check_name(name: object, where: str, *, top: bool) -> str:
         raise UnsafePath(f"tree {where} has an unsafe entry name {name!r}")
     if top and name == ".portable":
         raise UnsafePath("the root tree names the reserved .portable folder")
+    check_encodable(name, f"an entry of tree {where}:")
     return name
+
+
+def show_path(path: str, limit: int = 120) -> str:
+    """``repr(path)`` for a one-line message: a path nested a thousand folders deep is cut in the
+    middle, keeping its start and its end."""
+    text = repr(path)
+    if len(text) <= limit:
+        return text
+    keep = (limit - 5) // 2
+    return f"{text[:keep]}…{text[-keep:]} ({path.count('/') + 1} levels)"
 
 
 def order_key(name: str, is_dir: bool) -> str:
@@ -93,12 +105,14 @@ def _parse_fast(data: bytes, dirpath: str, entry_from_json: Callable[[object], A
                 fast_file: FastFile | None) -> list[Node]:
     # Every value of an accepted tree is checked for its exact shape (at most 4 levels deep),
     # so the careful path's depth walk has nothing to add here.
-    obj = json.loads(data, object_pairs_hook=_pairs, parse_float=_unusual, parse_constant=_unusual)
+    # UTF-8 only (json.loads of bytes takes UTF-16 and a BOM too); a BOM fails the parse below
+    obj = json.loads(data.decode(), object_pairs_hook=_pairs, parse_float=_unusual, parse_constant=_unusual)
     if (type(obj) is not dict or obj.keys() != _TOP_KEYS or obj["format"] != TREE_FORMAT
             or type(obj["schema"]) is not int or obj["schema"] != TREE_SCHEMA or type(obj["entries"]) is not list):
         raise _Unusual
     out: list[Node] = []
     names: set[str] = set()
+    wide: set[bytes] = set()  # the bytes of names beyond ASCII: two may be one name on disk
     last = ""
     prefix = dirpath + "/" if dirpath else ""
     top = not dirpath
@@ -111,6 +125,14 @@ def _parse_fast(data: bytes, dirpath: str, entry_from_json: Callable[[object], A
                 or name in (".", "..") or (top and name == ".portable") or name in names):
             raise _Unusual
         names.add(name)
+        if not name.isascii():
+            try:
+                on_disk = disk_name(name)
+            except UnicodeEncodeError:
+                raise _Unusual from None
+            if on_disk in wide:
+                raise _Unusual
+            wide.add(on_disk)
         if item.get("type") == "dir":
             tree = item.get("tree")
             if len(item) != 2 or type(tree) is not str or not match(tree):
@@ -175,11 +197,20 @@ def _parse_checked(data: bytes, dirpath: str, entry_from_json: Callable[[object]
 
 
 def _no_twins(nodes: list[Node], where: str) -> None:
-    # "a" (a file) and "a/" (a folder) sort apart; a name may still appear once only.
+    # "a" (a file) and "a/" (a folder) sort apart; a name may still appear once only. Two
+    # different strings can be one name on disk too: "é" and its escaped UTF-8 bytes
+    # "\udcc3\udca9" (only names beyond ASCII can).
     names = [n.name if isinstance(n, SubTree) else n.path.rpartition("/")[2] for n in nodes]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise ManifestError(f"tree {where} names {dup!r} twice")
+    seen: dict[bytes, str] = {}
+    for name in names:
+        if not name.isascii():
+            other = seen.setdefault(disk_name(name), name)
+            if other != name:
+                raise UnsafePath(f"tree {where} names {other!r} and {name!r}, which are the same name on disk "
+                                 f"({disk_name(name)!r})", hint="this store holds a hostile or corrupt tree")
 
 
 def node_json(node: Node) -> dict[str, Any]:
@@ -290,4 +321,4 @@ class LazyFiles(Sequence[Any]):
 
 __all__ = ["MAX_DEPTH", "TREE_FORMAT", "TREE_SCHEMA", "LazyFiles", "SubTree", "TreeReader", "check_name",
            "encode_texts", "encode_tree", "entry_text", "join", "node_json", "order_key", "pack_ref_text",
-           "packed_text", "parse_tree"]
+           "packed_text", "parse_tree", "show_path"]

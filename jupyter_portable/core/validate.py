@@ -21,6 +21,9 @@ HASH_RE = re.compile(r"\A[0-9a-f]{64}\Z")
 _WSID_RE = re.compile(r"\A[a-z0-9][a-z0-9-]{2,63}\Z")
 # Text a person typed for a setting or a label: no control characters (they hide in logs and UIs).
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+# What a terminal acts on: C0 controls (ESC starts its escapes), DEL and C1 controls (U+009B is a CSI).
+_TERMINAL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_TERMINAL_LINE_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 # What os.utime(ns=...) accepts where time_t is 64 bits: whole seconds within a signed int64.
 MTIME_NS_MIN = -(2**63) * 10**9
@@ -98,6 +101,26 @@ def check_str(value: object, what: str, *, max_len: int | None = None, min_len: 
     return value
 
 
+def check_message(value: object, what: str = "the snapshot message", *,
+                  error: type[Exception] = ManifestError) -> str:
+    """A note a person wrote (a snapshot's message): text with no character a terminal acts on
+    (escape sequences, carriage returns, C1 controls); newlines and tabs are kept."""
+    if not isinstance(value, str):
+        raise error(f"{what} must be text, got {type(value).__name__}")
+    found = _TERMINAL_RE.search(value)
+    if found:
+        raise error(f"{what} holds the control character {found.group()!r} (terminals act on it); "
+                    f"write it without: {short_repr(value)}")
+    return value
+
+
+def terminal_safe(text: str, *, one_line: bool = False) -> str:
+    """``text`` to print: every character a terminal acts on written as its escape (``\\x1b``);
+    with ``one_line`` newlines and tabs too, so a field cannot fake the lines around it."""
+    pattern = _TERMINAL_LINE_RE if one_line else _TERMINAL_RE
+    return pattern.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def check_str_list(value: object, what: str, *, max_items: int, max_len: int,
                    error: type[Exception] = ManifestError) -> list[str]:
     """A list of at most ``max_items`` non-empty printable strings of at most ``max_len`` characters."""
@@ -159,13 +182,27 @@ def _too_deep(value: Any, limit: int) -> bool:
     return False
 
 
+def utf8_text(data: bytes | bytearray) -> str:
+    """``data`` as UTF-8 text without a byte-order mark; ValueError otherwise (a record is
+    UTF-8 only, while ``json.loads`` of bytes also takes UTF-16, UTF-32 and a BOM)."""
+    if data[:3] == b"\xef\xbb\xbf":
+        raise ValueError("it starts with a byte-order mark; records are plain UTF-8")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"it is not UTF-8 (byte {exc.start}); records are UTF-8") from None
+
+
 def loads_strict(data: bytes | str, what: str, *, error: type[Exception] = ManifestError,
                  max_depth: int = MAX_JSON_DEPTH) -> Any:
     """``data`` parsed as strict JSON; ``error`` naming ``what`` when it is not.
 
-    Refused: invalid UTF-8 or JSON, a key twice in one object (readers disagree on which
+    Refused: anything but UTF-8 (a byte-order mark, UTF-16 or UTF-32, which Python's JSON
+    reader would take), invalid JSON, a key twice in one object (readers disagree on which
     wins), NaN/Infinity and overflowing numbers, and nesting deeper than ``max_depth``."""
     try:
+        if isinstance(data, (bytes, bytearray)):
+            data = utf8_text(data)
         value = json.loads(data, object_pairs_hook=_no_duplicates, parse_float=_finite_float,
                            parse_constant=_no_constant)
     except _Refused as exc:
@@ -188,5 +225,5 @@ def dumps_strict(obj: Any, what: str, *, error: type[Exception] = ManifestError,
 
 
 __all__ = ["HASH_RE", "MAX_JSON_DEPTH", "MTIME_NS_MAX", "MTIME_NS_MIN", "check_hash", "check_int", "check_keys",
-           "check_number", "check_str", "check_str_list", "check_workspace_id", "dumps_strict", "loads_strict",
-           "short_repr"]
+           "check_message", "check_number", "check_str", "check_str_list", "check_workspace_id", "dumps_strict",
+           "loads_strict", "short_repr", "terminal_safe", "utf8_text"]

@@ -17,6 +17,7 @@ from jupyter_portable.core.manifest import FileEntry
 from jupyter_portable.core.paths import check_relpath
 from jupyter_portable.engine.progress import Progress
 from jupyter_portable.store.repo import Store, digest, hash_file, object_key
+from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
 _TMPFILE = getattr(os, "O_TMPFILE", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -35,6 +36,13 @@ def process_umask() -> int | None:
     return None
 
 
+def restored_mode(mode: int, umask: int | None) -> int:
+    """The mode a restore gives a file stored with ``mode``: its permission bits less what the
+    umask takes away (022 where the umask cannot be read), as ``tar`` does for a user. A store
+    is writable by workers, so a stored 0777 never makes a world-writable file here."""
+    return mode & 0o777 & ~(0o022 if umask is None else umask)
+
+
 def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
@@ -47,7 +55,7 @@ class Placer:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.real_root = os.path.realpath(root)
-        self.tmp = root / ".portable" / "tmp"
+        self.tmp = WorkspaceCopy(root).tmp_dir
         self.tmp.mkdir(parents=True, exist_ok=True)
         self._dirs_ok: set[str] = {""}
         # One random prefix per restore, then a counter (O_EXCL still refuses a name taken).
@@ -68,10 +76,17 @@ class Placer:
                 self._proc_fd = None
 
     def _ensure_dirs(self, rel_dir: str) -> None:
-        if rel_dir in self._dirs_ok:
-            return
-        parent, _, _ = rel_dir.rpartition("/")
-        self._ensure_dirs(parent)
+        """Make ``rel_dir`` and every folder above it that is not checked yet, top down (a loop:
+        folders nest up to MAX_DEPTH levels)."""
+        todo: list[str] = []
+        while rel_dir not in self._dirs_ok:
+            todo.append(rel_dir)
+            rel_dir = rel_dir.rpartition("/")[0]
+        for folder in reversed(todo):
+            self._ensure_dir(folder)
+
+    def _ensure_dir(self, rel_dir: str) -> None:
+        """Make one folder whose parent is checked, and check it: a real folder, inside the root."""
         full = os.path.join(self.root, rel_dir)
         try:
             st = os.lstat(full)
@@ -105,12 +120,16 @@ class Placer:
         """Rename a verified temp file into place with the entry's mode and mtime."""
         self._commit(tmp, self.target(entry.path), entry.path, entry.mode, entry.mtime_ns, fd)
 
+    def mode_for(self, mode: int) -> int:
+        """The mode a file stored with ``mode`` gets here (:func:`restored_mode`)."""
+        return restored_mode(mode, self._umask)
+
     def _commit(self, tmp: str, full: str, path: str, mode: int, mtime_ns: int, fd: int | None = None) -> None:
         if fd is not None:
-            os.fchmod(fd, mode & 0o777)
+            os.fchmod(fd, self.mode_for(mode))
             os.utime(fd, ns=(mtime_ns, mtime_ns))
         else:
-            os.chmod(tmp, mode & 0o777)
+            os.chmod(tmp, self.mode_for(mode))
             os.utime(tmp, ns=(mtime_ns, mtime_ns))
         try:
             os.replace(tmp, full)
@@ -133,9 +152,9 @@ class Placer:
             raise IntegrityError(f"{path}: the bytes from the store do not match its hash; "
                                  "nothing was written", hint="run `jupyter portable fsck --read-data`")
         full = self.target(path)
-        mode &= 0o777
-        # the mode at creation when the umask leaves it whole (no fchmod), else set after
-        as_made = self._umask is not None and mode & ~self._umask == mode
+        mode = self.mode_for(mode)
+        # the mode at creation when the umask is known (it then leaves the mode whole: no fchmod), else set after
+        as_made = self._umask is not None
         fd = self._open_unnamed(self._unnamed_in or os.path.dirname(full), mode if as_made else 0o600)
         if fd is not None:
             try:

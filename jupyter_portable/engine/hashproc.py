@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 from jupyter_portable.core.tree import entry_text, packed_text
-from jupyter_portable.engine.fetch import Placer
+from jupyter_portable.engine.fetch import Placer, process_umask, restored_mode
 from jupyter_portable.engine.scan import Lister, Plain, PlainFile
 from jupyter_portable.store.repo import digest, hash_file
 from jupyter_portable.workdir.lifetime import die_with
-from jupyter_portable.workdir.statcache import Row, file_row, stat_key
+from jupyter_portable.workdir.statcache import Row, changed, file_row, settled, stat_key
 
 _RDONLY = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 
@@ -75,7 +75,7 @@ def _read_one(path: str, size: int, mtime_ns: int) -> Read:
         data, st = read_whole(path, size)
     except FileNotFoundError:
         return None
-    if len(data) != size or st.st_size != size or st.st_mtime_ns != mtime_ns:
+    if len(data) != size or changed((size, mtime_ns), st):
         return None
     return digest(data), data
 
@@ -157,10 +157,19 @@ def list_and_pack(root: str, salt: bytes, rel: str, most: int, small_max: int,
             texts.append((name, entry_text({"name": name, "type": "file", "size": 0, "mode": mode, "hash": h,
                                             "mtime_ns": mtime_ns, "parts": []}), -1, ""))
         blob_of.append(i)
-        fresh = mtime_ns >= fresh_ns
-        sound = sound and not fresh
-        rows.append(file_row(name, None if fresh else (size, mtime_ns, ctime_ns, ino)))
+        key = settled((size, mtime_ns, ctime_ns, ino), fresh_ns)
+        sound = sound and key is not None
+        rows.append(file_row(name, key))
     return (rest, dirs, sig), Fragment(b"".join(parts), blobs, files, blob_of, texts, rows, sound)
+
+
+_UMASK: list[int | None] = []
+
+
+def _umask() -> int | None:
+    if not _UMASK:
+        _UMASK.append(process_umask())
+    return _UMASK[0]
 
 
 def check_file(full: str, st: os.stat_result, size: int, h: str, mode: int) -> str | None:
@@ -174,7 +183,8 @@ def check_file(full: str, st: os.stat_result, size: int, h: str, mode: int) -> s
             return "content differs (hash mismatch)"
     except OSError as exc:
         return f"unreadable: {exc.strerror}"
-    if st.st_mode & 0o777 != mode & 0o777:
+    # the stored mode, or what a restore made of it under this process's umask
+    if st.st_mode & 0o777 not in (mode & 0o777, restored_mode(mode, _umask())):
         return f"mode {oct(st.st_mode & 0o777)} differs from {oct(mode & 0o777)}"
     return None
 

@@ -18,7 +18,6 @@ from jupyter_portable.core.errors import UsageError
 from jupyter_portable.engine.fetch import Placer, already_there, fetch_large
 from jupyter_portable.engine.progress import Progress
 from jupyter_portable.store.repo import Store
-from jupyter_portable.workdir.files import file_lock
 from jupyter_portable.workdir.pending import read_pending, write_pending
 from jupyter_portable.workdir.statcache import stat_key
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
@@ -42,19 +41,19 @@ def fetch_pending(copy: WorkspaceCopy, path: str | None = None, progress: Progre
     entry = chosen[0]
     cfg = copy.read_config()
     store = Store.open(cfg.store)
-    with file_lock(copy.meta / "locks" / f"{entry.hash}.lock"):
+    with copy.fetch_lock(entry.hash):
         version, entries = read_pending(copy)
         if entry.path not in {e.path for e in entries}:
             return entry.path  # another process placed it while we waited
         if not already_there(copy.root, entry):
             fetch_large(store, Placer(copy.root), entry, progress)
-        with file_lock(copy.meta / "pending.lock"):
+        with copy.pending_lock():
             version, entries = read_pending(copy)
             rest = [e for e in entries if e.path != entry.path]
             if rest:
                 write_pending(copy, version, rest)
             else:
-                copy.pending_path.unlink(missing_ok=True)
+                copy.clear_pending()
             try:
                 with copy.statcache() as cache:
                     if cache.valid_for(version):
@@ -74,7 +73,7 @@ def ensure(copy: WorkspaceCopy, path: str, progress: Progress | None = None) -> 
 
 def start_background_fetch(root: Path) -> int:
     """Start the detached fetcher for ``root``; its log is ``.portable/lazy.log``."""
-    log = open(root / ".portable" / "lazy.log", "ab")
+    log = WorkspaceCopy(root).open_fetcher_log()
     proc = subprocess.Popen([sys.executable, "-m", "jupyter_portable.engine.lazy", str(root)],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     log.close()
@@ -84,7 +83,7 @@ def start_background_fetch(root: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     copy = WorkspaceCopy(Path(args[0]))
-    with file_lock(copy.meta / "fetcher.lock"):  # one background fetcher per copy
+    with copy.fetcher_lock():  # one background fetcher per copy
         while True:
             done = fetch_pending(copy)
             if done is None:

@@ -4,8 +4,7 @@ it is renamed into place (invariant 4) and writing nothing outside it (invariant
 from __future__ import annotations
 
 import os
-import shutil
-import sqlite3
+import re
 import stat as statmod
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -16,13 +15,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from jupyter_portable.core.errors import ManifestError, UsageError
+from jupyter_portable.core.errors import UsageError
 from jupyter_portable.core.manifest import FileEntry, Manifest
 from jupyter_portable.core.tree import SubTree
 from jupyter_portable.engine.fetch import Placer, already_there, fetch_large
 from jupyter_portable.engine.hashproc import StatKey, helper_pool, place_files
 from jupyter_portable.engine.lazy import start_background_fetch
 from jupyter_portable.engine.progress import Progress, human_bytes
+from jupyter_portable.engine.trees import check_count, count_trees
 from jupyter_portable.store.repo import Store
 from jupyter_portable.workdir.pending import write_pending
 from jupyter_portable.workdir.statcache import ROOT, Key, StatCache, stat_key
@@ -212,7 +212,7 @@ def materialize(store: Store, manifest: Manifest, root: Path, entries: Iterable[
         if e.target is not None:
             links.append(e)
         elif already_there(root, e):
-            os.chmod(placer.target(e.path), e.mode & 0o777)
+            os.chmod(placer.target(e.path), placer.mode_for(e.mode))
             os.utime(os.path.join(root, e.path), ns=(e.mtime_ns, e.mtime_ns))
             progress.add(files=1, nbytes=e.size)
         elif e.pack is not None:
@@ -247,18 +247,12 @@ def materialize(store: Store, manifest: Manifest, root: Path, entries: Iterable[
 
 def check_trees(store: Store, manifest: Manifest) -> None:
     """Read and validate every tree of a version before anything is written (a hostile entry
-    anywhere refuses the whole version); memory is depth x width, as for the restore."""
+    anywhere refuses the whole version): each distinct tree once, counted against the
+    manifest's file_count and total_bytes, so trees that name each other over and over are
+    refused before the walk that would expand them."""
     if manifest.tree is None:
         return  # schema 1 was validated whole when read
-    files = total = 0
-    for _depth, node in store.iter_nodes(manifest.tree):
-        if not isinstance(node, SubTree):
-            files += 1
-            total += node.size
-    if (files, total) != (manifest.file_count, manifest.total_bytes):
-        raise ManifestError(f"version {manifest.version} says {manifest.file_count} files and "
-                            f"{manifest.total_bytes} bytes, but its trees hold {files} files and {total} bytes",
-                            hint="run `jupyter portable fsck`; restore another version")
+    check_count(manifest, count_trees(store, manifest.tree))
 
 
 def _holds_files(dest: Path) -> bool:
@@ -268,6 +262,9 @@ def _holds_files(dest: Path) -> bool:
             return any(e.name != ".portable" for e in entries)
     except (FileNotFoundError, NotADirectoryError):
         return False
+
+
+_KEPT_RE = re.compile(r"\.orig-\d{8}T\d{6}Z(?:-\d+)?\Z")  # what _kept_name makes
 
 
 def _kept_name(full: str, now: datetime) -> str:
@@ -378,22 +375,22 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
     links: list[FileEntry] = []
     fetched = 0
     removed: list[str] = []
-    try:
-        cache = copy.statcache()
-        cache.open()
-    except sqlite3.Error as exc:
-        raise UsageError(f"cannot open the stat cache in {copy.meta}: {exc}",
-                         hint="delete .portable/statcache.sqlite (it is only a cache)") from exc
+    cache = copy.open_statcache()
     try:
         cache.begin()
         cache.clear()
         ids: dict[str, int] = {"": ROOT}
 
         def folder_id(folder: str) -> int:
-            got = ids.get(folder)
-            if got is None:
-                parent, _, name = folder.rpartition("/")
-                got = ids[folder] = cache.ensure_dir(folder_id(parent), name)
+            """The stat cache's id of ``folder``, made with those above it (a loop: up to MAX_DEPTH levels)."""
+            missing: list[str] = []
+            at = folder
+            while at not in ids:
+                missing.append(at)
+                at = at.rpartition("/")[0]
+            got = ids[at]
+            for path in reversed(missing):
+                got = ids[path] = cache.ensure_dir(got, path.rpartition("/")[2])
             return got
 
         def write(batch: list[FileEntry]) -> tuple[int, list[Key]]:
@@ -480,17 +477,16 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
         placer.check_links(links)
 
         if delete:
-            removed = _remove_others(dest, cache, set(kept.values()))
+            # in a folder that was not a copy of this workspace, what --delete takes away is kept
+            # as NAME.orig-TIME, as what the version replaced is: none of it is ours to destroy
+            removed = _remove_others(dest, cache, set(kept.values()), kept if foreign else None, now)
 
         cache.set_version(manifest.version)
         copy.write_config(CopyConfig(workspace_id, store.url, manifest.version, head.epoch))
         copy.clear_restoring()
         cache.commit()
     except BaseException:
-        try:
-            cache.rollback()
-        except sqlite3.Error:
-            pass
+        cache.abandon()
         raise
     finally:
         cache.close()
@@ -500,11 +496,8 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
         if start_fetcher:
             start_background_fetch(dest)
     else:
-        try:
-            copy.pending_path.unlink()
-        except FileNotFoundError:
-            pass
-    shutil.rmtree(copy.tmp_dir, ignore_errors=True)
+        copy.clear_pending()
+    copy.clear_tmp()
     total = manifest.total_bytes
     progress.done(f"restored version {manifest.version} of {workspace_id} into {dest}: "
                   f"{manifest.file_count} files, {human_bytes(total)}"
@@ -514,8 +507,10 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
                          sorted(pending_paths), fetched, removed, kept)
 
 
-def _remove_others(dest: Path, cache: StatCache, keep: set[str]) -> list[str]:
-    """Delete every file of ``dest`` the version does not have (the cache now lists exactly its files)."""
+def _remove_others(dest: Path, cache: StatCache, keep: set[str], aside: dict[str, str] | None = None,
+                   now: datetime | None = None) -> list[str]:
+    """Delete every file of ``dest`` the version does not have (the cache now lists exactly its files);
+    with ``aside`` (and ``now``), move each to ``NAME.orig-TIME`` instead and record it there."""
     from jupyter_portable.engine.scan import Lister
 
     lister = Lister(dest, warn=False, strict=False)
@@ -527,7 +522,15 @@ def _remove_others(dest: Path, cache: StatCache, keep: set[str]) -> list[str]:
         rows = cache.rows(dir_id) if dir_id is not None else {}
         for f in listing.files:
             if cache.lookup_name(f.path.rpartition("/")[2]) not in rows and f.path not in keep:
-                os.unlink(os.path.join(dest, f.path))
+                full = os.path.join(dest, f.path)
+                if aside is not None and now is not None:
+                    if _KEPT_RE.search(f.path):
+                        continue  # already a kept copy: left where it is
+                    kept_as = _kept_name(full, now)
+                    os.rename(full, kept_as)
+                    aside[f.path] = os.path.relpath(kept_as, dest).replace(os.sep, "/")
+                else:
+                    os.unlink(full)
                 removed.append(f.path)
         for name, sub in listing.dirs:
             got = cache.child(dir_id, name) if dir_id is not None else None

@@ -113,6 +113,11 @@ _SPECIAL = ((statmod.S_ISFIFO, "FIFO"), (statmod.S_ISSOCK, "socket"), (statmod.S
             (statmod.S_ISBLK, "block device"))
 
 
+# Why a file found is not recorded, besides being a special file (kinds of Scan.special).
+BACKSLASH = "name with a backslash"
+LINK_OUT = "symlink leading outside the workspace"
+
+
 def special_kind(mode: int) -> str | None:
     """What a special file is ("FIFO", "socket", ...), or None for a file, folder or symlink."""
     return next((name for test, name in _SPECIAL if test(mode)), None)
@@ -123,7 +128,9 @@ class Scan:
     """What a walk found: the files and links to record, and the special files it left out."""
 
     found: list[Found] = field(default_factory=list)
-    special: list[tuple[str, str]] = field(default_factory=list)  # (path, kind): never read, never recorded
+    # (path, kind): never read, never recorded: a special file (its kind), a name with a backslash,
+    # a symlink leading outside (BACKSLASH, LINK_OUT)
+    special: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -214,6 +221,7 @@ class Lister:
                     if "\\" in rel:
                         if warn:
                             print(f"warning: skipping {rel!r}: backslash in name", file=sys.stderr)
+                        out.special.append((rel, BACKSLASH))
                         continue
                     found.append(Found(rel, st))
             elif statmod.S_ISLNK(mode):
@@ -231,6 +239,7 @@ class Lister:
                 except UnsafePath as exc:
                     if warn:
                         print(f"warning: skipping {exc}", file=sys.stderr)
+                    out.special.append((rel, LINK_OUT))
                     continue
                 found.append(Found(rel, st, target))
             elif not match(rel):

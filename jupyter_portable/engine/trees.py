@@ -4,11 +4,21 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from jupyter_portable.core.errors import ManifestError
 from jupyter_portable.core.manifest import FileEntry, Manifest
-from jupyter_portable.core.tree import MAX_DEPTH, Node, SubTree, encode_tree, join, node_json, order_key
+from jupyter_portable.core.tree import (
+    MAX_DEPTH,
+    Node,
+    SubTree,
+    encode_tree,
+    join,
+    node_json,
+    order_key,
+    show_path,
+)
 from jupyter_portable.store.repo import Store
 
 
@@ -39,7 +49,7 @@ class TreeWriter:
             rest = folder[len(top) + 1:] if top else folder
             for name in rest.split("/"):
                 if len(self.stack) > MAX_DEPTH:
-                    raise ManifestError(f"{entry.path!r} is nested more than {MAX_DEPTH} folders deep")
+                    raise ManifestError(f"{show_path(entry.path)} is nested more than {MAX_DEPTH} folders deep")
                 self.stack.append((join(self.stack[-1][0], name), []))
         self.stack[-1][1].append(entry)
         self.files += 1
@@ -56,6 +66,84 @@ class TreeWriter:
             self._close()
         _, nodes = self.stack[0]
         return self.put(encode_tree([node_json(n) for n in sort_nodes(nodes)], "the workspace root"))
+
+
+@dataclass(frozen=True, slots=True)
+class TreeCount:
+    """What a tree holds, every path counted: files and symlinks, their bytes, folders, and
+    how many levels of folders lie under it (0: none)."""
+
+    files: int
+    bytes: int
+    folders: int
+    height: int
+
+
+def count_trees(store: Store, root: str, memo: dict[str, TreeCount] | None = None,
+                seen: Callable[[str, str, list[Node]], None] | None = None) -> TreeCount:
+    """Count the version whose root tree is ``root``, reading each distinct tree once (a
+    subtree named twice is counted twice, walked once), so a store whose trees name each
+    other many times costs one read a tree, not one a path. ``memo`` carries the counts of
+    trees already read (between versions); ``seen(hash, folder, nodes)`` is called once for
+    each tree read. The root is always read afresh: it alone may not hold ``.portable``."""
+    memo = {} if memo is None else memo
+    # a frame: hash, folder, depth, its subfolders, the next one to count, files, bytes, folders, height
+    stack: list[list[Any]] = []
+
+    def push(h: str, folder: str, depth: int) -> None:
+        nodes = store.read_tree(h, folder, depth)  # checks the depth, the hash and every entry
+        if seen is not None:
+            seen(h, folder, nodes)
+        subs = [n for n in nodes if isinstance(n, SubTree)]
+        files = [n for n in nodes if not isinstance(n, SubTree)]
+        stack.append([h, folder, depth, subs, 0, len(files), sum(f.size for f in files), 0, 0])
+
+    def add(frame: list[Any], sub: TreeCount) -> None:
+        frame[5] += sub.files
+        frame[6] += sub.bytes
+        frame[7] += 1 + sub.folders
+        frame[8] = max(frame[8], 1 + sub.height)
+
+    push(root, "", 0)
+    while True:
+        frame = stack[-1]
+        if frame[4] < len(frame[3]):
+            sub = frame[3][frame[4]]
+            frame[4] += 1
+            got = memo.get(sub.tree)
+            if got is None:
+                push(sub.tree, sub.path, frame[2] + 1)
+            elif frame[2] + 1 + got.height > MAX_DEPTH:
+                raise ManifestError(f"folder {show_path(sub.path)} holds folders nested more than {MAX_DEPTH} levels "
+                                    "deep", hint="this store holds a hostile or corrupt tree")
+            else:
+                add(frame, got)
+            continue
+        stack.pop()
+        count = memo[frame[0]] = TreeCount(frame[5], frame[6], frame[7], frame[8])
+        if not stack:
+            return count
+        add(stack[-1], count)
+
+
+def check_count(manifest: Manifest, count: TreeCount) -> None:
+    """Refuse a version whose trees do not hold what its manifest says, or that name far more
+    folders than its files could need (a writer records no empty folder, and no file lies more
+    than MAX_DEPTH folders down): such trees name subtrees over and over, and walking every
+    path of them would not end."""
+    if (count.files, count.bytes) != (manifest.file_count, manifest.total_bytes):
+        raise ManifestError(f"version {manifest.version} says {manifest.file_count} files and "
+                            f"{manifest.total_bytes} bytes, but its trees hold {_many(count.files)} files and "
+                            f"{_many(count.bytes)} bytes", hint="run `jupyter portable fsck`; restore another version")
+    if count.folders > max(1, count.files) * MAX_DEPTH:
+        raise ManifestError(f"version {manifest.version} has {count.files} files in {_many(count.folders)} "
+                            f"folders, more than {MAX_DEPTH} a file: its trees name subtrees over and over",
+                            hint="run `jupyter portable fsck`; restore another version")
+
+
+def _many(n: int) -> str:
+    """A count, shortened when a hostile store made it astronomical."""
+    return str(n) if n < 10**15 else f"about 2^{n.bit_length() - 1}"
 
 
 def write_trees(store: Store, entries: Iterable[FileEntry]) -> tuple[str, int, int]:
@@ -92,18 +180,29 @@ class BaseTree:
         if folder in self._cache:
             self._cache.move_to_end(folder)
             return self._cache[folder]
-        if not folder:
-            got: dict[str, Node] | None = {node_name(n): n for n in self.store.read_tree(self.root)}
+        # the nearest folder above that is cached, then down from it (a loop: up to MAX_DEPTH levels)
+        todo: list[str] = []
+        at = folder
+        while at and at not in self._cache:
+            todo.append(at)
+            at = at.rpartition("/")[0]
+        if at in self._cache:
+            self._cache.move_to_end(at)
+            got = self._cache[at]
         else:
-            parent, _, name = folder.rpartition("/")
-            above = self.nodes(parent)
-            sub = above.get(name) if above is not None else None
-            got = ({node_name(n): n for n in self.store.read_tree(sub.tree, folder, folder.count("/") + 1)}
-                   if isinstance(sub, SubTree) else None)
-        self._cache[folder] = got
+            got = self._remember("", {node_name(n): n for n in self.store.read_tree(self.root)})
+        for path in reversed(todo):
+            sub = got.get(path.rpartition("/")[2]) if got is not None else None
+            got = self._remember(path, {node_name(n): n for n in self.store.read_tree(sub.tree, path,
+                                                                                       path.count("/") + 1)}
+                                 if isinstance(sub, SubTree) else None)
+        return got
+
+    def _remember(self, folder: str, nodes: dict[str, Node] | None) -> dict[str, Node] | None:
+        self._cache[folder] = nodes
         if len(self._cache) > self.keep:
             self._cache.popitem(last=False)
-        return got
+        return nodes
 
     def node(self, path: str) -> Node | None:
         folder, _, name = path.rpartition("/")
@@ -149,24 +248,36 @@ def iter_under(store: Store, root: str, path: str) -> Iterator[FileEntry]:
 def diff_trees(store: Store, a: str | None, b: str | None, at: str = "") -> Iterator[tuple[str, FileEntry | None,
                                                                                          FileEntry | None]]:
     """``(path, old, new)`` for every file that differs between two trees, skipping every
-    subtree they share (memory: depth x width)."""
+    subtree they share (memory: depth x width; a stack, not a recursion: up to MAX_DEPTH levels)."""
     if a == b:
         return
-    na = {node_name(n): n for n in store.read_tree(a, at, at.count("/") + bool(at))} if a else {}
-    nb = {node_name(n): n for n in store.read_tree(b, at, at.count("/") + bool(at))} if b else {}
-    for name in sorted(na.keys() | nb.keys()):
+    base = at.count("/") + bool(at)
+    # each level: the rest of its names to compare, in order, and both sides' nodes
+    stack: list[tuple[str, Iterator[str], dict[str, Node], dict[str, Node]]] = []
+
+    def push(folder: str, ta: str | None, tb: str | None) -> None:
+        depth = base + len(stack)
+        na = {node_name(n): n for n in store.read_tree(ta, folder, depth)} if ta else {}
+        nb = {node_name(n): n for n in store.read_tree(tb, folder, depth)} if tb else {}
+        stack.append((folder, iter(sorted(na.keys() | nb.keys())), na, nb))
+
+    push(at, a, b)
+    while stack:
+        folder, names, na, nb = stack[-1]
+        name = next(names, None)
+        if name is None:
+            stack.pop()
+            continue
         x, y = na.get(name), nb.get(name)
-        xt = x.tree if isinstance(x, SubTree) else None
-        yt = y.tree if isinstance(y, SubTree) else None
-        if xt is not None or yt is not None:
-            if xt != yt:
-                yield from diff_trees(store, xt, yt, join(at, name))
         xf = x if x is not None and not isinstance(x, SubTree) else None
         yf = y if y is not None and not isinstance(y, SubTree) else None
-        if xf is None and yf is None:
-            continue
-        if xf is None or yf is None or (xf.hash, xf.target, xf.mode) != (yf.hash, yf.target, yf.mode):
-            yield join(at, name), xf, yf
+        if xf is not None or yf is not None:
+            if xf is None or yf is None or (xf.hash, xf.target, xf.mode) != (yf.hash, yf.target, yf.mode):
+                yield join(folder, name), xf, yf
+        xt = x.tree if isinstance(x, SubTree) else None
+        yt = y.tree if isinstance(y, SubTree) else None
+        if (xt is not None or yt is not None) and xt != yt:
+            push(join(folder, name), xt, yt)
 
 
 def files_of(store: Store, manifest: Manifest) -> Iterator[FileEntry]:

@@ -1,31 +1,27 @@
-"""Read-back checks: ``verify`` (a directory against a version and the store) and
-``fsck`` (the store against itself)."""
+"""Read-back checks: ``verify`` (a directory against a version and the store); ``fsck`` (the
+store against itself) is :mod:`jupyter_portable.engine.fsck`, re-exported here."""
 
 from __future__ import annotations
 
 import os
-import random
 import stat as statmod
 from collections import deque
-from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jupyter_portable.core.errors import ManifestError, PortableError, StoreError
+from jupyter_portable.core.errors import ManifestError, StoreError
 from jupyter_portable.core.manifest import FileEntry, Manifest
-from jupyter_portable.core.tree import Node, SubTree
+from jupyter_portable.core.tree import MAX_DEPTH, Node, SubTree, show_path
+from jupyter_portable.engine.fsck import FsckResult, fsck, parse_subset  # noqa: F401 - re-exported
 from jupyter_portable.engine.hashproc import check_file, check_files, helper_pool
 from jupyter_portable.engine.scan import Lister
 from jupyter_portable.engine.trees import node_name
 from jupyter_portable.store.repo import (
     Store,
     check_depth,
-    digest,
-    manifests_prefix,
-    parse_manifest_key,
     tree_entries,
 )
 
@@ -161,11 +157,13 @@ def verify_dir(store: Store, manifest: Manifest, root: Path, pending: set[str] |
     # lock, and a 100,000-file verify took twice as long with four.
     small_seen = 0
     helpers = _Helpers()
+    bound = _Bound(manifest)
     with ThreadPoolExecutor(4) as pool, ThreadPoolExecutor(1) as small_pool, helpers:
         stack: list[tuple[str, str | None, str | None, int]] = [("", str(root), manifest.tree, 0)]
         while stack:
             rel, path, tree, depth = stack.pop()
             nodes = nodes_of(rel, tree, depth) if (tree is not None or flat is not None) else {}
+            bound.add(rel, nodes)
             todo: list[FileEntry] = []
             for node in nodes.values():
                 if isinstance(node, SubTree):
@@ -208,8 +206,9 @@ PARALLEL_MIN = 50_000  # a version of more files is checked a folder at a time b
 PARALLEL_PROCS = 4  # at most this many (as many as the cores)
 
 # One folder's findings: mismatches (path, reason), the objects its files need (hash, path),
-# and the folders under it to check next (path under the root, its path on disk or None, its tree or None).
-FolderFindings = tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str | None, str | None]]]
+# the folders under it to check next (path under the root, its path on disk or None, its tree or
+# None), and how many files and symlinks the version has in it.
+FolderFindings = tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str | None, str | None]], int]
 
 _folder_listers: dict[str, Lister] = {}
 
@@ -238,7 +237,7 @@ def check_folder(root: str, version: int, rel: str, path: str | None, tree: byte
         if reason:
             mismatches.append((node.path, reason))
     extra, subs = _against_disk(lister, rel, path, nodes, version)
-    return mismatches + extra, list(objects.items()), subs
+    return mismatches + extra, list(objects.items()), subs, sum(1 for n in nodes.values() if not isinstance(n, SubTree))
 
 
 def _verify_by_folders(store: Store, manifest: Manifest, root: Path, pending: set[str],
@@ -258,7 +257,8 @@ def _verify_by_folders(store: Store, manifest: Manifest, root: Path, pending: se
     broken = False
 
     def merge(found: FolderFindings, depth: int) -> None:
-        bad, objects, subs = found
+        bad, objects, subs, files = found
+        bound.files_in(files)
         for p, reason in bad:
             mismatches.append({"path": p, "reason": reason})
         for h, p in objects:
@@ -267,6 +267,7 @@ def _verify_by_folders(store: Store, manifest: Manifest, root: Path, pending: se
         todo.extend((rel, path, tree, depth + 1) for rel, path, tree in subs)
 
     lister = Lister(root, warn=False, strict=False)  # this verify's ignore rules, read now
+    bound = _Bound(manifest)
 
     def here(rel: str, path: str | None, data: bytes | None, depth: int) -> FolderFindings:
         return check_folder(str(root), manifest.version, rel, path, data, depth, frozenset(by_folder.get(rel, ())),
@@ -276,6 +277,7 @@ def _verify_by_folders(store: Store, manifest: Manifest, root: Path, pending: se
         while todo and len(running) < in_flight:
             rel, path, tree, depth = todo.popleft()
             check_depth(rel, depth)
+            bound.folder(rel)
             data = store.get_object(tree, what=f"the tree of {rel or '/'}") if tree is not None else None
             if not broken:
                 try:
@@ -306,6 +308,36 @@ def _verify_by_folders(store: Store, manifest: Manifest, root: Path, pending: se
     return VerifyResult(not mismatches, manifest.version, manifest.file_count, mismatches)
 
 
+class _Bound:
+    """Stops a walk of a version's trees once it meets more files, or more folders, than the
+    manifest's counts allow (see engine.trees.check_count): trees that name a subtree over and
+    over would otherwise be walked path by path, without end."""
+
+    def __init__(self, manifest: Manifest) -> None:
+        self.manifest = manifest
+        self.files = 0
+        self.folders = 0
+        self.most_folders = max(1, manifest.file_count) * MAX_DEPTH
+
+    def folder(self, rel: str) -> None:
+        self.folders += 1
+        if self.folders > self.most_folders:
+            self._refuse(f"more than {self.most_folders} folders (at {show_path(rel)})")
+
+    def add(self, rel: str, nodes: dict[str, Node]) -> None:
+        self.folder(rel)
+        self.files_in(sum(1 for n in nodes.values() if not isinstance(n, SubTree)))
+
+    def files_in(self, n: int) -> None:
+        self.files += n
+        if self.files > self.manifest.file_count:
+            self._refuse(f"more than its {self.manifest.file_count} files")
+
+    def _refuse(self, what: str) -> None:
+        raise ManifestError(f"version {self.manifest.version}'s trees hold {what}: they name subtrees over and "
+                            "over", hint="run `jupyter portable fsck`")
+
+
 def _missing_objects(store: Store, hashes: set[str]) -> set[str]:
     if len(hashes) > 64:  # one listing beats many existence checks
         try:
@@ -315,197 +347,3 @@ def _missing_objects(store: Store, hashes: set[str]) -> set[str]:
             pass  # a worker's scoped credentials may not list the shared blobs: check each one
     with ThreadPoolExecutor(8) as pool:
         return {h for h, ok in zip(sorted(hashes), pool.map(store.has_object, sorted(hashes)), strict=False) if not ok}
-
-
-@dataclass
-class FsckResult:
-    ok: bool
-    manifests: int
-    objects: int
-    errors: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    read_objects: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "manifests": self.manifests, "objects": self.objects,
-                "errors": self.errors, "warnings": self.warnings, "read_objects": self.read_objects}
-
-
-def parse_subset(text: str | None) -> float | None:
-    """``"10%"`` or ``"0.1"`` or ``"1/10"`` -> fraction; None for everything."""
-    if text is None:
-        return None
-    try:
-        if text.endswith("%"):
-            frac = float(text[:-1]) / 100
-        elif "/" in text:
-            a, b = text.split("/", 1)
-            frac = float(a) / float(b)
-        else:
-            frac = float(text)
-    except ValueError as exc:
-        raise PortableError(f"--read-data-subset {text!r} is not a fraction like 10% or 1/10") from exc
-    if not 0 < frac <= 1:
-        raise PortableError(f"--read-data-subset {text!r} must be above 0 and at most 100%")
-    return frac
-
-
-def fsck(store: Store, *, read_data: bool = False, subset: float | None = None, seed: int | None = None) -> FsckResult:
-    """Every manifest's objects exist, every head names a manifest; optionally re-hash objects."""
-    errors: list[str] = []
-    warnings: list[str] = []
-    # fsck only reads: a transient error is asked again (a view with the Backend's read methods)
-    store = Store(_RetryingReads(store.backend))  # type: ignore[arg-type]
-    try:
-        store.check_store()
-    except PortableError as exc:
-        # Nothing else in a store of unknown format can be read meaningfully.
-        return FsckResult(False, 0, 0, [f"config.json: {exc.one_line()}"])
-    object_keys = store.backend.list("objects")
-    sizes: dict[str, str] = {k.rsplit("/", 1)[-1]: k for k in object_keys}
-    manifests = 0
-    needed: dict[str, str] = {}
-    walked: set[str] = set()  # trees already walked: a subtree shared by many versions is read once
-    index_sizes: dict[str, int | None] = {}  # pack -> size its index gives (None: unreadable)
-    for ws in store.workspaces():
-        try:
-            head, _ = store.read_head(ws)
-        except PortableError as exc:
-            errors.append(f"workspace {ws}: head: {exc}")
-            continue
-        keys = store.backend.list(manifests_prefix(ws))
-        reachable = {(m.version) for m in _safe_history(store, ws, errors)}
-        if head.version and head.version not in reachable:
-            errors.append(f"workspace {ws}: head names version {head.version}, which cannot be read")
-        for key in keys:
-            try:
-                version, _ = parse_manifest_key(key)
-                manifest = store.read_manifest_key(key)
-            except PortableError as exc:
-                errors.append(f"{key}: {exc}")
-                continue
-            manifests += 1
-            if version not in reachable or version > head.version:
-                warnings.append(f"{key}: not in the history of {ws} (a writer that lost a race); harmless")
-            try:
-                for e in _files_once(store, manifest, walked, needed, key):
-                    for h in e.object_keys():
-                        needed.setdefault(h, f"{key} ({e.path})")
-                    if e.pack is not None:
-                        if e.pack.pack in sizes:
-                            _check_ref(store, e, key, index_sizes, errors)
-            except PortableError as exc:
-                errors.append(f"{key}: {exc.one_line() if hasattr(exc, 'one_line') else exc}")
-    for h, where in sorted(needed.items()):
-        if h not in sizes:
-            errors.append(f"object {h} named by {where} is missing")
-    read = 0
-    if read_data:
-        names = sorted(sizes)
-        if subset is not None:
-            rng = random.Random(seed)
-            names = sorted(rng.sample(names, max(1, round(len(names) * subset)))) if names else []
-
-        def check(h: str) -> str | None:
-            data = store.backend.read(sizes[h])
-            if digest(data) != h:
-                return f"object {h} is corrupt: its bytes do not hash to its name"
-            if h in index_sizes:  # a pack: every blob its index lists (and so every entry's range) hashes right
-                try:
-                    index = store.get_index(h)
-                except PortableError as exc:
-                    return f"pack {h}: index: {exc}"
-                for bh, o, n in index.blobs:
-                    if digest(data[o:o + n]) != bh:
-                        return f"pack {h}: blob {bh} named by {needed.get(h, 'its index')} is corrupt"
-            return None
-
-        with ThreadPoolExecutor(4) as pool:
-            for problem in pool.map(check, names):
-                read += 1
-                if problem:
-                    errors.append(problem)
-    return FsckResult(not errors, manifests, len(object_keys), errors, warnings, read)
-
-
-def _transient(exc: BaseException) -> bool:
-    """A store error that may pass (a 5xx, a reset): not a missing object, not an unsupported store."""
-    from jupyter_portable.core.errors import ObjectMissing, StoreError, UnsupportedStore
-
-    return isinstance(exc, StoreError) and not isinstance(exc, (ObjectMissing, UnsupportedStore))
-
-
-def _retrying(call: Any) -> Any:
-    """``call()``, asked again on a transient store error: it is not corruption (tenacity: up to 6
-    tries, backing off from 50 ms to 2 s) before fsck gives up on the store."""
-    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
-
-    for attempt in Retrying(stop=stop_after_attempt(6), wait=wait_exponential(multiplier=0.05, max=2),
-                            retry=retry_if_exception(_transient), reraise=True):
-        with attempt:
-            return call()
-    raise AssertionError("unreachable: tenacity either returned or raised")
-
-
-class _RetryingReads:
-    """A backend's reads (the head, manifests, trees, indexes, listings, objects) asked again on a
-    transient error; fsck writes nothing, so only reads are wrapped."""
-
-    _READS = frozenset({"read", "read_range", "exists", "size", "list", "read_versioned"})
-
-    def __init__(self, backend: Any) -> None:
-        self._backend = backend
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._backend, name)
-        if name in self._READS and callable(attr):
-            return lambda *args, **kwargs: _retrying(lambda: attr(*args, **kwargs))
-        return attr
-
-
-def _files_once(store: Store, manifest: Manifest, walked: set[str], needed: dict[str, str],
-                key: str) -> Iterator[FileEntry]:
-    """A version's files, skipping subtrees an earlier version already had (their objects
-    are recorded); every tree object walked is recorded as needed too."""
-    if manifest.tree is None:
-        yield from manifest.files
-        return
-    needed.setdefault(manifest.tree, f"{key} (root tree)")
-    if manifest.tree in walked:
-        return
-    walked.add(manifest.tree)
-    stack: list[tuple[str, str, int]] = [(manifest.tree, "", 0)]
-    while stack:
-        tree, at, depth = stack.pop()
-        for node in store.read_tree(tree, at, depth):
-            if isinstance(node, SubTree):
-                needed.setdefault(node.tree, f"{key} ({node.path}/)")
-                if node.tree not in walked:
-                    walked.add(node.tree)
-                    stack.append((node.tree, node.path, depth + 1))
-            else:
-                yield node
-
-
-def _check_ref(store: Store, e: FileEntry, key: str, index_sizes: dict[str, int | None], errors: list[str]) -> None:
-    assert e.pack is not None
-    pack = e.pack.pack
-    if pack not in index_sizes:
-        try:
-            index_sizes[pack] = store.get_index(pack).size
-        except PortableError as exc:
-            index_sizes[pack] = None
-            errors.append(f"pack {pack}: index: {exc}")
-            return
-    size = index_sizes[pack]
-    if size is not None and e.pack.offset + e.pack.length > size:
-        errors.append(f"{key}: blob {e.hash[:16]}… at {e.pack.offset}+{e.pack.length} runs past the end of "
-                      f"pack {pack[:16]}…")
-
-
-def _safe_history(store: Store, ws: str, errors: list[str]) -> list[Manifest]:
-    try:
-        return store.history(ws)
-    except (PortableError, ManifestError) as exc:
-        errors.append(f"workspace {ws}: history: {exc}")
-        return []

@@ -14,10 +14,14 @@ from jupyter_portable.core.errors import PortableError, UsageError
 from jupyter_portable.core.manifest import Manifest
 from jupyter_portable.core.records import CheckpointRecord
 from jupyter_portable.core.times import utcnow
+from jupyter_portable.core.validate import terminal_safe
+from jupyter_portable.engine.fsck import FsckResult, fsck
+from jupyter_portable.engine.journal import Cut
 from jupyter_portable.engine.progress import Progress
 from jupyter_portable.engine.restore import RestoreResult, restore
 from jupyter_portable.engine.snapshot import Extras, SnapshotResult, snapshot
-from jupyter_portable.engine.verify import FsckResult, VerifyResult, fsck, verify_dir
+from jupyter_portable.engine.verify import VerifyResult, verify_dir
+from jupyter_portable.store.credentials import check_store_url as check_s3_text
 from jupyter_portable.store.repo import Store, head_key
 from jupyter_portable.workdir.pending import read_pending
 from jupyter_portable.workdir.workcopy import CopyConfig, WorkspaceCopy, check_store_url
@@ -51,6 +55,7 @@ class Workspace:
         from jupyter_portable.store import default_store_url
 
         url = check_store_url(store or default_store_url())
+        check_s3_text(url)  # a worker's IAM policy could not name this prefix, and only it
         root = Path(directory)
         root.mkdir(parents=True, exist_ok=True)
         copy = WorkspaceCopy(root)
@@ -111,10 +116,14 @@ class Workspace:
     # -- verbs -------------------------------------------------------------------------
 
     def snapshot(self, message: str = "", *, force: bool = False, progress: TextIO | None = sys.stderr,
-                 sink: Callable[[str], None] | None = None) -> SnapshotResult:
-        """Publish the files as the next version (nothing is published if nothing changed)."""
+                 sink: Callable[[str], None] | None = None, journal: Cut | None = None,
+                 python: str | None = None) -> SnapshotResult:
+        """Publish the files as the next version (nothing is published if nothing changed).
+        ``journal``: a change journal's cut taken just before (only what changed is looked at).
+        ``python``: the notebook kernel's interpreter, whose environment the version records,
+        where it is not this process's (the worker's kernel runs in an environment of its own)."""
         return snapshot(self.copy, self.store, message=message, force=force,
-                        progress=_progress("snapshot", progress, sink), extras=self.extras())
+                        progress=_progress("snapshot", progress, sink), extras=self.extras(python), journal=journal)
 
     def log(self) -> list[dict[str, Any]]:
         """Every version, newest first."""
@@ -143,7 +152,19 @@ class Workspace:
                 {"path": best.path, "step": best.step, "hash": best.hash, "version": best.version},
                 "runtime": self.machine_runtime(),
                 "next_action": read_next_action(self.copy) or (manifest.next_action if manifest else None),
-                "allocation": allocations[-1] if allocations else None}
+                "allocation": allocations[-1] if allocations else None, "lifecycle": self.lifecycle_status()}
+
+    def lifecycle_status(self) -> dict[str, Any] | None:
+        """This copy's lifecycle state and version in the words every view uses (core/state_words.py);
+        None where no lifecycle was recorded here (a copy on a rented machine)."""
+        from jupyter_portable.core import state_words
+        from jupyter_portable.workdir import lifecycle_file
+
+        if self.copy.lifecycle_bytes() is None:
+            return None
+        lc = lifecycle_file.load(self.copy)
+        return {"state": lc.state, "version": lc.version, "words": state_words.words(lc.state).to_json(),
+                "line": state_words.state_line(lc.state, lc.version)}
 
     def machine_runtime(self) -> dict[str, Any]:
         """This machine's Python and GPUs, probed now (a missing GPU is a note, not a failure)."""
@@ -189,7 +210,8 @@ class Workspace:
         hook.is_dir = (self.root / rel).is_dir()
         extras = self.extras()
         extras.before_publish = hook
-        label = f"checkpoint {rel}" + (f" (step {step})" if step is not None else "")
+        # a file's name may hold what a terminal acts on; the message of a version may not
+        label = f"checkpoint {terminal_safe(rel, one_line=True)}" + (f" (step {step})" if step is not None else "")
         snapshot(self.copy, self.store, message=label, progress=_progress("checkpoint", progress, sink), extras=extras)
         assert hook.record is not None
         return hook.record
@@ -224,13 +246,13 @@ class Workspace:
 
         return latest(self.manifest())
 
-    def extras(self) -> Extras:
+    def extras(self, python: str | None = None) -> Extras:
         """What every snapshot of this copy records besides files (runtime, next action)."""
         from jupyter_portable.engine.runtime.record import RuntimeRecorder, env_fingerprint
         from jupyter_portable.workdir.next_action import read_next_action
 
-        fingerprint = env_fingerprint()
-        return Extras(fingerprint=fingerprint, runtime=RuntimeRecorder(self.copy, self.store, fingerprint),
+        fingerprint = env_fingerprint(python)
+        return Extras(fingerprint=fingerprint, runtime=RuntimeRecorder(self.copy, self.store, fingerprint, python),
                       next_action=read_next_action(self.copy))
 
     def diff(self, a: int, b: int) -> dict[str, Any]:
@@ -261,9 +283,15 @@ class Workspace:
         runtime = None
         if ma.runtime and mb.runtime:
             runtime = diff_runtime(ma.runtime, mb.runtime, lock(ma), lock(mb))
+        # the machines recorded since ``a`` whose environment differed from the recorded one (issue 26)
+        before = {x.get("allocation_id"): x for x in ma.allocations}
+        machines = [{"allocation_id": x["allocation_id"], "provider": x.get("provider"),
+                     "environment": x["environment"]}
+                    for x in mb.allocations if isinstance(x.get("environment"), dict)
+                    and not x["environment"].get("exact") and before.get(x.get("allocation_id")) != x]
         return {"a": a, "b": b,
                 "files": {"added": sorted(added), "removed": sorted(removed), "changed": sorted(changed)},
-                "runtime": runtime,
+                "runtime": runtime, "machines": machines,
                 "checkpoints": {"a": len(ma.checkpoints), "b": len(mb.checkpoints)}}
 
     @staticmethod
@@ -276,6 +304,9 @@ class Workspace:
         if not any(d["files"].values()):
             lines.append("  no file changes")
         lines.append(format_diff(d["runtime"]) if d["runtime"] else "runtime: not recorded in both versions")
+        for m in d.get("machines") or []:
+            lines.append(f"machine {m['allocation_id']} ({m.get('provider') or '?'}) ran the environment with "
+                         f"differences: {m['environment'].get('summary')}")
         return "\n".join(lines)
 
     def diff_text(self, a: int, b: int) -> str:

@@ -54,6 +54,9 @@ def format_status(st: dict[str, Any]) -> str:
         lines.append(f"this copy: version {st['version']} (latest: {st['head_version']})")
     if st.get("fenced"):
         lines.append("FENCED: a newer allocation owns this workspace; this copy cannot publish")
+    lifecycle = st.get("lifecycle")
+    if lifecycle:  # the same words as the sidebar and a cell's error (core/state_words.py)
+        lines.append(f"machine: {lifecycle['line']}; {lifecycle['words']['action']}")
     latest = st.get("latest_checkpoint")
     lines.append("latest verified checkpoint: " + (
         f"{latest['path']}" + (f" (step {latest['step']})" if latest.get("step") is not None else "")

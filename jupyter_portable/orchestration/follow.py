@@ -12,8 +12,14 @@ forwarded save, or else the version the worker started from). Then:
 - both changed: both are kept, as for a save (monitor.post_save): the worker's version at the
   name, the user's as ``NAME.conflict-lab-TIME`` in both copies, recorded and announced.
 
-A file the worker deleted is deleted here only if the user's copy still holds the agreed
-content. Bytes are hashed before they are renamed into place (invariant 4).
+A file the worker deleted is deleted here only if this copy received it from the worker
+and still holds the bytes it received: never a file the user's side had on its own, even with
+the same content. Bytes are hashed before they are renamed into place (invariant 4).
+
+The worker is not trusted (docs/security.md): every path in its listing passes the check a
+manifest's paths pass (relative, normalised, not under ``.portable/``), and a path that leads
+through a symlink on the user's side to a folder outside the copy is neither read, written
+nor deleted (invariant 8). A refused path is an error of the tick, naming it.
 """
 
 from __future__ import annotations
@@ -26,15 +32,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_portable.core import lifecycle as L
-from jupyter_portable.core.errors import IntegrityError, PortableError
+from jupyter_portable.core.errors import IntegrityError, PortableError, UnsafePath
+from jupyter_portable.core.paths import check_relpath
 from jupyter_portable.core.times import to_iso
+from jupyter_portable.core.validate import HASH_RE, short_repr
+from jupyter_portable.orchestration.hosting import ContentsManager, Timer
 from jupyter_portable.store.repo import digest, hash_file
 from jupyter_portable.workdir.conflicts import add_conflict
-from jupyter_portable.workdir.follow_record import read_agreed, write_agreed
+from jupyter_portable.workdir.follow_record import read_agreed, read_received, write_agreed
 from jupyter_portable.workdir.statcache import stat_key
+
+if TYPE_CHECKING:
+    from jupyter_portable.orchestration.monitor import PortableService
 
 log = logging.getLogger("jupyter_portable.follow")
 
@@ -73,12 +85,13 @@ class Follower:
         self.start_version: int | None = None
         self.worker_version: int | None = None
         self.agreed: dict[str, str] = {}
+        self.received: dict[str, str] = {}  # path -> the hash of the bytes this copy wrote from the worker
         self.seen: dict[str, str] = {}  # path -> the worker's hash already handled on this allocation
         self.listed: set[str] = set()  # the paths of the worker's last listing
         self.saving: dict[str, datetime] = {}  # path -> when a save of it began (JupyterLab writes it now)
         self._start_hashes: dict[str, str] | None = None
         self._local: dict[str, tuple[tuple[int, int, int, int], str]] = {}
-        self.timer: Any = None  # the server's PeriodicCallback (start_following)
+        self.timer: Timer | None = None  # the server's PeriodicCallback (start_following)
         self.paused = False  # tests that need the copy to hold still while they edit both sides
 
     # -- saves in JupyterLab -------------------------------------------------------------------
@@ -119,11 +132,11 @@ class Follower:
             return TickResult(lc.state)
         if lc.allocation_id != self.allocation_id:
             self._switch(lc)
-        listing = orch.client().tree()
-        res = TickResult(lc.state, worker_version=listing.get("version"))
+        version, worker, pending, refused = worker_listing(orch.client().tree())
+        res = TickResult(lc.state, worker_version=version, errors=refused)
+        for line in refused:
+            log.warning("jupyter-portable: the worker's listing was refused in part: %s", line)
         self.worker_version = res.worker_version
-        pending = set(listing.get("pending") or [])
-        worker = {f["path"]: f.get("hash") for f in listing.get("files") or [] if isinstance(f.get("path"), str)}
         changed = False
         for path, w in sorted(worker.items()):
             if w is None or path in pending or self.seen.get(path) == w or self._is_saving(path, now):
@@ -134,19 +147,26 @@ class Follower:
                 res.errors.append(f"{path}: {exc}")
                 log.warning("jupyter-portable: %s was not pulled from the worker: %s", path, exc)
         # gone from the worker since the last listing (not a file this tick wrote there itself)
-        gone = [p for p in self.listed if p not in worker and p not in pending and p in self.agreed]
+        gone = [p for p in self.listed if p not in worker and p not in pending
+                and (p in self.agreed or p in self.received)]
         self.listed = set(worker)
         for path in gone:
             with self.lock:
                 if self._is_saving(path, now):
                     continue
-                if self._local_hash(path) == self.agreed[path]:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(self.root / path)
-                    res.removed.append(path)
-                del self.agreed[path]
+                try:
+                    # only what this copy received from the worker, still as received
+                    received = self.received.pop(path, None)
+                    if received is not None and self._local_hash(path) == received:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(self._local_path(path))
+                        res.removed.append(path)
+                except (PortableError, OSError) as exc:
+                    res.errors.append(f"{path}: {exc}")
+                self.agreed.pop(path, None)
                 self.seen.pop(path, None)
                 self.synced.pop(path, None)
+                self._local.pop(path, None)
                 changed = True
         if changed:
             self._persist()
@@ -165,6 +185,7 @@ class Follower:
         ready = [e for e in lc.events if e.allocation_id == lc.allocation_id and e.state == L.READY]
         self.start_version = ready[-1].version if ready else lc.version
         self.agreed = read_agreed(self.ws.copy, lc.allocation_id)
+        self.received = read_received(self.ws.copy, lc.allocation_id)
         self.seen = {}
         self.listed = set()
         self._start_hashes = None
@@ -184,8 +205,19 @@ class Follower:
         began = self.saving.get(path)
         return began is not None and now - began < SAVE_GRACE
 
+    def _local_path(self, path: str) -> Path:
+        """Where ``path`` is in the user's copy; UnsafePath when a folder on the way is a symlink
+        that leads outside it (the file itself is never followed: it is lstat'ed or replaced)."""
+        check_relpath(path, what="a path from the worker")
+        real_root = os.path.realpath(self.root)
+        parent = os.path.realpath(os.path.join(real_root, os.path.dirname(path)))
+        if parent != real_root and not parent.startswith(real_root + os.sep):
+            raise UnsafePath(f"{path!r} leads through a symlink to {parent}, outside the workspace; "
+                             "nothing was read, written or deleted there")
+        return self.root / path
+
     def _local_hash(self, path: str) -> str | None:
-        full = self.root / path
+        full = self._local_path(path)
         try:
             st = os.lstat(full)
         except (FileNotFoundError, NotADirectoryError):
@@ -221,7 +253,9 @@ class Follower:
             self._place(path, data)
             res.pulled.append(path)
             self.seen[path] = h
-            return self._agree(path, h)
+            self.received[path] = h
+            self._agree(path, h)
+            return True
 
     def _agree(self, path: str, h: str) -> bool:
         self.synced[path] = h
@@ -233,7 +267,7 @@ class Follower:
     def _keep_both(self, orch: Any, path: str, now: datetime) -> dict[str, str]:
         """Both changed: the user's bytes go to NAME.conflict-lab-TIME here and on the worker."""
         kept = f"{path}.conflict-lab-{now.strftime('%Y%m%d-%H%M%S')}"
-        data = (self.root / path).read_bytes()
+        data = self._local_path(path).read_bytes()
         self._place(kept, data)
         with contextlib.suppress(PortableError):
             orch.client().put_file(kept, data, None)
@@ -272,14 +306,44 @@ class Follower:
     def _persist(self) -> None:
         if self.allocation_id is not None:
             with contextlib.suppress(OSError):
-                write_agreed(self.ws.copy, self.allocation_id, self.agreed)
+                write_agreed(self.ws.copy, self.allocation_id, self.agreed, self.received)
+
+
+def worker_listing(obj: Any) -> tuple[int | None, dict[str, str | None], set[str], list[str]]:
+    """``GET /tree``'s answer, checked: ``(version, {path: hash or None}, pending paths, refused)``.
+    Every path passes :func:`check_relpath`, every hash is a hash; ``refused`` says, one line an
+    entry, what was left out and why. A listing that is not one at all is a PortableError."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("files", []), list) \
+            or not isinstance(obj.get("pending") or [], list):
+        raise PortableError(f"the worker's listing of its files is malformed: {short_repr(obj)}")
+    version = obj.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        version = None
+    files: dict[str, str | None] = {}
+    refused: list[str] = []
+    for entry in obj.get("files") or []:
+        path = entry.get("path") if isinstance(entry, dict) else None
+        try:
+            check_relpath(path, what="a path from the worker")
+        except UnsafePath as exc:
+            refused.append(f"{short_repr(path)}: {exc}")
+            continue
+        assert isinstance(path, str) and isinstance(entry, dict)
+        h = entry.get("hash")
+        if h is not None and not (isinstance(h, str) and HASH_RE.match(h)):
+            refused.append(f"{path}: the worker's hash {short_repr(h)} is not a hash")
+            continue
+        files[path] = h
+    pending = {p for p in obj.get("pending") or [] if isinstance(p, str)}
+    return version, files, pending, refused
 
 
 # -- the server's side: hooks and the timer --------------------------------------------------------
 
 
-def start_following(service: Any, contents_manager: Any, *, interval_s: float = 2.0) -> Follower:
-    """Follow the worker for ``service`` (monitor.PortableService): a tick every ``interval_s`` while
+def start_following(service: PortableService, contents_manager: ContentsManager, *,
+                    interval_s: float = 2.0) -> Follower:
+    """Follow the worker for ``service``: a tick every ``interval_s`` while
     the workspace is ACTIVE, and JupyterLab's saves wrapped so a pull never overwrites one."""
     from datetime import timezone
 
@@ -287,10 +351,11 @@ def start_following(service: Any, contents_manager: Any, *, interval_s: float = 
 
     from jupyter_portable.workdir.conflicts import read_conflicts
 
-    assert service.ws is not None
-    follower = Follower(service.ws, service.orchestrator, synced=service.synced, notice=service.notice,
+    ws = service.ws
+    assert ws is not None
+    follower = Follower(ws, service.orchestrator, synced=service.synced, notice=service.notice,
                         clock=lambda: datetime.now(timezone.utc))
-    root_dir = Path(getattr(contents_manager, "root_dir", service.ws.root))
+    root_dir = Path(getattr(contents_manager, "root_dir", ws.root))
 
     def pre_save(model: Any = None, path: str | None = None, **_: Any) -> None:
         rel = follower.rel(root_dir / path.lstrip("/")) if path else None
@@ -306,11 +371,11 @@ def start_following(service: Any, contents_manager: Any, *, interval_s: float = 
                 saved = hash_file(os_path) if os_path else None
             except OSError:
                 saved = None
-            before = read_conflicts(service.ws.copy)[-1:]
+            before = read_conflicts(ws.copy)[-1:]
             try:
                 service.post_save(model=model, os_path=os_path, contents_manager=contents_manager, **kw)
             finally:
-                conflicted = read_conflicts(service.ws.copy)[-1:] != before
+                conflicted = read_conflicts(ws.copy)[-1:] != before
                 lc = service.orchestrator().lifecycle()
                 if saved is not None:
                     follower.save_forwarded(rel, lc.allocation_id if lc.state == L.ACTIVE else None, saved,
@@ -328,7 +393,7 @@ def start_following(service: Any, contents_manager: Any, *, interval_s: float = 
             res = follower.tick()
             moved = len(res.pulled) + len(res.removed)
             if moved:  # the sidebar (and a file browser refresh) hears of it
-                service.on_progress({"workspace_id": service.ws.workspace_id, "step": "follow",
+                service.on_progress({"workspace_id": ws.workspace_id, "step": "follow",
                                      "message": f"{moved} file(s) from the worker's copy (version "
                                                 f"{res.worker_version})", "done": moved, "total": moved})
         except PortableError as exc:
@@ -353,4 +418,4 @@ def start_following(service: Any, contents_manager: Any, *, interval_s: float = 
     return follower
 
 
-__all__ = ["SAVE_GRACE", "Follower", "TickResult", "start_following"]
+__all__ = ["SAVE_GRACE", "Follower", "TickResult", "start_following", "worker_listing"]

@@ -78,13 +78,17 @@ class IdleWatch:
     """One per server: the last decision (for the sidebar) and the stop when it says so."""
 
     def __init__(self, ws: Workspace, orchestrator: Callable[[], Orchestrator], *, notice: Notice | None = None,
-                 clock: Callable[[], datetime] = utcnow) -> None:
+                 clock: Callable[[], datetime] = utcnow, restarted: Callable[[], None] | None = None) -> None:
         self.ws = ws
         self.orchestrator = orchestrator
         self.notice = notice
         self.clock = clock
+        self.restarted = restarted  # told when a new idle_minutes started the countdown again
         self.seen: Seen | None = None
         self._minutes: tuple[float, datetime] | None = None
+        # (allocation, idle_minutes) the countdown runs on, and when a change of the setting restarted it
+        self._counting: tuple[str, float] | None = None
+        self._restart_at: datetime | None = None
         self._lock = threading.Lock()
 
     def settings_changed(self) -> None:
@@ -110,14 +114,19 @@ class IdleWatch:
                 return None
             aid = lc.allocation_id
             minutes = self.minutes(now)
+            restarted = self._count_on(aid, minutes, now)
             activity = activity_from_status(orch.client(aid).status(timeout=5))
             if activity is None:
                 self.seen = None
                 return None
-            d = idle_decision(activity.last_activity, activity.gpu_samples, now, minutes,
-                              kernel_busy=activity.kernel_busy)
+            # a change of idle_minutes counts from when it was seen, as "Keep running" would: a
+            # lower setting never stops a machine already idle that long without a countdown
+            since = max(activity.last_activity, self._restart_at) if self._restart_at else activity.last_activity
+            d = idle_decision(since, activity.gpu_samples, now, minutes, kernel_busy=activity.kernel_busy)
             before = self.seen.decision.state if self.seen and self.seen.allocation_id == aid else None
             self.seen = Seen(aid, d, now)
+        if restarted and self.restarted is not None:
+            self.restarted()
         if d.state == WARNING and before != WARNING and self.notice is not None:
             left = int(d.remaining_s or 0)
             self.notice("idle", f"No cell has run and the GPU has been idle: {aid} will be sealed and released in "
@@ -143,6 +152,19 @@ class IdleWatch:
             rel = idle_release(orch.lifecycle())
             if rel is not None:
                 self.notice("idle", rel["message"])
+
+    def _count_on(self, aid: str, minutes: float, now: datetime) -> bool:
+        """Note the idle_minutes the countdown of ``aid`` runs on; True when the setting changed
+        while this machine ran (the countdown starts again at ``now``)."""
+        before = self._counting
+        self._counting = (aid, minutes)
+        if before is None or before[0] != aid:
+            self._restart_at = None  # a new machine counts from its own activity
+            return False
+        if before[1] != minutes:
+            self._restart_at = now
+            return True
+        return False
 
     def keep_running(self) -> dict[str, Any]:
         """"Keep running": the idle clock of the active machine starts again now."""

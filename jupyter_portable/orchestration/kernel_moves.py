@@ -16,11 +16,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from jupyter_portable.core.errors import PortableError
+from jupyter_portable.orchestration.hosting import ServerApp, ServerLoop
 
 log = logging.getLogger("jupyter_portable.server")
 
 
-def drop_websockets(serverapp: Any, kernel_id: str) -> int:
+def drop_websockets(serverapp: ServerApp, kernel_id: str) -> int:
     """Close the kernel's open websockets (JupyterLab reconnects, to the kernel's new ports); how many."""
     cls = getattr(serverapp, "kernel_websocket_connection_class", None)
     closed = 0
@@ -33,13 +34,28 @@ def drop_websockets(serverapp: Any, kernel_id: str) -> int:
     return closed
 
 
-def restart_kernels(serverapp: Any, loop: Any, kernel_ids: Iterable[str], timeout_s: float = 120.0) -> None:
+def settle_execution_state(km: Any, kernel_id: str) -> None:
+    """A moved kernel is a new process that has not answered yet: "starting", as a new kernel is.
+
+    jupyter_server (2.21) resets ``execution_state`` on the multi-kernel manager, not on the
+    kernel, when a restart changes the ports, and not at all when it keeps them: a kernel busy at
+    the move (a cell held by the placeholder, or running on the lost machine) stayed "busy", and
+    that is what the reconnecting websocket tells JupyterLab (interfaces/serverext/kernel_socket.py).
+    The server's activity watch turns it "idle" at the new process's first status."""
+    kernel = km.get_kernel(kernel_id)
+    if getattr(kernel, "execution_state", None) not in (None, "dead"):
+        kernel.execution_state = "starting"
+
+
+def restart_kernels(serverapp: ServerApp, loop: ServerLoop, kernel_ids: Iterable[str],
+                    timeout_s: float = 120.0) -> None:
     """Restart each kernel plainly (not as an auto-restart), on ``loop``, then drop its websockets;
     call from a thread, never from the loop itself. PortableError naming the kernels that failed."""
     km = serverapp.kernel_manager
 
     async def one(kid: str) -> None:
         await km.restart_kernel(kid, now=True)
+        settle_execution_state(km, kid)
         drop_websockets(serverapp, kid)
 
     futures = {kid: asyncio.run_coroutine_threadsafe(one(kid), loop.asyncio_loop) for kid in kernel_ids}
@@ -62,13 +78,16 @@ def machine_words(allocation: dict[str, Any] | None, fallback: str = "the new ma
     return f"{gpu}" + (f" ({where})" if where else "")
 
 
-def moved_message(allocation: dict[str, Any] | None, version: int | None) -> str:
+def moved_message(allocation: dict[str, Any] | None, version: int | None,
+                  environment: dict[str, Any] | None = None) -> str:
     """The notebook's notice after a move: "Now on NVIDIA A100 80GB (runpod, eu-ro-1). Workspace
-    version 12 verified."."""
+    version 12 verified.", and the environment's differences when it is not the recorded one."""
     text = f"Now on {machine_words(allocation)}."
     if version:
         text += f" Workspace version {version} verified."
+    if isinstance(environment, dict) and environment.get("exact") is False and environment.get("summary"):
+        text += f" Environment: {environment['summary']}."
     return text
 
 
-__all__ = ["drop_websockets", "machine_words", "moved_message", "restart_kernels"]
+__all__ = ["drop_websockets", "machine_words", "moved_message", "restart_kernels", "settle_execution_state"]

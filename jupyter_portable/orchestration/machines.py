@@ -34,7 +34,6 @@ from jupyter_portable.core.errors import ComputeError, ConflictError, NotSupport
 from jupyter_portable.core.times import to_iso, utcnow
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.workdir import lifecycle_file
-from jupyter_portable.workdir.files import file_lock
 
 HOLDING = (L.MATERIALIZING, L.VERIFYING, L.READY, L.ACTIVE, L.DRAINING, L.SEALED)
 LAUNCHING = (L.ACQUIRING, L.PROBING)
@@ -52,7 +51,7 @@ class Known:
 def continue_running(ws: Workspace) -> bool:
     """Whether a Continue or Stop of ``ws`` holds its copy's lock now (its process is alive)."""
     try:
-        with file_lock(ws.copy.meta / "continue.lock", wait_s=0):
+        with ws.copy.continue_lock():
             return False
     except ConflictError:
         return True

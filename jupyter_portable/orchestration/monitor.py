@@ -10,22 +10,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tornado.ioloop import IOLoop, PeriodicCallback
 
 from jupyter_portable.compute.base import Provider
 from jupyter_portable.core import lifecycle as L
+from jupyter_portable.core.envconfig import PortableRun
 from jupyter_portable.core.errors import ConflictError, PortableError
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.engine.workspace import Workspace
+from jupyter_portable.orchestration.hosting import ServerApp, ServerLoop
 from jupyter_portable.orchestration.idle import IdleWatch
 from jupyter_portable.orchestration.orchestrator import Orchestrator
 from jupyter_portable.orchestration.state_view import StateView
@@ -35,7 +36,10 @@ from jupyter_portable.workdir.conflicts import add_conflict, read_conflicts
 STATE_SCHEMA = "https://events.jupyter-portable.org/state/v1"
 PROGRESS_SCHEMA = "https://events.jupyter-portable.org/progress/v1"
 NOTICE_SCHEMA = "https://events.jupyter-portable.org/notice/v1"
-SCHEMAS = (("state.yaml", STATE_SCHEMA), ("progress.yaml", PROGRESS_SCHEMA), ("notice.yaml", NOTICE_SCHEMA))
+CHANGED_SCHEMA = "https://events.jupyter-portable.org/changed/v1"
+SCHEMAS = (("state.yaml", STATE_SCHEMA), ("progress.yaml", PROGRESS_SCHEMA), ("notice.yaml", NOTICE_SCHEMA),
+           ("changed.yaml", CHANGED_SCHEMA))
+WATCHED_DOCS = ("settings", "reservations")  # a change to either, from anywhere, is news for the sidebar
 
 log = logging.getLogger("jupyter_portable.server")
 _SERVICES: dict[str, "PortableService"] = {}
@@ -49,23 +53,36 @@ def service_for(root: Path | str) -> "PortableService | None":
 class PortableService:
     """One per server: the workspace copy the server was started in."""
 
-    def __init__(self, serverapp: Any, ws: Workspace | None, *, check_interval_s: float = 2.0,
+    def __init__(self, serverapp: ServerApp, ws: Workspace | None, *, check_interval_s: float = 2.0,
                  reservation_interval_s: float = 30.0,
-                 providers: Callable[[], dict[str, Provider]] | None = None) -> None:
+                 providers: Callable[[], dict[str, Provider]] | None = None, environment: str | None = None,
+                 first_machine: str = "first-cell", boot_timeout: str | None = None,
+                 pass_env: list[str] | None = None, now: Callable[[], datetime] | None = None) -> None:
         self.serverapp = serverapp
+        # the calendar's clock (interfaces.clock: c.Portable.now), for bookings and reservation starts
+        self.now: Callable[[], datetime] = now or (lambda: datetime.now(timezone.utc))
+        self.environment = environment  # c.Portable.environment; None: the orchestrator's default
+        self.first_machine = first_machine  # c.Portable.first_machine: who rents the first machine
+        self.boot_timeout = boot_timeout  # c.Portable.boot_timeout; None: the orchestrator's default
+        self.pass_env = pass_env  # c.Portable.pass_env; None: the orchestrator's default
         self.ws = ws
-        self.loop = IOLoop.current()
+        self.loop = cast(ServerLoop, IOLoop.current())  # an AsyncIOLoop since tornado 5: it has asyncio_loop
         self.pool = ThreadPoolExecutor(4, thread_name_prefix="portable")
         self.continuing: Future[Any] | None = None
         self.orch: Orchestrator | None = None
         self.make_providers = providers  # None: the environment's (compute.registry)
-        self.view = StateView(ws, self.orchestrator) if ws is not None else None
-        self.idle = IdleWatch(ws, self.orchestrator, notice=self.notice) if ws is not None else None
+        self.view = StateView(ws, self.orchestrator, calendar=self.now) if ws is not None else None
+        self.idle = IdleWatch(ws, self.orchestrator, notice=self.notice,
+                              restarted=lambda: self._changed("idle")) if ws is not None else None
         self.synced: dict[str, str] = {}  # path -> the hash both sides agreed on last
         self.started_reservations: set[str] = set()
         self._checking = False
         self._lock = threading.Lock()
         self._head_version: int | None = None
+        self._docs: dict[str, str] = {}  # the watched documents as last seen (canonical JSON)
+        self._told_moved: str | None = None  # the allocation whose "Now on ..." notice was sent
+        self._told_seq: int | None = None  # the newest lifecycle event told as a state event
+        self._told_lock = threading.Lock()
         if ws is not None:
             _SERVICES[str(ws.root)] = self
         self._timers = [PeriodicCallback(self._tick_check, check_interval_s * 1000),
@@ -82,7 +99,20 @@ class PortableService:
 
         self.loop.add_callback(go)
 
+    def _claim(self, seq: object) -> bool:
+        """Whether lifecycle event ``seq`` is yet to be told (and now counts as told): each once,
+        whether this server's orchestrator made it or another process did."""
+        if not isinstance(seq, int):
+            return True
+        with self._told_lock:
+            if self._told_seq is not None and seq <= self._told_seq:
+                return False
+            self._told_seq = seq
+            return True
+
     def on_state(self, ev: dict[str, Any]) -> None:
+        if not self._claim(ev.get("seq")):
+            return
         data = {k: ev.get(k) for k in ("workspace_id", "seq", "state", "previous", "reason", "allocation_id",
                                        "route", "version", "epoch", "at")}
         data["verified"] = ev["state"] in L.VERIFIED_STATES
@@ -91,6 +121,8 @@ class PortableService:
         if ev["state"] in (L.LOST, L.RELEASED):
             self.pool.submit(self._park_kernels)  # issue 16: no machine, no hanging cells
         kind = {L.LOST: "lost", L.ACTIVE: "ready", L.FAILED: "failed"}.get(ev["state"])
+        if kind == "ready" and ev.get("allocation_id") and ev.get("allocation_id") == self._told_moved:
+            kind = None  # "Now on ..." (the move of the kernels) already said it: one toast, not two
         if kind:
             from jupyter_portable.orchestration.kernel_moves import machine_words
 
@@ -120,7 +152,9 @@ class PortableService:
         if self.orch is None:
             self.orch = Orchestrator(self.ws, on_state=self.on_state, on_progress=self.on_progress,
                                      reconnect=self.reconnect,
-                                     providers=self.make_providers() if self.make_providers else None)
+                                     providers=self.make_providers() if self.make_providers else None,
+                                     environment={"mode": self.environment} if self.environment else None,
+                                     pass_env=self.pass_env, boot_timeout=self.boot_timeout)
         return self.orch
 
     def start(self) -> None:
@@ -135,10 +169,24 @@ class PortableService:
 
     def _resume_then_go_on(self) -> Any:
         orch = self.orchestrator()
-        summary = orch.resume()
-        if summary["state"] == L.ROUTING:
-            return orch.continue_()
-        return summary
+        try:
+            summary = orch.resume()
+            if summary["state"] == L.ROUTING:
+                return orch.continue_()
+            return summary
+        except ConflictError as exc:  # another process (a terminal's `continue`) drives it
+            log.warning("jupyter-portable: not resuming the Continue: %s", exc.one_line())
+            raise
+        except Exception as exc:
+            # never leave the workspace half-way with nothing driving it: the sidebar could
+            # neither cancel nor Continue
+            log.warning("jupyter-portable: resuming the Continue after a restart failed: %s",
+                        exc.one_line() if isinstance(exc, PortableError) else repr(exc), exc_info=True)
+            try:
+                orch.abandon(exc)
+            except PortableError as again:
+                log.warning("jupyter-portable: could not mark the Continue failed: %s", again.one_line())
+            raise
 
     def pause_monitor(self) -> None:
         """Stop the periodic loss check and reservation starts (the server goes on serving)."""
@@ -205,7 +253,9 @@ class PortableService:
                    else f"{moved} notebook kernels now run on {where}")
         self.on_progress({"workspace_id": self.ws.workspace_id, "step": "reconnect", "message": message,
                           "done": moved, "total": moved})
-        self.notice("moved", moved_message(rec, self.orchestrator().lifecycle().version))
+        self.notice("moved", moved_message(rec, self.orchestrator().lifecycle().version,
+                                           record.allocation.details.get("environment_built")))
+        self._told_moved = record.allocation_id
 
     def _history_records(self) -> list[dict[str, Any]]:
         assert self.ws is not None
@@ -238,6 +288,53 @@ class PortableService:
                               "done": head.version, "total": head.version})
         self._head_version = head.version
 
+    def watch_docs(self) -> list[str]:
+        """The workspace's settings and bookings as the store holds them now: each that changed since
+        the last look (a terminal's `jupyter portable settings` or `reserve` as much as the sidebar)
+        rebuilds the state, restarts the idle countdown (settings) and is told to the sidebar
+        (changed/v1). The first look only remembers. The names of the documents that changed."""
+        import json
+
+        assert self.ws is not None
+        changed = []
+        for name in WATCHED_DOCS:
+            try:
+                seen = json.dumps(self.ws.store.read_doc(self.ws.workspace_id, name), sort_keys=True)
+            except (PortableError, ValueError):
+                continue
+            before = self._docs.get(name)
+            self._docs[name] = seen
+            if before is not None and before != seen:
+                changed.append(name)
+        if changed and self.view is not None:
+            self.view.invalidate()
+        if "settings" in changed and self.idle is not None:
+            self.idle.settings_changed()
+        for name in changed:
+            self._changed(name)
+        return changed
+
+    def _changed(self, what: str) -> None:
+        if self.ws is not None:
+            self.emit(CHANGED_SCHEMA, {"workspace_id": self.ws.workspace_id, "what": what})
+
+    def documents_changed(self, what: str) -> None:
+        """This server changed the workspace's settings or bookings (``what``: the document): the
+        state is built again at the next ask, the idle check reads idle_minutes again, and the
+        sidebar is told at once. The watch alone would miss a change undone within one of its
+        looks (a budget set and cleared), and a sidebar's dry run would keep the first one's answer."""
+        if self.view is not None:
+            self.view.invalidate()
+        if self.idle is not None:
+            self.idle.settings_changed()
+        self._changed(what)
+
+    def spend_figure(self) -> Any:
+        """An active machine's spend as the loss check last saw it (what the state's budget uses)."""
+        from jupyter_portable.orchestration.state_view import observed_figure
+
+        return observed_figure(self.orchestrator())
+
     def _portable_kernels(self, *, running_only: bool) -> dict[str, Any]:
         """Kernel id -> provisioner, for this workspace's portable kernels (a kernel still starting
         asks for the workspace's machine itself, once one is ready)."""
@@ -252,6 +349,19 @@ class PortableService:
                 continue
             out[kid] = prov
         return out
+
+    def _tell_changes_made_elsewhere(self, lc: L.Lifecycle) -> None:
+        """State events for the lifecycle changes another process made (`jupyter portable stop` in a
+        terminal), so the toolbar and the sidebar hear of them as of this server's own; the first
+        look only notes where the lifecycle stands."""
+        with self._told_lock:
+            if self._told_seq is None:
+                self._told_seq = lc.last_seq
+                return
+            told = self._told_seq
+        for ev in lc.events:
+            if ev.seq > told:
+                self.on_state({"workspace_id": lc.workspace_id, **ev.to_json()})
 
     def _kernels_elsewhere(self, allocation_id: str | None) -> bool:
         return any(prov.allocation_id not in (None, allocation_id)
@@ -268,12 +378,14 @@ class PortableService:
             try:
                 orch = self.orchestrator()
                 lc = orch.lifecycle()
+                self._tell_changes_made_elsewhere(lc)
                 if lc.state in (L.ACTIVE, L.READY):
                     orch.check()
                     orch.refresh_credentials()  # the worker's store credentials, before they expire
                 if self.idle is not None and orch.lifecycle().state == L.ACTIVE:
                     self.idle.check()  # seals and releases a machine idle for the workspace's idle_minutes
                 self._watch_head()
+                self.watch_docs()
                 if lc.state == L.ACTIVE and self._kernels_elsewhere(lc.allocation_id):
                     # another process (`jupyter portable continue` in a terminal) moved the workspace
                     record = orch.record(lc.allocation_id)
@@ -301,7 +413,7 @@ class PortableService:
         from jupyter_portable.orchestration.reservations import reservations
 
         assert self.ws is not None
-        now = now or datetime.now(timezone.utc)
+        now = now or self.now()
         orch = self.orchestrator()
         for b in reservations(self.ws):
             end = b.start + timedelta(hours=b.hours)
@@ -375,12 +487,14 @@ class PortableService:
         return None
 
 
-def find_workspace(root_dir: str) -> Workspace | None:
-    start = os.environ.get("JUPYTER_PORTABLE_WORKSPACE") or root_dir
+def find_workspace(root_dir: str, workspace: str | None = None) -> Workspace | None:
+    """The workspace the server serves: ``workspace`` (c.Portable.workspace), else as this process's
+    configuration or ``$JUPYTER_PORTABLE_WORKSPACE`` names it, else the one holding ``root_dir``.
+    None where there is none (or the setting is bad: reading c.Portable says so)."""
     with contextlib.suppress(PortableError):
-        return Workspace.find(start)
+        return Workspace.find(workspace or PortableRun.current().workspace or root_dir)
     return None
 
 
-__all__ = ["NOTICE_SCHEMA", "PROGRESS_SCHEMA", "SCHEMAS", "STATE_SCHEMA", "PortableService", "find_workspace",
-           "service_for"]
+__all__ = ["CHANGED_SCHEMA", "NOTICE_SCHEMA", "PROGRESS_SCHEMA", "SCHEMAS", "STATE_SCHEMA", "PortableService",
+           "find_workspace", "service_for"]

@@ -17,22 +17,28 @@ epoch, which fences the lost worker for good), and a release after the seal.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
 from jupyter_portable.compute.base import Allocation, AllocationStatus, Provider
+from jupyter_portable.core import hooks
 from jupyter_portable.core import lifecycle as L
+from jupyter_portable.core.envconfig import (
+    BOOT_TIMEOUT_ENV,
+    DEFAULT_CLOUD_BOOT_TIMEOUT_S,
+    ENVIRONMENT_MODES,
+    PortableRun,
+    boot_timeouts,
+)
 from jupyter_portable.core.errors import ComputeError, ConflictError, PortableError, ProviderUnavailable, UsageError
+from jupyter_portable.core.secretenv import pass_names
 from jupyter_portable.core.times import now_iso, parse_iso, parse_iso_or_none, utcnow
 from jupyter_portable.engine.workspace import Workspace
-from jupyter_portable.store import faults
 from jupyter_portable.workdir import lifecycle_file as lifecycle_store
-from jupyter_portable.workdir.files import file_lock
 from jupyter_portable.worker.client import (
     AgentClient,
     AgentRecord,
@@ -50,26 +56,33 @@ Reconnect = Callable[[AgentRecord], None]
 
 _DOWN = ("lost", "terminated", "stopped")
 MATERIALIZE_TIMEOUT_S = 3600.0
-ENVIRONMENT_ENV = "JUPYTER_PORTABLE_ENVIRONMENT"  # "auto" (default), "image" or "lockfile"
-BOOT_TIMEOUT_ENV = "JUPYTER_PORTABLE_BOOT_TIMEOUT"
-DEFAULT_CLOUD_BOOT_TIMEOUT_S = 900.0
+# c.Portable.environment's modes, c.Portable.boot_timeout's parser: defined with their settings
+# in core.envconfig.PortableRun, named here for the code that imports them from the orchestrator
+ENVIRONMENT_ENV = "JUPYTER_PORTABLE_ENVIRONMENT"
 
 
-def boot_timeouts(text: str, default: float | None = None) -> dict[str, float]:
-    """``{provider: seconds, "*": seconds}`` from ``"900"`` or ``"runpod=600,aws=1200[,900]"``;
-    UsageError naming the setting for anything else."""
-    out = {"*": default if default is not None else DEFAULT_CLOUD_BOOT_TIMEOUT_S}
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        name, _, value = part.rpartition("=")
-        try:
-            seconds = float(value)
-        except ValueError:
-            seconds = -1.0
-        if not 1 <= seconds <= 86400 or (name and not name.isidentifier()):
-            raise UsageError(f"{BOOT_TIMEOUT_ENV}={text!r}: {part!r} is not SECONDS or PROVIDER=SECONDS "
-                             "(1 to 86400 seconds)", hint=f"e.g. {BOOT_TIMEOUT_ENV}=runpod=600,aws=1200,900")
-        out[name or "*"] = seconds
-    return out
+def _environment_detail(built: Any, runtime: Any = None) -> dict[str, Any] | None:
+    """What READY says of the kernel's environment: its mode, the Python, and each difference from the
+    lockfile (issue 26: nothing is silently different)."""
+    from jupyter_portable.core.envplan import EnvChange, differences, summary
+
+    if not isinstance(built, dict):
+        return None
+    changes = []
+    for raw in built.get("changes") or []:
+        with contextlib.suppress(PortableError):
+            changes.append(EnvChange.from_json(raw, "the worker's environment"))
+    moved = (runtime or {}).get("python_changed") if isinstance(runtime, dict) else None
+    python = None
+    if isinstance(moved, dict) and isinstance(moved.get("recorded"), str) and isinstance(moved.get("installed"), str):
+        python = {"recorded": moved["recorded"][:20], "installed": moved["installed"][:20]}
+    text = summary(changes) if built.get("mode") == "lockfile" else "the machine's own Python"
+    if python is not None:
+        text = f"Python {python['recorded']} -> {python['installed']}; {text}"
+    return {"mode": str(built.get("mode") or "image"), "kind": built.get("kind"), "env": built.get("env"),
+            "python": python, "exact": not differences(changes) and python is None,
+            "changes": [c.to_json() for c in changes],
+            "summary": text}
 
 
 class Cancelled(PortableError):
@@ -84,19 +97,28 @@ class Orchestrator:
                  reconnect: Reconnect | None = None, lazy_threshold: int | None = None,
                  boot_timeout_s: float = 120, stale_after_s: float = 10.0,
                  environment: dict[str, Any] | None = None, cloud_boot_timeout_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, pass_env: Iterable[str] | None = None,
+                 boot_timeout: str | None = None) -> None:
         self.ws = ws
-        mode = os.environ.get(ENVIRONMENT_ENV, "auto")
-        self.environment = environment or {"mode": mode}
+        if pass_env is None or not environment or boot_timeout is None:
+            # what the caller did not give: c.Portable's settings as this process's configuration and
+            # the environment set them (core.envconfig.PortableRun, where they are read and checked)
+            run = PortableRun.current()
+            pass_env = run.pass_env if pass_env is None else pass_env
+            environment = environment or {"mode": run.environment}
+            boot_timeout = run.boot_timeout if boot_timeout is None else boot_timeout
+        # the variables a worker gets on purpose, beyond core.secretenv's allow-list (c.Portable.pass_env)
+        self.pass_env = pass_names(pass_env, "c.Portable.pass_env")
+        self.environment = environment
         self._providers = providers
         self.on_state = on_state
         self.on_progress = on_progress
         self.reconnect = reconnect
         self.lazy_threshold = lazy_threshold
         self.boot_timeout_s = boot_timeout_s
-        # a rented machine may take minutes to boot: JUPYTER_PORTABLE_BOOT_TIMEOUT says how many
-        # seconds, for every cloud ("900") or per provider ("runpod=600,aws=1200,900")
-        self.cloud_boot_timeouts = boot_timeouts(os.environ.get(BOOT_TIMEOUT_ENV, ""), cloud_boot_timeout_s)
+        # a rented machine may take minutes to boot: c.Portable.boot_timeout says how many seconds,
+        # for every cloud ("900") or per provider ("runpod=600,aws=1200,900")
+        self.cloud_boot_timeouts = boot_timeouts(boot_timeout, cloud_boot_timeout_s, "c.Portable.boot_timeout")
         self.stale_after_s = stale_after_s
         self.clock = clock  # heartbeat silence is measured on it, never on a clock read in the check
         self._cancel = threading.Event()
@@ -125,7 +147,7 @@ class Orchestrator:
 
     def _move(self, to: str, **kw: Any) -> L.Lifecycle:
         lc = lifecycle_store.update(self.ws.copy, lambda cur: L.transition(cur, to, at=now_iso(), **kw))
-        faults.entered_state(to)
+        hooks.entered_state(to)
         if self.on_state is not None:
             ev = lc.events[-1].to_json()
             self.on_state({"workspace_id": lc.workspace_id, **ev})
@@ -167,9 +189,8 @@ class Orchestrator:
     @contextlib.contextmanager
     def _exclusive(self) -> Iterator[None]:
         """One Continue or Stop at a time per copy, across processes (the lock dies with its holder)."""
-        with file_lock(self.ws.copy.meta / "continue.lock", wait_s=0,
-                       busy="a Continue or Stop of this workspace is already running",
-                       hint="wait for it, or cancel it"):
+        with self.ws.copy.continue_lock(busy="a Continue or Stop of this workspace is already running",
+                                        hint="wait for it, or cancel it"):
             yield
 
     def cancel(self) -> None:
@@ -191,7 +212,9 @@ class Orchestrator:
                               "ssh": allocation.ssh.to_json() if allocation.ssh else None,
                               "host_key_fingerprint": allocation.details.get("host_key_fingerprint"),
                               "host_key_source": allocation.details.get("host_key_source"),
-                              "python": allocation.details.get("python")}
+                              "python": allocation.details.get("python"),
+                              "interpreter": (allocation.details.get("bootstrap") or {}).get("interpreter")}
+            out["environment"] = allocation.details.get("environment_built")
         return out
 
     # -- Continue ---------------------------------------------------------------------------------
@@ -265,6 +288,9 @@ class Orchestrator:
                                           f"{ev.get('reason')}")
             elif st == "PROBING":
                 current["up_at"] = self.clock()  # estimates: the machine is up
+                # the acquire step's last word, shown once it is done: up, not "waiting ...: pending"
+                up = int(max(0.0, current["up_at"] - (current["launch_at"] or current["up_at"])))
+                self._progress("acquire", f"{ev['offer']} is up after {up // 60}:{up % 60:02d}")
                 self._move(L.PROBING)
                 self._progress("probe", f"checking image, GPU and driver on {ev.get('allocation_id')}")
             elif st in ("REFUSED", "FAILED"):
@@ -277,7 +303,7 @@ class Orchestrator:
         def launched(allocation: Allocation) -> None:
             # the provider's machine id, recorded before the boot wait: a killed Continue can release it
             save_allocation(self.ws.copy, allocation)
-            faults.entered_state("LAUNCHED")
+            hooks.entered_state("LAUNCHED")
 
         settings = load_settings(self.ws)
         cloud = sorted({r.offer.provider for r in usable} - {"local", "ssh"})
@@ -339,6 +365,8 @@ class Orchestrator:
                  "offer": allocation.offer_id, "gpu": offer.gpu, "region": offer.region, "ref": allocation.ref,
                  "driver": offer.driver,
                  "price_per_hour": offer.price_per_hour, "started": allocation.started or now_iso(),
+                 # launched into a booking the provider sold: its spend is part of that booking's price
+                 "reservation_id": allocation.details.get("capacity_reservation_id"),
                  "state": "active", "spend": 0.0, "currency": "USD", "failures": [a.reason for a in attempts],
                  "predicted": route.predicted()},  # estimates: what the route said (issue 16 item 6)
                 epoch=epoch)
@@ -356,7 +384,7 @@ class Orchestrator:
                           workspace_id=self.ws.workspace_id, version=version, epoch=epoch,
                           lazy_threshold=self.lazy_threshold, environment=self.environment,
                           autosnapshot_minutes=load_settings(self.ws).autosnapshot_minutes,
-                          progress=lambda line: self._progress("materialize", line))
+                          progress=lambda line: self._progress("materialize", line), pass_env=self.pass_env)
         save_allocation(self.ws.copy, allocation)  # with what the start learnt: the worker's Python
         save_record(self.ws.copy, rec)
         return self._await_ready(rec)
@@ -385,8 +413,15 @@ class Orchestrator:
         verification = st["verification"] or {}
         detail: dict[str, Any] = {"matched": list(verification.get("matched") or []),
                                   "checkpoints": verification.get("checkpoints") or {},
+                                  # verified checkpoints whose files a later version changed
+                                  "superseded": verification.get("superseded") or {},
                                   "pending": verification.get("pending") or [],
                                   "path": verification.get("path")}
+        environment = _environment_detail(st.get("environment"), verification.get("runtime"))
+        if environment is not None:
+            detail["environment"] = environment
+            rec.allocation.details["environment_built"] = environment
+            save_allocation(self.ws.copy, rec.allocation)
         estimate = self._measure(rec.allocation_id, st.get("timings") or {})
         if estimate is not None:  # estimates: kept with READY until the record closes (_close_record)
             detail["estimate"] = estimate
@@ -442,10 +477,15 @@ class Orchestrator:
             self._move(L.FAILED, reason=reason, detail={"released": released})
         with contextlib.suppress(PortableError):
             epoch = self.ws.store.claim_epoch(self.ws.workspace_id)
-            self.ws.record_allocation({"allocation_id": allocation.allocation_id, "provider": allocation.provider,
-                                       "offer": allocation.offer_id, "ref": allocation.ref,
-                                       "started": allocation.started or now_iso(), "stopped": now_iso(),
-                                       "state": "failed", "stop_reason": reason[:500], "spend": 0.0,
+            prior: dict[str, Any] = next((x for x in reversed(self._history())
+                                          if x.get("allocation_id") == allocation.allocation_id), {})
+            spend, source = self._settle(allocation, price_per_hour=prior.get("price_per_hour"),
+                                         started=prior.get("started") or allocation.started)  # it ran: it is paid
+            self.ws.record_allocation({"allocation_id": allocation.allocation_id,
+                                       "provider": allocation.provider, "offer": allocation.offer_id,
+                                       "ref": allocation.ref, "started": allocation.started or now_iso(),
+                                       "stopped": now_iso(), "state": "failed", "stop_reason": reason[:500],
+                                       "spend": round(spend, 6), "spend_source": source,
                                        "currency": "USD", "failures": [reason[:500]]}, epoch=epoch)
 
     def _drop_client(self, allocation_id: str) -> None:
@@ -519,15 +559,46 @@ class Orchestrator:
         a = rec.allocation
         mine = [x for x in self._history() if x.get("allocation_id") == a.allocation_id]
         prior: dict[str, Any] = mine[-1] if mine else {}
+        # the bill where the provider has one, else the last figure seen (``spend``), else an estimate
+        seen = self.observed.get(a.allocation_id)
+        spend, source = self._settle(a, price_per_hour=prior.get("price_per_hour"),
+                                     started=prior.get("started") or a.started,
+                                     seen=(spend, seen.spend_source if seen is not None else None))
         record = {**prior, "allocation_id": a.allocation_id, "provider": a.provider, "offer": a.offer_id,
                   "ref": a.ref, "started": prior.get("started") or a.started or now_iso(), "stopped": now_iso(),
-                  "state": state, "stop_reason": reason[:500], "spend": round(spend, 6), "currency": "USD",
-                  "failures": list(prior.get("failures") or []) + list(failures or [])}
+                  "state": state, "stop_reason": reason[:500], "spend": round(spend, 6), "spend_source": source,
+                  "currency": "USD", "failures": list(prior.get("failures") or []) + list(failures or [])}
         measured = self._measured_at_close(a.allocation_id, record, spend)  # estimates
         if measured:
             record["measured"] = measured
+        environment = self._environment_at_ready(a.allocation_id)
+        if environment is not None:
+            record["environment"] = environment
         with contextlib.suppress(PortableError):
             self.ws.record_allocation(record, epoch=epoch)
+
+    def _settle(self, allocation: Allocation, *, price_per_hour: Any, started: str | None,
+                seen: tuple[float | None, str | None] | None = None) -> tuple[float, str]:
+        """What the allocation cost, with the figure's source (see :func:`.budget.settle`)."""
+        from jupyter_portable.orchestration.budget import settle
+
+        provider = None
+        with contextlib.suppress(PortableError):
+            provider = self.provider_of(allocation)
+        price = price_per_hour if isinstance(price_per_hour, (int, float)) else allocation.details.get("price_per_hour")
+        return settle(provider, allocation, until=utcnow(), started=started, seen=seen,
+                      price_per_hour=float(price) if isinstance(price, (int, float)) else None)
+
+    def _environment_at_ready(self, allocation_id: str) -> dict[str, Any] | None:
+        """The environment READY reported for this allocation, as the machine history keeps it."""
+        from jupyter_portable.core.envplan import check_record, record
+
+        for ev in reversed(self.lifecycle().events):
+            env = (ev.detail or {}).get("environment") if ev.state == L.READY else None
+            if ev.allocation_id == allocation_id and isinstance(env, dict):
+                with contextlib.suppress(PortableError):
+                    return check_record(record(env), allocation_id)
+        return None
 
     def _measured_at_close(self, allocation_id: str, record: dict[str, Any], spend: float) -> dict[str, Any]:
         """READY's measurement of this allocation (from the lifecycle, which outlives a restart),
@@ -559,7 +630,7 @@ class Orchestrator:
         if self.lifecycle().state == L.ACTIVE:
             return self.client().snapshot(message)
         res = self.ws.snapshot(message, progress=None)
-        return {"version": res.version, "changed": res.changed}
+        return {"version": res.version, "changed": res.changed, "skipped": list(res.to_json().get("skipped") or [])}
 
     # -- Loss -------------------------------------------------------------------------------------
 
@@ -579,12 +650,33 @@ class Orchestrator:
             status = self.provider_of(rec.allocation).status(rec.allocation)
         if status is not None:
             self.observed[rec.allocation_id] = status
+        if status is not None and status.state == "reachable":
+            # a host-side restart may map SSH elsewhere (Vast): follow it, held to the pinned host key
+            from jupyter_portable.compute.acquire import follow_endpoint
+
+            try:
+                if follow_endpoint(rec.allocation, status):
+                    save_record(self.ws.copy, rec)
+                    save_allocation(self.ws.copy, rec.allocation)
+                    stale = self._clients.pop(rec.allocation_id, None)  # the next call connects there
+                    if stale is not None:
+                        stale.close()
+            except ComputeError as exc:
+                self._lost(lc, str(exc), spend=status.spend or 0.0)
+                return {**self.summary(), "alive": False}
         if status is not None and status.state in _DOWN:
             self._lost(lc, status.reason or f"the provider says the machine is {status.state}",
                        spend=status.spend or 0.0)
             return {**self.summary(), "alive": False}
         try:
-            self.client(rec.allocation_id).status(timeout=5)
+            try:
+                self.client(rec.allocation_id).status(timeout=5)
+            except PortableError:
+                # the user's address may have changed (another network): where the provider's firewall
+                # admits addresses, the new one is let in first, and the worker asked again
+                if not self._admit_caller(rec):
+                    raise
+                self.client(rec.allocation_id).status(timeout=5)
             self._silent_since = None
             return {**self.summary(lc), "alive": True}
         except PortableError as exc:
@@ -594,6 +686,19 @@ class Orchestrator:
                 self._lost(lc, f"heartbeats stopped: {exc}", spend=(status.spend or 0.0) if status else 0.0)
                 return {**self.summary(), "alive": False}
             return {**self.summary(lc), "alive": False}
+
+    def _admit_caller(self, rec: AgentRecord) -> bool:
+        """Whether the provider had to let SSH in from this computer's address (then the worker's
+        client connects afresh); a provider that cannot say is taken as no."""
+        try:
+            admitted = self.provider_of(rec.allocation).admit_caller(rec.allocation)
+        except PortableError:
+            return False
+        if admitted:
+            stale = self._clients.pop(rec.allocation_id, None)
+            if stale is not None:
+                stale.close()
+        return admitted
 
     def _lost(self, lc: L.Lifecycle, reason: str, *, spend: float = 0.0) -> None:
         current = self.lifecycle()
@@ -698,6 +803,26 @@ class Orchestrator:
             return self.lifecycle()
         return lc
 
+    def abandon(self, exc: BaseException) -> dict[str, Any]:
+        """After a restart's resume failed: leave no Continue half-way that nothing drives.
+
+        The machine the record names, if any, is released and the workspace goes to FAILED with
+        the reason, so the sidebar offers Continue again. Another process holding the lock is
+        finishing the Continue itself (a ConflictError): it is left alone."""
+        with self._exclusive():
+            lc = self.lifecycle()
+            if lc.state not in L.CONTINUE_STATES:
+                return self.summary(lc)
+            allocation = load_allocation(self.ws.copy, lc.allocation_id) if lc.allocation_id else None
+            if allocation is not None:
+                self._fail_with_release(allocation, exc)
+            else:
+                if lc.allocation_id:  # killed before the launch answered: find it by its name
+                    self._terminate_orphan(str(lc.allocation_id))
+                reason = exc.one_line() if isinstance(exc, PortableError) else f"{type(exc).__name__}: {exc}"
+                self._move(L.FAILED, reason=f"resuming after a restart failed: {reason}")
+            return self.summary()
+
     def _answers(self, rec: AgentRecord) -> bool:
         try:
             self.client(rec.allocation_id).status(timeout=5)
@@ -724,4 +849,5 @@ class Orchestrator:
             self._drop_client(allocation_id)
 
 
-__all__ = ["Cancelled", "Orchestrator"]
+__all__ = ["BOOT_TIMEOUT_ENV", "DEFAULT_CLOUD_BOOT_TIMEOUT_S", "ENVIRONMENT_ENV", "ENVIRONMENT_MODES", "Cancelled",
+           "Orchestrator", "boot_timeouts"]

@@ -41,6 +41,9 @@ from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 
 from jupyter_portable.core import lifecycle as L
+from jupyter_portable.core import state_words
+from jupyter_portable.core.envconfig import PortableRun
+from jupyter_portable.core.envconfig import first_machine_mode as check_first_machine
 from jupyter_portable.core.errors import ConflictError, PortableError, UsageError
 from jupyter_portable.worker.client import AgentClient, AgentRecord
 
@@ -55,7 +58,7 @@ _PORTS = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
 def _workspace_for(cwd: str | None) -> Any:
     from jupyter_portable.engine.workspace import Workspace
 
-    start = cwd or os.environ.get(WORKSPACE_ENV) or os.getcwd()
+    start = cwd or PortableRun.current().workspace or os.getcwd()  # c.Portable.workspace, or its variable
     return Workspace.find(start)
 
 
@@ -130,9 +133,11 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         orch = service.orchestrator() if service is not None else Orchestrator(ws)
         try:
             lc = orch.lifecycle()
-            if lc.state == L.IDLE and first_machine_mode() == "first-cell" and not (
+            # the server's setting (c.Portable.first_machine), else the environment's
+            mode = service.first_machine if service is not None else first_machine_mode()
+            if lc.state == L.IDLE and mode == "first-cell" and not (
                     service is not None and service.is_continuing()):
-                raise _NoMachine({"state": L.IDLE, "reason": "no machine yet", "first": True})
+                raise _NoMachine({"state": L.IDLE, "reason": "no machine yet", "first": True, "ask": True})
             if lc.state == L.IDLE:
                 if service is not None:  # the first machine, on the best route, as a Continue of the server's
                     with contextlib.suppress(ConflictError):
@@ -160,7 +165,9 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 why = idle[0] if idle is not None else ""
                 if not why and lc.events and lc.events[-1].reason:
                     why = str(lc.events[-1].reason)
-                raise _NoMachine({"state": lc.state, "reason": why, "first": False})
+                # released (an idle stop, a Stop): a cell asks again, as for the first machine
+                asks = mode == "first-cell" and state_words.words(lc.state).ask
+                raise _NoMachine({"state": lc.state, "reason": why, "first": asks, "ask": mode == "first-cell"})
             record = orch.record(lc.allocation_id)
             if record is None:
                 raise _NoMachine({"state": lc.state, "first": False,
@@ -245,6 +252,11 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             return None  # the machine does not answer: a loss is the workspace's news, not a kernel exit
         if k.get("alive") or k.get("machine_gone"):
             return None  # dying with its machine is a loss, for Continue to handle, not a restart here
+        if await asyncio.to_thread(self._machine_leaving):
+            # sealed and being released (Stop, idle, budget): the agent stops its kernel on the way out.
+            # Not a death for the restarter (JupyterLab's "Kernel Restarting" dialog): the RELEASED
+            # event restarts this kernel plainly, as a placeholder (monitor._park_kernels)
+            return None
         self._alive = False
         rc = k.get("returncode")
         return int(rc) if isinstance(rc, int) else 1
@@ -314,6 +326,18 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             return lc.allocation_id == self._record.allocation_id and lc.state not in (L.LOST, L.RELEASED)
         return True
 
+    def _machine_leaving(self) -> bool:
+        """Whether this kernel's machine is being stopped or has stopped serving the workspace
+        (DRAINING, SEALED, RELEASED, LOST, or another machine serves it now)."""
+        from jupyter_portable.workdir import lifecycle_file
+
+        if self._record is None or self._workspace_root is None:
+            return False
+        with contextlib.suppress(PortableError):
+            lc = lifecycle_file.load(_workspace_for(self._workspace_root).copy)
+            return lc.allocation_id != self._record.allocation_id or lc.state not in (L.ACTIVE, L.READY)
+        return False
+
     def _close(self) -> None:
         if self._client is not None:
             self._client.close()
@@ -354,14 +378,15 @@ class _NoMachine(Exception):
         self.facts = facts
 
 
-def first_machine_mode() -> str:
+def first_machine_mode(value: str | None = None, where: str = FIRST_MACHINE_ENV) -> str:
     """``first-cell`` (default): a notebook's first executed cell rents the first machine, after a
-    confirmation in the notebook; ``open``: opening it does. UsageError naming the setting otherwise."""
-    mode = os.environ.get(FIRST_MACHINE_ENV, "").strip() or "first-cell"
-    if mode not in ("open", "first-cell"):
-        raise UsageError(f"{FIRST_MACHINE_ENV}={mode!r} is not 'first-cell' or 'open'",
-                         hint=f"unset {FIRST_MACHINE_ENV} (first-cell), or set it to open")
-    return mode
+    confirmation in the notebook; ``open``: opening it does. ``value`` is the setting
+    (``c.Portable.first_machine``; None: as this process's configuration, else
+    ``$JUPYTER_PORTABLE_FIRST_MACHINE``, sets it: core.envconfig.PortableRun, which checks it).
+    UsageError naming ``where`` otherwise."""
+    if value is None:
+        return str(PortableRun.current().first_machine)
+    return check_first_machine(value, where)
 
 
 def _best_route(ws: Any) -> dict[str, Any] | None:

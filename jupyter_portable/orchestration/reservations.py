@@ -11,12 +11,24 @@ from typing import Any
 
 from jupyter_portable.compute.base import Provider
 from jupyter_portable.compute.registry import enabled_providers
-from jupyter_portable.core.calendar import CHARGE_POLICIES, Booking, can_book, cancel, parse_time, slots
+from jupyter_portable.core.calendar import (
+    CHARGE_POLICIES,
+    GUARANTEE_TEXT,
+    Booking,
+    can_book,
+    cancel,
+    charge_time,
+    parse_time,
+    promised_guarantee,
+    slots,
+)
 from jupyter_portable.core.errors import ManifestError, NoCapacity, NotSupported, PortableError, UsageError
 from jupyter_portable.core.offers import Offer
+from jupyter_portable.core.times import to_iso
 from jupyter_portable.core.validate import dumps_strict, short_repr
 from jupyter_portable.engine.workspace import Workspace
-from jupyter_portable.orchestration.routes import list_offers, spent_so_far
+from jupyter_portable.orchestration.budget import budget_report
+from jupyter_portable.orchestration.routes import list_offers
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +105,6 @@ def _find_offer(providers: dict[str, Provider], offer_key: str) -> tuple[Provide
 
 
 RECORD_TRIES = 5
-UNRECORDED = "unrecorded-reservations.json"  # in the copy's .portable/: bought, not yet in the store
 
 
 def _record(ws: Workspace, booking: Booking, *, check: Any) -> None:
@@ -112,23 +123,16 @@ def _record(ws: Workspace, booking: Booking, *, check: Any) -> None:
     ws.store.update_doc(ws.workspace_id, "reservations", add)
 
 
-def _unrecorded_path(ws: Workspace) -> Any:
-    return ws.copy.meta / UNRECORDED
-
-
 def _keep_unrecorded(ws: Workspace, booking: Booking) -> None:
     """Keep a bought booking the store would not take in this copy, to be recorded later."""
     import json
 
-    from jupyter_portable.workdir.files import atomic_write
-
-    path = _unrecorded_path(ws)
     try:
-        kept = json.loads(path.read_text())
+        kept = json.loads(ws.copy.unrecorded_reservations_bytes() or b"[]")
     except (OSError, ValueError):
         kept = []
     kept = [e for e in kept if isinstance(e, dict) and e.get("reservation_id") != booking.reservation_id]
-    atomic_write(path, json.dumps([*kept, booking.to_json()]).encode(), mode=0o600)
+    ws.copy.write_unrecorded_reservations(json.dumps([*kept, booking.to_json()]).encode())
 
 
 def record_unrecorded(ws: Workspace) -> list[str]:
@@ -136,11 +140,11 @@ def record_unrecorded(ws: Workspace) -> list[str]:
     the ids recorded now. Those the store still refuses stay kept for the next try."""
     import json
 
-    from jupyter_portable.workdir.files import atomic_write
-
-    path = _unrecorded_path(ws)
     try:
-        kept = json.loads(path.read_text())
+        data = ws.copy.unrecorded_reservations_bytes()
+        if data is None:
+            return []
+        kept = json.loads(data)
     except (OSError, ValueError):
         return []
     done, left = [], []
@@ -152,24 +156,62 @@ def record_unrecorded(ws: Workspace) -> list[str]:
         except PortableError:
             left.append(entry)
     if left:
-        atomic_write(path, json.dumps(left).encode(), mode=0o600)
+        ws.copy.write_unrecorded_reservations(json.dumps(left).encode())
     else:
-        path.unlink(missing_ok=True)
+        ws.copy.clear_unrecorded_reservations()
     return done
 
 
-def reserve(ws: Workspace, offer_key: str, start: str, hours: float, charge: str = "before", *,
-            providers: dict[str, Provider] | None = None, now: datetime | None = None,
-            sleep: Callable[[float], None] = time.sleep) -> Booking:
-    """Book a slot for an offer type, with the charge policy; persisted with the workspace.
-
-    The booking is checked against the stored ones before anything is bought. A slot the
-    provider sold (AWS Capacity Blocks: paid, final) is then recorded whatever else was booked
-    meanwhile, retried ``RECORD_TRIES`` times; if the store still refuses it, it is kept in this
-    copy (``.portable/unrecorded-reservations.json``) and recorded by the next
-    :func:`read_reservations`, and the error names the reservation id. Never lost."""
+def quote(ws: Workspace, offer_key: str, start: str, hours: float, *,
+          providers: dict[str, Provider] | None = None, now: datetime | None = None) -> dict[str, Any]:
+    """What booking ``offer_key`` for the slot would cost, bought now, and where the figure comes
+    from; nothing is bought. A provider that sells reservations quotes its own price and length
+    (AWS: the Capacity Block offering's upfront fee, for whole days); elsewhere the listed $/h x
+    ``hours``."""
     providers = providers if providers is not None else enabled_providers()
     now = now or datetime.now(timezone.utc)
+    when = parse_time(start, "start")
+    reason = can_book(offer_key, when, hours, [], {}, now=now)
+    if reason:
+        raise UsageError(f"cannot book {offer_key} at {start} for {short_repr(hours)} h: {reason}")
+    provider, offer = _find_offer(providers, offer_key)
+    sold = provider.quote_reservation(offer, start=_z(when), hours=hours)
+    if sold is None:
+        return {"offer": offer.key, "start": _z(when), "hours": hours, "price": round(offer.price_per_hour * hours, 2),
+                "currency": "USD", "guarantee": None, "price_source": "listed $/h x hours"}
+    return {"offer": offer.key, "provider_offer": f"{provider.name}/{sold.offer_id}", "start": sold.start,
+            "hours": sold.hours, "requested_hours": hours, "price": sold.price,
+            "currency": sold.details.get("currency", "USD"), "guarantee": sold.guarantee,
+            "price_source": sold.details.get("price_source", f"{provider.name}'s quote")}
+
+
+def _z(when: datetime) -> str:
+    return when.isoformat().replace("+00:00", "Z")
+
+
+def _confirmed(provider: Provider, offer: Offer, start: str, hours: float, sold: Any,
+               max_price: float | None) -> None:
+    """UsageError showing what the provider will charge unless ``max_price`` (the price the user saw
+    and accepted) covers it: a provider's booking is paid at once and final."""
+    days = sold.hours / 24
+    what = (f"{provider.name} charges {sold.details.get('currency', 'USD')} {sold.price:,.2f} for this block: "
+            f"{days:g} whole day{'s' if days != 1 else ''} ({sold.hours:g} h for the {hours:g} h asked) from "
+            f"{sold.start} in {sold.offer_id}, at the offering's upfront fee, paid when bought and not refundable")
+    if max_price is None:
+        raise UsageError(f"cannot book {offer.key} at {start} before its price is confirmed: {what}",
+                         hint=f"to buy it, confirm that price: --max-price {sold.price:.2f} (or see --quote)")
+    if sold.price > max_price + 0.005:
+        raise UsageError(f"cannot book {offer.key} at {start}: {what}, more than the {max_price:,.2f} confirmed",
+                         hint="confirm the price it costs now (--quote shows it), or book another slot")
+
+
+def _admit(ws: Workspace, offer_key: str, start: str, hours: float, charge: str, *,
+           providers: dict[str, Provider], now: datetime, max_price: float | None) -> tuple[
+               Provider, Offer, datetime, Callable[[list[Booking]], None], Any]:
+    """Every check a booking passes before anything is bought, raising the refusal (UsageError,
+    NoCapacity): :func:`reserve` runs them, and :func:`check_booking` reports them without booking.
+    Returns the provider, the offer, the start, the check of the stored bookings (run again when the
+    booking is recorded) and the provider's quote (None where it does not sell reservations)."""
     when = parse_time(start, "start")
     if charge not in CHARGE_POLICIES:
         raise UsageError(f"charge must be one of {', '.join(CHARGE_POLICIES)}, not {short_repr(charge)}")
@@ -178,7 +220,6 @@ def reserve(ws: Workspace, offer_key: str, start: str, hours: float, charge: str
     if reason:
         raise UsageError(f"cannot book {offer_key} at {start} for {short_repr(hours)} h: {reason}")
     provider, offer = _find_offer(providers, offer_key)
-    refuse_over_budget(ws, offer, hours, start)
     listed = getattr(provider, "catalog", None)
     full = listed.offer(offer.id) if listed is not None else None  # capacity of the type, not what is free now
     capacity: dict[str, int | None] = {offer.key: full.capacity if full is not None else offer.capacity} \
@@ -194,11 +235,62 @@ def reserve(ws: Workspace, offer_key: str, start: str, hours: float, charge: str
 
     # the booking as the store holds it now, before anything is bought (a refusal costs nothing)
     refuse_if_taken(reservations_strict(ws))
+    # what the provider charges for it (AWS: whole days at the offering's fee) is what the budget checks
+    sold_quote = provider.quote_reservation(offer, start=_z(when), hours=hours)
+    refuse_over_budget(ws, offer, hours, start, quote=sold_quote, now=now, providers=providers)
+    if sold_quote is not None:
+        _confirmed(provider, offer, start, hours, sold_quote, max_price)
     Booking.new("res-check", offer.key, when, hours, charge=charge, guarantee="best-effort",
                 price=round(offer.price_per_hour * hours, 2), created=now)
+    return provider, offer, when, refuse_if_taken, sold_quote
+
+
+def check_booking(ws: Workspace, offer_key: str, start: str, hours: float, charge: str = "before", *,
+                  providers: dict[str, Provider] | None = None, now: datetime,
+                  max_price: float | None = None) -> dict[str, Any]:
+    """What :func:`reserve` would answer at ``now``, with nothing booked or bought: ``problem``, the
+    refusal it would raise (None when it would book), ``hint``, ``charge_at`` and ``price`` (None where
+    the refusal comes before they are known). Errors that are not refusals (a store or provider that
+    does not answer) are raised, as the booking would raise them."""
+    providers = providers if providers is not None else enabled_providers()
+    answer: dict[str, Any] = {"offer": offer_key, "start": start, "hours": hours, "charge": charge,
+                              "charge_at": None, "price": None, "problem": None, "hint": None}
     try:
-        sold = provider.reserve(offer, start=when.isoformat().replace("+00:00", "Z"), hours=hours)
+        when = parse_time(start, "start")
+        if charge in CHARGE_POLICIES:
+            answer["charge_at"] = to_iso(charge_time(when, charge, now), "auto")
+        _, offer, _, _, sold = _admit(ws, offer_key, start, hours, charge, providers=providers, now=now,
+                                      max_price=max_price)
+        answer["price"] = round(offer.price_per_hour * hours, 2) if sold is None else sold.price
+    except (UsageError, NoCapacity) as exc:
+        answer["problem"], answer["hint"] = str(exc), exc.hint
+    return answer
+
+
+def reserve(ws: Workspace, offer_key: str, start: str, hours: float, charge: str = "before", *,
+            providers: dict[str, Provider] | None = None, now: datetime | None = None,
+            sleep: Callable[[float], None] = time.sleep, max_price: float | None = None) -> Booking:
+    """Book a slot for an offer type, with the charge policy; persisted with the workspace.
+
+    Where the provider sells the slot (AWS Capacity Blocks) its own quote is what is checked against
+    the budget (the offering's upfront fee, whole days), and it is bought only when ``max_price``,
+    the price the user was shown and confirmed, covers it. The booking is checked against the
+    stored ones before anything is bought. A slot the
+    provider sold (AWS Capacity Blocks: paid, final) is then recorded whatever else was booked
+    meanwhile, retried ``RECORD_TRIES`` times; if the store still refuses it, it is kept in this
+    copy (``.portable/unrecorded-reservations.json``) and recorded by the next
+    :func:`read_reservations`, and the error names the reservation id. Never lost."""
+    providers = providers if providers is not None else enabled_providers()
+    now = now or datetime.now(timezone.utc)
+    provider, offer, when, refuse_if_taken, sold_quote = _admit(ws, offer_key, start, hours, charge,
+                                                                providers=providers, now=now, max_price=max_price)
+    try:
+        # a provider that quoted buys exactly what it quoted (and what was checked and confirmed)
+        bought_as: dict[str, Any] = {} if sold_quote is None else {"quote": sold_quote}
+        sold = provider.reserve(offer, start=_z(when), hours=hours, **bought_as)
         guarantee, price, rid = sold.guarantee, sold.price, sold.reservation_id
+        if guarantee == "provider":
+            hours = sold.hours  # what was sold and paid for: a Capacity Block is whole days
         # the booked slot's own offer (a Capacity Block may be in another zone than asked)
         key = f"{provider.name}/{sold.offer_id}" if sold.offer_id else offer.key
     except NotSupported:
@@ -236,20 +328,22 @@ def reserve(ws: Workspace, offer_key: str, start: str, hours: float, charge: str
                         hint="run `jupyter portable reservations` again later; do not buy it again")
 
 
-def refuse_over_budget(ws: Workspace, offer: Offer, hours: float, start: str) -> None:
+def refuse_over_budget(ws: Workspace, offer: Offer, hours: float, start: str, *, quote: Any = None,
+                       now: datetime | None = None, providers: dict[str, Provider] | None = None) -> None:
     """UsageError when a booking of ``offer`` for ``hours`` breaks the $/h cap or does not fit
-    what is left of the budget (bookings not yet charged included), in a route's words."""
+    what is left of the budget (:func:`.budget.budget_report`'s ``left``, at ``now`` on the calendar),
+    in a route's words. With a provider's ``quote`` (a :class:`~jupyter_portable.compute.base.Reservation`),
+    its price and hours are what is checked: what the provider charges, not the listed $/h x the hours asked."""
     from jupyter_portable.core.routing import budget_reason
     from jupyter_portable.core.spend import admits_price
     from jupyter_portable.orchestration.settings import load_settings
 
     budget = load_settings(ws).budget
-    why = admits_price(offer.price_per_hour, budget)
+    price, charged = (round(offer.price_per_hour * hours, 2), hours) if quote is None else (quote.price, quote.hours)
+    why = admits_price(price / charged if charged > 0 else offer.price_per_hour, budget)
     if why is None and budget.total is not None:
-        # a slot booked and not cancelled is money promised: it counts against what is left
-        promised = sum(b.price for b in reservations(ws) if b.status == "booked")
-        left = max(0.0, budget.total - spent_so_far(ws) - promised)
-        why = budget_reason(round(offer.price_per_hour * hours, 2), hours, left)
+        left = budget_report(ws, providers=providers, calendar_now=now)["left"]
+        why = budget_reason(price, charged, left)
     if why:
         raise UsageError(f"cannot book {offer.key} at {start} for {hours:g} h: {why}",
                          hint="raise the budget or the $/h cap in the settings, or book fewer hours")
@@ -270,8 +364,8 @@ def booking_view(booking: Booking, now: datetime) -> dict[str, Any]:
     """A booking as the sidebar shows it, with whether it can be cancelled at ``now`` and
     why not (the rule is decided here, not again in the browser)."""
     out = cancel(booking, now, cancel_rules(booking))
-    return {**booking.to_json(), "can_cancel": isinstance(out, Booking),
-            "cancel_refused": out if isinstance(out, str) else None}
+    return {**booking.to_json(), "guarantee_text": GUARANTEE_TEXT[booking.guarantee],
+            "can_cancel": isinstance(out, Booking), "cancel_refused": out if isinstance(out, str) else None}
 
 
 def cancel_reservation(ws: Workspace, reservation_id: str, *, providers: dict[str, Provider] | None = None,
@@ -322,7 +416,9 @@ def calendar(ws: Workspace, days: int = 7, *, providers: dict[str, Provider] | N
     offers, _ = list_offers(providers)
     local = getattr(providers.get("local"), "catalog", None)
     capacity: dict[str, int | None] = {}
+    promised: dict[str, str] = {}  # what a booking of each offer would record: the calendar promises only that
     for o in offers:
         full = local.offer(o.id) if local is not None and o.provider == "local" else None
         capacity[o.key] = full.capacity if full is not None else None
-    return slots(day_start, days, reservations(ws), capacity, [o.key for o in offers])
+        promised[o.key] = promised_guarantee(o.provider, (full or o).reservable, capacity[o.key])
+    return slots(day_start, days, reservations(ws), capacity, [o.key for o in offers], guarantees=promised)

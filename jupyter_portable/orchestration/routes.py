@@ -5,8 +5,10 @@ whole cost, and acquiring a machine down that ranking.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import uuid
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,6 +29,7 @@ from jupyter_portable.core.routing import (
 )
 from jupyter_portable.core.times import parse_iso_or_none, utcnow
 from jupyter_portable.engine.workspace import Workspace
+from jupyter_portable.orchestration.budget import SpendFigure, budget_report
 from jupyter_portable.orchestration.settings import load_settings
 
 
@@ -52,6 +55,24 @@ def workspace_facts(ws: Workspace, providers: dict[str, Provider]) -> WorkspaceF
     head, _ = ws.store.read_head(ws.workspace_id)
     manifest = ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
     size = manifest.total_bytes if manifest else 0
+    every = checkpoint_cadence_s(manifest.checkpoints if manifest else ())
+    facts = _where(ws, providers, size)
+    return replace(facts, checkpoint_every_s=every)
+
+
+def checkpoint_cadence_s(checkpoints: Any) -> float | None:
+    """The usual gap between the workspace's verified checkpoints (the median), in seconds; None
+    with fewer than two: a lost machine then loses the work since it started."""
+    times = sorted(t for c in checkpoints if isinstance(c, dict) and c.get("status") == "verified"
+                   and (t := parse_iso_or_none(c.get("created"))) is not None)
+    gaps = sorted(g for a, b in itertools.pairwise(times) if (g := (b - a).total_seconds()) > 0)
+    if not gaps:
+        return None
+    mid = len(gaps) // 2
+    return gaps[mid] if len(gaps) % 2 else (gaps[mid - 1] + gaps[mid]) / 2
+
+
+def _where(ws: Workspace, providers: dict[str, Provider], size: int) -> WorkspaceFacts:
     url = ws.config.store
     if url.startswith("s3"):
         custom = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
@@ -66,11 +87,6 @@ def workspace_facts(ws: Workspace, providers: dict[str, Provider]) -> WorkspaceF
                               store_egress_per_gb=catalog.store_egress_per_gb, workspace_bytes=size)
     return WorkspaceFacts(bytes_to_move=size, store_region=None, store_provider=None, store_egress_per_gb=0.0,
                           workspace_bytes=size)
-
-
-def spent_so_far(ws: Workspace) -> float:
-    manifest = ws.manifest()
-    return sum(float(a.get("spend") or 0) for a in (manifest.allocations if manifest else ()))
 
 
 def incident_of(record: dict[str, Any]) -> str | None:
@@ -163,20 +179,33 @@ def signals_from_history(ws: Workspace, *, now: datetime) -> Signals:
 
 
 def compute_routes(ws: Workspace, *, hours: float | None = None, providers: dict[str, Provider] | None = None,
-                   gpu: str | None = None, now: datetime | None = None) -> tuple[list[Route], dict[str, str]]:
+                   gpu: str | None = None, now: datetime | None = None, calendar_now: datetime | None = None,
+                   figure: SpendFigure | None = None) -> tuple[list[Route], dict[str, str]]:
     """Every offer as a route to this workspace's next verified state, ranked by whole cost;
-    what recently happened to an offer (as of ``now``) raises its risk."""
+    what recently happened to an offer (as of ``now``) raises its risk. A route over what is left of
+    the budget (:func:`.budget.budget_report`'s ``left``: spent and bookings' commitments taken off,
+    ``calendar_now`` deciding which bookings still hold money back) is blocked."""
+    from jupyter_portable.core.spend import committed_to
+
     providers = providers if providers is not None else enabled_providers()
     now = now or utcnow()
     settings = load_settings(ws)
     offers, errors = list_offers(providers, None, gpu)
     budget = settings.budget
-    left = None if budget.total is None else max(0.0, budget.total - spent_so_far(ws))
-    caps = Caps(max_price_per_hour=budget.max_price_per_hour, budget_left=left)
+    report = None if budget.total is None else budget_report(
+        ws, providers=providers, now=now, calendar_now=calendar_now, figure=figure)
+    caps = Caps(max_price_per_hour=budget.max_price_per_hour, budget_left=report["left"] if report else None)
+    # a slot the provider sold, in force now: its offer at the slot's price, and what is left of
+    # what was paid for it counted for its route (the budget holds that money back already)
+    held = held_slots(ws, now=calendar_now or now)
+    offers = [reserved_offer(o, held[o.key]) if o.key in held else o for o in offers]
+    spent_in = report["by_booking"] if report else {}
+    prepaid = {key: committed_to(b, spent_in.get(b.reservation_id, 0.0), calendar_now or now)
+               for key, b in held.items()}
     checks = {o.key: Checks(listed=True) for o in offers}
     routes = rank_routes(workspace_facts(ws, providers), offers, settings.requirements,
                          hours=hours if hours is not None else settings.hours, caps=caps,
-                         signals=signals_from_history(ws, now=now), checks=checks)
+                         signals=signals_from_history(ws, now=now), checks=checks, prepaid=prepaid)
     return routes, errors
 
 
@@ -200,30 +229,44 @@ def routes_to_try(ws: Workspace, route_id: str | None = None, *, hours: float | 
     return usable
 
 
-def into_reserved(ws: Workspace, routes: list[Any], *, now: datetime) -> list[Any]:
-    """``routes`` with those of a provider-sold slot in force at ``now`` first, their offers
-    naming the reservation (``extra["capacity_reservation_id"]``) so the launch goes into it."""
+def held_slots(ws: Workspace, *, now: datetime) -> dict[str, Any]:
+    """The bookings of a slot the provider sold (an AWS Capacity Block) in force at ``now``, by
+    offer key; none when the reservations cannot be read."""
     from jupyter_portable.core.calendar import Booking
 
     try:
         doc = ws.store.read_doc(ws.workspace_id, "reservations")
     except PortableError:
-        return routes
-    books = []
+        return {}
+    held: dict[str, Booking] = {}
     for entry in doc if isinstance(doc, list) else []:
         with contextlib.suppress(UsageError):
-            books.append(Booking.from_json(entry))
-    held: dict[str, str] = {}
-    for b in books:
-        in_force = b.start <= now < b.start + timedelta(hours=b.hours)
-        if b.guarantee == "provider" and b.status != "cancelled" and in_force:
-            held[b.offer_key] = b.reservation_id
+            b = Booking.from_json(entry)
+            in_force = b.start <= now < b.start + timedelta(hours=b.hours)
+            if b.guarantee == "provider" and b.status != "cancelled" and in_force:
+                held[b.offer_key] = b
+    return held
+
+
+def reserved_offer(offer: Offer, booking: Any) -> Offer:
+    """``offer`` launched into ``booking``'s slot: priced at the slot's price (what was paid for it
+    over its hours, the rate its machines' spend is counted at), not the listed on-demand $/h."""
+    rate = round(booking.price / booking.hours, 6) if booking.hours > 0 else 0.0
+    return replace(offer, price_per_hour=rate, extra={
+        **offer.extra, "capacity_reservation_id": booking.reservation_id, "block_price_per_hour": rate,
+        "price_source": "the reservation's price over its hours"})
+
+
+def into_reserved(ws: Workspace, routes: list[Any], *, now: datetime) -> list[Any]:
+    """``routes`` with those of a provider-sold slot in force at ``now`` first, their offers
+    naming the reservation (``extra["capacity_reservation_id"]``) so the launch goes into it."""
+    held = held_slots(ws, now=now)
     if not held:
         return routes
     first = []
     for r in routes:
         if r.offer.key in held:
-            r.offer.extra["capacity_reservation_id"] = held[r.offer.key]
+            r.offer.extra.update(reserved_offer(r.offer, held[r.offer.key]).extra)
             first.append(r)
     return first + [r for r in routes if r not in first]
 
@@ -261,6 +304,7 @@ def acquire_for(ws: Workspace, *, hours: float | None = None, providers: dict[st
     ws.record_allocation({"allocation_id": allocation.allocation_id, "provider": allocation.provider,
                           "offer": allocation.offer_id, "gpu": offer.gpu, "region": offer.region,
                           "ref": allocation.ref, "price_per_hour": offer.price_per_hour,
+                          "reservation_id": allocation.details.get("capacity_reservation_id"),
                           "started": allocation.started or now_iso(), "state": "active", "spend": 0.0,
                           "currency": "USD", "failures": [a.reason for a in attempts]})
     return {"allocation": allocation.to_json(), "route": by_key[offer.key].id,
@@ -276,7 +320,10 @@ def record_attempt(ws: Workspace, attempt: Any, *, epoch: int | None = None) -> 
         "allocation_id": attempt.allocation_id or f"attempt-{uuid.uuid4().hex[:12]}",
         "provider": provider, "offer": offer, "state": "refused" if attempt.environment_fault else "failed",
         "started": now_iso(), "stopped": now_iso(),
-        "stop_reason": f"{fault}{attempt.stage}: {attempt.reason}", "spend": 0.0, "currency": "USD",
+        "stop_reason": f"{fault}{attempt.stage}: {attempt.reason}",
+        # a machine that was launched is paid for, whatever became of it
+        "spend": round(float(getattr(attempt, "spend", None) or 0.0), 6),
+        "spend_source": getattr(attempt, "spend_source", None) or "estimate", "currency": "USD",
         "failures": [attempt.reason]}, epoch=epoch)
 
 

@@ -18,9 +18,10 @@ from datetime import datetime
 from typing import Any
 
 from jupyter_portable.core import lifecycle as L
+from jupyter_portable.core import state_words
 from jupyter_portable.core.errors import PortableError
 from jupyter_portable.core.manifest import Manifest
-from jupyter_portable.core.spend import spend_line, spend_of
+from jupyter_portable.core.spend import spend_line, spend_of, spend_source
 from jupyter_portable.core.times import parse_iso_or_none, utcnow
 from jupyter_portable.engine.checkpoint.registry import records
 from jupyter_portable.engine.workspace import Workspace
@@ -71,27 +72,49 @@ def files_view(ws: Workspace, orch: Orchestrator, conflicts: list[dict[str, Any]
 
 
 def machines_view(manifest: Manifest | None, *, current: str | None, current_spend: float | None,
-                  now: datetime) -> list[dict[str, Any]]:
+                  now: datetime, current_source: str = "estimate") -> list[dict[str, Any]]:
     """Every allocation of the workspace (each one's newest record), newest first: the GPU,
-    where, when it started and stopped, why it stopped and what it cost. An active machine's
-    cost is ``current_spend`` when it is the current one, else price x time to ``now``."""
+    where, when it started and stopped, why it stopped and what it cost, and where that figure
+    comes from (``cost_source``: bill, provider-rate or estimate). An active machine's cost is
+    ``current_spend`` (from ``current_source``) when it is the current one, else price x time to ``now``."""
+    from jupyter_portable.orchestration.budget import closed_source
+
     out = []
     for a in history_records(manifest):
         price = float(a.get("price_per_hour") or 0.0)
         cost = float(a.get("spend") or 0.0)
+        source = closed_source(a)
         if a.get("state") == "active":
+            source = "estimate"
             if a.get("allocation_id") == current and current_spend is not None:
-                cost = current_spend
+                cost, source = current_spend, current_source
             else:
                 t0 = parse_iso_or_none(a.get("started"))
                 cost = spend_of(price, t0, None, now) if t0 else cost
         out.append({"allocation_id": a.get("allocation_id"), "provider": a.get("provider"), "offer": a.get("offer"),
                     "gpu": a.get("gpu"), "region": a.get("region"), "price_per_hour": price or None,
                     "state": a.get("state") or "unknown", "started": a.get("started"), "stopped": a.get("stopped"),
-                    "reason": a.get("stop_reason"), "cost": round(cost, 4),
+                    "reason": a.get("stop_reason"), "cost": round(cost, 4), "cost_source": source,
                     "current": a.get("allocation_id") == current})
     out.sort(key=lambda m: (parse_iso_or_none(m["started"]) or now, m["stopped"] or "~"), reverse=True)
     return out
+
+
+def environment_view(lc: L.Lifecycle, record: dict[str, Any]) -> dict[str, Any] | None:
+    """The machine's environment as READY reported it (else as its record keeps it): its Python and
+    each difference from the lockfile."""
+    from jupyter_portable.core.envplan import check_record
+    from jupyter_portable.core.envplan import record as env_record
+
+    for ev in reversed(lc.events):
+        env = (ev.detail or {}).get("environment")
+        if ev.state == L.READY and ev.allocation_id == record.get("allocation_id") and isinstance(env, dict):
+            try:
+                return check_record(env_record(env), str(record.get("allocation_id")))
+            except PortableError:
+                return None
+    kept = record.get("environment")
+    return kept if isinstance(kept, dict) else None
 
 
 def estimate_view(lc: L.Lifecycle, record: dict[str, Any]) -> dict[str, Any] | None:
@@ -113,15 +136,21 @@ class StateView:
     """The sidebar's state for one workspace, rebuilt only when it changed."""
 
     def __init__(self, ws: Workspace, orchestrator: Callable[[], Orchestrator], *, refresh_s: float = 15.0,
-                 clock: Callable[[], datetime] = utcnow) -> None:
+                 clock: Callable[[], datetime] = utcnow, calendar: Callable[[], datetime] | None = None) -> None:
         self.ws = ws
         self.orchestrator = orchestrator
         self.refresh_s = refresh_s
         self.clock = clock
+        self.calendar = calendar or clock  # the calendar's clock (c.Portable.now): which bookings hold money
+        self.generation = 0  # bumped by invalidate(): the settings or the bookings changed
         self.builds = 0  # how many times the state was built (not served from the cache)
         # the server's orphan sweep (orchestration.machines.OrphanSweep.view), None where none runs
         self.orphans: Callable[[], dict[str, Any] | None] | None = None
         self._cached: tuple[tuple[Any, ...], datetime, dict[str, Any]] | None = None
+
+    def invalidate(self) -> None:
+        """Build the state again at the next ask: the workspace's settings or bookings changed."""
+        self.generation += 1
 
     def state(self, *, continuing: bool, conflicts: list[dict[str, Any]]) -> dict[str, Any]:
         """The state (docs/api.md, "State"), from the cache while nothing it shows has changed."""
@@ -131,7 +160,7 @@ class StateView:
         head, _ = self.ws.store.read_head(self.ws.workspace_id)
         key = (lc.state, lc.updated, lc.allocation_id, lc.version, lc.verified, lc.epoch, len(lc.events),
                head.version, head.manifest, head.epoch, continuing, len(conflicts),
-               tuple(sorted((k, v.spend) for k, v in orch.observed.items())))
+               tuple(sorted((k, v.spend) for k, v in orch.observed.items())), self.generation)
         orphans = self.orphans() if self.orphans is not None else None
         if self._cached is not None:
             old_key, built_at, answer = self._cached
@@ -161,7 +190,8 @@ class StateView:
                 allocation = {"allocation_id": lc.allocation_id, "provider": rec.get("provider"),
                               "offer": rec.get("offer"), "gpu": rec.get("gpu"), "region": rec.get("region"),
                               "driver": rec.get("driver"), "price_per_hour": price, "spend": round(spend, 4),
-                              "started": started, "uptime_s": uptime, "estimate": estimate_view(lc, rec)}
+                              "started": started, "uptime_s": uptime, "estimate": estimate_view(lc, rec),
+                              "environment": environment_view(lc, rec)}
         if allocation is None and lc.allocation_id and lc.state in L.CONTINUE_STATES:
             # the machine being launched: what is known of it so far
             from jupyter_portable.worker.client import load_allocation
@@ -175,22 +205,28 @@ class StateView:
         if lc.state == L.LOST:
             ev = lc.events[-1]
             lost = {"reason": ev.reason, "at": ev.at, "allocation_id": ev.allocation_id}
+        estimated = 0.0  # the part of the spend that is an estimate (the spend line says so)
         try:
-            budget = budget_report(ws, now=now, manifest=manifest,
-                                   figure=lambda a: _observed(observed.get(a.get("allocation_id", ""))))
-            budget_view = {"spent": budget.get("spent"), "cap": budget.get("total"), "left": budget.get("left"),
+            budget = budget_report(ws, now=now, manifest=manifest, calendar_now=self.calendar(),
+                                   figure=observed_figure(orch))
+            budget_view = {"spent": budget.get("spent"), "committed": budget.get("committed"),
+                           "cap": budget.get("total"), "left": budget.get("left"),
                            "state": budget.get("state"), "message": budget.get("message")}
+            estimated = float(budget.get("estimated") or 0.0)
         except PortableError as exc:
             budget_view = {"state": "unknown", "message": exc.one_line()}
         current_spend = allocation.get("spend") if allocation and lc.state in _WITH_MACHINE else None
+        seen = observed.get(lc.allocation_id or "")
         machines = machines_view(manifest, current=lc.allocation_id if current_spend is not None else None,
-                                 current_spend=current_spend, now=now)
+                                 current_spend=current_spend, now=now,
+                                 current_source=spend_source(seen.spend_source) if seen and seen.spend is not None
+                                 else "estimate")
         total = budget_view.get("spent")
         if not isinstance(total, (int, float)):
             total = sum(m["cost"] for m in machines)
         spend_view: dict[str, Any] = {"total": round(float(total), 4), "current": current_spend,
                  "before": round(max(0.0, float(total) - (current_spend or 0.0)), 4),
-                 "text": spend_line(float(total), current_spend)}
+                 "text": spend_line(float(total), current_spend, estimated)}
         return {
             "workspace": {"id": ws.workspace_id, "name": ws.root.name, "store": ws.config.store,
                           "path": str(ws.root)},
@@ -205,6 +241,7 @@ class StateView:
                                                        "message": manifest.message},
             "checkpoints": [checkpoint_view(r) for r in records(manifest)], "budget": budget_view,
             "conflicts": list(conflicts), "machines": machines, "spend": spend_view,
+            "states": state_words.table(),
         }
 
 
@@ -213,5 +250,12 @@ def _observed(status: Any) -> tuple[float | None, str | None] | None:
     return None if status is None else (status.spend, status.spend_source)
 
 
-__all__ = ["StateView", "checkpoint_view", "checkpoints_view", "estimate_view", "files_view", "head_manifest",
-           "machines_view"]
+def observed_figure(orch: Orchestrator) -> Callable[[dict[str, Any]], tuple[float | None, str | None] | None]:
+    """An active allocation's spend as the loss check last saw it: what the state and the routes
+    both price the budget with, so they show the same figure without asking a provider."""
+    observed = orch.observed
+    return lambda a: _observed(observed.get(a.get("allocation_id", "")))
+
+
+__all__ = ["StateView", "checkpoint_view", "checkpoints_view", "environment_view", "estimate_view", "files_view",
+           "head_manifest", "machines_view", "observed_figure"]

@@ -17,6 +17,13 @@ from jupyter_portable.store.remote import NEW, Refused, RemoteBackend
 T = TypeVar("T")
 
 
+def _container_missing(exc: BaseException) -> bool:
+    """Whether a not-found answer is about the container rather than the blob: read from the
+    service's error code (the x-ms-error-code header), never from the message, which also
+    holds the blob's name."""
+    return getattr(exc, "error_code", None) == "ContainerNotFound"
+
+
 class AzureBackend(RemoteBackend):
     """Blobs under ``az://container/prefix`` (or ``abfs://container@account.dfs.core.windows.net/prefix``)."""
 
@@ -54,7 +61,7 @@ class AzureBackend(RemoteBackend):
     def _fail(self, what: str, key: str, exc: BaseException) -> StoreError:
         from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ResourceNotFoundError
 
-        if isinstance(exc, ResourceNotFoundError) and "ContainerNotFound" not in str(exc):
+        if isinstance(exc, ResourceNotFoundError) and not _container_missing(exc):
             return ObjectMissing(f"object {key} is missing from {self.url}", key=key)
         if isinstance(exc, ClientAuthenticationError) or getattr(exc, "status_code", None) == 403:
             return StoreError(f"access denied to {key} in {self.url}",
@@ -89,7 +96,7 @@ class AzureBackend(RemoteBackend):
         try:
             return self._run(self._blob(key).get_blob_properties())
         except ResourceNotFoundError as exc:
-            if "ContainerNotFound" in str(exc):
+            if _container_missing(exc):
                 raise self._fail("stat", key, exc) from exc
             return None
         except Exception as exc:  # noqa: BLE001

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import blake3
 
+from jupyter_portable.core import hooks
 from jupyter_portable.core.errors import ConflictError, ObjectMissing, StoreError
-from jupyter_portable.store import faults
 from jupyter_portable.workdir.files import file_lock
 
 
@@ -56,10 +56,27 @@ class Backend:
         for key, data in items:
             self.write(key, data)
 
+    def write_blob(self, key: str, data: bytes) -> None:
+        """Store a content-addressed object (its key names the hash of its bytes) as
+        :meth:`write` does, except that an object already under the key may be left as it is:
+        it holds the same bytes, and every reader hashes what it reads. A service that can
+        refuse to replace an object is asked to (on S3 a worker's credentials allow nothing
+        else on shared keys: ``docs/security.md`` 3.6); elsewhere this is :meth:`write`."""
+        self.write(key, data)
+
+    def write_blobs(self, items: list[tuple[str, bytes]]) -> None:
+        """:meth:`write_blob` of each ``(key, data)``, durable together as :meth:`write_batch` is."""
+        self.write_batch(items)
+
     def write_new(self, key: str, data: bytes) -> None:
         """Like :meth:`write` but atomic create-only: :class:`ConflictError` if the key holds
         other bytes. The same bytes already there count as written (a retried request)."""
         raise NotImplementedError
+
+    def durability_warnings(self) -> list[str]:
+        """What the service's own settings leave unprotected: one line per risk, naming it and
+        what to do (``init`` shows them); [] when there is none, or none this backend can see."""
+        return []
 
     def list(self, prefix: str) -> list[str]:
         """Every complete object key under ``prefix`` (a folder, ending without '/'), sorted."""
@@ -176,7 +193,7 @@ class LocalBackend(Backend):
             os.unlink(tmp)
             raise
         os.close(fd)
-        faults.point(f"fsynced {final}")
+        hooks.step(f"fsynced {final}")
         return tmp
 
     def _fsync_dir(self, folder: str) -> None:
@@ -202,14 +219,14 @@ class LocalBackend(Backend):
                 with ThreadPoolExecutor(min(16, len(fds) or 1), thread_name_prefix="portable-fsync") as pool:
                     list(pool.map(os.fsync, fds))
                     for _tmp, final in staged:
-                        faults.point(f"fsynced {final}")
+                        hooks.step(f"fsynced {final}")
                     while fds:
                         os.close(fds.pop())
                     while staged:
                         tmp, final = staged[0]
                         os.replace(tmp, final)
                         staged.pop(0)
-                        faults.point(f"renamed {final}")
+                        hooks.step(f"renamed {final}")
                     folders = sorted({os.path.dirname(self._path(key)) for key, _d in items})
                     list(pool.map(self._fsync_dir, folders))
             finally:
@@ -227,13 +244,13 @@ class LocalBackend(Backend):
         folder = os.path.dirname(final)
         self._mkdirs(folder)
         tmp = os.path.join(folder, f".tmp-{secrets.token_hex(8)}")
-        faults.point(f"temp {final}")
+        hooks.step(f"temp {final}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             view = memoryview(data)
             if halves:
                 _write_all(fd, view[:len(data) // 2])
-                faults.point(f"half-written {final}")
+                hooks.step(f"half-written {final}")
                 view = view[len(data) // 2:]
             _write_all(fd, view)
         except BaseException:
@@ -247,7 +264,7 @@ class LocalBackend(Backend):
         try:
             tmp = self._write_temp(final, data)
             os.replace(tmp, final)
-            faults.point(f"renamed {final}")
+            hooks.step(f"renamed {final}")
             self._fsync_dir(os.path.dirname(final))
         except OSError as exc:
             raise StoreError(f"cannot write {key} to {self.url}: {exc.strerror}") from exc
@@ -264,7 +281,7 @@ class LocalBackend(Backend):
                 raise ConflictError(f"{key} already exists in {self.url}", key=key) from exc
             finally:
                 os.unlink(tmp)
-            faults.point(f"linked {final}")
+            hooks.step(f"linked {final}")
             self._fsync_dir(os.path.dirname(final))
         except OSError as exc:
             raise StoreError(f"cannot write {key} to {self.url}: {exc.strerror}") from exc
@@ -312,7 +329,7 @@ class LocalBackend(Backend):
                     raise ConflictError(f"{key} changed under us in {self.url}", key=key)
                 tmp = self._write_temp(final, data)
                 os.replace(tmp, final)
-                faults.point(f"swapped {final}")
+                hooks.step(f"swapped {final}")
                 self._fsync_dir(os.path.dirname(final))
         except OSError as exc:
             raise StoreError(f"cannot update {key} in {self.url}: {exc.strerror}") from exc

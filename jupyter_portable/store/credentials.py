@@ -5,14 +5,26 @@ own AWS keys. For an ``s3://`` store the server asks STS for session credentials
 (``AssumeRole`` of ``JUPYTER_PORTABLE_S3_ROLE_ARN`` when set, else ``GetFederationToken``
 with the user's keys) restricted by an inline session policy to what one workspace needs:
 
-- read and write ``PREFIX/workspaces/<workspace_id>/*`` (its head, manifests, documents)
-  and list only under it;
-- read and write ``PREFIX/objects/*``, ``PREFIX/index/*`` and ``PREFIX/wheels/*``: blobs
-  are content-addressed and shared by every workspace of the store, so they cannot be
-  split by workspace. No listing there: a blob is reached only by a hash that a
+- read ``PREFIX/workspaces/<workspace_id>/*`` (its head, manifests, documents) and list
+  only under it;
+- create its manifests (``PutObject`` only with ``If-None-Match: *``) and move its head
+  (``PutObject`` only with ``If-Match: <ETag>``, the compare-and-swap of a publish);
+  nothing else there: its settings, reservations and allocations are the user's side's;
+- read and create ``PREFIX/objects/*``, ``PREFIX/index/*`` and ``PREFIX/wheels/*``, create
+  only: blobs are content-addressed and shared by every workspace of the store, so they
+  cannot be split by workspace, but a blob that exists is never replaced (the same key
+  holds the same bytes). No listing there: a blob is reached only by a hash that a
   manifest of this workspace names (or by already holding its bytes);
 - read ``PREFIX/config.json``; nothing else, and no delete anywhere (nothing on a worker
   deletes).
+
+S3 evaluates the conditions through its ``s3:if-none-match`` and ``s3:if-match`` keys, so a
+worker's credentials cannot overwrite what other workspaces need, nor any manifest; a
+service that ignores them is why ``init`` warns when the bucket keeps no versions
+(:func:`jupyter_portable.store.s3.S3Backend.durability_warnings`). A prefix holding a
+character a policy reads as a wildcard or a variable (``*``, ``?``, ``$``) is refused, and so
+is a bucket and prefix too long for STS to take the policy (2048 characters: a prefix of up
+to 48 characters fits with any bucket name, 81 with a 30-character one), both at ``init``.
 
 On the worker the credentials live in a 0600 file that botocore reads through
 ``credential_process``: a running process picks up refreshed ones when they near expiry,
@@ -33,6 +45,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from jupyter_portable.core.envconfig import DEFAULT_SESSION_S, MAX_SESSION_S, MIN_SESSION_S, PortableS3
 from jupyter_portable.core.errors import StoreError, UsageError
 from jupyter_portable.core.secretenv import is_secret
 from jupyter_portable.core.times import parse_iso, to_iso
@@ -41,9 +54,9 @@ from jupyter_portable.workdir.files import atomic_write
 
 ROLE_ENV = "JUPYTER_PORTABLE_S3_ROLE_ARN"
 DURATION_ENV = "JUPYTER_PORTABLE_S3_SESSION_SECONDS"
-DEFAULT_DURATION_S = 3600
+DEFAULT_DURATION_S = DEFAULT_SESSION_S
 # STS's bounds (AssumeRole's upper bound is the role's MaxSessionDuration, 1 h by default)
-MIN_DURATION_S, MAX_DURATION_S = 900, 43200
+MIN_DURATION_S, MAX_DURATION_S = MIN_SESSION_S, MAX_SESSION_S
 # refreshed this long before expiry: botocore re-reads the file 15 min before it
 REFRESH_MARGIN = timedelta(minutes=30)
 CREDENTIALS_FILE = "credentials.json"
@@ -53,7 +66,6 @@ CONFIG_FILE = "config"
 _FORWARD = ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CA_BUNDLE",
             "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE", "AWS_S3_ADDRESSING_STYLE", "AWS_USE_DUALSTACK_ENDPOINT",
             "AWS_USE_FIPS_ENDPOINT")
-_ROLE_ARN = re.compile(r"\Aarn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}\Z")
 
 
 @dataclass(frozen=True)
@@ -103,37 +115,71 @@ def s3_location(store_url: str) -> tuple[str, str] | None:
     return parsed.netloc, parsed.path.strip("/")
 
 
+# what IAM reads in a resource ARN or a StringLike value as other than itself
+_POLICY_SPECIAL = frozenset("*?$")
+# STS refuses a longer session policy (plain text, without whitespace)
+MAX_POLICY_CHARS = 2048
+_EXAMPLE_WORKSPACE = "ws-" + "0" * 20  # as long as every workspace id this package makes
+
+
+def check_policy_text(bucket: str, prefix: str) -> None:
+    """UsageError when a bucket or prefix holds a character IAM would read as a wildcard or a
+    policy variable: the policy would grant keys other than the store's."""
+    for what, text in (("bucket", bucket), ("prefix", prefix)):
+        bad = sorted(set(text) & _POLICY_SPECIAL)
+        if bad:
+            raise UsageError(f"the s3:// store's {what} {text!r} holds {' '.join(repr(c) for c in bad)}, which a "
+                             "worker's IAM policy would read as a wildcard or a variable",
+                             hint="use a store prefix of letters, digits and - _ . / only")
+
+
+def check_store_url(store_url: str) -> None:
+    """That a worker's session policy can name an ``s3://`` store as typed, and only it (a ``?``
+    there would otherwise be read as the start of a query and dropped without a word); UsageError."""
+    if s3_location(store_url) is None:
+        return
+    bucket, _, prefix = store_url.split("://", 1)[1].partition("/")
+    check_policy_text(bucket, prefix)
+    session_policy(bucket, prefix, _EXAMPLE_WORKSPACE)
+
+
 def session_policy(bucket: str, prefix: str, workspace_id: str, *, partition: str = "aws") -> dict[str, Any]:
-    """The inline session policy: one workspace's keys, the shared blobs, the store marker."""
+    """The inline session policy: one workspace's keys, the shared blobs created only, the store
+    marker. UsageError when the store's names cannot be written in one (see the module's docstring)."""
     check_workspace_id(workspace_id)
+    check_policy_text(bucket, prefix)
     base = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
     arn = f"arn:{partition}:s3:::{bucket}"
     own = f"{base}workspaces/{workspace_id}/"
-    return {
+    shared = [f"{arn}/{base}{part}/*" for part in ("objects", "index", "wheels")]
+    policy = {
         "Version": "2012-10-17",
         "Statement": [
-            {"Sid": "Workspace", "Effect": "Allow",
-             "Action": ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
-             "Resource": [f"{arn}/{own}*"]},
-            {"Sid": "SharedBlobs", "Effect": "Allow",
-             "Action": ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
-             "Resource": [f"{arn}/{base}{part}/*" for part in ("objects", "index", "wheels")]},
-            {"Sid": "StoreMarker", "Effect": "Allow", "Action": ["s3:GetObject"],
-             "Resource": [f"{arn}/{base}config.json"]},
-            {"Sid": "ListWorkspace", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [arn],
+            {"Effect": "Allow", "Action": ["s3:GetObject"],
+             "Resource": [f"{arn}/{own}*", *shared, f"{arn}/{base}config.json"]},
+            # create only (If-None-Match: *): a manifest, a blob, an index or a wheel record that
+            # exists is never replaced
+            {"Effect": "Allow", "Action": ["s3:PutObject"], "Resource": [f"{arn}/{own}manifests/*", *shared],
+             "Condition": {"Null": {"s3:if-none-match": "false"}}},
+            # the head only by compare-and-swap (If-Match: <ETag>): a publish
+            {"Effect": "Allow", "Action": ["s3:PutObject"], "Resource": [f"{arn}/{own}HEAD"],
+             "Condition": {"Null": {"s3:if-match": "false"}}},
+            {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [arn],
              "Condition": {"StringLike": {"s3:prefix": [f"{own}*"]}}},
         ],
     }
+    size = len(json.dumps(policy, separators=(",", ":")))
+    if size > MAX_POLICY_CHARS:
+        raise UsageError(f"the s3:// store's bucket and prefix are too long for a worker's session policy "
+                         f"({size} characters; STS takes {MAX_POLICY_CHARS})",
+                         hint="use a shorter store prefix: the policy names it once for each kind of key")
+    return policy
 
 
-def duration_from(environ: Mapping[str, str]) -> int:
-    """The session length asked of STS, in seconds (``JUPYTER_PORTABLE_S3_SESSION_SECONDS``)."""
-    raw = environ.get(DURATION_ENV, "").strip()
-    if not raw:
-        return DEFAULT_DURATION_S
-    if not raw.isdigit() or not MIN_DURATION_S <= int(raw) <= MAX_DURATION_S:
-        raise UsageError(f"{DURATION_ENV}={raw!r} must be whole seconds from {MIN_DURATION_S} to {MAX_DURATION_S}")
-    return int(raw)
+def duration_from(environ: Mapping[str, str] | None = None) -> int:
+    """The session length asked of STS, in seconds (``c.PortableS3.session_seconds``,
+    ``JUPYTER_PORTABLE_S3_SESSION_SECONDS``)."""
+    return int(PortableS3.current(environ).session_seconds)
 
 
 def store_env(store_url: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -153,12 +199,10 @@ def issue(store_url: str, workspace_id: str, *, session_name: str, environ: Mapp
     location = s3_location(store_url)
     if location is None:
         return None
-    env = os.environ if environ is None else environ
+    check_store_url(store_url)
     bucket, prefix = location
-    role = env.get(ROLE_ENV, "").strip()
-    if role and not _ROLE_ARN.match(role):
-        raise UsageError(f"{ROLE_ENV} is not an IAM role ARN (arn:aws:iam::ACCOUNT:role/NAME)")
-    duration = duration_from(env)
+    section = PortableS3.current(environ)  # c.PortableS3, or its variables; checked as they are read
+    role, duration = section.role_arn, int(section.session_seconds)
     name = re.sub(r"[^\w+=,.@-]", "-", session_name)
     if client is None:
         import boto3.session  # heavy: only when a worker of an s3:// store starts
@@ -208,6 +252,6 @@ def write(folder: Path, creds: SessionCredentials) -> None:
     atomic_write(folder / CREDENTIALS_FILE, json.dumps(creds.to_json()).encode(), mode=0o600)
 
 
-__all__ = ["CREDENTIALS_FILE", "DEFAULT_DURATION_S", "DURATION_ENV", "REFRESH_MARGIN", "ROLE_ENV",
-           "SessionCredentials", "duration_from", "install", "issue", "s3_location", "session_policy", "store_env",
-           "write"]
+__all__ = ["CREDENTIALS_FILE", "DEFAULT_DURATION_S", "DURATION_ENV", "MAX_POLICY_CHARS", "REFRESH_MARGIN",
+           "ROLE_ENV", "SessionCredentials", "check_policy_text", "check_store_url", "duration_from", "install",
+           "issue", "s3_location", "session_policy", "store_env", "write"]

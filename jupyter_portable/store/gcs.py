@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any
 
-from jupyter_portable.core.errors import ObjectMissing, StoreError
+from jupyter_portable.core.errors import StoreError
 from jupyter_portable.store.remote import NEW, Refused, RemoteBackend
 
 # One request up to here; above, gcsfs's resumable upload in 50 MiB chunks.
@@ -40,13 +40,27 @@ class GCSBackend(RemoteBackend):
         self.fs = GCSFileSystem(token=token, skip_instance_cache=True, use_listings_cache=False,
                                       cache_timeout=0)
 
+    def _bucket_exists(self) -> bool | None:
+        try:
+            self._call("GET", "b/{}", self.bucket, json_out=True)
+        except FileNotFoundError:
+            return False
+        except Exception:  # noqa: BLE001 - cannot tell (no rights to ask, say): the key's own error stands
+            return None
+        return True
+
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _fail(self, what: str, key: str, exc: BaseException) -> StoreError:
         if isinstance(exc, FileNotFoundError):
-            return ObjectMissing(f"object {key} is missing from {self.url}", key=key)
-        if isinstance(exc, PermissionError) or "Forbidden" in str(exc) or "401" in str(exc):
+            return self._missing(key)
+        # gcsfs raises PermissionError or OSError("Forbidden: <path>") for a 403 and HttpError
+        # with the status as .code otherwise. Never look for a status in the message: it holds
+        # the object's path, and a bucket named bkt-4161... would read as a 416 or a 401.
+        code = getattr(exc, "code", None)
+        if (isinstance(exc, PermissionError) or code in (401, 403)
+                or (type(exc) is OSError and str(exc).startswith("Forbidden"))):
             return StoreError(f"access denied to {key} in {self.url}",
                               hint="check `gcloud auth application-default login` (or "
                                    "GOOGLE_APPLICATION_CREDENTIALS) and the bucket's IAM roles")
@@ -60,6 +74,7 @@ class GCSBackend(RemoteBackend):
         try:
             return self._call("GET", "b/{}/o/{}", self.bucket, self._key(key), json_out=True)
         except FileNotFoundError:
+            self._check_bucket()
             return None
         except Exception as exc:  # noqa: BLE001 - translated at the boundary
             raise self._fail("stat", key, exc) from exc
@@ -74,13 +89,13 @@ class GCSBackend(RemoteBackend):
     def read_range(self, key: str, start: int, end: int) -> bytes:
         if end <= start:
             if not self.exists(key):
-                raise ObjectMissing(f"object {key} is missing from {self.url}", key=key)
+                raise self._missing(key)
             return b""
         try:
             _headers, body = self._call("GET", "b/{}/o/{}", self.bucket, self._key(key), alt="media",
                                         headers={"Range": f"bytes={start}-{end - 1}"})
         except Exception as exc:  # noqa: BLE001
-            if "416" in str(exc) or "not satisfiable" in str(exc).lower():
+            if getattr(exc, "code", None) == 416 and not isinstance(exc, FileNotFoundError):
                 return b""  # a range past the end, as a file read gives
             raise self._fail("read", key, exc) from exc
         return bytes(body)[: end - start]
@@ -91,7 +106,7 @@ class GCSBackend(RemoteBackend):
     def size(self, key: str) -> int:
         meta = self._meta(key)
         if meta is None:
-            raise ObjectMissing(f"object {key} is missing from {self.url}", key=key)
+            raise self._missing(key)
         return int(meta["size"])
 
     def _put(self, key: str, data: bytes, cond: str | None) -> None:

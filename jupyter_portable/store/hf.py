@@ -25,8 +25,8 @@ from urllib.parse import unquote
 
 import blake3
 
+from jupyter_portable.core import hooks
 from jupyter_portable.core.errors import ObjectMissing, StoreError, UnsupportedStore, UsageError
-from jupyter_portable.store import faults
 from jupyter_portable.store.remote import NEW, PROBE_PREFIX, Refused, RemoteBackend
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -262,7 +262,7 @@ class HFBackend(RemoteBackend):
         op = CommitOperationAdd(self._path(key), io.BytesIO(data))
         self.api.preupload_lfs_files(self.repo_id, [op], repo_type=self.repo_type, revision=self.branch,
                                      free_memory=False)
-        faults.point(f"uploaded {key}")  # the LFS object is stored; no commit names it yet
+        hooks.step(f"uploaded {key}")  # the LFS object is stored; no commit names it yet
         self.api.create_commit(self.repo_id, [op], commit_message=message, repo_type=self.repo_type,
                                revision=self.branch, parent_commit=parent)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import secrets
 from typing import Final
 
+from jupyter_portable.core import hooks
 from jupyter_portable.core.errors import ConflictError, ObjectMissing, StoreError, UnsupportedStore
-from jupyter_portable.store import faults
 from jupyter_portable.store.backend import Backend
 
 NEW: Final = "\x00new"  # the condition "only if the key does not exist"
@@ -30,9 +30,32 @@ class RemoteBackend(Backend):
     create_only_condition = "create-only writes"
     swap_condition = "compare-and-swap writes"
     _probed = False
+    _bucket_seen = False
+    url = ""
 
     def _put(self, key: str, data: bytes, cond: str | None) -> None:
         raise NotImplementedError
+
+    def _bucket_exists(self) -> bool | None:
+        """Whether the bucket (or container) itself is there; None where that cannot be asked."""
+        return None
+
+    def _missing(self, key: str) -> ObjectMissing:
+        """The error for a key the service says is not there. Most services answer a missing
+        bucket with the same 404 as a missing object: a gone bucket would read as an empty
+        workspace. The first miss asks after the bucket (once it is seen, never again) and
+        a missing bucket is the store's error, said as such."""
+        self._check_bucket()
+        return ObjectMissing(f"object {key} is missing from {self.url}", key=key)
+
+    def _check_bucket(self) -> None:
+        """Raise StoreError if the store's bucket does not exist (asked until it is seen)."""
+        if self._bucket_seen:
+            return
+        if self._bucket_exists() is False:
+            raise StoreError(f"the bucket of {self.url} does not exist",
+                             hint="check the store URL's bucket name, or create the bucket first")
+        self._bucket_seen = True
 
     def _holds(self, key: str, data: bytes) -> bool | None:
         """Whether ``key`` holds exactly ``data``; None if that cannot be read."""
@@ -44,7 +67,7 @@ class RemoteBackend(Backend):
             return None
 
     def _conditional(self, key: str, data: bytes, cond: str) -> None:
-        faults.point(f"conditional put {key}")
+        hooks.step(f"conditional put {key}")
         try:
             self._put(key, data, cond)
         except (Refused, StoreError) as exc:
@@ -60,12 +83,12 @@ class RemoteBackend(Backend):
             if isinstance(exc, Refused):
                 raise ConflictError(f"{key} changed under us in {self.url}", key=key) from exc
             raise
-        faults.point(f"conditional put done {key}")
+        hooks.step(f"conditional put done {key}")
 
     def write(self, key: str, data: bytes) -> None:
-        faults.point(f"put {key}")
+        hooks.step(f"put {key}")
         self._put(key, data, None)
-        faults.point(f"put done {key}")
+        hooks.step(f"put done {key}")
 
     def write_new(self, key: str, data: bytes) -> None:
         self._conditional(key, data, NEW)

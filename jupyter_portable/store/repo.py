@@ -13,6 +13,7 @@ Write order is data, then index, then manifest, then head (invariant 2).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -37,14 +38,15 @@ from jupyter_portable.core.manifest import (
     FileEntry,
     Head,
     Manifest,
+    ManifestLink,
     PackIndex,
     PackRef,
     check_hash,
     check_workspace_id,
 )
 from jupyter_portable.core.times import now_iso
-from jupyter_portable.core.tree import MAX_DEPTH, Node, SubTree, parse_tree
-from jupyter_portable.core.validate import MTIME_NS_MAX, MTIME_NS_MIN
+from jupyter_portable.core.tree import MAX_DEPTH, Node, SubTree, parse_tree, show_path
+from jupyter_portable.core.validate import MTIME_NS_MAX, MTIME_NS_MIN, loads_strict
 from jupyter_portable.store import open_backend
 from jupyter_portable.store.backend import Backend
 
@@ -109,7 +111,7 @@ def _packed_file(item: dict[str, Any], path: str) -> FileEntry | None:
 
 def check_depth(dirpath: str, depth: int) -> None:
     if depth > MAX_DEPTH:
-        raise ManifestError(f"folder {dirpath!r} is nested more than {MAX_DEPTH} levels deep",
+        raise ManifestError(f"folder {show_path(dirpath)} is nested more than {MAX_DEPTH} levels deep",
                             hint="this store holds a hostile or corrupt tree")
 
 
@@ -199,10 +201,10 @@ class Store:
     def check_config(data: bytes, url: str = "the store") -> None:
         """Accept only this package's format at the schema it reads; ManifestError otherwise."""
         try:
-            obj = json.loads(data)
-        except ValueError as exc:
-            raise ManifestError(f"config.json of {url} is not JSON: {exc}",
-                                hint="check the store URL; if it is right, restore config.json from a backup") from exc
+            obj = loads_strict(data, f"config.json of {url}")
+        except ManifestError as exc:
+            raise ManifestError(str(exc), hint="check the store URL; if it is right, restore config.json from a "
+                                               "backup") from exc
         if not isinstance(obj, dict) or obj.get("format") != STORE_FORMAT:
             raise ManifestError(f"{url} holds something that is not a jupyter-portable store "
                                 f"(config.json says format {obj.get('format') if isinstance(obj, dict) else obj!r})",
@@ -216,7 +218,7 @@ class Store:
 
     def put_object(self, data: bytes, h: str | None = None) -> str:
         h = h or digest(data)
-        self.backend.write(object_key(h), data)
+        self.backend.write_blob(object_key(h), data)
         return h
 
     def has_object(self, h: str) -> bool:
@@ -240,8 +242,8 @@ class Store:
 
     def write_pack(self, index: PackIndex, body: bytes) -> None:
         """Store a pack object, then its index (data before index)."""
-        self.backend.write(object_key(index.pack), body)
-        self.backend.write(index_key(index.pack), index.to_bytes())
+        self.backend.write_blob(object_key(index.pack), body)
+        self.backend.write_blob(index_key(index.pack), index.to_bytes())
 
     def read_file_range(self, entry: FileEntry, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of a stored file, fetching only the parts that hold them.
@@ -360,42 +362,61 @@ class Store:
         self.backend.swap(head_key(ws), head.to_bytes(), None)
         return head
 
-    def claim_epoch(self, ws: str) -> int:
-        """Advance the head's allocation epoch; every writer of an older epoch is fenced off."""
+    def claim_epoch(self, ws: str, *, attempts: int = 8) -> int:
+        """Advance the head's allocation epoch; every writer of an older epoch is fenced off.
+
+        Another writer may move the head between the read and the swap (the loss of the last
+        machine being recorded as a Continue starts): the claim reads the head again and retries,
+        ``attempts`` times at most, since a claim only needs to be above whatever is there."""
+        for _ in range(attempts - 1):
+            with contextlib.suppress(ConflictError):
+                return self._claim_once(ws)
+        return self._claim_once(ws)
+
+    def _claim_once(self, ws: str) -> int:
         head, token = self.read_head(ws)
         new = replace(head, epoch=head.epoch + 1, updated=now_iso())
         self.backend.swap(head_key(ws), new.to_bytes(), token)
         return new.epoch
 
     def read_manifest_key(self, key: str) -> Manifest:
+        return Manifest.from_json(self.read_manifest_link(key)[0]).bind(self)
+
+    def read_manifest_link(self, key: str) -> tuple[Any, ManifestLink]:
+        """A manifest's JSON (its bytes hashed against its key), and its place in the history,
+        checked against the key (its files are not looked at)."""
         data = self.backend.read(key)
         version, mhash = parse_manifest_key(key)
         if digest(data) != mhash:
-            raise IntegrityError(f"manifest {key} is corrupt: its bytes do not hash to its name")
-        manifest = Manifest.from_bytes(data).bind(self)
-        if manifest.version != version:
-            raise ManifestError(f"manifest {key} says version {manifest.version}")
-        return manifest
+            raise IntegrityError(f"manifest {key} is corrupt: its bytes do not hash to its name",
+                                 hint="run `jupyter portable fsck` to see the whole history")
+        obj = loads_strict(data, "manifest")
+        link = ManifestLink.from_json(obj)
+        if link.version != version:
+            raise ManifestError(f"manifest {key} says version {link.version}")
+        return obj, link
 
     def read_manifest(self, ws: str, version: int | None = None) -> Manifest:
-        """The manifest at ``version`` (default: the head's) of the workspace's one history."""
+        """The manifest at ``version`` (default: the head's) of the workspace's one history,
+        reached from the head through ``parent`` links: each manifest on the way is hashed
+        against the name its child gives and its link checked (section 5.4: version, epoch), and
+        the one asked for is validated in full. Never through a listing, which holds orphans."""
         head, _ = self.read_head(ws)
         if head.version == 0:
             raise VersionNotFound(f"workspace {ws} has no snapshot yet",
                                   hint="run `jupyter portable snapshot` in the workspace")
-        if version is None or version == head.version:
-            return self._checked(ws, self.read_manifest_key(manifest_key(ws, head.version, head.manifest or "")))
-        if version < 1 or version > head.version:
+        want = head.version if version is None else version
+        if want < 1 or want > head.version:
             raise VersionNotFound(f"workspace {ws} has versions 1 to {head.version}, not {version}")
-        candidates = [k for k in self.backend.list(manifests_prefix(ws))
-                      if k.rsplit("/", 1)[-1].startswith(f"{version:010d}-")]
-        if len(candidates) == 1:
-            return self._checked(ws, self.read_manifest_key(candidates[0]))
-        # Several writers raced for this version: follow the chain from the head.
-        for manifest in self.history(ws):
-            if manifest.version == version:
-                return manifest
-        raise VersionNotFound(f"version {version} of {ws} is not in its history")
+        at, mhash = head.version, head.manifest or ""
+        child: ManifestLink | None = None
+        while True:
+            obj, link = self.read_manifest_link(manifest_key(ws, at, mhash))
+            self._check_link(ws, head, link, child)
+            if at == want:
+                return self._checked(ws, Manifest.from_json(obj).bind(self))
+            assert link.parent is not None  # only version 1 has none, and want >= 1
+            child, at, mhash = link, link.parent.version, link.parent.manifest
 
     @staticmethod
     def _checked(ws: str, manifest: Manifest) -> Manifest:
@@ -403,18 +424,41 @@ class Store:
             raise ManifestError(f"a manifest of {ws} names workspace {manifest.workspace_id}")
         return manifest
 
+    def chain(self, ws: str, head: Head) -> Iterator[Manifest]:
+        """The manifests of ``head``'s history, newest first, read one at a time as they are
+        taken. Each is checked as section 5.4 of docs/store-format.md asks: it hashes to the name
+        its child (or the head) gives, its version is one below its child's (ending at 1), and its
+        epoch is not above the head's nor above its child's. A reader checks the links it follows;
+        fsck follows them all."""
+        version, mhash = head.version, head.manifest
+        child: ManifestLink | None = None
+        while version and mhash:
+            obj, link = self.read_manifest_link(manifest_key(ws, version, mhash))
+            self._check_link(ws, head, link, child)
+            yield self._checked(ws, Manifest.from_json(obj).bind(self))
+            if link.parent is None:
+                return
+            child, version, mhash = link, link.parent.version, link.parent.manifest
+
+    @staticmethod
+    def _check_link(ws: str, head: Head, link: ManifestLink, child: ManifestLink | None) -> None:
+        """Section 5.4 for one manifest of ``ws``'s history: its workspace, and an epoch not above
+        the head's (``child``: the version that named it as its parent) nor its child's."""
+        if link.workspace_id != ws:
+            raise ManifestError(f"a manifest of {ws} names workspace {link.workspace_id}")
+        if link.epoch > head.epoch:
+            raise ManifestError(f"version {link.version} of {ws} has epoch {link.epoch}, above the head's "
+                                f"{head.epoch}: a writer that was fenced off, or a corrupt store",
+                                hint="run `jupyter portable fsck` to see the whole history")
+        if child is not None and child.epoch < link.epoch:
+            raise ManifestError(f"version {child.version} of {ws} has epoch {child.epoch}, below its parent's "
+                                f"{link.epoch}: its history is not one line of writers",
+                                hint="run `jupyter portable fsck` to see the whole history")
+
     def history(self, ws: str) -> list[Manifest]:
         """Every published manifest, newest first, following parent links from the head."""
         head, _ = self.read_head(ws)
-        out: list[Manifest] = []
-        version, mhash = head.version, head.manifest
-        while version and mhash:
-            manifest = self._checked(ws, self.read_manifest_key(manifest_key(ws, version, mhash)))
-            out.append(manifest)
-            if manifest.parent is None:
-                break
-            version, mhash = manifest.parent.version, manifest.parent.manifest
-        return out
+        return list(self.chain(ws, head))
 
     def publish(self, manifest: Manifest, *, expected_version: int, epoch: int) -> str:
         """Publish ``manifest`` as the next version, by compare-and-swap on the head.

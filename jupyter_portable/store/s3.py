@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyter_portable.core.errors import ConflictError, ObjectMissing, StoreError
-from jupyter_portable.store import faults
+from jupyter_portable.core import hooks
+from jupyter_portable.core.errors import ConflictError, StoreError
 from jupyter_portable.store.remote import NEW, Refused, RemoteBackend
 
 _CONFLICT_CODES = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
@@ -43,6 +43,15 @@ class S3Backend(RemoteBackend):
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.fs = s3fs.S3FileSystem(use_listings_cache=False, skip_instance_cache=True)
 
+    def _bucket_exists(self) -> bool | None:
+        try:
+            self.fs.call_s3("head_bucket", Bucket=self.bucket)
+        except FileNotFoundError:
+            return False
+        except Exception:  # noqa: BLE001 - cannot tell (no rights to ask, say): the key's own error stands
+            return None
+        return True
+
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
 
@@ -51,7 +60,7 @@ class S3Backend(RemoteBackend):
 
     def _fail(self, what: str, key: str, exc: BaseException) -> StoreError:
         if isinstance(exc, FileNotFoundError):
-            return ObjectMissing(f"object {key} is missing from {self.url}", key=key)
+            return self._missing(key)
         if isinstance(exc, PermissionError):
             return StoreError(f"access denied to {key} in {self.url}",
                               hint="check AWS_PROFILE / credentials and the bucket policy")
@@ -68,16 +77,21 @@ class S3Backend(RemoteBackend):
 
     def read_range(self, key: str, start: int, end: int) -> bytes:
         if end <= start:
+            if not self.exists(key):
+                raise self._missing(key)
             return b""
         try:
             return self.fs.cat_file(self._path(key), start=start, end=end)
         except Exception as exc:  # noqa: BLE001
+            if not isinstance(exc, FileNotFoundError) and _code(exc) == "InvalidRange":
+                return b""  # a range wholly past the end, as a file read gives
             raise self._fail("read", key, exc) from exc
 
     def _head(self, key: str) -> dict | None:
         try:
             return self._call("head_object", Key=self._key(key))
         except FileNotFoundError:
+            self._check_bucket()
             return None
         except Exception as exc:  # noqa: BLE001
             raise self._fail("stat", key, exc) from exc
@@ -88,19 +102,39 @@ class S3Backend(RemoteBackend):
     def size(self, key: str) -> int:
         head = self._head(key)
         if head is None:
-            raise ObjectMissing(f"object {key} is missing from {self.url}", key=key)
+            raise self._missing(key)
         return int(head["ContentLength"])
 
     def write(self, key: str, data: bytes) -> None:
-        faults.point(f"put {key}")
+        hooks.step(f"put {key}")
         try:
             self._call("put_object", Key=self._key(key), Body=data)
         except Exception as exc:  # noqa: BLE001
             raise self._fail("write", key, exc) from exc
-        faults.point(f"put done {key}")
+        hooks.step(f"put done {key}")
+
+    def write_blob(self, key: str, data: bytes) -> None:
+        # Create only: a worker's session policy allows a PutObject on a shared key only with
+        # If-None-Match, so that no worker can replace what other workspaces share.
+        hooks.step(f"put {key}")
+        try:
+            self._call("put_object", Key=self._key(key), Body=data, IfNoneMatch="*")
+        except Exception as exc:  # noqa: BLE001
+            if not (isinstance(exc, FileExistsError) or any(c in _code(exc) for c in _CONFLICT_CODES)):
+                raise self._fail("write", key, exc) from exc
+            # refused: the object is there (its name is its hash), or another write of it is
+            # in flight (a 409), which the key tells
+            if not self.exists(key):
+                raise StoreError(f"cannot write {key} to {self.url}: a concurrent write of it did not land "
+                                 f"({_code(exc)})", hint="run the same command again") from exc
+        hooks.step(f"put done {key}")
+
+    def write_blobs(self, items: list[tuple[str, bytes]]) -> None:
+        for key, data in items:
+            self.write_blob(key, data)
 
     def _conditional_put(self, key: str, data: bytes, **cond: str) -> None:
-        faults.point(f"conditional put {key}")
+        hooks.step(f"conditional put {key}")
         try:
             self._call("put_object", Key=self._key(key), Body=data, **cond)
         except Exception as exc:  # noqa: BLE001
@@ -117,7 +151,7 @@ class S3Backend(RemoteBackend):
                                  f"({type(exc).__name__}: {code}) and reading it back failed too",
                                  hint="run the same command again: it finds out which") from exc
             raise self._fail("write", key, exc) from exc
-        faults.point(f"conditional put done {key}")
+        hooks.step(f"conditional put done {key}")
 
     def _holds(self, key: str, data: bytes) -> bool | None:
         """Whether ``key`` holds exactly ``data``; None if that cannot be read."""
@@ -140,6 +174,24 @@ class S3Backend(RemoteBackend):
 
     def write_new(self, key: str, data: bytes) -> None:
         self._conditional_put(key, data, IfNoneMatch="*")
+
+    def durability_warnings(self) -> list[str]:
+        """A bucket that keeps no old versions loses for good whatever is replaced or deleted."""
+        fix = (f"turn versioning on (aws s3api put-bucket-versioning --bucket {self.bucket} "
+               "--versioning-configuration Status=Enabled), with a lifecycle rule that expires old versions")
+        try:
+            status = self._call("get_bucket_versioning").get("Status") or "off"
+        except Exception as exc:  # noqa: BLE001 - reported, never fatal: the store works without it
+            return [f"cannot tell whether bucket {self.bucket} keeps old versions (GetBucketVersioning: "
+                    f"{_code(exc) or type(exc).__name__}); without them a replaced or deleted object is gone "
+                    f"(to fix: allow s3:GetBucketVersioning, and {fix})"]
+        if status == "Enabled":
+            return []
+        return [f"bucket {self.bucket} keeps no old versions (versioning is {status.lower()}): whatever is "
+                "replaced or deleted there is gone for good. A worker's credentials only create blobs and "
+                "manifests and swap their own workspace's HEAD, but a worker can still rewrite that HEAD, a "
+                "service that ignores the s3:if-none-match condition lets it replace blobs every workspace "
+                f"shares, and anyone with delete rights can remove them (to fix: {fix})"]
 
     def list(self, prefix: str) -> list[str]:
         base = self._key(prefix).rstrip("/") + "/"

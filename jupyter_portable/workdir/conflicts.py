@@ -10,20 +10,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jupyter_portable.workdir.files import atomic_write
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
 KEEP = 100
 
 
-def _path(copy: WorkspaceCopy) -> Any:
-    return copy.meta / "conflicts.json"
-
-
 def read_conflicts(copy: WorkspaceCopy) -> list[dict[str, Any]]:
     """The recorded conflicts, oldest first; an unreadable file reads as none (it is only a log)."""
     try:
-        obj = json.loads(_path(copy).read_bytes())
+        obj = json.loads(copy.conflicts_bytes() or b"[]")
     except (OSError, ValueError, RecursionError):
         return []
     if not isinstance(obj, list):
@@ -32,7 +27,9 @@ def read_conflicts(copy: WorkspaceCopy) -> list[dict[str, Any]]:
 
 
 def add_conflict(copy: WorkspaceCopy, path: str, at: str, kept: str) -> list[dict[str, Any]]:
-    """Record that ``path`` conflicted at ``at`` and the user's version was kept as ``kept``."""
-    entries = [*read_conflicts(copy), {"path": path, "at": at, "kept": kept}][-KEEP:]
-    atomic_write(_path(copy), json.dumps(entries, allow_nan=False).encode())
+    """Record that ``path`` conflicted at ``at`` and the user's version was kept as ``kept``; two
+    writers at once (the server's monitor and its follow loop) each add theirs."""
+    with copy.conflicts_lock():
+        entries = [*read_conflicts(copy), {"path": path, "at": at, "kept": kept}][-KEEP:]
+        copy.write_conflicts(json.dumps(entries, allow_nan=False).encode())
     return entries

@@ -1,8 +1,8 @@
 """The lifecycle of a workspace copy, kept in ``.portable/lifecycle.json``.
 
 The CLI and the server may both drive one workspace, so every change is a read-modify-write
-under an exclusive ``flock`` on ``.portable/lifecycle.lock``, and the file is replaced
-atomically: a reader never needs the lock, it sees the old record or the new one, whole.
+under an exclusive ``flock`` on ``.portable/lifecycle.lock`` (``WorkspaceCopy.lifecycle_lock``), and the
+file is replaced atomically: a reader never needs the lock, it sees the old record or the new one, whole.
 A record that fails validation is refused, never replaced: the events are the history the
 sidebar shows, and a restarted server decides from them whether to resume or roll back.
 """
@@ -10,24 +10,21 @@ sidebar shows, and a restarted server decides from them whether to resume or rol
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 from jupyter_portable.core.errors import ManifestError, StoreError
 from jupyter_portable.core.lifecycle import Event, Lifecycle
 from jupyter_portable.core.times import now_iso
-from jupyter_portable.workdir.files import atomic_write, file_lock
-from jupyter_portable.workdir.workcopy import WorkspaceCopy
+from jupyter_portable.workdir.workcopy import LIFECYCLE_LOCK as LOCK_NAME
+from jupyter_portable.workdir.workcopy import LIFECYCLE_NAME, WorkspaceCopy
 
-LIFECYCLE_NAME = "lifecycle.json"
-LOCK_NAME = "lifecycle.lock"
 _REPAIR_HINT = ("the file was left as it is: move it aside to start again from IDLE "
                 "(the store's manifests stay the truth), or restore it from a backup")
 
 
 def lifecycle_path(copy: WorkspaceCopy) -> Path:
-    return copy.meta / LIFECYCLE_NAME
+    return copy.lifecycle_path
 
 
 def _read(copy: WorkspaceCopy) -> Lifecycle:
@@ -35,12 +32,12 @@ def _read(copy: WorkspaceCopy) -> Lifecycle:
     workspace_id = config.workspace_id
     path = lifecycle_path(copy)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        # never written: the copy's own version and epoch are where the workspace stands
-        return Lifecycle.new(workspace_id, at=now_iso(), version=config.version, epoch=config.epoch)
+        data = copy.lifecycle_bytes()
     except OSError as exc:
         raise StoreError(f"cannot read {path}: {exc}") from exc
+    if data is None:
+        # never written: the copy's own version and epoch are where the workspace stands
+        return Lifecycle.new(workspace_id, at=now_iso(), version=config.version, epoch=config.epoch)
     try:
         obj = json.loads(data)
     except (ValueError, RecursionError) as exc:  # RecursionError: hostile nesting
@@ -60,20 +57,10 @@ def load(copy: WorkspaceCopy) -> Lifecycle:
     return _read(copy)
 
 
-@contextmanager
-def _locked(copy: WorkspaceCopy, timeout_s: float) -> Iterator[None]:
-    # A separate lock file: the record itself is replaced by rename, so a lock on it would
-    # be a lock on an inode that the next writer throws away.
-    with file_lock(copy.meta / LOCK_NAME, wait_s=timeout_s,
-                   busy=f"another process has held {copy.meta / LOCK_NAME} for {timeout_s:g}s",
-                   hint="wait for the other `jupyter portable` command or server to finish"):
-        yield
-
-
 def update(copy: WorkspaceCopy, fn: Callable[[Lifecycle], Lifecycle], *, timeout_s: float = 30) -> Lifecycle:
     """Apply ``fn`` to the current lifecycle under the lock and store its result, which must
     only add events. ``fn`` should be quick and do no I/O: it holds every other writer up."""
-    with _locked(copy, timeout_s):
+    with copy.lifecycle_lock(timeout_s):
         current = _read(copy)
         new = fn(current)
         if not isinstance(new, Lifecycle):
@@ -84,7 +71,7 @@ def update(copy: WorkspaceCopy, fn: Callable[[Lifecycle], Lifecycle], *, timeout
             raise ManifestError("a lifecycle update may only add events: history is never rewritten")
         body = new.to_json()
         Lifecycle.from_json(body)  # never write what a reader would refuse
-        atomic_write(lifecycle_path(copy), json.dumps(body, indent=1).encode() + b"\n")
+        copy.write_lifecycle(json.dumps(body, indent=1).encode() + b"\n")
         return new
 
 
@@ -93,4 +80,4 @@ def events_since(copy: WorkspaceCopy, seq: int) -> list[Event]:
     return [ev for ev in _read(copy).events if ev.seq > seq]
 
 
-__all__ = ["LIFECYCLE_NAME", "events_since", "lifecycle_path", "load", "update"]
+__all__ = ["LIFECYCLE_NAME", "LOCK_NAME", "events_since", "lifecycle_path", "load", "update"]

@@ -14,15 +14,14 @@ from typing import Any
 from jupyter_portable.core.errors import ManifestError
 from jupyter_portable.core.records import check_next_action
 from jupyter_portable.core.times import now_iso
-from jupyter_portable.workdir.files import atomic_write
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
 
 def read_next_action(copy: WorkspaceCopy) -> dict[str, Any] | None:
     try:
-        obj = json.loads((copy.meta / "next_action.json").read_bytes())
+        obj = json.loads(copy.next_action_bytes() or b"null")
         return check_next_action(obj)
-    except (OSError, ValueError, ManifestError):
+    except (OSError, ValueError, ManifestError, RecursionError):
         return None
 
 
@@ -32,7 +31,7 @@ def update_next_action(copy: WorkspaceCopy, **fields: Any) -> dict[str, Any]:
     current = {k: v for k, v in current.items() if v is not None}
     current["updated"] = now_iso()
     check_next_action(current)
-    atomic_write(copy.meta / "next_action.json", json.dumps(current).encode())
+    copy.write_next_action(json.dumps(current).encode())
     return current
 
 

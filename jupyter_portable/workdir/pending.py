@@ -7,21 +7,21 @@ import json
 
 from jupyter_portable.core.errors import ManifestError
 from jupyter_portable.core.manifest import FileEntry
-from jupyter_portable.workdir.files import atomic_write
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
 
 def write_pending(copy: WorkspaceCopy, version: int, entries: list[FileEntry]) -> None:
     body = {"version": version, "files": [e.to_json() for e in entries]}
-    atomic_write(copy.pending_path, json.dumps(body).encode())
+    copy.write_pending(json.dumps(body).encode())
 
 
 def read_pending(copy: WorkspaceCopy) -> tuple[int, list[FileEntry]]:
     """The version and entries still to be fetched by a lazy restore (validated)."""
-    try:
-        obj = json.loads(copy.pending_path.read_bytes())
-    except FileNotFoundError:
+    data = copy.pending_bytes()
+    if data is None:
         return 0, []
+    try:
+        obj = json.loads(data)
     except ValueError as exc:
         raise ManifestError(f"{copy.pending_path} is not valid JSON: {exc}") from exc
     if not isinstance(obj, dict) or not isinstance(obj.get("files"), list):

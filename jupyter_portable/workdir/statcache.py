@@ -11,6 +11,7 @@ in one transaction committed after the version is published. Deleting it is alwa
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import threading
@@ -155,10 +156,38 @@ class StatCache:
     def valid_for(self, version: int) -> bool:
         return self.version() == version
 
-    def set_version(self, version: int, fingerprint: str | None = None, *, keep_env: bool = False) -> None:
+    def set_version(self, version: int, fingerprint: str | None = None, *, keep_env: bool = False,
+                    journal: str | None = None) -> None:
+        """Say which version the rows describe. ``journal``: the token of the change journal's cut
+        that the walk which wrote them took first (``engine/journal``); any other writer clears it,
+        so that the next snapshot walks the whole tree."""
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", (str(version),))
         if not keep_env:
             self._db.execute("INSERT OR REPLACE INTO meta VALUES ('env', ?)", (fingerprint,))
+        self.set_journal(journal)
+
+    def journal(self) -> str | None:
+        """The token of the journal cut these rows follow (see :meth:`set_version`)."""
+        return self.meta("journal")
+
+    def set_journal(self, token: str | None) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('journal', ?)", (token,))
+
+    def link_folders(self) -> set[str] | None:
+        """Folders holding a symlink (recorded or leading outside) when last listed: a journal
+        snapshot lists them every time, since what a link resolves to can change with no event
+        of its own. None where unknown (never written by a walk)."""
+        raw = self.meta("links")
+        if raw is None:
+            return None
+        try:
+            got = json.loads(raw)
+        except ValueError:
+            return None
+        return {p for p in got if isinstance(p, str)} if isinstance(got, list) else None
+
+    def set_link_folders(self, folders: Iterable[str]) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('links', ?)", (json.dumps(sorted(folders)),))
 
     # -- transactions ------------------------------------------------------------------
 
@@ -172,6 +201,12 @@ class StatCache:
     def rollback(self) -> None:
         if self._db.in_transaction:
             self._db.execute("ROLLBACK")
+
+    def abandon(self) -> None:
+        """Roll back after a failed snapshot or restore, whose own error is the one to raise: a
+        cache that cannot even roll back is only a cache (the next open finds it as it is)."""
+        with contextlib.suppress(sqlite3.Error):
+            self.rollback()
 
     def clear(self) -> None:
         self._db.execute("DELETE FROM files")
@@ -380,3 +415,31 @@ class StatLike(Protocol):
 
 def stat_key(st: StatLike) -> tuple[int, int, int, int]:
     return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+Seen = tuple[int, int]  # (size, mtime_ns): what a listing saw of a file about to be read
+
+
+def changed(was: Key | Seen, now: StatLike | str) -> bool:
+    """Did this file change? The one answer the snapshot (and its helper processes) asks for.
+
+    ``was`` is what is known of the file: its stat cache row (size, mtime, ctime, inode) against
+    a fresh ``lstat``; the (size, mtime) its listing saw against the ``fstat`` taken after it was
+    read (changed while read: it is left for the next snapshot); or a symlink's recorded target
+    against its target now. An unknown row (None) has always changed."""
+    if isinstance(now, str) or isinstance(was, str):
+        return was != now
+    if was is None:
+        return True
+    if len(was) == 2:
+        return was[0] != now.st_size or was[1] != now.st_mtime_ns
+    return was != (now.st_size, now.st_mtime_ns, now.st_ctime_ns, now.st_ino)
+
+
+def settled(key: Key, fresh_ns: int) -> Key:
+    """``key`` as the row to keep, or None (unknown: the file is read again next time) for a file
+    modified at ``fresh_ns`` or later: a write in the same clock tick as the snapshot's read would
+    leave its size and mtime as recorded, and :func:`changed` would not see it."""
+    if isinstance(key, tuple) and key[1] >= fresh_ns:
+        return None
+    return key

@@ -101,20 +101,29 @@ def verify(state: AgentState) -> dict[str, Any]:
     real = [m for m in result.mismatches if m["path"] not in pending]
     if real:
         problems.append("files: " + "; ".join(f"{m['path']}: {m['reason']}" for m in real[:5]))
-    # 2. checkpoints: every verified checkpoint is on disk and hashes as recorded
+    # 2. checkpoints: the newest verified checkpoint of each path is on disk and hashes as
+    # recorded. An older record of a path saved again is history (its bytes are in the version
+    # that verified it); so is a newest one whose file a later version changed (a save whose
+    # check was refused, an overwrite): named in "superseded", not a failure of this copy.
     checked: dict[str, str] = {}
+    superseded: dict[str, int | None] = {}
     entries = manifest.by_path()
+    newest: dict[str, Any] = {}
     for rec in records(manifest):
-        if not rec.verified:
-            continue
+        if rec.verified and (rec.path not in newest or rec.id > newest[rec.path].id):
+            newest[rec.path] = rec
+    for rec in newest.values():
         # the files themselves were hashed on disk by verify_dir above
         mine = [e for p, e in entries.items() if p == rec.path or p.startswith(rec.path + "/")]
         if any(e.path in pending for e in mine):
             problems.append(f"checkpoints: {rec.path} is not all on disk")
         got = mine[0].hash if len(mine) == 1 and mine[0].path == rec.path else listing_hash(mine, rec.path)
-        if got != rec.hash:
+        if got == rec.hash:
+            checked[rec.path] = str(rec.hash)
+        elif rec.version is not None and rec.version < manifest.version:
+            superseded[rec.path] = rec.version
+        else:  # verified in this very version and different now: the copy is wrong
             problems.append(f"checkpoints: {rec.path} hashes to {str(got)[:16]}, recorded {str(rec.hash)[:16]}")
-        checked[rec.path] = str(rec.hash)
     # 3. runtime: the recorded lockfile reads back, and this Python runs the same minor version
     runtime = manifest.runtime or {}
     runtime_detail: dict[str, Any] = {"recorded": bool(runtime)}
@@ -124,8 +133,18 @@ def verify(state: AgentState) -> dict[str, Any]:
     recorded_py = str(runtime.get("python") or "")
     here = platform.python_version()
     runtime_detail.update(python=here, recorded_python=recorded_py or None)
-    if recorded_py and recorded_py.split(".")[:2] != here.split(".")[:2]:
-        problems.append(f"runtime: the work ran on Python {recorded_py}, this worker has {here}")
+    if recorded_py and recorded_py != here:
+        built = state.env_build or {}
+        other_minor = recorded_py.split(".")[:2] != here.split(".")[:2]
+        if other_minor and (state.environment.get("mode") == "exact" or state.environment.get("exact")):
+            problems.append(f"runtime: the work ran on Python {recorded_py}, this worker has {here} "
+                            "(environment 'exact')")
+        elif other_minor and built.get("mode") != "lockfile":
+            problems.append(f"runtime: the work ran on Python {recorded_py}, this worker has {here}")
+        else:
+            # the same minor version, or an environment resolved for this Python with each
+            # difference recorded (issue 26): accepted, and shown
+            runtime_detail["python_changed"] = {"recorded": recorded_py, "installed": here}
     # 4. path: the copy is this workspace, from this store, in the folder the kernel runs in
     if cfg.workspace_id != state.workspace_id or copy.root != state.workdir:
         problems.append(f"path: {copy.root} holds workspace {cfg.workspace_id}, not {state.workspace_id}")
@@ -133,21 +152,33 @@ def verify(state: AgentState) -> dict[str, Any]:
     if problems:
         raise PortableError("the read-back did not match: " + " | ".join(problems))
     return {"matched": ["version", "checkpoints", "runtime", "path"], "version": manifest.version,
-            "checkpoints": checked, "runtime": runtime_detail, "path": str(state.workdir),
+            "checkpoints": checked, "superseded": superseded, "runtime": runtime_detail, "path": str(state.workdir),
             "files_checked": len(manifest.files) - len(pending), "pending": sorted(pending)}
 
 
 def prepare(state: AgentState) -> None:
-    """The work thread: the environment alongside the small files and checkpoints, then verify;
-    large files go on arriving in the background."""
+    """The work thread: the environment, then the kernel, alongside the small files and
+    checkpoints, then verify; large files go on arriving in the background.
+
+    The kernel is started as soon as its Python is known, in the empty workspace folder, while
+    the files land: it takes longer to come up than a small workspace takes to arrive and be
+    checked, and no user code runs in it before READY (the notebook connects after). Its
+    connection is handed to the first ``POST /kernel``."""
     try:
         env_error: list[BaseException] = []
+
+        began = time.monotonic()
 
         def env() -> None:
             try:
                 build_environment(state)
             except BaseException as exc:
                 env_error.append(exc)
+                return
+            state.timings["environment_s"] = round(time.monotonic() - began, 3)
+            state.workdir.mkdir(parents=True, exist_ok=True)  # the kernel's folder; restore fills it
+            prestart_kernel(state)
+            state.timings["kernel_start_s"] = round(time.monotonic() - began, 3)
 
         builder = threading.Thread(target=env, daemon=True)
         builder.start()
@@ -155,10 +186,7 @@ def prepare(state: AgentState) -> None:
         builder.join()
         if env_error:
             raise env_error[0]
-        warm = threading.Thread(target=prestart_kernel, args=(state,), daemon=True)
-        warm.start()  # no user code runs in it before READY: it only has to come up
         state.verification = verify(state)
-        warm.join()
         state.activity.ready()  # the idle clock starts when the machine can first be used
         state.phase = "ready"
     except Exception as exc:  # reported through /status: the orchestrator decides what next
@@ -181,8 +209,8 @@ def take_snapshot(state: AgentState, message: str) -> dict[str, Any]:
     if not state.accepting:
         raise ConflictError("this worker is sealing: it takes no new writes")
     with state.writes:
-        res = Workspace(WorkspaceCopy(state.workdir)).snapshot(message, progress=None)
-    return {"version": res.version, "changed": res.changed}
+        res = Workspace(WorkspaceCopy(state.workdir)).snapshot(message, progress=None, python=state.kernel_python)
+    return {"version": res.version, "changed": res.changed, "skipped": list(res.to_json().get("skipped") or [])}
 
 
 def _short(text: str, n: int = 60) -> str:
@@ -266,7 +294,7 @@ def seal(state: AgentState, message: str) -> dict[str, Any]:
     with state.writes:  # the write in flight finishes first; no new one starts
         stop_kernel(state)
         ws = Workspace(WorkspaceCopy(state.workdir))
-        res = ws.snapshot(message or f"sealed {state.allocation_id}", progress=None)
+        res = ws.snapshot(message or f"sealed {state.allocation_id}", progress=None, python=state.kernel_python)
         store = state.store()
         head, _ = store.read_head(state.workspace_id)
         if head.version != res.version:

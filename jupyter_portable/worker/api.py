@@ -24,6 +24,7 @@ API (JSON; ``Authorization: token <token>``)::
 from __future__ import annotations
 
 import base64
+import errno
 import hmac
 import json
 import signal
@@ -34,12 +35,14 @@ from tornado.ioloop import IOLoop
 
 from jupyter_portable.core.errors import ConflictError, PortableError, UnsafePath, UsageError
 from jupyter_portable.core.paths import check_relpath
+from jupyter_portable.core.validate import loads_strict, short_repr
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
-from jupyter_portable.worker.agent import list_files, put_file, seal, take_snapshot
+from jupyter_portable.worker.agent import check_fits, list_files, put_file, seal, take_snapshot
 from jupyter_portable.worker.follow import FileHashes, read_file
 from jupyter_portable.worker.kernel import start_kernel, stop_kernel
 from jupyter_portable.worker.state import AgentState
 
+_REQUEST_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR})
 _MAX_BODY = 64 * 2**20  # an edit saved in JupyterLab; large data goes through the store
 
 
@@ -59,9 +62,10 @@ class _Handler(web.RequestHandler):
         if not self.request.body:
             return {}
         try:
-            obj = json.loads(self.request.body)
-        except ValueError:
-            raise web.HTTPError(400, reason="the body is not JSON") from None
+            # strict and bounded: a body nested past MAX_JSON_DEPTH is a 400, not a RecursionError
+            obj = loads_strict(self.request.body, "the body", error=UsageError)
+        except UsageError as exc:
+            raise web.HTTPError(400, reason=exc.one_line()) from None
         if not isinstance(obj, dict):
             raise web.HTTPError(400, reason="the body must be a JSON object")
         return obj
@@ -87,6 +91,12 @@ class _Handler(web.RequestHandler):
             return
         except (UsageError, UnsafePath) as exc:
             self.answer({"error": exc.one_line(), "type": type(exc).__name__}, 400)
+            return
+        except OSError as exc:
+            if exc.errno not in _REQUEST_ERRNOS:
+                raise
+            # a path the request named that this filesystem cannot hold or follow
+            self.answer({"error": f"{exc.strerror}: {short_repr(exc.filename or '')}", "type": "UsageError"}, 400)
             return
         except PortableError as exc:
             self.answer({"error": exc.one_line(), "type": type(exc).__name__}, 500)
@@ -167,7 +177,8 @@ class FetchHandler(_Handler):
         if not isinstance(rel, str):
             raise web.HTTPError(400, reason="path must be text")
         def fetch() -> dict[str, Any]:
-            ensure(WorkspaceCopy(self.state.workdir), check_relpath(rel))
+            check_fits(self.state.workdir, check_relpath(rel))
+            ensure(WorkspaceCopy(self.state.workdir), rel)
             return {"path": rel}
 
         await self.run(fetch)
@@ -223,6 +234,8 @@ class ActivityHandler(_Handler):
 
 class ShutdownHandler(_Handler):
     def post(self) -> None:
+        # the machine is going (released): its kernel ends with it, which is no kernel death
+        self.state.machine_gone = True
         self.answer({"stopping": True})
         IOLoop.current().add_callback(shutdown_soon, self.state)
 

@@ -24,17 +24,21 @@ from typing import Any
 import httpx
 
 from jupyter_portable.compute.base import Allocation, Provider, SshEndpoint
-from jupyter_portable.core.errors import ConflictError, LaunchFailed, PortableError, ProviderUnavailable, UsageError
-from jupyter_portable.core.secretenv import scrubbed
+from jupyter_portable.core.envconfig import PortableRemote
+from jupyter_portable.core.errors import (
+    ConflictError,
+    LaunchFailed,
+    PortableError,
+    ProviderUnavailable,
+    UsageError,
+)
+from jupyter_portable.core.secretenv import passed_values, scrubbed
 from jupyter_portable.store.credentials import SessionCredentials, store_env
 from jupyter_portable.store.credentials import issue as issue_credentials
-from jupyter_portable.workdir.files import atomic_write
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
 from jupyter_portable.worker.protocol import READY_PREFIX
 
 REMOTE_PYTHON_ENV = "JUPYTER_PORTABLE_REMOTE_PYTHON"  # an image's Python that has this package: no bootstrap
-
-AGENTS_DIR = "agents"
 
 
 def allocation_from_json(obj: dict[str, Any]) -> Allocation:
@@ -70,16 +74,12 @@ class AgentRecord:
 
 
 def save_record(copy: WorkspaceCopy, rec: AgentRecord) -> None:
-    folder = copy.meta / AGENTS_DIR
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = folder / f"{rec.allocation_id}.json"
-    atomic_write(path, json.dumps(rec.to_json()).encode(), mode=0o600)  # it holds the token
+    copy.write_agent(rec.allocation_id, json.dumps(rec.to_json()).encode())  # 0600: it holds the token
 
 
 def load_record(copy: WorkspaceCopy, allocation_id: str) -> AgentRecord | None:
-    try:
-        data = (copy.meta / AGENTS_DIR / f"{allocation_id}.json").read_bytes()
-    except FileNotFoundError:
+    data = copy.agent_bytes(allocation_id)
+    if data is None:
         return None
     try:
         return AgentRecord.from_json(json.loads(data))
@@ -89,25 +89,21 @@ def load_record(copy: WorkspaceCopy, allocation_id: str) -> AgentRecord | None:
 
 def save_allocation(copy: WorkspaceCopy, allocation: Allocation) -> None:
     """The machine, recorded before its agent starts: a restart can start the agent itself."""
-    folder = copy.meta / AGENTS_DIR
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    atomic_write(folder / f"{allocation.allocation_id}.allocation.json", json.dumps(allocation.to_json()).encode())
+    copy.write_agent_allocation(allocation.allocation_id, json.dumps(allocation.to_json()).encode())
 
 
 def load_allocation(copy: WorkspaceCopy, allocation_id: str) -> Allocation | None:
-    try:
-        obj = json.loads((copy.meta / AGENTS_DIR / f"{allocation_id}.allocation.json").read_bytes())
-        return allocation_from_json(obj)
-    except FileNotFoundError:
+    data = copy.agent_allocation_bytes(allocation_id)
+    if data is None:
         return None
+    try:
+        return allocation_from_json(json.loads(data))
     except (ValueError, KeyError, TypeError) as exc:
         raise PortableError(f"the allocation record of {allocation_id} is malformed ({exc})") from None
 
 
 def forget_record(copy: WorkspaceCopy, allocation_id: str) -> None:
-    for name in (f"{allocation_id}.json", f"{allocation_id}.allocation.json"):
-        with contextlib.suppress(FileNotFoundError):
-            (copy.meta / AGENTS_DIR / name).unlink()
+    copy.forget_agent(allocation_id)
 
 
 # -- starting the agent ------------------------------------------------------------------------
@@ -116,7 +112,7 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
                 epoch: int, lazy_threshold: int | None = None, environment: dict[str, Any] | None = None,
                 autosnapshot_minutes: float | None = None, timeout: float = 120,
                 credentials: SessionCredentials | None = None,
-                progress: Callable[[str], None] | None = None) -> AgentRecord:
+                progress: Callable[[str], None] | None = None, pass_env: tuple[str, ...] = ()) -> AgentRecord:
     """Start the agent on ``allocation``'s machine and return how to reach it.
 
     ``environment``: ``{"mode": "image"}`` (the machine's Python runs the kernel) or
@@ -125,13 +121,15 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
     it first (:mod:`.bootstrap`; ``JUPYTER_PORTABLE_REMOTE_PYTHON`` names an image's Python that has
     it instead), with ``progress`` lines on the way. An ``s3://`` store's worker gets ``credentials``
     (by default fresh STS session credentials scoped to the workspace), over stdin; no other
-    store's worker gets any, and no worker gets the user's own keys or a provider's."""
+    store's worker gets any, and no worker gets the user's own keys or a provider's. ``pass_env``
+    names variables passed on purpose (core.secretenv): the user's values go over stdin too."""
     details = allocation.details
     if credentials is None:
         credentials = issue_credentials(store, workspace_id, session_name=allocation.allocation_id)
     config: dict[str, Any] = {"store": store, "workspace_id": workspace_id, "allocation_id": allocation.allocation_id,
-                              "version": version, "epoch": epoch, "env": store_env(store),
-                              "environment": environment or {"mode": "image"}}
+                              "version": version, "epoch": epoch,
+                              "env": {**store_env(store), **passed_values(os.environ, pass_env)},
+                              "pass_env": list(pass_env), "environment": environment or {"mode": "image"}}
     if credentials is not None:
         config["credentials"] = credentials.to_json()
     if lazy_threshold is not None:
@@ -161,8 +159,13 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
         else:
             remote = f"{host.workdir}/allocations/{allocation.allocation_id}"
             config.update(workdir=f"{remote}/work", state_dir=f"{remote}/agent")
-            if not allocation.details.get("python") and not os.environ.get(REMOTE_PYTHON_ENV):
-                host = _bootstrap(ssh, target, host, allocation, store, progress)
+            if not allocation.details.get("python") and not PortableRemote.current().python:
+                host, machine = _bootstrap(ssh, target, host, allocation, store, progress)
+                from jupyter_portable.worker.envprep import prepare_environment
+
+                config["environment"] = prepare_environment(
+                    config["environment"], machine, store=store, workspace_id=workspace_id, version=version,
+                    allocation=allocation, progress=progress)
         from jupyter_portable.compute.ssh import remote_python
 
         # remote_python quotes the interpreter and lets a leading ~/ be the remote home
@@ -188,8 +191,9 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
 
 
 def _bootstrap(ssh: Any, target: Allocation, host: Any, allocation: Allocation, store: str,
-               progress: Callable[[str], None] | None) -> Any:
-    """Install the worker on a bare cloud machine; the host as it is reached from now on."""
+               progress: Callable[[str], None] | None) -> tuple[Any, Any]:
+    """Install the worker on a bare cloud machine; the host as it is reached from now on, and the
+    machine's interpreter as the bootstrap found it."""
     from dataclasses import replace
 
     from jupyter_portable.compute.ssh import remote_python
@@ -203,7 +207,7 @@ def _bootstrap(ssh: Any, target: Allocation, host: Any, allocation: Allocation, 
                        progress=progress)
     allocation.details["python"] = result.python  # every later command and the worker's record use it
     allocation.details["bootstrap"] = result.to_json()
-    return replace(host, python=result.python)
+    return replace(host, python=result.python), result.target
 
 
 def ssh_route(provider: Provider | None, allocation: Allocation) -> tuple[Any, Allocation]:

@@ -75,11 +75,18 @@ def check_config(obj: Any) -> dict[str, Any]:
         if not isinstance(obj.get(key), int) or obj[key] < 0:
             raise UsageError(f"the agent's configuration needs a non-negative integer {key!r}")
     environment = obj.get("environment") or {"mode": "image"}
-    if not isinstance(environment, dict) or environment.get("mode") not in ("auto", "image", "lockfile"):
-        raise UsageError('environment must be {"mode": "auto"}, {"mode": "image"} or {"mode": "lockfile", ...}')
+    if not isinstance(environment, dict) or environment.get("mode") not in ("auto", "image", "lockfile", "exact"):
+        raise UsageError('environment must be {"mode": "auto"}, {"mode": "image"}, {"mode": "exact"} or '
+                         '{"mode": "lockfile", ...}')
     env = obj.get("env") or {}
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise UsageError("env must map names to text")
+    if obj.get("pass_env") is not None:
+        from jupyter_portable.core.secretenv import pass_names
+
+        if not isinstance(obj["pass_env"], list):
+            raise UsageError("pass_env must be a list of variable names")
+        obj["pass_env"] = list(pass_names(obj["pass_env"], "pass_env"))
     if obj.get("credentials") is not None:
         from jupyter_portable.store.credentials import SessionCredentials
 
@@ -87,15 +94,31 @@ def check_config(obj: Any) -> dict[str, Any]:
     return obj
 
 
+def _machine_env(config: dict[str, Any]) -> tuple[dict[str, str], set[str]]:
+    """What of this machine's environment the worker keeps: what core.secretenv allows, and the
+    names passed on purpose (the user's ``pass_env`` and the machine's own
+    ``JUPYTER_PORTABLE_PASS_ENV``); with the user's names."""
+    from jupyter_portable.core.secretenv import PASS_ENV, pass_names, scrubbed
+
+    sent = set(config.get("pass_env") or ())
+    try:
+        own = set(pass_names(os.environ.get(PASS_ENV), f"the machine's {PASS_ENV}"))
+    except UsageError:
+        own = set()  # the machine's own setting is unreadable: it keeps nothing beyond the allow-list
+    return scrubbed(os.environ, sent | own), sent
+
+
 def _scrub_environment(config: dict[str, Any], state_dir: Path) -> None:
-    """This process's environment, which the kernel inherits: no secret of the machine's or the
-    user's, the store's settings, and the store credentials only as a 0600 file botocore reads."""
-    from jupyter_portable.core.secretenv import is_secret
+    """This process's environment, which the kernel inherits: :func:`_machine_env`, the values the
+    user's side sent (the store's settings, the names passed on purpose), and the store credentials
+    only as a 0600 file botocore reads."""
+    from jupyter_portable.core.secretenv import is_allowed
     from jupyter_portable.store.credentials import SessionCredentials, install
 
-    for name in [n for n in os.environ if is_secret(n)]:
-        del os.environ[name]
-    os.environ.update({k: v for k, v in (config.get("env") or {}).items() if not is_secret(k)})
+    keep, sent = _machine_env(config)
+    os.environ.clear()
+    os.environ.update(keep)
+    os.environ.update({k: v for k, v in (config.get("env") or {}).items() if is_allowed(k) or k in sent})
     if config.get("credentials") is not None:
         os.environ.update(install(state_dir / "aws", SessionCredentials.from_json(config["credentials"])))
 
@@ -143,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"jupyter-portable worker: bad configuration: {exc}", file=sys.stderr)
         return 2
     if args.detach:
-        return _detach(raw, Path(config["state_dir"]).expanduser())
+        return _detach(raw, Path(config["state_dir"]).expanduser(), _machine_env(config)[0])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     # the ready line goes to the parent's pipe; everything after it to the log
     ready = os.fdopen(os.dup(1), "w")
@@ -156,9 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     return serve(config, ready)
 
 
-def _detach(raw: str, state_dir: Path, timeout: float = 60.0) -> int:
+def _detach(raw: str, state_dir: Path, env: dict[str, str], timeout: float = 60.0) -> int:
+    # started with only what it keeps: what the worker drops is not left in its /proc/PID/environ either
     proc = subprocess.Popen([sys.executable, "-m", "jupyter_portable.worker"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(raw.encode())
     proc.stdin.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from jupyter_portable.core.errors import PortableError, UsageError
 from jupyter_portable.worker.state import AgentState
@@ -12,15 +13,30 @@ from jupyter_portable.worker.state import AgentState
 
 def pinned_only(lockfile: bytes) -> tuple[bytes, list[str]]:
     """The lockfile's ``NAME==VERSION`` lines (what a wheel can satisfy), and the names left out
-    (editable and direct-URL installs: local to the machine that made the lockfile)."""
+    (editable and direct-URL installs: local to the machine that made the lockfile).
+
+    This package itself is neither: the kernel gets it from the worker's own venv (link_worker),
+    built from the code the user runs. A lockfile recorded on a rented machine before the worker's
+    packages were left out of it (lockfile.WORKER_PTH) lists it as a plain pin, which no index holds."""
     from jupyter_portable.engine.runtime.lockfile import parse_lockfile
 
     keep: list[str] = []
     skipped: list[str] = []
     for name, line in sorted(parse_lockfile(lockfile).items()):
+        if name == "jupyter-portable":
+            continue
         (keep if "==" in line and " @ " not in line and not line.startswith("-e") else skipped).append(
             line if "==" in line else name)
     return ("\n".join(keep) + "\n").encode(), skipped
+
+
+def _digest_or_none(value: object) -> str | None:
+    """The index digest the user's side sent, validated (a config is input like any other)."""
+    if value is None:
+        return None
+    from jupyter_portable.core.validate import check_hash
+
+    return check_hash(value, "the environment's index digest")
 
 
 def missing_here(lockfile: bytes) -> list[str]:
@@ -42,16 +58,38 @@ def missing_here(lockfile: bytes) -> list[str]:
     return out
 
 
+def link_worker(python: Path) -> None:
+    """Let the kernel in a venv built from the lockfile import this package (its ``%workspace``
+    magics) without shadowing the lockfile's own versions: a ``.pth`` file puts the worker's
+    site-packages *after* the venv's, so the recorded ipython or numpy win and only what the
+    lockfile lacks comes from the worker (PYTHONPATH would put it first)."""
+    import subprocess
+
+    from jupyter_portable.engine.runtime.lockfile import WORKER_PTH
+
+    proc = subprocess.run([str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    purelib = Path(proc.stdout.strip())
+    if proc.returncode != 0 or not purelib.is_dir():
+        raise PortableError(f"cannot find the site-packages of {python}: {proc.stderr.strip()[-200:]}")
+    worker_site = Path(__file__).resolve().parents[2]
+    (purelib / WORKER_PTH).write_text(f"{worker_site}\n")
+
+
 def build_environment(state: AgentState) -> None:
     """The kernel's Python. ``environment.mode``: ``image`` (this Python, the image's libraries),
     ``lockfile`` (a venv from the recorded lockfile, its wheels from the store when a worker built
     it before, else from the package index), or ``auto`` (the default: ``image`` when this Python
     already has every recorded package at its recorded version, else ``lockfile``)."""
+    from jupyter_portable.core.envplan import EnvChange
     from jupyter_portable.worker.envcache import build_env
+    from jupyter_portable.worker.localwheels import LocalWheel
 
     mode = state.environment.get("mode", "image")
-    if mode not in ("image", "lockfile", "auto"):
-        raise UsageError(f"unknown environment mode {mode!r} (auto, image or lockfile)")
+    if mode not in ("image", "lockfile", "auto", "exact"):
+        raise UsageError(f"unknown environment mode {mode!r} (auto, image, lockfile or exact)")
+    if mode == "exact":
+        mode = "lockfile"  # the recorded pins exactly: a version that does not fit fails the build
     if mode == "image":
         state.env_build = {"mode": "image", "python": sys.executable}
         return
@@ -72,10 +110,17 @@ def build_environment(state: AgentState) -> None:
     lockfile, skipped = pinned_only(store.get_object(lock_hash, what="the lockfile"))
     venv = state.state_dir / f"env-{lock_hash[:16]}"
     started = time.monotonic()
+    local = [LocalWheel.from_json(w) for w in state.environment.get("built") or []]
+    notes = [EnvChange.from_json(c, "the environment's notes") for c in state.environment.get("not_built") or []]
+    skipped = [n for n in skipped if n not in {w.name for w in local}]
     built = build_env(store, lockfile, venv, find_links=state.environment.get("find_links"),
-                      index_url=state.environment.get("index_url"),
+                      index_url=state.environment.get("index_url"), local=local, notes=notes,
+                      expect=_digest_or_none(state.environment.get("index_digest")),
                       progress=lambda line: state.progress.update(step="environment", message=line))
+    link_worker(built.python)
     state.kernel_python = str(built.python)
-    state.env_build = {**built.to_json(), "mode": "lockfile", "chosen_by": mode, "skipped": skipped,
+    state.env_build = {**built.to_json(), "mode": "lockfile",
+                       "chosen_by": state.environment.get("chosen_by", state.environment.get("mode")),
+                       "skipped": skipped,
                        "seconds": round(time.monotonic() - started, 3)}
     state.timings["environment_s"] = round(time.monotonic() - started, 3)

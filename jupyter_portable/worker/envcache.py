@@ -14,32 +14,51 @@ Layout, beside the store's other keys::
     objects/<h[:2]>/<h>           one wheel file, <h> = BLAKE3 of its bytes
     wheels/<l>/<env>.json         wheel index of lockfile <l> for interpreter <env>
 
-``<l>`` is the BLAKE3 hash of the lockfile's exact bytes. ``<env>`` is what a wheel must
-fit, ``<implementation>-<major><minor><abiflags>-<platform>`` lowercased, e.g.
-``cpython-311-linux-x86_64``: the lockfile alone does not say which of numpy's wheels a
-machine needs, so two interpreters keep two indexes. (The same platform string also covers
-glibc versions: wheels cached on a newer glibc may not install on a much older one.)
+``<l>`` is the BLAKE3 hash of the lockfile's exact bytes (its ``NAME==VERSION`` lines, as the
+worker builds from them). ``<env>`` is what a wheel must fit,
+``<implementation>-<major>.<minor>.<micro><abiflags>-<platform>`` lowercased, e.g.
+``cpython-3.11.2-linux-x86_64``: the lockfile alone does not say which of numpy's wheels a
+machine needs, nor whether a pin's ``Requires-Python`` admits the machine's micro version, so
+two interpreters keep two indexes.
 
-A wheel index is one JSON object with exactly these fields::
+A wheel index is one JSON object with exactly these fields (schema 1, written by a machine's
+own cold build before, lacks ``requirements``, ``changes`` and ``archive``; schema 2 lacks
+``archive``; both are still read)::
 
     {
       "format": "jupyter-portable.wheelindex",
-      "schema": 1,
+      "schema": 3,
       "lockfile": "<l>",
-      "env": "cpython-311-linux-x86_64",
+      "env": "cpython-3.10.13-linux-x86_64",
+      "requirements": ["ipython==8.39.0", "tinypkg==1.0"],
+      "changes": [{"name": "ipython", "recorded": "9.18.1", "installed": "8.39.0",
+                   "why": "requires-python", "kind": "changed", "detail": "..."}],
       "wheels": [
         {"filename": "tinypkg-1.0-py3-none-any.whl", "size": 1234, "hash": "<h>"}
-      ]
+      ],
+      "archive": {"filename": "venv.tar", "size": 20480, "hash": "<h>"}
     }
 
-``wheels`` is sorted by ``filename`` and holds one wheel for each requirement of the
-lockfile and no other (project names compared PEP 503-normalised). ``filename`` is a PEP 427
-wheel file name and one path segment; ``size`` is the wheel's length in bytes; ``hash`` names
-the object holding it. Any other format or schema, a missing or unknown field, a hash that is
-not 64 lowercase hex digits, or a ``lockfile``/``env`` other than the key's is refused with
-:class:`ManifestError`; a wheel whose bytes do not hash to its object or are not ``size``
-long, with :class:`IntegrityError`. A refused index is never repaired silently: the error
-names its key, and deleting it makes the next build cold.
+``archive`` (or ``null``) names one object: exactly ``wheels`` installed once on the user's
+side for ``env`` and laid out as a venv (``worker/venvpack``), an uncompressed tar of regular
+files and folders. A new machine unpacks it into a fresh venv in one pass instead of fetching
+and installing each wheel; it is trusted as part of the index (whose digest the worker checks),
+and the user's side confirms an index it never recorded only when the archive it lays out
+itself is the same bytes. Without one (an index made before, a machine's own cold build, an
+environment past ``envprep.ARCHIVE_MAX_BYTES`` installed) each wheel is installed.
+
+``requirements`` is what the machine installs (``null``: the lockfile's own pins, as a machine's
+cold build made them); resolved on the user's side for ``env`` with the recorded versions
+preferred (``envprep.prepare_index``), it differs from the lockfile exactly as ``changes`` says (the
+environment change record of ``docs/store-format.md`` section 4.8). ``wheels`` is sorted by
+``filename`` and holds one wheel for each of ``requirements`` and no other (project names
+compared PEP 503-normalised). ``filename`` is a PEP 427 wheel file name and one path segment;
+``size`` is the wheel's length in bytes; ``hash`` names the object holding it. Any other format
+or schema, a missing or unknown field, a hash that is not 64 lowercase hex digits, or a
+``lockfile``/``env`` other than the key's is refused with :class:`ManifestError`; a wheel whose
+bytes do not hash to its object or are not ``size`` long, with :class:`IntegrityError`. A
+refused index is never repaired silently: the error names its key, and deleting it makes the
+next build cold.
 
 Write order is the store's (data before index): every wheel object; then the environment is
 installed from exactly those wheels; only then the index, created once (``write_new``). A
@@ -67,18 +86,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from jupyter_portable.core.envplan import EnvChange, differences
 from jupyter_portable.core.errors import ConflictError, IntegrityError, ManifestError, ObjectMissing, UsageError
 from jupyter_portable.core.manifest import check_hash
 from jupyter_portable.engine.runtime.lockfile import normalise, parse_lockfile
 from jupyter_portable.store.repo import Store, digest
+from jupyter_portable.worker.localwheels import LocalWheel, fetch_local
+from jupyter_portable.worker.venvpack import tar_entries, unpack
 
 INDEX_FORMAT = "jupyter-portable.wheelindex"
-INDEX_SCHEMA = 1
+INDEX_SCHEMA = 3  # 2 adds what is installed (requirements) and how it differs from the lockfile (changes);
+# 3 the environment installed once on the user's side, as one archive (archive)
 _INDEX_FIELDS = frozenset({"format", "schema", "lockfile", "env", "wheels"})
+_INDEX_FIELDS_2 = _INDEX_FIELDS | {"requirements", "changes"}
+_INDEX_FIELDS_3 = _INDEX_FIELDS_2 | {"archive"}
+_ARCHIVE_FIELDS = frozenset({"filename", "size", "hash"})
+ARCHIVE_NAME = "venv.tar"
 _WHEEL_FIELDS = frozenset({"filename", "size", "hash"})
 # PEP 427: {distribution}-{version}(-{build})?-{python}-{abi}-{platform}.whl, in one path segment.
 _WHEEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.]*(?:-[A-Za-z0-9_.+!]+){4,5}\.whl")
 _ENV = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
+_REQUIREMENT = re.compile(r"[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?==[A-Za-z0-9][A-Za-z0-9.+!_-]{0,99}")
 _CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
 _FETCHERS = 8
 _TAIL = 60
@@ -92,7 +120,7 @@ _PIP_PACKAGE = (
 )
 _ENV_PROBE = (
     "import sys, sysconfig; v = sys.version_info; "
-    "print('%s-%d%d%s-%s' % (sys.implementation.name, v[0], v[1], getattr(sys, 'abiflags', ''), "
+    "print('%s-%d.%d.%d%s-%s' % (sys.implementation.name, v[0], v[1], v[2], getattr(sys, 'abiflags', ''), "
     "sysconfig.get_platform()))"
 )
 
@@ -115,7 +143,8 @@ def index_key(lockhash: str, env: str) -> str:
 
 
 def env_tag(python: str = sys.executable) -> str:
-    """What a wheel must fit on interpreter ``python``, e.g. ``cpython-311-linux-x86_64``."""
+    """What a wheel must fit on interpreter ``python``, e.g. ``cpython-3.11.2-linux-x86_64`` (the micro
+    version too: a package's requires-python may admit 3.11.7 and not 3.11.2)."""
     try:
         proc = subprocess.run([python, "-I", "-c", _ENV_PROBE], capture_output=True, text=True, timeout=60,
                               stdin=subprocess.DEVNULL)
@@ -151,6 +180,9 @@ class WheelIndex:
     lockfile: str
     env: str
     wheels: tuple[Wheel, ...]
+    requirements: tuple[str, ...] | None = None  # NAME==VERSION installed; None: the lockfile's own (schema 1)
+    changes: tuple[EnvChange, ...] = ()
+    archive: Wheel | None = None  # the wheels installed once on the user's side, one tar (worker/venvpack)
 
     @property
     def key(self) -> str:
@@ -159,8 +191,12 @@ class WheelIndex:
     def to_bytes(self) -> bytes:
         return json.dumps({
             "format": INDEX_FORMAT, "schema": INDEX_SCHEMA, "lockfile": self.lockfile, "env": self.env,
+            "requirements": list(self.requirements) if self.requirements is not None else None,
+            "changes": [c.to_json() for c in self.changes],
             "wheels": [{"filename": w.filename, "size": w.size, "hash": w.hash}
                        for w in sorted(self.wheels, key=lambda w: w.filename)],
+            "archive": {"filename": self.archive.filename, "size": self.archive.size, "hash": self.archive.hash}
+            if self.archive is not None else None,
         }, indent=1).encode()
 
     @classmethod
@@ -174,10 +210,28 @@ class WheelIndex:
         except (ValueError, UnicodeDecodeError) as exc:
             raise ManifestError(f"{where} is not valid JSON: {exc}", hint=hint) from exc
         try:
-            _fields(obj, _INDEX_FIELDS, where)
-            if obj["format"] != INDEX_FORMAT or not _is_int(obj["schema"]) or obj["schema"] != INDEX_SCHEMA:
+            schema = obj.get("schema") if isinstance(obj, dict) else None
+            _fields(obj, _INDEX_FIELDS_3 if schema == 3 else _INDEX_FIELDS_2 if schema == 2 else _INDEX_FIELDS, where)
+            if obj["format"] != INDEX_FORMAT or not _is_int(schema) or schema not in (1, 2, INDEX_SCHEMA):
                 raise ManifestError(f"{where} has format {obj['format']!r} schema {obj['schema']!r}; this package "
-                                    f"reads {INDEX_FORMAT!r} schema {INDEX_SCHEMA}")
+                                    f"reads {INDEX_FORMAT!r} schema 1 to {INDEX_SCHEMA}")
+            requirements: tuple[str, ...] | None = None
+            changes: tuple[EnvChange, ...] = ()
+            archive: Wheel | None = None
+            if schema == 3 and obj["archive"] is not None:
+                a = _fields(obj["archive"], _ARCHIVE_FIELDS, f"the archive of {where}")
+                if a["filename"] != ARCHIVE_NAME or not _is_int(a["size"]) or a["size"] < 0:
+                    raise ManifestError(f"{where}: malformed archive entry {a!r:.200}")
+                archive = Wheel(ARCHIVE_NAME, a["size"], check_hash(a["hash"], f"{where}: the archive's hash"))
+            if schema in (2, 3):
+                reqs = obj["requirements"]
+                if reqs is not None and (not isinstance(reqs, list) or not all(
+                        isinstance(r, str) and _REQUIREMENT.fullmatch(r) for r in reqs)):
+                    raise ManifestError(f"{where}: requirements must be a list of NAME==VERSION lines")
+                requirements = tuple(reqs) if reqs is not None else None
+                if not isinstance(obj["changes"], list):
+                    raise ManifestError(f"{where}: changes must be a list")
+                changes = tuple(EnvChange.from_json(c, where) for c in obj["changes"])
             if obj["lockfile"] != lockfile or obj["env"] != env:
                 raise ManifestError(f"{where} names lockfile {str(obj['lockfile'])[:80]!r} "
                                     f"and env {str(obj['env'])[:80]!r}, not its own")
@@ -189,7 +243,7 @@ class WheelIndex:
                 raise ManifestError(f"{where}: wheels must be sorted by filename, each once")
         except ManifestError as exc:
             raise ManifestError(str(exc), hint=hint) from exc
-        return cls(lockfile, env, wheels)
+        return cls(lockfile, env, wheels, requirements, changes, archive)
 
 
 def _is_int(value: object) -> bool:
@@ -216,7 +270,7 @@ def _wheel(obj: object, where: str) -> Wheel:
     return Wheel(name, size, check_hash(fields["hash"], f"{where}: the hash of {name}"))
 
 
-def _check_covers(wheels: Iterable[Wheel], names: Iterable[str], where: str, hint: str) -> None:
+def check_covers(wheels: Iterable[Wheel], names: Iterable[str], where: str, hint: str) -> None:
     """Exactly one wheel for each requirement of the lockfile, and no other."""
     projects = [w.project for w in wheels]
     wanted = set(names)
@@ -230,13 +284,27 @@ def _check_covers(wheels: Iterable[Wheel], names: Iterable[str], where: str, hin
         raise ManifestError(f"{where} does not match the lockfile: {'; '.join(parts)}", hint=hint)
 
 
-def read_index(store: Store, lockhash: str, env: str) -> WheelIndex | None:
-    """The validated wheel index of ``lockhash`` on ``env``, or None if none is cached."""
+def read_index(store: Store, lockhash: str, env: str, *, expect: str | None = None) -> WheelIndex | None:
+    """The validated wheel index of ``lockhash`` on ``env``, or None if none is cached. ``expect``: the
+    digest of its bytes the user's side holds (``worker/trust``); anything else is refused."""
+    found = read_index_bytes(store, lockhash, env)
+    if found is None:
+        return None
+    if expect is not None and digest(found[1]) != expect:
+        key = index_key(lockhash, env)
+        raise IntegrityError(f"{key} in the store is not the index your side prepared for this machine: its bytes "
+                             f"hash to {digest(found[1])[:16]}…, your side holds {expect[:16]}…",
+                             hint=f"delete {key} from the store and Continue again: your side prepares it anew")
+    return found[0]
+
+
+def read_index_bytes(store: Store, lockhash: str, env: str) -> tuple[WheelIndex, bytes] | None:
+    """The validated wheel index and its exact bytes, or None."""
     try:
         data = store.backend.read(index_key(lockhash, env))
     except ObjectMissing:
         return None
-    return WheelIndex.from_bytes(data, lockfile=lockhash, env=env)
+    return WheelIndex.from_bytes(data, lockfile=lockhash, env=env), data
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,20 +319,29 @@ class EnvBuild:
     python: Path
     lockfile: str
     env: str
+    changes: tuple[EnvChange, ...] = ()  # how the installed environment differs from the lockfile, and why
+    installed_from: str = "wheels"  # "archive": the index's one archive, unpacked; "wheels": uv installed each
+    phases: tuple[tuple[str, float], ...] = ()  # where the seconds went, in order
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "seconds": round(self.seconds, 3), "wheels": self.wheels, "bytes": self.bytes,
-                "venv": str(self.venv), "python": str(self.python), "lockfile": self.lockfile, "env": self.env}
+                "venv": str(self.venv), "python": str(self.python), "lockfile": self.lockfile, "env": self.env,
+                "changes": [c.to_json() for c in self.changes], "exact": not differences(self.changes),
+                "installed_from": self.installed_from, "phases": {k: round(v, 3) for k, v in self.phases}}
 
 
 def build_env(store: Store, lockfile: bytes, venv: Path, *, find_links: list[str] | None = None,
-              index_url: str | None = None, python: str = sys.executable,
+              index_url: str | None = None, python: str = sys.executable, local: Iterable[LocalWheel] = (),
+              notes: Iterable[EnvChange] = (), expect: str | None = None,
               progress: Progress | None = None) -> EnvBuild:
     """Build a virtual environment at ``venv`` from ``lockfile``, with its wheels cached in ``store``.
 
     Warm (the store holds this lockfile's wheels): nothing but the store is read. Cold: pip
     gets the wheels from ``index_url``/``find_links`` (pip's own configuration otherwise).
     pip's output goes to ``progress``. On any failure the venv is removed, never left half-built.
+    ``local``: wheels built on the user's side (editable, path and git installs), installed last;
+    ``notes``: what the user's side already knows is left out, carried into the record.
+    ``expect``: the digest of the index the user's side prepared; the store's must match it.
     """
     started = time.monotonic()
     say: Progress = progress or (lambda _line: None)
@@ -275,11 +352,29 @@ def build_env(store: Store, lockfile: bytes, venv: Path, *, find_links: list[str
                          hint="build the environment into a new folder, or remove that one")
     lockhash = digest(lockfile)
     env = env_tag(python)
-    index = read_index(store, lockhash, env)
+    index = read_index(store, lockhash, env, expect=expect)
+    if expect is not None and index is None:
+        raise ObjectMissing(f"{index_key(lockhash, env)}, which your side prepared for this machine, is not in "
+                            f"{redact(store.url)}", hint="Continue again: your side prepares it anew")
+    if index is not None and index.requirements is not None:
+        # resolved for this interpreter on the user's side: install what it says, not the lockfile's pins
+        names = sorted(normalise(r.split("==", 1)[0]) for r in index.requirements)
+        lockfile = ("\n".join(index.requirements) + "\n").encode()
     if index is not None:
-        _check_covers(index.wheels, names, f"wheel index {index.key}",
+        check_covers(index.wheels, names, f"wheel index {index.key}",
                       f"delete {index.key} from the store; the next build is cold and writes it again")
+    # the image's own builds kept (its torch): the venv sees the machine's site-packages
+    system_site = index is not None and any(c.kind == "kept" for c in index.changes)
     owned = False  # from the moment the venv may exist, a failure removes it
+    packed = index is not None and index.archive is not None
+    phases: list[tuple[str, float]] = []
+    lap = [time.monotonic()]
+
+    def done(phase: str) -> None:
+        now = time.monotonic()
+        phases.append((phase, now - lap[0]))
+        lap[0] = now
+
     try:
         venv.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=f".{venv.name}-wheels-", dir=venv.parent) as tmp:
@@ -287,13 +382,35 @@ def build_env(store: Store, lockfile: bytes, venv: Path, *, find_links: list[str
             # finds uv's cache of them filled and hard-links instead of unpacking again
             wheel_dir = venv.parent / "wheel-files" if index is not None else Path(tmp) / "wheels"
             wheel_dir.mkdir(exist_ok=True)
-            if index is not None:
+            if index is not None and index.archive is not None:
                 wheels = index.wheels
-                say(f"env cache: warm: {_count(len(wheels))} ({_mib(wheels)}) of lockfile {lockhash[:12]} "
-                    f"for {env}, from {redact(store.url)}")
-                _fetch(store, index, wheel_dir)
+                say(f"env cache: warm: {wheel_count(len(wheels))} of lockfile {lockhash[:12]} for {env}, installed "
+                    f"once on your side: one archive ({_mib([index.archive])}) from {redact(store.url)}")
+                for change in index.changes:
+                    say(f"environment: {change.line()}")
+                blob = _fetch_archive(store, index)
+                done("fetch_s")
                 owned = True
-                py = _make_venv(python, venv, say)
+                py = _make_venv(python, venv, say, system_site=system_site)
+                done("venv_s")
+                try:
+                    unpack(tar_entries(blob), str(venv))
+                except ValueError as exc:
+                    raise IntegrityError(f"the environment archive of {index.key} cannot be unpacked: {exc}",
+                                         hint=f"delete {index.key} from the store and Continue again") from exc
+                del blob
+                done("unpack_s")
+            elif index is not None:
+                wheels = index.wheels
+                say(f"env cache: warm: {wheel_count(len(wheels))} ({_mib(wheels)}) of lockfile {lockhash[:12]} "
+                    f"for {env}, from {redact(store.url)}")
+                for change in index.changes:
+                    say(f"environment: {change.line()}")
+                _fetch(store, index, wheel_dir)
+                done("fetch_s")
+                owned = True
+                py = _make_venv(python, venv, say, system_site=system_site)
+                done("venv_s")
             else:
                 say(f"env cache: cold: no wheels of lockfile {lockhash[:12]} for {env} in {redact(store.url)} yet")
                 owned = True
@@ -302,11 +419,17 @@ def build_env(store: Store, lockfile: bytes, venv: Path, *, find_links: list[str
                 lock_path.write_bytes(lockfile)
                 files = _download(_pip_python(python, py), lock_path, bool(names), wheel_dir, find_links, index_url,
                                   say)
-                _check_covers((Wheel(p.name, 0, "") for p in files), names, "the wheels pip fetched",
+                check_covers((Wheel(p.name, 0, "") for p in files), names, "the wheels pip fetched",
                               "check the lockfile's requirements; pip's output above names what it got")
-                say(f"storing {_count(len(files))} in {redact(store.url)}")
-                wheels = _upload(store, files)
-            _install(py, lockfile, wheels, wheel_dir, Path(tmp), say)
+                say(f"storing {wheel_count(len(files))} in {redact(store.url)}")
+                wheels = upload_wheels(store, files)
+            if not packed:
+                _install(py, lockfile, wheels, wheel_dir, Path(tmp), say)
+                done("install_s")
+            local = list(local)
+            if local:
+                _install_local(py, fetch_local(store, local, Path(tmp) / "local"), say)
+                done("local_s")
             if index is None:
                 _publish(store, WheelIndex(lockhash, env, wheels), say)
     except BaseException as exc:
@@ -317,7 +440,9 @@ def build_env(store: Store, lockfile: bytes, venv: Path, *, find_links: list[str
                              hint="check that its folder is writable and has free space") from exc
         raise
     return EnvBuild("cold" if index is None else "warm", time.monotonic() - started, len(wheels),
-                    sum(w.size for w in wheels), venv, py, lockhash, env)
+                    sum(w.size for w in wheels), venv, py, lockhash, env,
+                    (*(index.changes if index is not None else ()), *(w.change() for w in local), *notes),
+                    "archive" if packed else "wheels", tuple(phases))
 
 
 def time_cold_and_warm(store: Store, lockfile: bytes, workdir: Path, find_links: list[str] | None, *,
@@ -354,7 +479,7 @@ def _mib(wheels: Iterable[Wheel]) -> str:
     return f"{sum(w.size for w in wheels) / 2**20:.1f} MiB"
 
 
-def _count(n: int) -> str:
+def wheel_count(n: int) -> str:
     return f"{n} wheel" if n == 1 else f"{n} wheels"
 
 
@@ -391,7 +516,22 @@ def _fetch(store: Store, index: WheelIndex, wheel_dir: Path) -> None:
     _parallel(one, [w for w in index.wheels if needed(w)])
 
 
-def _upload(store: Store, files: list[Path]) -> tuple[Wheel, ...]:
+def _fetch_archive(store: Store, index: WheelIndex) -> bytes:
+    """The index's archive, hashed equal to its name (the index is the one the user's side sent)."""
+    assert index.archive is not None
+    try:
+        data = store.get_object(index.archive.hash, what=f"the environment archive of {index.key}")
+    except ObjectMissing as exc:
+        raise ObjectMissing(f"the environment archive {index.archive.hash[:16]}…, named by {index.key}, is missing "
+                            f"from {redact(store.url)}",
+                            hint=f"delete {index.key} from the store and Continue again") from exc
+    if len(data) != index.archive.size:
+        raise IntegrityError(f"the environment archive of {index.key} has {len(data)} bytes, its index says "
+                             f"{index.archive.size}", hint=f"delete {index.key} from the store and Continue again")
+    return data
+
+
+def upload_wheels(store: Store, files: list[Path]) -> tuple[Wheel, ...]:
     def one(path: Path) -> Wheel:
         data = path.read_bytes()
         return Wheel(path.name, len(data), store.put_object(data))
@@ -405,7 +545,7 @@ def _publish(store: Store, index: WheelIndex, say: Progress) -> None:
     except ConflictError:
         say(f"another worker cached this lockfile first; keeping its {index.key}")
         return
-    say(f"cached {_count(len(index.wheels))} ({_mib(index.wheels)}) as {index.key}")
+    say(f"cached {wheel_count(len(index.wheels))} ({_mib(index.wheels)}) as {index.key}")
 
 
 def _uv() -> str | None:
@@ -428,9 +568,11 @@ def _uv_env(venv: Path) -> dict[str, str]:
             "UV_PYTHON_DOWNLOADS": "never", "UV_LINK_MODE": "hardlink"}
 
 
-def _make_venv(python: str, venv: Path, say: Progress) -> Path:
+def _make_venv(python: str, venv: Path, say: Progress, *, system_site: bool = False) -> Path:
     uv = _uv()
     cmd = [uv, "venv", "--quiet", "--python", python, str(venv)] if uv else [python, "-m", "venv", str(venv)]
+    if system_site:
+        cmd.insert(2, "--system-site-packages")
     rc, tail = _run(cmd, say, _uv_env(venv) if uv else dict(os.environ))
     py = _venv_python(venv)
     if rc != 0 or not py.exists():
@@ -509,6 +651,25 @@ def _install(py: Path, lockfile: bytes, wheels: Iterable[Wheel], wheel_dir: Path
          "index of this lockfile from the store so the next build is cold")
 
 
+def _install_local(py: Path, files: list[Path], say: Progress) -> None:
+    """The wheels built on the user's side, offline, after the lockfile's (their dependencies are in it)."""
+    uv = _uv()
+    names = ", ".join(p.name for p in files)
+    say(f"installing {names}, built on your side")
+    if uv:
+        cmd = [uv, "pip", "install", "--quiet", "--offline", "--no-index", "--no-deps", "--python", str(py),
+               *map(str, files)]
+        rc, tail = _run(cmd, say, _uv_env(py.parent.parent))
+    else:
+        rc, tail = _run([str(py), "-m", "pip", "install", "--no-index", "--no-deps", *map(str, files)], say,
+                        {**os.environ, "PIP_CONFIG_FILE": os.devnull})
+    if rc != 0:
+        reason = next((ln for ln in reversed(tail) if ln.strip()), "no output")
+        raise UsageError(f"the wheels built on your side did not install ({names}): {reason}",
+                         hint="check that the package builds a wheel for Linux (pip wheel --no-deps PATH)",
+                         output=tail)
+
+
 def _pip(py: Path, args: list[str], say: Progress, env: dict[str, str], doing: str, hint: str) -> None:
     say("$ pip " + redact(" ".join(args)))
     rc, tail = _run([str(py), "-m", "pip", *args], say, env)
@@ -552,6 +713,7 @@ def _run(cmd: list[str], say: Progress, env: dict[str, str]) -> tuple[int, list[
 __all__ = [
     "INDEX_FORMAT",
     "EnvBuild",
+    "read_index_bytes",
     "Wheel",
     "WheelIndex",
     "build_env",

@@ -19,6 +19,7 @@ from jupyter_portable.core.paths import check_relpath
 from jupyter_portable.store.repo import digest, hash_file
 from jupyter_portable.workdir.statcache import stat_key
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
+from jupyter_portable.worker.agent import check_fits
 from jupyter_portable.worker.state import AgentState
 
 FOLLOW_MAX_BYTES = 64 * 2**20  # the largest body the agent takes for a save, the same both ways
@@ -68,6 +69,7 @@ class FileHashes:
 def read_file(state: AgentState, rel: str) -> dict[str, Any]:
     """One file's bytes (base64) and their hash, for the user's copy."""
     rel = check_relpath(rel)
+    check_fits(state.workdir, rel)  # a name or path this filesystem cannot hold is a 400, not an OSError
     root = os.path.realpath(state.workdir)
     full = os.path.join(root, rel)
     real = os.path.realpath(full)

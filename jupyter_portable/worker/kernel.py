@@ -7,8 +7,6 @@ import logging
 import os
 import secrets
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 from jupyter_portable.worker.state import AgentState
@@ -41,10 +39,8 @@ def start_kernel(state: AgentState, kernel_id: str) -> dict[str, Any]:
     auto = state.config.get("autosnapshot_minutes")
     if isinstance(auto, (int, float)) and not isinstance(auto, bool) and auto >= 0:
         env["JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES"] = f"{auto:g}"  # the workspace's setting
-    if state.kernel_python != sys.executable:
-        # a venv built from the lockfile: this package comes from the machine's copy of it
-        pkg_root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    # a venv built from the lockfile finds this package through a .pth file, after its own
+    # packages (envbuild.link_worker): never PYTHONPATH, which would shadow the recorded versions
     with open(state.state_dir / "kernel.log", "ab") as out:
         state.kernel = subprocess.Popen(
             [state.kernel_python, "-m", "ipykernel_launcher", "-f", fname, "--IPKernelApp.extensions=jupyter_portable"],

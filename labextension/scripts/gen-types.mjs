@@ -1,6 +1,7 @@
 /**
  * Generate src/types.ts from the JSON Schemas of the REST API
- * (jupyter_portable/interfaces/serverext/schemas/*.json): `jlpm gen:types`.
+ * (jupyter_portable/interfaces/serverext/schemas/*.json) and of the events the server emits
+ * (../events/*.yaml, as jupyter_events registers them): `jlpm gen:types`.
  *
  * Every schema is compiled in one pass, so a shape that several schemas share (by `$ref`)
  * is declared once, under its `title`. The output depends only on the schemas and the
@@ -16,6 +17,13 @@ import { compile } from 'json-schema-to-typescript';
 const here = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(here, '..', '..');
 export const SCHEMA_DIR = join(ROOT, 'jupyter_portable', 'interfaces', 'serverext', 'schemas');
+export const EVENTS_DIR = join(ROOT, 'jupyter_portable', 'interfaces', 'serverext', 'events');
+// Each event's payload, by its schema's file, under the name the sidebar reads it by.
+const EVENTS = {
+  'changed.yaml': 'IChangedEvent',
+  'notice.yaml': 'INoticeEvent',
+  'progress.yaml': 'IProgressEvent'
+};
 export const TYPES_FILE = join(here, '..', 'src', 'types.ts');
 
 // A wrapper holding every schema; its own declaration is dropped from the output.
@@ -36,10 +44,13 @@ function banner(files) {
   const dir = posix(relative(ROOT, SCHEMA_DIR));
   return [
     '/**',
-    ' * The shapes of the server extension\'s REST API (docs/api.md), as the sidebar reads them.',
+    ' * The shapes of the server extension\'s REST API and events (docs/api.md), as the sidebar',
+    ' * reads them.',
     ' *',
     ` * GENERATED from the JSON Schemas in ${dir}/:`,
     ...files.map(name => ` *   ${name}`),
+    ` * and the event schemas in ${posix(relative(ROOT, EVENTS_DIR))}/:`,
+    ...Object.keys(EVENTS).map(name => ` *   ${name}`),
     ' * Do not edit: change a schema, then run `jlpm gen:types` in labextension/.',
     ' */'
   ].join('\n');
@@ -52,19 +63,27 @@ export async function generate() {
     title: WRAPPER,
     type: 'object',
     additionalProperties: false,
-    required: files,
-    properties: Object.fromEntries(files.map(name => [name, { $ref: name }]))
+    required: [...files, ...Object.keys(EVENTS)],
+    properties: Object.fromEntries([
+      ...files.map(name => [name, { $ref: name }]),
+      ...Object.keys(EVENTS).map(name => [name, { $ref: posix(relative(SCHEMA_DIR, join(EVENTS_DIR, name))) }])
+    ])
   };
+  const eventNames = Object.fromEntries(
+    Object.entries(EVENTS).map(([name, title]) => [eventId(name), title])
+  );
   const out = await compile(wrapper, WRAPPER, {
     cwd: SCHEMA_DIR,
     bannerComment: banner(files),
+    // an event schema's title is jupyter_events' words for people; its type is named by its $id
+    customName: schema => eventNames[schema.$id],
     style: { singleQuote: true, printWidth: 100, bracketSpacing: true, trailingComma: 'none' }
   });
   const declaration = new RegExp(`\\nexport interface ${WRAPPER} \\{\\n[^}]*\\}\\n`);
   if (!declaration.test(out)) {
     throw new Error(`gen-types: the ${WRAPPER} declaration was not found in the output`);
   }
-  const text = out.replace(declaration, '');
+  const text = out.replace(declaration, '') + constants(files);
   const names = [...text.matchAll(/^export (?:interface|type) (\w+)/gm)].map(m => m[1]);
   const renamed = names.filter(name => /\d$/.test(name));
   if (renamed.length) {
@@ -73,6 +92,53 @@ export async function generate() {
     throw new Error(`gen-types: duplicate titles in the schemas: ${renamed.join(', ')}`);
   }
   return text;
+}
+
+/**
+ * The values the sidebar needs at run time, not only as types: each event schema's ``$id``
+ * (``PROGRESS_SCHEMA``, ...), and every definition that names an ``x-constant``: the list of
+ * its ``enum`` (``CONTINUE_FROM``, ...) or its ``const`` (``CHARGE_LEAD_HOURS``).
+ */
+function constants(files) {
+  const quote = v => `'${String(v).replace(/\\/g, '\\\\').replace(/'/g, "\\'")}'`;
+  const lines = ['', '// Values, GENERATED from the same schemas.'];
+  const events = readdirSync(EVENTS_DIR)
+    .filter(name => name.endsWith('.yaml'))
+    .sort();
+  for (const name of events) {
+    const constant = `${name.replace(/\.yaml$/, '').toUpperCase()}_SCHEMA`;
+    lines.push(`/** The $id of ${posix(relative(ROOT, join(EVENTS_DIR, name)))}. */`);
+    lines.push(`export const ${constant} = ${quote(eventId(name))};`);
+  }
+  for (const name of files) {
+    const schema = JSON.parse(readFileSync(join(SCHEMA_DIR, name), 'utf-8'));
+    for (const def of Object.values(schema.definitions ?? {})) {
+      const constant = def['x-constant'];
+      if (!constant) {
+        continue;
+      }
+      const value = (v) => (typeof v === 'number' ? String(v) : quote(v));
+      lines.push(`/** ${def.description ?? constant} */`);
+      if (Array.isArray(def.enum)) {
+        lines.push(`export const ${constant} = [${def.enum.map(value).join(', ')}] as const;`);
+      } else if ('const' in def) {
+        lines.push(`export const ${constant} = ${value(def.const)};`);
+      } else {
+        throw new Error(`gen-types: ${name}: x-constant ${constant} names no enum or const`);
+      }
+    }
+  }
+  return lines.join('\n') + '\n';
+}
+
+/** The ``$id`` of the event schema ``name``, read from its first line (``"$id": https://...``). */
+function eventId(name) {
+  const text = readFileSync(join(EVENTS_DIR, name), 'utf-8');
+  const id = /^"\$id": (\S+)$/m.exec(text);
+  if (!id) {
+    throw new Error(`gen-types: no "$id" line in ${name}`);
+  }
+  return id[1];
 }
 
 /** The generated text and the committed src/types.ts, for the test that they agree. */

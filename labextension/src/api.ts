@@ -9,10 +9,13 @@ import { ServerConnection } from '@jupyterlab/services';
 
 import {
   IBooking,
+  IBookingCheck,
   IBookingRequest,
   ICancelAnswer,
   IContinueAnswer,
   IContinueRequest,
+  IEmptyRequest,
+  IOrphansRequest,
   IPortableState,
   IReservationsAnswer,
   IRoutesAnswer,
@@ -128,11 +131,21 @@ export class PortableClient {
   }
 
   cancel(): Promise<ICancelAnswer> {
-    return this.call('cancel', post({}));
+    return this.call('cancel', post({} satisfies IEmptyRequest));
   }
 
   stop(): Promise<IStopAnswer> {
-    return this.call('stop', post({}));
+    return this.call('stop', post({} satisfies IEmptyRequest));
+  }
+
+  /** Keep the machine running: the idle countdown starts again. */
+  keepRunning(): Promise<unknown> {
+    return this.call('keep-running', post({} satisfies IEmptyRequest));
+  }
+
+  /** Terminate one machine the orphan sweep listed, named as provider/ref. */
+  terminateOrphan(target: string): Promise<unknown> {
+    return this.call('orphans', post({ terminate: target } satisfies IOrphansRequest));
   }
 
   snapshot(message: string): Promise<ISnapshotAnswer> {
@@ -153,6 +166,11 @@ export class PortableClient {
 
   book(request: IBookingRequest): Promise<IBooking> {
     return this.call('reservations', post(request));
+  }
+
+  /** What booking ``request`` would answer now, with nothing booked (a dry run). */
+  checkBooking(request: IBookingRequest): Promise<IBookingCheck> {
+    return this.call('reservations/check', post(request));
   }
 
   cancelBooking(id: string): Promise<IBooking> {

@@ -1,7 +1,8 @@
 /**
  * The reservation calendar's logic: the days-by-hours grid of one offer's slots, the
- * selection of a run of hours, why a selection cannot be booked, when it would be charged
- * and what its guarantee means. Pure functions; time is passed in, never read.
+ * selection of a run of hours, what the server's dry run of booking it says (why it cannot
+ * be booked, when it would be charged: the server's rules, never a copy of them) and what
+ * its guarantee means. Pure functions; time is passed in, never read.
  *
  * Rows are days in the user's zone (a fixed offset from UTC, in minutes east); cells are
  * the whole UTC hours that start in that day, because the server books on whole UTC hours
@@ -12,6 +13,8 @@ import {
   ChargePolicy,
   Guarantee,
   IBooking,
+  IBookingCheck,
+  IBookingRequest,
   ICalendar,
   ICalendarOffer,
   ICalendarSlot
@@ -19,10 +22,6 @@ import {
 
 export const HOUR_MS = 3600 * 1000;
 const DAY_MS = 24 * HOUR_MS;
-/** "before": charged automatically this long before the start (core/calendar.py CHARGE_LEAD). */
-export const CHARGE_LEAD_MS = 2 * HOUR_MS;
-/** The longest slot booked in one go (core/calendar.py MAX_HOURS). */
-export const MAX_HOURS = 24 * 14;
 
 export type CellState = 'free' | 'full' | 'booked' | 'past' | 'outside';
 
@@ -220,56 +219,61 @@ export function inSelection(selection: ISelection | null, t: number): boolean {
   return t >= start && t < start + selection.hours * HOUR_MS;
 }
 
-/**
- * Why ``selection`` cannot be booked on ``grid``, or null when it can: the same rules the
- * server applies (core/calendar.py can_book), so the Book button is disabled with the
- * reason rather than answered with a 409.
- */
-export function selectionProblem(
-  grid: IGrid,
+/** The booking request for ``selection``, or null when nothing is selected. */
+export function bookingRequest(
+  offerKey: string,
   selection: ISelection | null,
-  now: number
-): string | null {
-  if (!selection) {
-    return 'choose a start hour on the calendar';
-  }
-  const start = Date.parse(selection.start);
-  if (Number.isNaN(start)) {
-    return `${selection.start} is not a time`;
-  }
-  if (start % HOUR_MS !== 0) {
-    return `slots start on whole hours; ${selection.start} does not`;
-  }
-  if (
-    !Number.isInteger(selection.hours) ||
-    selection.hours < 1 ||
-    selection.hours > MAX_HOURS
-  ) {
-    return `hours must be a whole number from 1 to ${MAX_HOURS}, not ${selection.hours}`;
-  }
-  if (start < now) {
-    return `${selection.start} is in the past`;
-  }
-  const byTime = new Map(gridCells(grid).map(c => [c.t, c]));
-  for (let i = 0; i < selection.hours; i++) {
-    const t = start + i * HOUR_MS;
-    const cell = byTime.get(t);
-    if (!cell || cell.state === 'outside') {
-      return `${isoUtc(t)} is beyond the calendar shown`;
-    }
-    if (cell.free === 0) {
-      return `no capacity left for ${grid.offerKey} at ${isoUtc(t)}: all ${grid.capacity} booked`;
-    }
-  }
-  return null;
+  charge: ChargePolicy
+): IBookingRequest | null {
+  return selection && offerKey ? { offer: offerKey, start: selection.start, hours: selection.hours, charge } : null;
 }
 
-/** When a booking made at ``now`` would be charged (core/calendar.py charge_time). */
-export function chargeAt(start: string, charge: ChargePolicy, now: number): string {
-  if (charge === 'now') {
-    return isoUtc(now);
+function sameRequest(a: IBookingRequest, b: IBookingRequest): boolean {
+  return a.offer === b.offer && a.start === b.start && a.hours === b.hours && (a.charge ?? 'before') === (b.charge ?? 'before');
+}
+
+/** The server's dry run of one request (POST reservations/check): its answer, or why it failed. */
+export interface IChecked {
+  request: IBookingRequest;
+  answer: IBookingCheck | null;
+  error: string | null;
+}
+
+/** What the Book fieldset says about the selection, and whether Book may be pressed. */
+export interface IBookingVerdict {
+  /**
+   * Why it cannot be booked, in the server's words with its "to fix" hint; null when it can,
+   * or while the server is asked.
+   */
+  problem: string | null;
+  /** When it would be charged (the server's clock); null unless it can be booked. */
+  chargeAt: string | null;
+  /** Its price in dollars, as the server works it out; null when not known. */
+  price: number | null;
+  /** True only when the server answered for exactly this request, with no problem. */
+  canBook: boolean;
+}
+
+/**
+ * The verdict on ``request`` from the server's dry run ``checked``: the browser keeps no copy
+ * of the booking rules (core/calendar.py can_book, charge_time, the budget), only "nothing is
+ * selected yet"; an answer for another request (the selection moved on) counts as not asked.
+ */
+export function bookingVerdict(request: IBookingRequest | null, checked: IChecked | null): IBookingVerdict {
+  if (!request) {
+    return { problem: 'choose a start hour on the calendar', chargeAt: null, price: null, canBook: false };
   }
-  return isoUtc(Math.max(Date.parse(start) - CHARGE_LEAD_MS, now));
+  if (!checked || !sameRequest(checked.request, request)) {
+    return { problem: null, chargeAt: null, price: null, canBook: false };
+  }
+  if (!checked.answer) {
+    return { problem: checked.error ?? 'the server did not answer', chargeAt: null, price: null, canBook: false };
+  }
+  const { problem, hint, charge_at, price } = checked.answer;
+  if (problem) {
+    return { problem: hint ? `${problem} (${hint})` : problem, chargeAt: null, price, canBook: false };
+  }
+  return { problem: null, chargeAt: charge_at, price, canBook: true };
 }
 
 /** What a guarantee means to the user, one sentence each. */

@@ -1,6 +1,6 @@
 /**
  * The sidebar's commands for the palette and the keyboard: Continue, Stop (asked first),
- * Snapshot, Show routes, and refresh.
+ * Snapshot, Show routes, and refresh. Their shortcuts are in schema/plugin.json.
  */
 
 import { JupyterFrontEnd } from '@jupyterlab/application';
@@ -69,9 +69,7 @@ export function addCommands(
   for (const command of Object.values(CommandIDs)) {
     palette?.addItem({ command, category: 'Portable' });
   }
-  // JupyterLab leaves Accel+Shift+letters mostly to extensions; these three are free in 4.x
-  commands.addKeyBinding({ command: CommandIDs.continueWork, keys: ['Accel Shift U'], selector: 'body' });
-  commands.addKeyBinding({ command: CommandIDs.snapshot, keys: ['Accel Shift Y'], selector: 'body' });
-  commands.addKeyBinding({ command: CommandIDs.showRoutes, keys: ['Accel Shift G'], selector: 'body' });
+  // The keyboard shortcuts are declared in schema/plugin.json ("jupyter.lab.shortcuts"), so they
+  // are in JupyterLab's own shortcut registry and its Settings Editor, where a user can change them.
   model.changed.connect(() => commands.notifyCommandChanged());
 }

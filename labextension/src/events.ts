@@ -1,40 +1,15 @@
 /**
  * The events the server extension emits (docs/api.md, "Events";
- * jupyter_portable/interfaces/serverext/events/*.yaml), as the sidebar reads them.
+ * jupyter_portable/interfaces/serverext/events/*.yaml), as the sidebar reads them. Their
+ * shapes, step names, kinds and schema ids are generated into types.ts from those files.
  */
 
-import { ILifecycleEvent } from './types';
+import { IChangedEvent, ILifecycleEvent, INoticeEvent, IProgressEvent } from './types';
 
-export const STATE_SCHEMA = 'https://events.jupyter-portable.org/state/v1';
-export const PROGRESS_SCHEMA = 'https://events.jupyter-portable.org/progress/v1';
-export const NOTICE_SCHEMA = 'https://events.jupyter-portable.org/notice/v1';
+export { CHANGED_SCHEMA, NOTICE_SCHEMA, PROGRESS_SCHEMA, STATE_SCHEMA } from './types';
+export type { IChangedEvent, INoticeEvent, IProgressEvent };
 
+/** A state/v1 event: a lifecycle event (state.json) of one workspace. */
 export interface IStateEvent extends ILifecycleEvent {
   workspace_id: string;
-}
-
-export type ProgressStep =
-  | 'acquire'
-  | 'probe'
-  | 'materialize'
-  | 'verify'
-  | 'reconnect'
-  | 'snapshot'
-  | 'seal'
-  | 'follow';
-
-export interface IProgressEvent {
-  workspace_id: string;
-  step: ProgressStep;
-  message: string;
-  done: number | null;
-  total: number | null;
-}
-
-export type NoticeKind = 'lost' | 'ready' | 'failed' | 'conflict' | 'budget' | 'idle' | 'moved';
-
-export interface INoticeEvent {
-  workspace_id: string;
-  kind: NoticeKind;
-  message: string;
 }

@@ -49,6 +49,50 @@ export function readyLine(
   return said === undefined ? `ready in ${duration(took)}` : `ready in ${duration(took)} (predicted ${duration(said)})`;
 }
 
+/** "Snapshot version 7 published; 2 files not backed up (see snapshot --json)": the snapshot's result
+ * in the sidebar, saying how many files it could not back up. */
+export function snapshotLine(version: number, changed: boolean, skipped: number): string {
+  const head = changed ? `Snapshot version ${version} published` : `Nothing changed since version ${version}`;
+  if (!skipped) {
+    return head;
+  }
+  return `${head}; ${skipped} file${skipped === 1 ? '' : 's'} not backed up (\`jupyter portable snapshot --json\` lists them with why)`;
+}
+
+/** One difference of the machine's environment, as the server words it: "ipython 9.18.1 -> 8.39.0 (requires-python)". */
+export function envChangeLine(c: {
+  name: string;
+  recorded: string | null;
+  installed: string | null;
+  why: string;
+  kind: string;
+  detail: string;
+}): string {
+  switch (c.kind) {
+    case 'left-out':
+      return `${c.name}${c.recorded ? ` ${c.recorded}` : ''}: left out (${c.why})`;
+    case 'kept':
+      return `${c.name} ${c.recorded} -> the image's ${c.installed} (${c.why})`;
+    case 'added':
+      return `${c.name} ${c.installed}: added (a dependency this Python needs)`;
+    case 'built':
+      return `${c.name} ${c.installed}: built on your side from ${c.detail}`;
+    default:
+      return `${c.name} ${c.recorded} -> ${c.installed} (${c.why})`;
+  }
+}
+
+/** "Environment: Python 3.11.7 -> 3.10.13; 2 differences ...": what the Ready message adds when the
+ * machine's environment is not exactly the recorded one; null when it is (or nothing is known). */
+export function environmentLine(
+  env: { exact: boolean; summary: string; mode: string } | null | undefined
+): string | null {
+  if (!env || env.exact) {
+    return null;
+  }
+  return `Environment: ${env.summary}`;
+}
+
 /** How long ago ``iso`` was, relative to ``now`` (ms since the epoch). */
 export function age(iso: string | null | undefined, now: number): string {
   if (!iso) {
@@ -143,10 +187,12 @@ export function firstMachineQuestion(route: {
   offer: string;
   region: string | null;
   price_per_hour: number;
-}): string {
+}, state: string | null = 'IDLE'): string {
   const gpu = route.gpu_count > 1 ? `${route.gpu_count}x ${route.gpu}` : route.gpu;
+  // after a release (an idle stop) the same question, saying why there is no machine
+  const why = !state || state === 'IDLE' ? 'no GPU machine yet' : `no GPU machine: its last one was ${state}`;
   return (
     `Rent ${gpu} on ${route.provider} (${route.region ?? 'any region'}) at $${route.price_per_hour.toFixed(2)}/h? ` +
-    `This notebook has no GPU machine yet (route ${route.provider}/${route.offer}).`
+    `This notebook has ${why} (route ${route.provider}/${route.offer}).`
   );
 }

@@ -17,6 +17,7 @@ import { PortableClient } from './api';
 import { addCommands } from './commands';
 import { INotifier, PortableModel } from './model';
 import { readSettings } from './settings';
+import { IWorkspaceFields, mirrored } from './workspaceSettings';
 import { PortableNotebooks } from './notebook';
 import { PortableSidebar } from './widget';
 
@@ -67,7 +68,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
             Notification.success(message, { autoClose: 8000 });
             break;
           case 'moved':
-            break; // the notebooks tell it (notebook.ts)
+            // the notebooks tell it ("Now on ...", notebook.ts); the server sends no "Ready on ..." after it
+            if (lostNotice) {
+              Notification.dismiss(lostNotice);
+              lostNotice = null;
+            }
+            break;
           case 'failed':
             Notification.error(`Continue failed: ${message}`, {
               autoClose: false,
@@ -84,7 +90,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
     };
 
     const client = new PortableClient(app.serviceManager.serverSettings);
-    const model = new PortableModel(client, app.serviceManager.events.stream, notifier);
+    // The Settings Editor shows the workspace's values: they are written into the user's settings
+    // (one save) whenever the workspace's differ from what the registry holds.
+    let registrySettings: ISettingRegistry.ISettings | null = null;
+    const mirror = async (fields: IWorkspaceFields): Promise<void> => {
+      if (!registrySettings) {
+        return;
+      }
+      await registrySettings.save(JSON.stringify(mirrored(registrySettings.user, fields), null, 2));
+    };
+    const model = new PortableModel(client, app.serviceManager.events.stream, notifier, mirror);
     const openSettings = () =>
       void app.commands.execute('settingeditor:open', { query: 'jupyter-portable' });
     const sidebar = new PortableSidebar(model, openSettings);
@@ -99,6 +114,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       settingRegistry
         .load(PLUGIN_ID)
         .then(settings => {
+          registrySettings = settings;
           const apply = () =>
             void model
               .applySettings(readSettings(settings.composite as { [key: string]: unknown }))

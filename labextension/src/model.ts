@@ -7,6 +7,7 @@
 import { IDisposable } from '@lumino/disposable';
 import { ISignal, Signal } from '@lumino/signaling';
 
+import { snapshotLine } from './format';
 import { PortableApiError, PortableClient } from './api';
 import { keepSelection } from './routes';
 import {
@@ -17,6 +18,8 @@ import {
   progressFromLifecycle
 } from './progress';
 import {
+  CHANGED_SCHEMA,
+  IChangedEvent,
   INoticeEvent,
   IProgressEvent,
   IStateEvent,
@@ -25,11 +28,11 @@ import {
   STATE_SCHEMA
 } from './events';
 import { DEFAULT_SETTINGS, IPortableSettings } from './settings';
-import { IBookingRequest, IPortableState, IReservationsAnswer, IRoutesAnswer } from './types';
+import { IBookingCheck, IBookingRequest, IPortableState, IReservationsAnswer, IRoutesAnswer } from './types';
 import {
   changedKeys,
   fromWorkspace,
-  keysToSendOnLoad,
+  IWorkspaceFields,
   toBody,
   workspaceFields,
   WorkspaceKey
@@ -53,6 +56,12 @@ export interface IEmissionSource {
   ): boolean;
 }
 
+/**
+ * Writes the workspace's fields into the user's settings (JupyterLab's registry), so the
+ * Settings Editor shows the values in effect; one write for all of them.
+ */
+export type RegistryMirror = (fields: IWorkspaceFields) => Promise<void>;
+
 export type Action =
   | 'snapshot'
   | 'continue'
@@ -67,13 +76,21 @@ export type Action =
 export interface IStatus {
   kind: 'info' | 'error';
   text: string;
+  /** The lifecycle (state@version) a line speaks of: it goes once the workspace moves on. */
+  lifecycle?: string;
+}
+
+/** "RELEASED@9": the lifecycle a status line speaks of. */
+export function lifecycleKey(state: string, version: number): string {
+  return `${state}@${version}`;
 }
 
 export class PortableModel implements IDisposable {
   constructor(
     private readonly client: PortableClient,
     private readonly events: IEmissionSource | null,
-    private readonly notifier: INotifier
+    private readonly notifier: INotifier,
+    private readonly mirror: RegistryMirror | null = null
   ) {
     this.events?.connect(this._onEmission, this);
   }
@@ -101,6 +118,8 @@ export class PortableModel implements IDisposable {
   reservationsError: PortableApiError | null = null;
   reservationDays = 7;
   settings: IPortableSettings = { ...DEFAULT_SETTINGS };
+  /** How many changes of the workspace's settings this sidebar was told of. */
+  settingsSeen = 0;
   /** The outcome of the user's last action, shown under the section it came from. */
   status: { [K in Action]?: IStatus } = {};
   readonly busy = new Set<Action>();
@@ -112,9 +131,10 @@ export class PortableModel implements IDisposable {
   }
 
   /**
-   * The user's settings, from the registry on load and on each change. The workspace's
-   * fields among them go to the server (which ones and when: workspaceSettings.ts), and
-   * the sidebar shows what the workspace answers. Calls run one at a time, in order.
+   * The user's settings, from the registry on load and on each change. On load the workspace's
+   * values (kept in its store) are shown and written into the registry, so the Settings Editor
+   * shows them; from then on a field the user changes there goes to the server, and the sidebar
+   * shows what the workspace answers. Calls run one at a time, in order.
    */
   applySettings(registry: IPortableSettings): Promise<void> {
     const run = this._settingsQueue.then(() => this._applySettings(registry));
@@ -129,9 +149,8 @@ export class PortableModel implements IDisposable {
     let send: WorkspaceKey[];
     if (previous === null) {
       try {
-        const current = fromWorkspace(await this.client.workspaceSettings());
-        send = keysToSendOnLoad(workspaceFields(registry), current);
-        this._showSettings({ ...registry, ...current });
+        await this._adopt(fromWorkspace(await this.client.workspaceSettings()));
+        return;
       } catch (error) {
         // Without the workspace's settings, nothing is sent: show the user's and say why.
         this.status.settings = {
@@ -164,6 +183,49 @@ export class PortableModel implements IDisposable {
     if (applied) {
       // The routes depend on the driver, the cap and the hours; the budget is in the state.
       await Promise.all([this.refreshState(), this.refreshRoutes()]);
+    }
+  }
+
+  /**
+   * The workspace's settings changed in its store (a terminal's `jupyter portable settings`, another
+   * server, or this sidebar's own change coming back): show them and mirror them into the registry.
+   */
+  workspaceSettingsChanged(): Promise<void> {
+    const run = this._settingsQueue.then(async () => {
+      try {
+        await this._adopt(fromWorkspace(await this.client.workspaceSettings()));
+      } catch (error) {
+        this.status.settings = {
+          kind: 'error',
+          text: `Cannot read the workspace's settings: ${asApiError(error).full}`
+        };
+        this._emit();
+      }
+    });
+    this._settingsQueue = run.catch(() => undefined);
+    return run
+      .then(() => Promise.all([this.refreshState(), this.refreshRoutes()]))
+      .then(() => {
+        // what the server answered before this change (a booking's dry run) is asked again, even
+        // when the state reads the same: a budget set and cleared at once leaves it unchanged
+        this.settingsSeen += 1;
+        this._emit();
+      });
+  }
+
+  /** Show the workspace's ``current`` fields, and write them into the registry where it differs. */
+  private async _adopt(current: IWorkspaceFields): Promise<void> {
+    const base = this._registry ?? { ...DEFAULT_SETTINGS };
+    const differs = changedKeys(workspaceFields(base), current).length > 0;
+    // The registry's coming change is this one: set first, so nothing is sent back to the server.
+    this._registry = { ...base, ...current };
+    this._showSettings({ ...this.settings, ...current, storeUrl: base.storeUrl });
+    if (differs && this.mirror) {
+      try {
+        await this.mirror(current);
+      } catch (error) {
+        console.warn('jupyter-portable: the Settings Editor could not be updated', error);
+      }
     }
   }
 
@@ -205,6 +267,7 @@ export class PortableModel implements IDisposable {
               void this.refreshRoutes();
             }
             this.state = state;
+            this._dropStale(lifecycleKey(state.lifecycle.state, state.lifecycle.version));
             this.fetchedAt = Date.now();
             this.stateError = null;
             this.progress = progressFromLifecycle(state.lifecycle, this.progress);
@@ -270,19 +333,24 @@ export class PortableModel implements IDisposable {
 
   /** Seal (publish and read back the final version), then release the machine. */
   async stop(): Promise<void> {
+    let at = '';
     await this._act('stop', async () => {
       const { state, version } = await this.client.stop();
-      return `${state} at version ${version}`;
+      at = lifecycleKey(state, version);
+      const words = this.state?.states?.[state];
+      return `${state} at version ${version}` + (words ? `: ${words.meaning}` : '');
     });
+    if (at && this.status.stop) {
+      // "RELEASED at version 9" never stays next to a newer state or version
+      this.status.stop.lifecycle = at;
+    }
     await Promise.all([this.refreshState(), this.refreshRoutes()]);
   }
 
   async snapshot(message: string): Promise<void> {
     await this._act('snapshot', async () => {
-      const { version, changed } = await this.client.snapshot(message);
-      return changed
-        ? `Snapshot version ${version} published`
-        : `Nothing changed since version ${version}`;
+      const { version, changed, skipped } = await this.client.snapshot(message);
+      return snapshotLine(version, changed, skipped?.length ?? 0);
     });
     await this.refreshState();
   }
@@ -293,9 +361,17 @@ export class PortableModel implements IDisposable {
       const b = await this.client.book(request);
       return `Booked ${b.offer_key} (${b.reservation_id})`;
     });
-    await this.refreshReservations();
+    // a booking holds money back: the budget and the routes' "left" change with it
+    await Promise.all([this.refreshReservations(), this.refreshState(), this.refreshRoutes()]);
     return ok;
   }
+
+  /**
+   * The server's answer for a booking not yet made: its problem, charge time and price by
+   * the booking's own rules and clock. Nothing is booked; a failure is the caller's to show.
+   * One function for the model's life, so a panel can ask again only when its selection changes.
+   */
+  readonly checkBooking = (request: IBookingRequest): Promise<IBookingCheck> => this.client.checkBooking(request);
 
   async cancelBooking(id: string): Promise<void> {
     delete this.status.book; // "Booked ..." no longer holds
@@ -305,7 +381,7 @@ export class PortableModel implements IDisposable {
         ? `Cancelled ${id}; $${b.refund.toFixed(2)} refunded`
         : `Cancelled ${id}`;
     });
-    await this.refreshReservations();
+    await Promise.all([this.refreshReservations(), this.refreshState(), this.refreshRoutes()]);
   }
 
   dispose(): void {
@@ -322,7 +398,7 @@ export class PortableModel implements IDisposable {
     emission: { schema_id: string; [key: string]: unknown }
   ): void {
     const id = emission.schema_id;
-    if (id !== STATE_SCHEMA && id !== PROGRESS_SCHEMA && id !== NOTICE_SCHEMA) {
+    if (id !== STATE_SCHEMA && id !== PROGRESS_SCHEMA && id !== NOTICE_SCHEMA && id !== CHANGED_SCHEMA) {
       return;
     }
     const workspace = emission['workspace_id'];
@@ -342,6 +418,16 @@ export class PortableModel implements IDisposable {
       if (ev.state === 'LOST' || ev.state === 'FAILED' || ev.state === 'RELEASED') {
         // Where the work can go next has changed: price the routes again.
         void this.refreshRoutes();
+      }
+    } else if (id === CHANGED_SCHEMA) {
+      const ev = emission as unknown as IChangedEvent;
+      if (ev.what === 'settings') {
+        void this.workspaceSettingsChanged();
+      } else if (ev.what === 'reservations') {
+        // what bookings hold back is in the budget, the state and the routes' "left"
+        void Promise.all([this.refreshReservations(), this.refreshState(), this.refreshRoutes()]);
+      } else {
+        void this.refreshState();
       }
     } else if (id === PROGRESS_SCHEMA) {
       const ev = emission as unknown as IProgressEvent;
@@ -366,6 +452,16 @@ export class PortableModel implements IDisposable {
     } finally {
       this.busy.delete(action);
       this._emit();
+    }
+  }
+
+  /** Drop the status lines that speak of a lifecycle other than ``now`` (state@version). */
+  private _dropStale(now: string): void {
+    for (const key of Object.keys(this.status) as Action[]) {
+      const line = this.status[key];
+      if (line?.lifecycle && line.lifecycle !== now) {
+        delete this.status[key];
+      }
     }
   }
 

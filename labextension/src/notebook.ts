@@ -24,6 +24,10 @@ import { PortableApiError, PortableClient } from './api';
 import { firstMachineQuestion } from './format';
 import { NOTICE_SCHEMA, PROGRESS_SCHEMA, STATE_SCHEMA } from './events';
 import { askImplementation } from './kernelInfo';
+import { IPortableState, LifecycleState } from './types';
+
+/** Every state's words, as the server sends them with the state. */
+export type StateWordsTable = NonNullable<IPortableState['states']>;
 
 export const RESUME_TAG = 'portable-resume';
 export const TAG_MIME = 'application/vnd.jupyter-portable.resume-tag+json';
@@ -36,8 +40,13 @@ const NO_MACHINE = ['LOST', 'RELEASED', 'FAILED', 'IDLE'];
 const RECONNECT_TIMEOUT_MS = 120000;
 const MOVING = ['ROUTING', 'ACQUIRING', 'PROBING', 'MATERIALIZING', 'VERIFYING', 'READY'];
 
-/** What the notebook's kernel status says for a workspace state ('' when it has a machine). */
-export function machineStatus(state: string | null): string {
+/** What the notebook's kernel status says for a workspace state ('' when it has a machine);
+ * ``words``: the server's words for the states (core/state_words.py), once known. */
+export function machineStatus(state: string | null, words?: StateWordsTable | null): string {
+  const said = state ? words?.[state as LifecycleState] : undefined;
+  if (said) {
+    return state === 'ACTIVE' ? '' : said.label;
+  }
   if (state && NO_MACHINE.includes(state)) {
     return state === 'IDLE' ? 'No machine yet' : `No machine (${state})`;
   }
@@ -79,6 +88,8 @@ export class PortableNotebooks {
   }
 
   state: string | null = null;
+  /** The server's words for each state (the toolbar's label, and which states ask before renting). */
+  words: StateWordsTable | null = null;
   workspaceId: string | null = null;
   private _held: IHeld[] = [];
   private _asking = false;
@@ -90,6 +101,7 @@ export class PortableNotebooks {
     try {
       const s = await this.client.state();
       this.state = s.lifecycle.state;
+      this.words = s.states ?? null;
       this.workspaceId = s.workspace.id;
     } catch (reason) {
       console.warn('jupyter-portable: no workspace state', reason);
@@ -133,7 +145,7 @@ export class PortableNotebooks {
 
   private _render(): void {
     for (const [panel, item] of this._status) {
-      const text = this._portable(panel) ? this._notice || machineStatus(this.state) : '';
+      const text = this._portable(panel) ? this._notice || machineStatus(this.state, this.words) : '';
       item.node.textContent = text;
       item.node.title = text;
       item.node.dataset.state = this.state ?? '';
@@ -159,8 +171,9 @@ export class PortableNotebooks {
       this._held.push({ panel, cellId });
       return;
     }
-    if (this.state === 'IDLE') {
-      // the placeholder holds the cell while the question is open; Start runs it on the machine
+    if (this._asks(this.state)) {
+      // no machine yet, or released (an idle stop): the placeholder holds the cell while the
+      // question is open, as for the first machine; Start runs it on the machine
       this._held.push({ panel, cellId });
       void this._isPlaceholder(panel).then(placeholder => {
         if (!placeholder) {
@@ -170,6 +183,15 @@ export class PortableNotebooks {
         }
       });
     }
+  }
+
+  /** A cell run in ``state`` asks before renting (the server's words say ``ask``: IDLE, RELEASED). */
+  private _asks(state: string | null): boolean {
+    if (!state) {
+      return false;
+    }
+    const said = this.words?.[state as LifecycleState];
+    return said ? said.ask : state === 'IDLE';
   }
 
   /** End the held first cells (Cancel, or a start that failed): each gets an output saying why. */
@@ -192,7 +214,7 @@ export class PortableNotebooks {
       const answer = await this.client.routes(8);
       const best = answer.routes.find(r => r.id === answer.best) ?? null;
       if (best) {
-        route = { id: best.id, text: firstMachineQuestion(best) };
+        route = { id: best.id, text: firstMachineQuestion(best, this.state) };
       } else if (answer.routes.length && answer.routes[0].blocked) {
         why = `no route is open: ${answer.routes[0].provider}/${answer.routes[0].offer} ${answer.routes[0].blocked}`;
       }
@@ -244,6 +266,9 @@ export class PortableNotebooks {
     }
     if (id === STATE_SCHEMA) {
       this.state = String(emission['state']);
+      if (this.state !== 'ACTIVE') {
+        this._notice = ''; // "Now on ..." never stays next to a newer state
+      }
       if (MOVING.includes(this.state)) {
         this._moving = true;
       } else if (this.state === 'FAILED' || this.state === 'LOST') {

@@ -6,25 +6,10 @@
  */
 
 import { IProgressEvent } from './events';
-import { ILifecycle, ILifecycleEvent, LifecycleState } from './types';
+import { CONTINUE_FROM as CONTINUE_FROM_STATES, ILifecycle, ILifecycleEvent, LifecycleState } from './types';
 
-/** The states a Continue may begin from. */
-export const CONTINUE_FROM: ReadonlySet<string> = new Set<LifecycleState>([
-  'IDLE',
-  'LOST',
-  'RELEASED',
-  'FAILED'
-]);
-
-/** The states of a Continue in flight. */
-export const CONTINUE_STATES: ReadonlySet<string> = new Set<LifecycleState>([
-  'ROUTING',
-  'ACQUIRING',
-  'PROBING',
-  'MATERIALIZING',
-  'VERIFYING',
-  'READY'
-]);
+/** The states a Continue may begin from (generated from state.json: core/lifecycle.py's). */
+export const CONTINUE_FROM: ReadonlySet<string> = new Set<string>(CONTINUE_FROM_STATES);
 
 export const STEPS = [
   'acquire',

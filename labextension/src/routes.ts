@@ -2,9 +2,11 @@
  * The route table's logic: order, the best choice, why a route is blocked, which checks
  * were done, and the stacked bars of the cost chart. Pure functions over IRoute.
  *
- * The server already ranks routes; the order here is the same rule (unblocked by total,
- * ties by time to Ready, then id; blocked after), so a table sorted by the user on another
- * column can always be put back.
+ * The server ranks routes (core/routing.py rank_routes: unblocked by total, an offer preempted
+ * repeatedly in the last hour after a route within the margin, blocked ones last) and marks the
+ * best; the order here is the server's ``rank``, and the order it sent them in where it gave
+ * none, never a ranking of the browser's own, so a table sorted by the user on another column
+ * can always be put back.
  */
 
 import { IChecks, ICost, IRoute, IRoutesAnswer } from './types';
@@ -19,16 +21,9 @@ export type CheckName = (typeof CHECK_NAMES)[number];
 
 export type SortKey = 'rank' | 'total' | 'ready' | 'price' | CostTerm;
 
+/** The server's order: its rank; routes it gave no rank keep their place (the sort is stable). */
 function rankCompare(a: IRoute, b: IRoute): number {
-  const blocked = Number(a.blocked !== null) - Number(b.blocked !== null);
-  if (blocked !== 0) {
-    return blocked;
-  }
-  return (
-    a.cost.total - b.cost.total ||
-    a.time_to_ready_s - b.time_to_ready_s ||
-    (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
-  );
+  return a.rank && b.rank ? a.rank - b.rank : 0;
 }
 
 function sortValue(route: IRoute, key: SortKey): number {
@@ -77,7 +72,7 @@ export function isTakeable(route: IRoute): boolean {
 
 /**
  * The route to preselect: the server's ``best`` when it names a takeable route, else the
- * cheapest takeable one by the ranking rule, else null (every route blocked).
+ * first takeable one in the server's order, else null (every route blocked).
  */
 export function bestRoute(answer: IRoutesAnswer | null): IRoute | null {
   if (!answer) {
@@ -310,12 +305,34 @@ export function checksInWords(route: IRoute): string {
   return c.listed === false ? 'no longer listed' : 'listed only: capacity not checked, not launched';
 }
 
-/** "8% chance the launch fails: $0.40", and what recently happened to the offer. */
-export function riskInWords(route: IRoute, money: (x: number) => string): string {
+/** "0.4 h", "<0.1 h": time lost, rounded as the server rounds it. */
+export function hoursLost(hours: number): string {
+  return hours > 0 && hours < 0.05 ? '<0.1 h' : `${hours.toFixed(1)} h`;
+}
+
+/**
+ * "8% chance of a failed launch or a lost machine in the 8 planned h: 0.4 h lost, $0.40
+ * expected", and what recently happened to the offer.
+ */
+export function riskInWords(route: IRoute, money: (x: number) => string, hours?: number | null): string {
   const p = route.p_fail ?? 0;
-  const pct = p > 0 && p < 0.01 ? '<1' : String(Math.round(p * 100));
+  const pct = p > 0 && p < 0.005 ? '<1' : String(Math.round(p * 100));
   const history = route.history?.length ? ` (${route.history.join(', ')})` : '';
-  return `${pct}% chance the launch fails: ${money(route.cost.risk)}${history}`;
+  const within = hours ? ` in the ${hours} planned h` : ' in the planned hours';
+  const lost = route.risk ? `${hoursLost(route.risk.hours)} lost, ` : '';
+  return `${pct}% chance of a failed launch or a lost machine${within}: ${lost}${money(route.cost.risk)} expected${history}`;
+}
+
+/** "A lost machine costs 5 min to notice, 60 s to Continue again and 4.0 h of work since the last verified checkpoint". */
+export function lossInWords(route: IRoute, duration: (s: number) => string): string | null {
+  const r = route.risk;
+  if (!r) {
+    return null;
+  }
+  return (
+    `A lost machine costs ${duration(r.notice_s)} to notice, ${duration(r.again_s)} to Continue again ` +
+    `and ${duration(r.work_s)} of work since the last verified checkpoint`
+  );
 }
 
 /** Each cost term's one-line definition, for the legend and the cards. */
@@ -333,7 +350,9 @@ const TERM_DEFINITION: { [K in CostTerm | 'total']: string } = {
   egress: 'Transfer: moving the workspace from the store to the machine',
   storage: 'Storage: keeping the workspace in the store for the planned hours',
   queue: "Queue: the expected wait before the machine starts, priced at this GPU's rate (no one bills it)",
-  risk: 'Risk: the chance a launch fails times what a failed attempt wastes (no one bills it)',
+  risk:
+    'Risk: the chance of a failed launch or a lost machine times what it costs you: the time to notice, ' +
+    'to Continue again and to redo the work since the last verified checkpoint, at the route’s rate (no one bills it)',
   total: 'Total: the whole cost of getting to the next verified state; caps and the budget are held to it'
 };
 

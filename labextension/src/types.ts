@@ -1,15 +1,19 @@
 /**
- * The shapes of the server extension's REST API (docs/api.md), as the sidebar reads them.
+ * The shapes of the server extension's REST API and events (docs/api.md), as the sidebar
+ * reads them.
  *
  * GENERATED from the JSON Schemas in jupyter_portable/interfaces/serverext/schemas/:
  *   cancel.json
  *   checkpoints.json
  *   continue-request.json
  *   continue.json
+ *   empty-request.json
  *   error.json
  *   files.json
  *   orphan-terminate.json
+ *   orphans-request.json
  *   orphans.json
+ *   reservation-check.json
  *   reservation-request.json
  *   reservation.json
  *   reservations.json
@@ -20,6 +24,10 @@
  *   snapshot.json
  *   state.json
  *   stop.json
+ * and the event schemas in jupyter_portable/interfaces/serverext/events/:
+ *   changed.yaml
+ *   notice.yaml
+ *   progress.yaml
  * Do not edit: change a schema, then run `jlpm gen:types` in labextension/.
  */
 
@@ -41,7 +49,7 @@ export type LifecycleState =
   | 'READY'
   | 'FAILED';
 /**
- * now: charged at booking; before: charged automatically 2 h before the start.
+ * now: charged at booking; before: charged automatically CHARGE_LEAD_HOURS (2 h) before the start.
  */
 export type ChargePolicy = 'now' | 'before';
 export type Guarantee = 'provider' | 'capacity-checked' | 'best-effort';
@@ -93,6 +101,10 @@ export interface IContinueAnswer {
   started: boolean;
   state: LifecycleState;
 }
+/**
+ * POST /portable/api/cancel, stop and keep-running: no fields (an empty object, or no body).
+ */
+export interface IEmptyRequest {}
 /**
  * The body of every 4xx answer: a one-line error and, where there is one, how to fix it.
  */
@@ -181,14 +193,51 @@ export interface IOrphanMachine {
    */
   spend: number | null;
   /**
-   * provider: the provider's own figures (measured); estimate: a listed price x time.
+   * bill: the provider's billing records; provider-rate: the provider's own rate x its own start time; estimate: a listed price x time.
    */
-  spend_source: 'provider' | 'estimate' | null;
+  spend_source: 'bill' | 'provider-rate' | 'estimate' | null;
   /**
    * null: not judged here (another store's workspace).
    */
   orphan: boolean | null;
   why: string;
+}
+/**
+ * POST /portable/api/orphans: terminate one listed orphan, named as provider/ref.
+ */
+export interface IOrphansRequest {
+  terminate: string;
+}
+/**
+ * POST /portable/api/reservations/check (a body as for POST /portable/api/reservations, reservation-request.json): what that booking would answer now, by the same checks (the start and length rules, the capacity left, the budget and the $/h cap), with nothing booked or bought (jupyter_portable/orchestration/reservations.py check_booking).
+ */
+export interface IBookingCheck {
+  /**
+   * provider/offer-id, as asked.
+   */
+  offer: string;
+  /**
+   * The start, as asked.
+   */
+  start: string;
+  hours: number;
+  charge: ChargePolicy;
+  /**
+   * When the booking, made now, would be charged (core/calendar.py charge_time, on the server's clock); null when the start or the charge policy cannot be read.
+   */
+  charge_at: string | null;
+  /**
+   * What the slot would cost in dollars (the provider's quote where it sells the slot); null when the booking is refused before its price is known.
+   */
+  price: number | null;
+  /**
+   * Why the booking would be refused, in the words the booking itself would answer; null when it would be booked.
+   */
+  problem: string | null;
+  /**
+   * What to do about the problem, where there is a hint.
+   */
+  hint: string | null;
 }
 /**
  * POST /portable/api/reservations: book a slot of an offer type; charge defaults to before.
@@ -202,8 +251,15 @@ export interface IBookingRequest {
    * An ISO 8601 time.
    */
   start: string;
+  /**
+   * How long the slot lasts, in whole hours (at most 14 days).
+   */
   hours: number;
   charge?: ChargePolicy;
+  /**
+   * The price in dollars the user was shown and confirmed, for a slot the provider sells (an AWS Capacity Block).
+   */
+  max_price?: number | null;
 }
 /**
  * A reservation (jupyter_portable/core/calendar.py Booking.to_json): 201 to POST /portable/api/reservations, and the answer to DELETE /portable/api/reservations/<id>.
@@ -236,6 +292,10 @@ export interface IBooking {
    * On a cancelled booking, the dollars given back; null when nothing had been charged.
    */
   refund: number | null;
+  /**
+   * What the guarantee holds, in the calendar's words (jupyter_portable/core/calendar.py GUARANTEE_TEXT); sent by the server with every booking it answers.
+   */
+  guarantee_text?: string;
   /**
    * Whether the user may cancel it now, as the server's rules decide (sent in the reservations listing).
    */
@@ -270,6 +330,10 @@ export interface ICalendar {
 export interface ICalendarOffer {
   capacity: number | null;
   guarantee: Guarantee;
+  /**
+   * What a booking of this offer would hold, in the words its record will say (jupyter_portable/core/calendar.py GUARANTEE_TEXT): the calendar promises only what the booking records.
+   */
+  guarantee_text: string;
   slots: ICalendarSlot[];
 }
 export interface ICalendarSlot {
@@ -330,9 +394,21 @@ export interface IRoute {
   };
   breakdown?: string[];
   /**
-   * The chance a launch on this route fails, 0..1, what recently happened to the offer included.
+   * The chance of a failed launch or a lost machine within the planned hours, 0..1, what recently happened to the offer included.
    */
   p_fail?: number;
+  /**
+   * What the risk term is made of; null from an older server.
+   */
+  risk?: null | IRisk;
+  /**
+   * The route's place in the order to try them (1: the best open route); blocked routes follow.
+   */
+  rank?: number;
+  /**
+   * Why this cheaper open route is not first (its offer was preempted repeatedly in the last hour and another route is within the margin), in words; null otherwise.
+   */
+  demoted?: string | null;
   /**
    * What recently happened to the offer, in words ("preempted 4 min ago"), newest first.
    */
@@ -365,6 +441,43 @@ export interface IChecks {
   launched: boolean | null;
 }
 /**
+ * A route's risk: the chance of a failed launch and of a lost machine within the planned hours, and what each costs the researcher.
+ */
+export interface IRisk {
+  /**
+   * The chance the launch fails, 0..1.
+   */
+  p_launch: number;
+  /**
+   * The chance the machine is lost (preempted) within the planned hours, 0..1.
+   */
+  p_lost: number;
+  /**
+   * What a failed launch wastes: the boot and the transfer, in seconds.
+   */
+  launch_s: number;
+  /**
+   * The time to notice a lost machine, in seconds.
+   */
+  notice_s: number;
+  /**
+   * The time to Continue again (this route's time to Ready), in seconds.
+   */
+  again_s: number;
+  /**
+   * The work since the last verified checkpoint a loss throws away, on average, in seconds.
+   */
+  work_s: number;
+  /**
+   * The hours a failure is expected to cost: the risk term in hours.
+   */
+  hours: number;
+  /**
+   * What an hour lost costs on this route, in $/h.
+   */
+  rate: number;
+}
+/**
  * PUT /portable/api/settings: the fields to change. A field left out or null stays as it is; "" clears it.
  */
 export interface ISettingsBody {
@@ -373,7 +486,8 @@ export interface ISettingsBody {
   min_gpu_memory_gb?: number | '' | null;
   driver?: string | null;
   min_cuda?: string | null;
-  image?: string | null;
+  container_image?: string | null;
+  machine_image?: string | null;
   max_price_per_hour?: number | '' | null;
   regions?: string[] | '' | null;
   budget_max_price_per_hour?: number | '' | null;
@@ -417,7 +531,14 @@ export interface IRequirements {
    */
   driver: string | null;
   min_cuda: string | null;
-  image: string | null;
+  /**
+   * The container image RunPod, Vast.ai and the local market start; null: each provider's default.
+   */
+  container_image: string | null;
+  /**
+   * The image AWS (an AMI) or Google Cloud (an image or family) boots, the one cloud of its form; null: each cloud's default.
+   */
+  machine_image: string | null;
   max_price_per_hour: number | null;
   regions: string[];
 }
@@ -436,11 +557,15 @@ export interface ISnapshotRequest {
   message?: string | null;
 }
 /**
- * POST /portable/api/snapshot: the version published; changed is false when nothing had changed.
+ * POST /portable/api/snapshot: the version published; changed is false when nothing had changed; skipped names every file not backed up (changed while read, a symlink leading outside the workspace, a name the store cannot hold).
  */
 export interface ISnapshotAnswer {
   version: number;
   changed: boolean;
+  /**
+   * Paths not backed up by this snapshot (absent from workers older than this field).
+   */
+  skipped?: string[];
 }
 /**
  * GET /portable/api/state: what the sidebar shows, in one answer.
@@ -488,6 +613,24 @@ export interface IPortableState {
    * The orphans the server's sweep found (machines of ours that no known workspace uses), with Terminate; null until the first sweep.
    */
   orphans?: IOrphans | null;
+  /**
+   * Every lifecycle state's words (jupyter_portable/core/state_words.py), one table: the toolbar, the badges, a cell's error and `jupyter portable status` say a state in these words.
+   */
+  states?: {
+    IDLE: IStateWords;
+    ACTIVE: IStateWords;
+    DRAINING: IStateWords;
+    SEALED: IStateWords;
+    RELEASED: IStateWords;
+    LOST: IStateWords;
+    ROUTING: IStateWords;
+    ACQUIRING: IStateWords;
+    PROBING: IStateWords;
+    MATERIALIZING: IStateWords;
+    VERIFYING: IStateWords;
+    READY: IStateWords;
+    FAILED: IStateWords;
+  };
 }
 export interface IWorkspaceInfo {
   id: string;
@@ -584,6 +727,10 @@ export interface IAllocation {
    * What the route predicted for this machine and, once it was Ready, what was measured (the allocation record's predicted and measured); null for a machine from before estimates were recorded.
    */
   estimate?: IEstimate | null;
+  /**
+   * The notebook's environment on this machine once it was Ready: the Python and each difference from the recorded lockfile (issue 26); null before Ready or for a machine from before it was recorded.
+   */
+  environment?: IEnvironment | null;
 }
 export interface IEstimate {
   predicted: IPredicted;
@@ -630,6 +777,40 @@ export interface IMeasured {
   hours?: number;
   cost?: number;
 }
+export interface IEnvironment {
+  /**
+   * image: the machine's own Python; lockfile: the recorded environment built for it.
+   */
+  mode: 'image' | 'lockfile';
+  /**
+   * Your Python and the machine's, when their versions differ.
+   */
+  python: IPythonChange | null;
+  /**
+   * Every recorded version, on the same Python.
+   */
+  exact: boolean;
+  changes: IEnvChange[];
+  /**
+   * One line for a person, e.g. 'Python 3.11.7 -> 3.10.13; 1 difference from the recorded environment: ipython 9.18.1 -> 8.39.0 (requires-python)'.
+   */
+  summary: string;
+}
+export interface IPythonChange {
+  recorded: string;
+  installed: string;
+}
+export interface IEnvChange {
+  name: string;
+  recorded: string | null;
+  installed: string | null;
+  /**
+   * requires-python, no-wheel, yanked, not-found, dependency, image, platform-only, added or built.
+   */
+  why: string;
+  kind: 'changed' | 'kept' | 'left-out' | 'added' | 'built';
+  detail: string;
+}
 export interface ILost {
   reason: string | null;
   at: string | null;
@@ -647,7 +828,14 @@ export interface ISnapshotInfo {
  */
 export interface IBudget {
   spent?: number;
+  /**
+   * What bookings hold back and no machine has spent yet: a provider-sold booking's price less what machines launched into it recorded; any other booking's price until its slot starts.
+   */
+  committed?: number;
   cap?: number | null;
+  /**
+   * cap - spent - committed (never below 0); null without a budget. The figure every view shows.
+   */
   left?: number | null;
   state: 'ok' | 'warn' | 'exhausted' | 'unknown';
   message?: string | null;
@@ -728,6 +916,10 @@ export interface IMachine {
    */
   cost: number;
   /**
+   * Where cost comes from: bill (the provider's billing records), provider-rate (the provider's own rate x its own start time) or estimate (a listed price x time).
+   */
+  cost_source?: 'bill' | 'provider-rate' | 'estimate';
+  /**
    * It serves the workspace now.
    */
   current: boolean;
@@ -751,6 +943,31 @@ export interface ISpend {
   text: string;
 }
 /**
+ * What one lifecycle state means to the user.
+ */
+export interface IStateWords {
+  /**
+   * The toolbar's words, e.g. 'No machine (RELEASED)'.
+   */
+  label: string;
+  /**
+   * One line: what is true in this state.
+   */
+  meaning: string;
+  /**
+   * A machine is held, and billed, in this state.
+   */
+  machine: boolean;
+  /**
+   * What the user can do now.
+   */
+  action: string;
+  /**
+   * A cell run asks 'Start a machine?' before renting one, as for the first machine.
+   */
+  ask: boolean;
+}
+/**
  * POST /portable/api/stop: sealed, read back and released.
  */
 export interface IStopAnswer {
@@ -761,3 +978,52 @@ export interface IStopAnswer {
   route?: string | null;
   verified?: boolean;
 }
+/**
+ * The workspace's settings or its bookings changed in its store, from this server (the sidebar, the Settings Editor) or from anywhere else (`jupyter portable settings` or `reserve` in a terminal, another server): the sidebar reads them again, with the budget's figures. Seen by the server's check within seconds. `idle`: a change of the idle stop's minutes started the countdown again.
+ *
+ */
+export interface IChangedEvent {
+  workspace_id: string;
+  what: 'settings' | 'reservations' | 'idle';
+  [k: string]: unknown;
+}
+/**
+ * What to tell the user once: lost, ready, failed, conflict, budget, idle (a countdown began, or an idle machine was released), moved (the notebook's kernels now run on the new machine: "Now on GPU (provider, region). Workspace version N verified.").
+ *
+ */
+export interface INoticeEvent {
+  workspace_id: string;
+  kind: 'lost' | 'ready' | 'failed' | 'conflict' | 'budget' | 'idle' | 'moved';
+  message: string;
+  [k: string]: unknown;
+}
+/**
+ * Progress inside one step of a Continue, a snapshot or a seal: acquire, probe,
+ * materialize, verify, reconnect, snapshot, seal, or of following the machine's files (follow).
+ *
+ */
+export interface IProgressEvent {
+  workspace_id: string;
+  step:
+    'acquire' | 'probe' | 'materialize' | 'verify' | 'reconnect' | 'snapshot' | 'seal' | 'follow';
+  message: string;
+  done?: number | null;
+  total?: number | null;
+  [k: string]: unknown;
+}
+
+// Values, GENERATED from the same schemas.
+/** The $id of jupyter_portable/interfaces/serverext/events/changed.yaml. */
+export const CHANGED_SCHEMA = 'https://events.jupyter-portable.org/changed/v1';
+/** The $id of jupyter_portable/interfaces/serverext/events/notice.yaml. */
+export const NOTICE_SCHEMA = 'https://events.jupyter-portable.org/notice/v1';
+/** The $id of jupyter_portable/interfaces/serverext/events/progress.yaml. */
+export const PROGRESS_SCHEMA = 'https://events.jupyter-portable.org/progress/v1';
+/** The $id of jupyter_portable/interfaces/serverext/events/state.yaml. */
+export const STATE_SCHEMA = 'https://events.jupyter-portable.org/state/v1';
+/** How many hours before its start a booking charged "before" is charged (jupyter_portable/core/calendar.py CHARGE_LEAD). */
+export const CHARGE_LEAD_HOURS = 2;
+/** The states a Continue may begin from (jupyter_portable/core/lifecycle.py CONTINUE_FROM). */
+export const CONTINUE_FROM = ['IDLE', 'LOST', 'RELEASED', 'FAILED'] as const;
+/** The states of a Continue in flight, in order (jupyter_portable/core/lifecycle.py CONTINUE_STATES). */
+export const CONTINUE_STATES = ['ROUTING', 'ACQUIRING', 'PROBING', 'MATERIALIZING', 'VERIFYING', 'READY'] as const;

@@ -3,11 +3,11 @@
  * auto-snapshot) and the server's `/portable/api/settings`: which of them changed, and the
  * PUT body that applies them. Plain functions: no JupyterLab, no network.
  *
- * The registry is the user's, shared by every workspace they open; the server's settings
- * are the workspace's, kept in its store. So on load a registry value left at its schema
- * default says nothing, and the workspace keeps its own value (nothing is sent); a value
- * the user set that the workspace lacks is sent. From then on, every field the user changes
- * in the Settings Editor is sent. The sidebar shows the workspace's values, the ones in effect.
+ * The server's settings are the workspace's, kept in its store: they are the ones in effect.
+ * On load, and whenever they change in the store (a terminal's `jupyter portable settings`),
+ * the sidebar shows them and writes them into the registry (``mirrored``), so the Settings
+ * Editor shows the workspace's values; nothing is sent on load. From then on, every field the
+ * user changes in the Settings Editor is sent.
  */
 
 import { DEFAULT_SETTINGS, IPortableSettings } from './settings';
@@ -95,11 +95,23 @@ export function toBody(fields: IWorkspaceFields, keys: readonly WorkspaceKey[]):
 }
 
 /**
- * On load, the fields to send: a registry field at its schema default is no choice of the
- * user's, so the workspace keeps its own value; any other field is sent if the workspace's differs.
+ * The user's settings (the registry's ``user`` object) with the workspace's ``fields`` written
+ * in: a field at its schema default is left out (the Settings Editor shows the default), any
+ * other is set; keys that are not the workspace's (the store URL) are kept as they are.
  */
-export function keysToSendOnLoad(registry: IWorkspaceFields, workspace: IWorkspaceFields): WorkspaceKey[] {
-  return WORKSPACE_KEYS.filter(key => !same(registry[key], DEFAULT_SETTINGS[key]) && !same(registry[key], workspace[key]));
+export function mirrored(
+  user: { readonly [key: string]: unknown },
+  fields: IWorkspaceFields
+): { [key: string]: unknown } {
+  const out: { [key: string]: unknown } = { ...user };
+  for (const key of WORKSPACE_KEYS) {
+    if (same(fields[key], DEFAULT_SETTINGS[key])) {
+      delete out[key];
+    } else {
+      out[key] = Array.isArray(fields[key]) ? [...(fields[key] as string[])] : fields[key];
+    }
+  }
+  return out;
 }
 
 /** The registry's workspace fields out of all its settings. */

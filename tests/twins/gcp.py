@@ -11,12 +11,30 @@ unknown fields refused) and every answer is built from them, so what passes here
 client library and the API agree on.
 
 Calls served: ``acceleratorTypes.aggregatedList``, ``regions.get``, ``projects.get``,
-``instances.insert/get/delete``, ``zoneOperations.get``. A VM is PROVISIONING, then STAGING, then
+``instances.insert/get/delete``, ``zoneOperations.get``. An insert that carries a ``requestId``
+is done once: the same id again answers the first operation (Compute Engine's idempotency). With
+``gateway_errors``, that many inserts are carried out and then answered 503; with
+``lose_answers``, that many inserts are carried out and no answer is sent (the connection is
+held open until the twin stops: only a client that reads with a timeout gives up); with
+``fail_first_delete``, each VM's first delete answers 503 and deletes nothing. A delete that
+is taken answers a RUNNING operation; the VM is STOPPING (still listed) for ``delete_delay_s``,
+then gone, and only then is its operation DONE. A VM is PROVISIONING, then STAGING, then
 RUNNING once its machine (:func:`twins.machines.start_machine`) listens on the VM's external IP
 (``natIP``, a fresh 127.x.y.z) port 22, with the ``ssh-keys`` metadata's keys and the
-``user-data`` cloud-config's ``ssh_authorized_keys`` and ``ssh_keys`` host key. Deleting the VM
+``user-data`` cloud-config's ``ssh_authorized_keys`` and ``ssh_keys`` host key.
+
+A boot runs in the order a Google image's does. cloud-init's init stage first (before
+network-online): its ``write_files``, then its ``ssh`` module, which installs the ``ssh_keys`` host
+key. Then Google's guest agent (after network-online, before sshd): on a VM's first boot it reads
+``/etc/default/instance_configs.cfg`` (as cloud-init left it) and, unless ``[InstanceSetup]
+set_host_keys`` is false, generates new host keys over whatever is there and publishes their public
+halves as guest attributes (``hostkeys/<type>``: :attr:`Vm.guest_attributes`). sshd starts last,
+with the keys left on disk. So a pinned host key survives only where the user data told the agent
+so, in a file written before it ran. Deleting the VM
 kills the machine; :meth:`GcpTwin.kill` preempts it (TERMINATED, with the reason as
-``statusMessage``).
+``statusMessage``). Machines log in as ``ubuntu`` with passwordless sudo (the Ubuntu images'
+user): an ``ssh-keys`` line for another user gives no login here. A machine's Python is its boot
+disk image's (``images``: ``sourceImage`` -> interpreter path), else its offer's.
 
     with GcpTwin(tmp_path, boot_delay_s=0.2) as twin:
         os.environ.update(twin.env())
@@ -37,28 +55,34 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from jupyter_portable.compute import gpu_catalog
 from twins.aws import AwsOffer, cloud_config, start_on_public_address
-from twins.machines import TwinMachine
+from twins.machines import BARE_PYTHON, CLOUD_USER, TwinMachine
 
 PROJECT = "twin-project"
+AGENT_CONFIG = "/etc/default/instance_configs.cfg"  # the guest agent's user configuration
 _NAME = re.compile(r"\A[a-z]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+# a boot disk's sourceImage: an image or an image family, as a full URL or a partial one
+_IMAGE = re.compile(r"(?:https://(?:www|compute)\.googleapis\.com/compute/(?:v1|beta)/)?(?:projects/[^/]+/)?"
+                    r"global/images/(?:family/)?[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
 log = logging.getLogger(__name__)
+LOST_ANSWER_S = 600.0  # how long a lost answer is held back (or until the twin stops), then dropped
 
 
 @dataclass
 class GcpOffer:
     """An accelerator sold in one zone (``machine_type``'s, from :data:`gpu_catalog.GCP`: the zone then
-    has every machine type of that accelerator), the driver its machines present, and ``stock``
-    (VMs at once; None: any)."""
+    has every machine type of that accelerator), the driver its machines present, ``stock``
+    (VMs at once; None: any) and ``python``, the bare interpreter its machines have (a path)."""
 
     machine_type: str = "g2-standard-4"
     zone: str = "us-central1-a"
     driver: str = "550.54.15"
     cuda: str = "12.4"
     stock: int | None = None
+    python: str = BARE_PYTHON
 
     @property
     def shape(self) -> gpu_catalog.MachineShape:
@@ -67,7 +91,7 @@ class GcpOffer:
     def machine(self, machine_type: str) -> AwsOffer:
         shape = gpu_catalog.GCP[machine_type]
         return AwsOffer(gpu=f"NVIDIA {shape.gpu}", memory_mb=int(shape.gpu_memory_gb * 1024), count=shape.gpu_count,
-                        driver=self.driver, cuda=self.cuda)
+                        driver=self.driver, cuda=self.cuda, python=self.python)
 
 
 @dataclass
@@ -86,6 +110,10 @@ class Vm:
     deleted: bool = False
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
     errors: list[str] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)  # what cloud-init's write_files wrote (path -> text)
+    guest_attributes: dict[str, str] = field(default_factory=dict)  # what the guest agent published
+    gone_at: float = 0.0  # being deleted (STOPPING): when it is gone (time.monotonic())
+    delete_operations: list[Any] = field(default_factory=list)  # the deletes' operations, RUNNING until then
 
     @property
     def ref(self) -> str:
@@ -102,8 +130,17 @@ class GcpTwin:
     """Compute Engine for one project on loopback."""
 
     def __init__(self, root: Path, *, offers: Iterable[GcpOffer | dict[str, Any]] | None = None,
-                 boot_delay_s: float = 0.5, project: str = PROJECT) -> None:
+                 boot_delay_s: float = 0.5, project: str = PROJECT, images: dict[str, str] | None = None,
+                 gateway_errors: int = 0, fail_first_delete: bool = False, delete_delay_s: float = 0.3,
+                 lose_answers: int = 0) -> None:
         self.root = Path(root)
+        self.lose_answers = lose_answers
+        self.delete_delay_s = delete_delay_s
+        self.gateway_errors = gateway_errors
+        self.fail_first_delete = fail_first_delete
+        self.request_ids: dict[str, Any] = {}  # requestId -> the insert's operation
+        self.deletes: dict[str, int] = {}  # VM ref -> deletes asked
+        self.images = dict(images or {})  # a boot disk's sourceImage -> the bare interpreter its machines have
         self.offers = [o if isinstance(o, GcpOffer) else GcpOffer(**o) for o in (offers or [GcpOffer()])]
         self.boot_delay_s = boot_delay_s
         self.project = project
@@ -119,6 +156,7 @@ class GcpTwin:
         self._seq = 0
         self._public_pem = ""
         self._email = ""
+        self._local = threading.local()  # the query of the request being served
 
     # -- what tests use ----------------------------------------------------------------------
 
@@ -131,9 +169,7 @@ class GcpTwin:
     def env(self) -> dict[str, str]:
         """The client library's own variables, and the provider's, pointing at this twin."""
         return {"JUPYTER_PORTABLE_GCP_ENDPOINT": self.url, "GOOGLE_CLOUD_PROJECT": self.project,
-                "GOOGLE_APPLICATION_CREDENTIALS": str(self.root / "service-account.json"),
-                # the twin's machines let root in
-                "JUPYTER_PORTABLE_GCP_SSH_USER": "root"}
+                "GOOGLE_APPLICATION_CREDENTIALS": str(self.root / "service-account.json")}
 
     def provider_kwargs(self) -> dict[str, Any]:
         """Nothing: the environment says it all (one zone per offer, to keep listings small)."""
@@ -222,8 +258,10 @@ class GcpTwin:
     def _serve(self, request: BaseHTTPRequestHandler) -> None:
         length = int(request.headers.get("Content-Length") or 0)
         body = request.rfile.read(length) if length else b""
-        path = urlsplit(request.path).path
+        url = urlsplit(request.path)
+        path = url.path
         method = request.command
+        self._local.query = dict(parse_qsl(url.query))
         with self.lock:
             self.requests.append((method, path))
         try:
@@ -241,6 +279,15 @@ class GcpTwin:
             self.errors.append(f"{method} {path}: {type(exc).__name__}: {exc}")
             status, answer = 500, {"error": {"code": 500, "message": "twin error", "errors": []}}
         data = json.dumps(answer).encode()
+        lost = False
+        if method == "POST" and path.endswith("/instances") and status == 200:
+            with self.lock:
+                lost = self.lose_answers > 0
+                self.lose_answers -= lost
+        if lost:  # carried out; no answer comes while the caller could still be waiting for it
+            self._stop.wait(LOST_ANSWER_S)
+            request.close_connection = True
+            return
         request.send_response(status)
         request.send_header("Content-Type", "application/json; charset=UTF-8")
         request.send_header("Content-Length", str(len(data)))
@@ -360,7 +407,15 @@ class GcpTwin:
         offer = self._offer(zone, match.group(2))
         if not any(d.boot for d in vm.disks) or not vm.network_interfaces:
             raise HttpError(400, "An instance needs a boot disk and a network interface.", "invalid")
+        for i, disk in enumerate(vm.disks):
+            image = disk.initialize_params.source_image if disk.initialize_params else ""
+            if image and not _IMAGE.fullmatch(image):  # an image or a family, in a project or this one: nothing else
+                raise HttpError(400, f"Invalid value for field 'resource.disks[{i}].initializeParams.sourceImage': "
+                                     f"'{image}'. The URL is malformed.", "invalid")
+        request_id = (getattr(self._local, "query", None) or {}).get("requestId")
         with self.lock:
+            if request_id and request_id in self.request_ids:
+                return self.request_ids[request_id]  # done once already: its operation again
             ref = f"{zone}/{vm.name}"
             if ref in self.vms and not self.vms[ref].deleted:
                 raise HttpError(409, f"The resource 'projects/{self.project}/zones/{zone}/instances/{vm.name}' "
@@ -375,15 +430,23 @@ class GcpTwin:
             self.vms[ref] = Vm(zone=zone, name=vm.name, resource=vm, offer=offer, machine_type=match.group(2),
                                id=1000 + self._seq,
                                ready_at=time.monotonic() + self.boot_delay_s)
-            return self._new_operation(zone, "insert", vm.name)
+            operation = self._new_operation(zone, "insert", vm.name)
+            if request_id:
+                self.request_ids[request_id] = operation
+            if self.gateway_errors > 0:
+                self.gateway_errors -= 1  # done, but the caller sees the front end's error
+                raise HttpError(503, "The service is currently unavailable.", "backendError")
+            return operation
 
-    def _new_operation(self, zone: str, kind: str, target: str, error: tuple[str, str] | None = None) -> Any:
+    def _new_operation(self, zone: str, kind: str, target: str, error: tuple[str, str] | None = None,
+                       running: bool = False) -> Any:
         from google.cloud import compute_v1 as c
 
         self._seq += 1
         name = f"operation-{self._seq}-{secrets.token_hex(4)}"
         base = f"{self.url}/compute/v1/projects/{self.project}/zones/{zone}"
-        op = c.Operation(name=name, id=self._seq, status="DONE", operation_type=kind, progress=100,
+        op = c.Operation(name=name, id=self._seq, status="RUNNING" if running else "DONE", operation_type=kind,
+                         progress=0 if running else 100,
                          zone=f"{base}", target_link=f"{base}/instances/{target}",
                          self_link=f"{base}/operations/{name}", kind="compute#operation")
         if error is not None:
@@ -440,11 +503,20 @@ class GcpTwin:
     def _delete(self, zone: str, name: str, body: bytes) -> Any:
         with self.lock:
             vm = self._vm(zone, name)
+            self.deletes[vm.ref] = self.deletes.get(vm.ref, 0) + 1
+            if self.fail_first_delete and self.deletes[vm.ref] == 1:
+                raise HttpError(503, "The service is currently unavailable.", "backendError")
             vm.ended = True
             if vm.machine is not None:
                 vm.machine.kill()
-            vm.deleted = True  # gone from the API; the twin keeps its machine for the test to inspect
-            return self._new_operation(zone, "delete", name)
+            if vm.status != "STOPPING":
+                vm.status = "STOPPING"
+                vm.gone_at = time.monotonic() + self.delete_delay_s
+            # accepted, not done: the operation runs (and the VM is listed, STOPPING) until the
+            # deletion is; then the VM is gone from the API (the twin keeps its machine to inspect)
+            answer = self._new_operation(zone, "delete", name, running=True)
+            vm.delete_operations.append(self.operations[f"{zone}/{answer['name']}"])
+            return answer
 
     # -- booting -----------------------------------------------------------------------------------
 
@@ -452,6 +524,11 @@ class GcpTwin:
         while not self._stop.wait(0.05):
             now = time.monotonic()
             with self.lock:
+                for vm in self.vms.values():
+                    if vm.status == "STOPPING" and not vm.deleted and now >= vm.gone_at:
+                        vm.deleted, vm.status = True, "TERMINATED"
+                        for op in vm.delete_operations:
+                            op.status, op.progress = "DONE", 100
                 due = [vm for vm in self.vms.values()
                        if vm.machine is None and not vm.ended and not vm.deleted and not vm.errors]
                 for vm in due:
@@ -471,14 +548,41 @@ class GcpTwin:
         config = cloud_config(metadata.get("user-data"))
         keys = list(config.get("ssh_authorized_keys") or [])
         for line in (metadata.get("ssh-keys") or "").splitlines():
-            _user, _, key = line.partition(":")
-            if key.strip():
+            user, _, key = line.partition(":")
+            if user.strip() == CLOUD_USER and key.strip():
                 keys.append(key.strip())
+        # cloud-init's init stage: write_files, then the ssh module's host key
+        for entry in config.get("write_files") or []:
+            if isinstance(entry, dict) and entry.get("path"):
+                vm.files[str(entry["path"])] = str(entry.get("content") or "")
         ssh_keys = config.get("ssh_keys") or {}
         host_key = ((ssh_keys["ed25519_private"], ssh_keys["ed25519_public"])
                     if "ed25519_private" in ssh_keys and "ed25519_public" in ssh_keys else None)
+        # then the guest agent, on the VM's first boot: new host keys unless its config says not to
+        if _agent_sets_host_keys(vm.files.get(AGENT_CONFIG, "")):
+            from jupyter_portable.compute.keys import host_key_pair
+
+            host_key = host_key_pair()
+            kind, blob = host_key[1].split()[:2]
+            vm.guest_attributes[f"hostkeys/{kind}"] = blob
+        images = [d.initialize_params.source_image for d in vm.resource.disks if d.boot]
+        offer = vm.offer.machine(vm.machine_type)
+        python = self.images.get(images[0] if images else "", offer.python)
         with self.lock:
             if vm.ended:
                 return
-            vm.machine = start_on_public_address(self.root, vm.name, vm.offer.machine(vm.machine_type), keys, host_key)
+            vm.machine = start_on_public_address(self.root, vm.name, offer, keys, host_key, python=python)
             vm.status = "RUNNING"
+
+
+def _agent_sets_host_keys(config_text: str) -> bool:
+    """Whether the guest agent generates host keys on first boot under ``config_text`` (the INI file
+    it reads; missing or unreadable: its default, true)."""
+    import configparser
+
+    parser = configparser.ConfigParser()
+    try:
+        parser.read_string(config_text)
+        return parser.getboolean("InstanceSetup", "set_host_keys", fallback=True)
+    except (configparser.Error, ValueError):
+        return True

@@ -6,6 +6,8 @@ gets its own loopback address (``127.x.y.z``) and a forwarder on port 22 of it t
 sshd; ``ip`` appears once both listen. The launch's key is the registered key it names (exactly
 one), plus any ``ssh_authorized_keys`` in its cloud-init ``user_data``, as cloud-init would add.
 Instances go booting -> active; a killed one is ``preempted``, a terminated one ``terminated``.
+Machines log in as ``ubuntu`` with passwordless sudo, as Lambda Stack does; the launch names no
+image, so a machine's Python is its offer's.
 Binding port 22 needs root and no server on ``0.0.0.0:22``: :func:`unavailable` says why not.
 """
 
@@ -24,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from twins.machines import CLOUD_USER
 from twins.server import Refused, Rental, Reply, Twin, TwinOffer
 
 _addresses = itertools.count(2)
@@ -118,6 +121,7 @@ class LambdaTwin(Twin):
         "type": "object", "required": ["code", "message"],
         "properties": {"code": {"type": "string"}, "message": {"type": "string"}, "suggestion": {"type": "string"}}}}}
     launch_ops = frozenset({"launchInstance"})
+    login_user = CLOUD_USER  # Lambda Stack's: ubuntu, with sudo
 
     def __init__(self, *args: Any, ssh_keys: dict[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -125,12 +129,8 @@ class LambdaTwin(Twin):
         self._key_ids: dict[str, str] = {}
         self.forwarders: dict[str, Forwarder] = {}
 
-    def env(self) -> dict[str, str]:
-        # the twin's machines let root in; Lambda Stack's user, ubuntu, does not exist here
-        return {**super().env(), "LAMBDA_SSH_USER": "root"}
-
     def provider_kwargs(self) -> dict[str, Any]:
-        return {"api_key": self.api_key, "base_url": self.url, "ssh_user": "root", "ssh_key_names": []}
+        return {"api_key": self.api_key, "base_url": self.url, "ssh_key_names": []}
 
     # -- errors ----------------------------------------------------------------------------
 

@@ -3,9 +3,20 @@ GraphQL calls ``jupyter_portable.compute.runpod`` makes (``gpuTypes``, ``podRent
 
 Pods go PROVISIONING -> STARTING -> RUNNING over the boot delay; ``ssh.direct`` and the public
 22/tcp mapping in ``runtime.ports`` appear only once the pod's sshd listens. The launch's keys
-are the ``PUBLIC_KEY`` env (what RunPod images install for root) and, with ``startSsh``, the
-account's keys. A sold-out GPU answers createPod with RunPod's 400 "no longer any instances
-available"; a killed pod reports ERROR (EXITED for an interruptible one, as when outbid).
+are the ``PUBLIC_KEY`` env (what RunPod images install for root), which replaces the account's
+keys (the document says so); without it, ``startSsh`` installs the account's keys. A sold-out GPU
+answers createPod with RunPod's 400 "no longer any instances available"; a killed pod reports
+ERROR (EXITED for an interruptible one, as when outbid), and an EXITED pod's ``cost`` reads 0.0.
+
+Interruptible pods: ``gpuTypes`` lists each type's ``minimumBidPrice`` (half its on-demand price
+here) and ``uninterruptablePrice`` (its on-demand price), per GPU; ``podRentInterruptable`` refuses
+a ``bidPerGpu`` under the minimum, and a spot pod costs its bid (``costPerHr``, the pod's ``cost``
+and the bill). :meth:`RunPodTwin.outbid` raises the market: every running spot pod whose bid is
+under the new price is stopped (EXITED), as RunPod stops the lowest bidders first.
+
+The bill (``GET /v2/billing/pods``) has one record per pod per hour: GPU at the pod's price from
+its creation until it exited or was deleted, and its container disk at $0.10/GB-month while it
+exists (:data:`DISK_PER_GB_MONTH`).
 
     with RunPodTwin(tmp_path, offers=[TwinOffer(stock=1)], boot_delay_s=0.2) as twin:
         provider = RunPodProvider(**twin.provider_kwargs())   # or os.environ.update(twin.env())
@@ -15,12 +26,15 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from twins.server import Refused, Rental, Reply, Twin, TwinOffer, ceil_seconds, public_keys
 
 NO_CAPACITY = ("There are no longer any instances available with the requested specifications. "
                "Please refresh and try again.")
+DISK_PER_GB_MONTH = 0.10  # RunPod's pricing page: container disk
+HOURS_PER_MONTH = 30 * 24
 
 
 def _problem(status: int, title: str, detail: str, errors: list[str] | None = None) -> Reply:
@@ -144,9 +158,59 @@ class RunPodTwin(Twin):
                 "registry": None, "gpu": {"id": offer.gpu, "count": offer.count},
                 "cloud": rental.extra.get("cloud", "SECURE"), "dataCenterId": offer.region,
                 "cudaVersion": offer.cuda if up else None, "ssh": {"proxy": None, "direct": direct},
-                "template": None, "cost": offer.price, "locked": False, "runtime": runtime,
+                "template": None, "cost": 0.0 if status in ("EXITED", "TERMINATED") else self.price(rental),
+                "locked": False, "runtime": runtime,
                 "createdAt": rental.created_iso, "startedAt": rental.created_iso if status == "RUNNING" else None,
                 "globalNetworking": {"enabled": False}}
+
+    def price(self, rental: Rental) -> float:
+        """What the pod costs per hour: its bid for every GPU if interruptible, else its offer's price."""
+        bid = rental.extra.get("bid_per_gpu")
+        return float(bid) * int(rental.extra.get("gpu_count", 1)) if bid is not None else rental.offer.price
+
+    @staticmethod
+    def minimum_bid(offer: TwinOffer) -> float:
+        """The lowest bid per GPU an interruptible pod of ``offer``'s type is rented for."""
+        return round(offer.price / offer.count / 2, 4)
+
+    def outbid(self, per_gpu: float) -> list[str]:
+        """Another renter bids ``per_gpu``: the running spot pods bidding less are stopped; their ids."""
+        with self.lock:
+            losers = [r.ref for r in self.rentals.values() if r.extra.get("spot") and not r.deleted
+                      and not r.killed and float(r.extra.get("bid_per_gpu") or 0) < per_gpu]
+        for ref in losers:
+            self.kill(ref, "outbid")
+        return losers
+
+    def _keys(self, env: dict[str, Any], start_ssh: Any) -> list[str]:
+        """The pod's login keys: ``PUBLIC_KEY`` replaces the account's keys; without it, ``startSsh``
+        installs those."""
+        if env.get("PUBLIC_KEY"):
+            return public_keys(str(env["PUBLIC_KEY"]))
+        return list(self.account_keys) if start_ssh else []
+
+    def bill(self, rental: Rental, until: datetime | None = None, bucket: str = "hour") -> list[dict[str, Any]]:
+        """The pod's billing records, one per ``bucket`` (hour, else day) it existed in."""
+        now = until or self.wall()
+        end = rental.deleted_at or now
+        gpu_end = min(t for t in (rental.killed_at if rental.extra.get("spot") else None, end) if t is not None)
+        disk_gb = float(rental.extra.get("disk") or 20)
+        records = []
+        hour = rental.created_at.replace(minute=0, second=0, microsecond=0)
+        if bucket != "hour":
+            hour = hour.replace(hour=0)
+        while hour < end:
+            nxt = hour + timedelta(hours=1 if bucket == "hour" else 24)
+
+            def within(a: datetime, b: datetime, hour: datetime = hour, nxt: datetime = nxt) -> float:
+                return max(0.0, (min(b, nxt) - max(a, hour)).total_seconds()) / 3600
+
+            gpu = self.price(rental) * within(rental.created_at, gpu_end)
+            disk = disk_gb * DISK_PER_GB_MONTH / HOURS_PER_MONTH * within(rental.created_at, end)
+            records.append({"startTime": _iso(hour), "endTime": _iso(nxt), "podId": rental.ref,
+                            "totalAmount": gpu + disk, "gpuAmount": gpu, "cpuAmount": 0.0, "diskAmount": disk})
+            hour = nxt
+        return records
 
     def _rental(self, ref: str) -> Rental:
         rental = self.rentals.get(ref)
@@ -185,9 +249,7 @@ class RunPodTwin(Twin):
                 or (floor and _version(offer.cuda) < _version(floor))):
             raise Refused(_problem(400, "Bad Request", NO_CAPACITY))
         env = dict(body.get("env") or {})
-        keys = public_keys(env.get("PUBLIC_KEY"))
-        if body.get("startSsh"):
-            keys += self.account_keys
+        keys = self._keys(env, body.get("startSsh"))
         rental = self.rent(offer, self.new_ref(), name=body["name"], keys=keys, image=body.get("image", ""),
                            disk=body.get("disk", 20), env=env, ports=body.get("ports", []),
                            cloud=body.get("cloud", "SECURE"))
@@ -206,13 +268,30 @@ class RunPodTwin(Twin):
                                       "detail": "something went wrong deleting the pod; try again"}))
         return Reply(204)
 
+    def op_listPodBilling(self, params: dict[str, str], query: dict[str, Any], body: Any) -> Reply:
+        if "lastN" in query and ("startTime" in query or "endTime" in query):
+            raise Refused(_problem(400, "Bad Request", "lastN is mutually exclusive with startTime/endTime"))
+        start = _parse(query.get("startTime")) or self.wall() - timedelta(days=30)
+        end = _parse(query.get("endTime")) or self.wall()
+        bucket = str(query.get("bucketSize", "day"))
+        # the window snaps to whole buckets, as the document says
+        start = start.replace(minute=0, second=0, microsecond=0) if bucket == "hour" else start.replace(
+            hour=0, minute=0, second=0, microsecond=0)
+        records = [r for rental in self.rentals.values() if query.get("podId") in (None, rental.ref)
+                   for r in self.bill(rental, bucket=bucket) if start <= (_parse(r["startTime"]) or start) < end]
+        totals = {k: sum(r[k] for r in records) for k in ("totalAmount", "gpuAmount", "cpuAmount", "diskAmount")}
+        return Reply(200, {"records": records, "metadata": {
+            "query": {"startTime": _iso(start), "endTime": _iso(end), "bucketSize": bucket,
+                      "podId": query.get("podId")},
+            "recordCount": len(records), "uniquePodCount": len({r["podId"] for r in records}), "totals": totals}})
+
     def op_graphql_gpuTypes(self, params: dict[str, str], query: dict[str, Any], body: Any) -> Reply:
         types = []
         for offer in self.offers:
             level = self._level(offer, 1)
             types.append({"id": offer.gpu, "displayName": offer.model, "memoryInGb": round(offer.memory_mb / 1024),
                           "secureCloud": True, "communityCloud": True,
-                          "lowestPrice": {"minimumBidPrice": round(offer.price / offer.count / 2, 4),
+                          "lowestPrice": {"minimumBidPrice": self.minimum_bid(offer),
                                           "uninterruptablePrice": offer.price / offer.count,
                                           "stockStatus": None if level == "NONE" else level}})
         return Reply(200, {"data": {"gpuTypes": types}})
@@ -223,11 +302,30 @@ class RunPodTwin(Twin):
                             [spec["dataCenterId"]] if spec.get("dataCenterId") else None)
         if offer is None or offer.stock <= 0:
             return Reply(200, {"errors": [{"message": NO_CAPACITY}], "data": None})
+        bid = spec.get("bidPerGpu")
+        if not isinstance(bid, (int, float)) or bid < self.minimum_bid(offer):
+            return Reply(200, {"errors": [{"message": f"Your bid price is below the minimum bid price of "
+                                                      f"{self.minimum_bid(offer)}."}], "data": None})
         env = {e.get("key"): e.get("value") for e in spec.get("env") or [] if isinstance(e, dict)}
-        keys = public_keys(env.get("PUBLIC_KEY")) + (self.account_keys if spec.get("startSsh") else [])
+        keys = self._keys(env, spec.get("startSsh"))
         rental = self.rent(offer, self.new_ref(), name=str(spec.get("name", "")), keys=keys,
                            image=spec.get("imageName", ""), disk=spec.get("containerDiskInGb", 20), env=env,
                            ports=[p for p in str(spec.get("ports", "")).split(",") if p], spot=True,
-                           cloud=spec.get("cloudType", "SECURE"))
+                           cloud=spec.get("cloudType", "SECURE"), bid_per_gpu=float(bid),
+                           gpu_count=int(spec.get("gpuCount") or 1))
         return Reply(200, {"data": {"podRentInterruptable": {"id": rental.ref, "desiredStatus": "RUNNING",
-                                                             "costPerHr": offer.price / 2}}})
+                                                             "costPerHr": self.price(rental)}}})
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse(text: Any) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)

@@ -10,15 +10,19 @@ against the published response schema first; a twin bug answers 500 and is recor
 
 Each launch rents a real machine (``tests/twins/machines.py``): its sshd starts in the
 background at once, and the API reports it running only after ``boot_delay_s`` on the twin's
-clock, with an SSH endpoint only once that sshd listens.
+clock, with an SSH endpoint only once that sshd listens. The machine's login user is the twin's
+:attr:`Twin.login_user`; its Python is the one the launch's image has (``images``, image name ->
+interpreter path), else the offer's (:attr:`TwinOffer.python`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 import secrets
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -29,8 +33,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from sshd import SSHD, _free_port
+
 from twins import schemas
-from twins.machines import TwinMachine, start_machine
+from twins.machines import BARE_PYTHON, TwinMachine, start_machine
 
 
 @dataclass
@@ -39,7 +45,8 @@ class TwinOffer:
 
     ``gpu`` is the name nvidia-smi shows (and RunPod's GPU type id); ``model`` the short name
     the marketplaces list ("RTX 4090"); ``memory_mb`` per GPU; ``count`` GPUs per machine;
-    ``price`` $/h for the machine; ``region`` a data center / region / geolocation."""
+    ``price`` $/h for the machine; ``region`` a data center / region / geolocation; ``python`` the
+    bare interpreter its machines have (a path, e.g. ``machines.PYTHONS["3.10"]``)."""
 
     gpu: str = "NVIDIA GeForce RTX 4090"
     model: str = "RTX 4090"
@@ -50,6 +57,7 @@ class TwinOffer:
     cuda: str = "12.4"
     stock: int = 1
     region: str = "US-TX-3"
+    python: str = BARE_PYTHON
 
     @classmethod
     def of(cls, spec: TwinOffer | dict[str, Any]) -> TwinOffer:
@@ -87,6 +95,9 @@ class Rental:
     ref: str
     offer: TwinOffer
     created: float
+    # the provider's own record of when the machine was rented (what spend figures count from):
+    # on the twin's wall clock, as first reported running, taken back and deleted below
+    created_at: datetime
     name: str
     keys: list[str] = field(default_factory=list)
     machine: TwinMachine | None = None
@@ -95,14 +106,18 @@ class Rental:
     killed: str | None = None
     deletes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
-    # the provider's own record of when the machine was rented (what spend figures count from)
-    created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    running_at: datetime | None = None
+    killed_at: datetime | None = None
     deleted_at: datetime | None = None
+    restarts: int = 0
 
-    def billed(self) -> float:
-        """What the provider charges for it: its price from creation to deletion (or now)."""
-        end = self.deleted_at or datetime.now(timezone.utc)
-        return self.offer.price * (end - self.created_at).total_seconds() / 3600
+    def billed(self, until: datetime | None = None) -> float:
+        """What the provider charges for it: its price from creation to deletion, or to ``until``
+        (a time on the twin's wall clock) while it still runs."""
+        end = self.deleted_at or until
+        if end is None:
+            raise ValueError(f"{self.ref} still runs: say until when it is billed (the twin's wall)")
+        return self.offer.price * max(0.0, (end - self.created_at).total_seconds()) / 3600
 
     @property
     def created_iso(self) -> str:
@@ -121,12 +136,17 @@ class Twin:
     error_schema: Any = {"type": "object"}
     # the operations that rent a machine (whose answer ``lose_answers`` drops)
     launch_ops: frozenset[str] = frozenset()
+    # who logs in to the machines: the provider's images' user
+    login_user = "root"
 
     def __init__(self, root: Path, *, offers: Iterable[TwinOffer | dict[str, Any]] | None = None,
                  boot_delay_s: float = 1.0, clock: Callable[[], float] = time.monotonic, rate: float | None = None,
                  fail_first_delete: Iterable[str] | bool = (), api_key: str | None = None,
-                 lose_answers: int = 0) -> None:
+                 lose_answers: int = 0, gateway_errors: int = 0, images: dict[str, str] | None = None,
+                 wall: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
         self.root = Path(root)
+        self.wall = wall  # the provider's calendar: what its records and bills are dated by
+        self.images = dict(images or {})  # image name -> the bare interpreter its machines have
         self.offers = [TwinOffer.of(o) for o in (offers if offers is not None else [TwinOffer()])]
         self.boot_delay_s = boot_delay_s
         self.clock = clock
@@ -137,6 +157,8 @@ class Twin:
         self.rentals: dict[str, Rental] = {}
         # this many successful launches are carried out, then the connection drops unanswered
         self.lose_answers = lose_answers
+        # this many successful launches are carried out, then a gateway in front answers 503 instead
+        self.gateway_errors = gateway_errors
         self.requests: list[dict[str, Any]] = []
         self.violations: list[str] = []
         self.bugs: list[str] = []
@@ -177,6 +199,7 @@ class Twin:
         with self.lock:
             rental = self.rentals[str(ref)]
             rental.killed = reason
+            rental.killed_at = self.wall()
         self._wait_started(rental)
         if rental.machine is not None:
             rental.machine.kill()
@@ -242,13 +265,16 @@ class Twin:
             self._seq += 1
             return f"{self._seq}{secrets.token_hex(4)}"
 
-    def rent(self, offer: TwinOffer, ref: str, *, name: str, keys: Iterable[str] = (), **extra: Any) -> Rental:
-        """Take one of ``offer``'s stock and start its machine in the background."""
+    def rent(self, offer: TwinOffer, ref: str, *, name: str, keys: Iterable[str] = (), fail_with: str | None = None,
+             **extra: Any) -> Rental:
+        """Take one of ``offer``'s stock and start its machine in the background (``fail_with``: it
+        never starts, for that reason)."""
         with self.lock:
             offer.stock -= 1
             self.on_stock(offer)
             rental = Rental(ref=ref, offer=offer, created=self.clock(), name=name,
-                            keys=[k for k in keys if k.strip()], extra=extra)
+                            keys=[k for k in keys if k.strip()], extra=extra, created_at=self.wall(),
+                            start_error=fail_with)
             self.rentals[ref] = rental
         thread = threading.Thread(target=self._boot, args=(rental,), name=f"boot-{ref}", daemon=True)
         self._starting.append(thread)
@@ -256,9 +282,12 @@ class Twin:
         return rental
 
     def _boot(self, rental: Rental) -> None:
+        if rental.start_error:
+            return  # it fails before any machine exists (a twin made it so at launch)
         try:
             machine = start_machine(self.root, f"{self.provider}-{rental.ref}", gpus=rental.offer.gpus,
-                                    driver=rental.offer.driver, cuda=rental.offer.cuda)
+                                    driver=rental.offer.driver, cuda=rental.offer.cuda, user=self.login_user,
+                                    python=self.python_for(rental))
         except Exception as exc:  # noqa: BLE001 - reported through the API (and the test's view of it)
             rental.start_error = f"{type(exc).__name__}: {exc}"
             return
@@ -270,6 +299,38 @@ class Twin:
             machine.remove() if rental.deleted else machine.kill()
             return
         self.on_started(rental)
+
+    def restart(self, ref: str) -> None:
+        """The host restarts the machine (maintenance, a stop and start): every process on it dies,
+        its disk stays, and its sshd comes back on another port, as a Docker host maps a fresh one.
+        The API reports it booting again for ``boot_delay_s``."""
+        with self.lock:
+            rental = self.rentals[str(ref)]
+        self._wait_started(rental)
+        machine = rental.machine
+        if machine is None:
+            raise RuntimeError(f"machine {ref} never started")
+        machine.kill()
+        old = machine.sshd
+        config = old.dir / "sshd_config"
+        for _ in range(3):
+            port = _free_port(old.host)
+            if port != old.port:
+                break
+        config.write_text(re.sub(r"(?m)^Port \d+$", f"Port {port}", config.read_text()))
+        old.log.write_text("")
+        proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(old.log)], stdin=subprocess.DEVNULL)
+        with self.lock:
+            machine.sshd = dataclasses.replace(old, port=port, proc=proc)
+            rental.created = self.clock()  # booting again
+            rental.restarts += 1
+        deadline = time.monotonic() + 10
+        while proc.poll() is None and "Server listening" not in old.log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def python_for(self, rental: Rental) -> str:
+        """The interpreter the rental's machine has: its image's, else its offer's."""
+        return self.images.get(str(rental.extra.get("image") or ""), rental.offer.python)
 
     def _wait_started(self, rental: Rental) -> None:
         for thread in self._starting:
@@ -296,7 +357,11 @@ class Twin:
             return "failed"
         if self.clock() - rental.created < self.boot_delay_s:
             return "booting"
-        return "up" if rental.machine is not None and rental.machine.alive() else "starting"
+        if rental.machine is not None and rental.machine.alive():
+            if rental.running_at is None:
+                rental.running_at = self.wall()  # what a bill counts running time from
+            return "up"
+        return "starting"
 
     def delete(self, rental: Rental) -> bool:
         """Delete a rental; False (and nothing done) when ``fail_first_delete`` makes this one fail."""
@@ -309,7 +374,7 @@ class Twin:
             if rental.deleted:
                 return True
             rental.deleted = True
-            rental.deleted_at = datetime.now(timezone.utc)
+            rental.deleted_at = self.wall()
             if not rental.killed:
                 rental.offer.stock += 1  # the GPU goes back on the market
                 self.on_stock(rental.offer)
@@ -391,10 +456,17 @@ class Twin:
             lose = entry["op"] in self.launch_ops and reply.status < 300 and self.lose_answers > 0
             if lose:
                 self.lose_answers -= 1
+            gateway = entry["op"] in self.launch_ops and reply.status < 300 and not lose and self.gateway_errors > 0
+            if gateway:
+                self.gateway_errors -= 1
         if lose:  # done, but the answer never reaches the caller
             entry["lost"] = True
             http.close_connection = True
             return
+        if gateway:  # done, but what reaches the caller is the gateway's error page
+            entry.update(lost=True, status=503)
+            reply, data, headers = Reply(503), b"<html><body>503 Service Temporarily Unavailable</body></html>", {
+                "Content-Type": "text/html"}
         http.send_response(reply.status)
         if data:
             headers.setdefault("Content-Type", "application/json")

@@ -14,13 +14,13 @@ from typing import Any
 
 import blake3
 
+from jupyter_portable.core import hooks
 from jupyter_portable.core.errors import IntegrityError, StoreError, UsageError
 from jupyter_portable.core.manifest import FileEntry, Manifest
 from jupyter_portable.core.records import CheckpointRecord, latest_verified
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.engine.checkpoint.writecheck import WriteCheck, check_checkpoint, not_a_file
 from jupyter_portable.engine.scan import ignore_spec
-from jupyter_portable.store import faults
 from jupyter_portable.store.repo import Store, object_key
 
 
@@ -45,6 +45,28 @@ def relative_to_workspace(root: Path, path: str | os.PathLike[str]) -> str:
         raise UsageError(f"{text} is excluded by .portableignore, so it would never reach the store",
                          hint="remove the pattern that matches it from .portableignore")
     return text
+
+
+def leads_outside(root: Path, rel: str) -> str | None:
+    """Why ``rel`` (or, for a directory, something under it) is reached through a symlink that
+    leads outside the workspace, or None. A snapshot leaves such a link out."""
+    real_root = os.path.realpath(root)
+
+    def outside(full: str) -> bool:
+        real = os.path.realpath(full)
+        return real != real_root and not real.startswith(real_root + os.sep)
+
+    full = os.path.join(root, rel)
+    if outside(full):
+        return f"it is reached through a symlink that points outside the workspace (to {os.path.realpath(full)})"
+    if os.path.isdir(full):
+        for dirpath, dirnames, filenames in os.walk(full):
+            for name in sorted(dirnames + filenames):
+                entry = os.path.join(dirpath, name)
+                if os.path.islink(entry) and outside(entry):
+                    inner, real = os.path.relpath(entry, root), os.path.realpath(entry)
+                    return f"{inner} in it is a symlink that points outside the workspace (to {real})"
+    return None
 
 
 def listing_hash(entries: list[FileEntry], prefix: str) -> str:
@@ -85,7 +107,7 @@ class CheckpointStep:
                                        reason="it changed while it was being uploaded; register it again when "
                                               "the writer has finished")
             return [self.record.to_json()], {self.rel}
-        faults.corrupt_readback(self.store, [object_key(h) for e in mine for h in e.object_keys()])
+        hooks.before_readback(self.store, [object_key(h) for e in mine for h in e.object_keys()])
         try:
             for e in mine:
                 self.store.verify_file(e)
@@ -106,6 +128,10 @@ def prepare(root: Path, path: str | os.PathLike[str], *, quiet_s: float = 2.0,
     if not os.path.lexists(root / rel):
         raise UsageError(f"{rel} does not exist: nothing to register",
                          hint="save the checkpoint first, or give its path relative to this folder")
+    outside = leads_outside(root, rel)
+    if outside is not None:
+        raise UsageError(f"cannot register {rel}: {outside}, so its bytes would never reach the store",
+                         hint="copy the checkpoint into the workspace folder and register the copy")
     special = not_a_file(root / rel)
     if special is not None:
         raise UsageError(f"cannot register {rel}: {special}",

@@ -496,8 +496,11 @@ _CHECKS: dict[str, Callable[[Path], str | None]] = {
 }
 
 
-def check_checkpoint(path: Path, *, quiet_s: float = 2.0, timeout_s: float = 30.0) -> WriteCheck:
-    """Whether ``path`` is a finished, sound checkpoint: exists, no temporary name, quiet, format sound."""
+def check_checkpoint(path: Path, *, quiet_s: float = 2.0, timeout_s: float = 30.0,
+                     clock: Callable[[], float] = time.monotonic,
+                     sleep: Callable[[float], None] = time.sleep) -> WriteCheck:
+    """Whether ``path`` is a finished, sound checkpoint: exists, no temporary name, quiet, format
+    sound. ``clock`` and ``sleep`` time the quiet window (:func:`wait_quiet`)."""
     path = Path(path)
 
     def verdict(reason: str | None, fmt: str | None = None) -> WriteCheck:
@@ -512,7 +515,7 @@ def check_checkpoint(path: Path, *, quiet_s: float = 2.0, timeout_s: float = 30.
     mark = has_temp_mark(path)
     if mark is not None:
         return verdict(f"{path.name!r} carries the temporary mark {mark!r}: its writer has not finished and renamed it")
-    busy = wait_quiet(path, quiet_s=quiet_s, timeout_s=timeout_s)
+    busy = wait_quiet(path, quiet_s=quiet_s, timeout_s=timeout_s, clock=clock, sleep=sleep)
     if busy is not None:
         return verdict(busy)
     fmt = detect_format(path)

@@ -37,6 +37,7 @@ _DIRECT = re.compile(r"(?P<name>\S+) @ (?P<url>\S+)")
 _EDITABLE = re.compile(r"-e (?P<url>\S+)")
 _EDITABLE_NOTE = re.compile(r"# editable: (?P<name>\S+)==(?P<version>\S+)")
 _MARKER = "JP-INSPECT:"
+WORKER_PTH = "_jupyter_portable_worker.pth"  # what puts the worker's site-packages on a kernel's path
 
 # Runs inside the target interpreter, which need not have jupyter_portable installed: stdlib
 # only, and syntax old Pythons (3.8) still parse.
@@ -44,10 +45,20 @@ _INSPECT = r"""
 import sys
 if sys.path and sys.path[0] == "":
     del sys.path[0]  # -c puts the cwd first: a json.py there must not shadow the stdlib, nor count as installed
-import json, platform
+import json, os, platform, sysconfig
 from importlib import metadata
+# A kernel's venv on a rented machine reaches the worker's packages through a .pth file
+# (worker/envbuild.link_worker): they are the worker's, not the notebook's environment.
+borrowed = set()
+try:
+    with open(os.path.join(sysconfig.get_paths()["purelib"], "PTH_NAME")) as fh:
+        borrowed = {os.path.realpath(ln.strip()) for ln in fh if ln.strip() and not ln.startswith(("#", "import"))}
+except OSError:
+    pass
 dists = []
 for dist in metadata.distributions():
+    if borrowed and os.path.realpath(str(dist.locate_file(""))) in borrowed:
+        continue
     try:
         direct = dist.read_text("direct_url.json")
     except Exception:
@@ -59,7 +70,7 @@ info = {
     "machine": platform.machine(), "dists": dists,
 }
 sys.stdout.write("\n" + MARKER + json.dumps(info) + "\n")
-""".replace("MARKER", repr(_MARKER))
+""".replace("MARKER", repr(_MARKER)).replace("PTH_NAME", WORKER_PTH)
 
 
 def normalise(name: str) -> str:

@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import site
+import subprocess
 import sys
 from typing import Any
 
@@ -15,20 +16,41 @@ import blake3
 from jupyter_portable.core.errors import ManifestError, PortableError
 from jupyter_portable.core.manifest import Manifest
 from jupyter_portable.store.repo import Store
-from jupyter_portable.workdir.files import atomic_write
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
 _MARKERS = (".dist-info", ".egg-info", ".egg-link", ".pth")
 
 
-def env_fingerprint() -> str:
-    """A cheap name for this interpreter's installed set: what its site folders list.
+def _site_folders(python: str | None) -> tuple[str, list[str]]:
+    """The version and site folders of interpreter ``python`` (default: this one). Another
+    interpreter is asked once per process: a snapshot names its environment often."""
+    if python is None or os.path.abspath(python) == os.path.abspath(sys.executable):
+        return platform.python_version(), list(dict.fromkeys([*site.getsitepackages(), site.getusersitepackages()]))
+    key = os.path.abspath(python)
+    if key not in _ASKED:
+        code = ("import json, platform, site; print(json.dumps([platform.python_version(), "
+                "site.getsitepackages() + [site.getusersitepackages()]]))")
+        try:
+            out = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True, timeout=60, check=True)
+            version, folders = json.loads(out.stdout)
+            _ASKED[key] = (str(version), [str(f) for f in folders])
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return "?", []  # not remembered: asked again; the runtime probe says what is wrong
+    return _ASKED[key]
+
+
+_ASKED: dict[str, tuple[str, list[str]]] = {}
+
+
+def env_fingerprint(python: str | None = None) -> str:
+    """A cheap name for interpreter ``python``'s installed set (default: this one's): what its
+    site folders list.
 
     Installing, upgrading or removing a distribution renames a ``*.dist-info`` folder,
     so the fingerprint changes without reading any metadata.
     """
-    h = blake3.blake3(f"{sys.executable}\0{platform.python_version()}\0".encode())
-    folders = list(dict.fromkeys([*site.getsitepackages(), site.getusersitepackages()]))
+    version, folders = _site_folders(python)
+    h = blake3.blake3(f"{python or sys.executable}\0{version}\0".encode())
     for folder in folders:
         try:
             names = sorted(n for n in os.listdir(folder) if n.endswith(_MARKERS))
@@ -41,22 +63,20 @@ def env_fingerprint() -> str:
 
 
 class RuntimeRecorder:
-    """Callable for :class:`Extras.runtime`: the record of this interpreter's environment."""
+    """Callable for :class:`Extras.runtime`: the record of the notebook's environment, that is
+    interpreter ``python`` (default: this one; the worker names its kernel's)."""
 
-    def __init__(self, copy: WorkspaceCopy, store: Store, fingerprint: str) -> None:
+    def __init__(self, copy: WorkspaceCopy, store: Store, fingerprint: str, python: str | None = None) -> None:
         self.copy = copy
         self.store = store
         self.fingerprint = fingerprint
-
-    @property
-    def _cache(self) -> Any:
-        return self.copy.meta / "runtime.json"
+        self.python = python
 
     def _cached(self) -> dict[str, Any] | None:
         from jupyter_portable.engine.runtime.probe import validate_runtime
 
         try:
-            obj = json.loads(self._cache.read_bytes())
+            obj = json.loads(self.copy.runtime_bytes() or b"null")
             if obj.get("fingerprint") != self.fingerprint:
                 return None
             record = validate_runtime(obj.get("record"))
@@ -73,7 +93,7 @@ class RuntimeRecorder:
         if record is not None:
             return record
         try:
-            probe = probe_runtime()
+            probe = probe_runtime(self.python)
         except PortableError as exc:
             print(f"warning: the runtime could not be recorded: {exc.one_line()}", file=sys.stderr)
             return base.runtime if base else None
@@ -81,5 +101,5 @@ class RuntimeRecorder:
         record["lockfile"] = self.store.put_object(probe.lockfile) if probe.lockfile else None
         record["conda"] = self.store.put_object(probe.conda) if probe.conda else None
         record = validate_runtime(record)
-        atomic_write(self._cache, json.dumps({"fingerprint": self.fingerprint, "record": record}).encode())
+        self.copy.write_runtime(json.dumps({"fingerprint": self.fingerprint, "record": record}).encode())
         return record

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from jupyter_portable.core.errors import PortableError, UsageError
+from jupyter_portable.core.validate import terminal_safe
 
 EXIT_FAIL = 1
 EXIT_USAGE = 2
@@ -60,7 +61,8 @@ def _build() -> argparse.ArgumentParser:
     sp.add_argument("--lazy", action="store_true", help="fetch large files in the background")
     sp.add_argument("--lazy-threshold", type=int, metavar="BYTES",
                     help="files at least this big are fetched lazily (default 64 MiB)")
-    sp.add_argument("--delete", action="store_true", help="remove files the version does not have")
+    sp.add_argument("--delete", action="store_true",
+                    help="remove files the version does not have (with --force, each is kept as NAME.orig-TIME)")
     sp.add_argument("--force", action="store_true",
                     help="restore into a folder that holds other files; each that differs is kept as NAME.orig-TIME")
 
@@ -108,7 +110,11 @@ def _build() -> argparse.ArgumentParser:
     sp.add_argument("--min-gpu-memory", type=float, metavar="GB")
     sp.add_argument("--driver", help="pin an exact driver version ('' to unpin)")
     sp.add_argument("--min-cuda")
-    sp.add_argument("--image")
+    sp.add_argument("--container-image", metavar="IMAGE", help="the container image RunPod, Vast.ai and the local "
+                    "market start, such as nvcr.io/nvidia/pytorch:24.05-py3 ('' for each provider's default)")
+    sp.add_argument("--machine-image", metavar="IMAGE", help="the image AWS or Google Cloud boots: an AMI "
+                    "(ami-...) for AWS, projects/P/global/images/family/F for Google Cloud ('' for the default)")
+    sp.add_argument("--image", help=argparse.SUPPRESS)  # two settings now: said so if given
     sp.add_argument("--region", action="append", dest="regions", metavar="REGION")
     sp.add_argument("--max-price", type=float, metavar="USD_PER_HOUR", help="cap on $/h")
     sp.add_argument("--budget", type=float, metavar="USD", help="total budget for this workspace")
@@ -128,6 +134,11 @@ def _build() -> argparse.ArgumentParser:
     sp.add_argument("--hours", type=float, required=True)
     sp.add_argument("--charge", choices=("now", "before"), default="before",
                     help="charge at booking, or automatically 2 h before the start (default)")
+    sp.add_argument("--quote", action="store_true",
+                    help="show what the booking would cost and where the figure comes from; buy nothing")
+    sp.add_argument("--max-price", type=float, metavar="DOLLARS",
+                    help="the price you confirm for a slot the provider sells (an AWS Capacity Block: paid when "
+                         "bought, final); without it such a booking is refused with its price")
     sp.add_argument("-C", dest="dir", default=".")
 
     sp = verb("reservations", "list (or cancel) this workspace's reservations")
@@ -165,6 +176,11 @@ def _build() -> argparse.ArgumentParser:
                     "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
     sp.add_argument("--route", metavar="ID", help="the route to try first (see `routes`); the best one otherwise")
     sp.add_argument("--hours", type=float, help="planned GPU hours for the route costs")
+    sp.add_argument("--environment", choices=("auto", "exact", "lockfile", "image"),
+                    help="the notebook's Python on the machine: auto (default: the recorded environment, the nearest "
+                         "compatible versions where the machine's Python differs, each difference shown), exact "
+                         "(refuse a machine where any recorded version does not fit), lockfile, or image (the "
+                         "machine's own Python); default $JUPYTER_PORTABLE_ENVIRONMENT, else auto")
     sp.add_argument("-C", dest="dir", default=".")
 
     sp = verb("stop", "seal the workspace on its machine (publish and read back), then release the machine")
@@ -178,9 +194,11 @@ def _build() -> argparse.ArgumentParser:
     sp.add_argument("--events", action="store_true", help="also list every state change")
     sp.add_argument("-C", dest="dir", default=".")
 
-    sp = verb("fsck", "check the store: every manifest's objects exist, heads name manifests")
+    sp = verb("fsck", "check the store: every version of every history can be restored; orphans and what no "
+                      "version reaches are reported")
     sp.add_argument("--store", help="store URL (default: this workspace's)")
-    sp.add_argument("--read-data", action="store_true", help="also re-hash the objects")
+    sp.add_argument("--read-data", action="store_true",
+                    help="also read every object back, as a restore reads it (hashes, lengths, packed ranges)")
     sp.add_argument("--read-data-subset", metavar="FRACTION",
                     help="re-hash only a random sample: 10%%, 1/10 or 0.1 (implies --read-data)")
     sp.add_argument("-C", dest="dir", default=".")
@@ -198,7 +216,10 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
     if args.verb == "init":
         ws = Workspace.init(args.dir, args.store)
         cfg = ws.config
-        made = {"workspace_id": cfg.workspace_id, "store": cfg.store, "path": str(ws.root)}
+        warnings = ws.store.backend.durability_warnings()
+        for line in warnings:  # on stderr in both modes: --json readers get them in the object too
+            print(f"warning: {terminal_safe(line, one_line=True)}", file=sys.stderr)
+        made = {"workspace_id": cfg.workspace_id, "store": cfg.store, "path": str(ws.root), "warnings": warnings}
         return made, f"initialized workspace {cfg.workspace_id} in {cfg.store}", 0
     if args.verb == "restore":
         from jupyter_portable.core.times import utcnow
@@ -215,10 +236,7 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
         url = args.store or Workspace.find(args.dir).config.store
         subset = parse_subset(args.read_data_subset)
         checked = fsck_store(url, read_data=args.read_data or subset is not None, subset=subset)
-        lines = [f"{'ok' if checked.ok else 'FAILED'}: {checked.manifests} manifests, {checked.objects} objects"
-                 + (f", {checked.read_objects} re-hashed" if checked.read_objects else "")]
-        lines += [f"error: {e}" for e in checked.errors] + [f"warning: {w}" for w in checked.warnings]
-        return checked.to_json(), "\n".join(lines), 0 if checked.ok else EXIT_FAIL
+        return checked.to_json(), "\n".join(checked.lines()), 0 if checked.ok else EXIT_FAIL
     if getattr(args, "catalog", None):
         import os
 
@@ -232,9 +250,11 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
     if args.verb == "spend":
         from jupyter_portable.orchestration import budget
 
-        providers = _config(args).make_providers()
-        report = (budget.enforce_budget(ws, providers=providers) if args.enforce
-                  else budget.budget_report(ws, providers=providers))
+        config = _config(args)
+        providers = config.make_providers()
+        # bookings hold money back by the calendar's clock (c.Portable.now), as the server's do
+        report = (budget.enforce_budget(ws, providers=providers, calendar_now=config.clock()()) if args.enforce
+                  else budget.budget_report(ws, providers=providers, calendar_now=config.clock()()))
         text = report["message"] + (f" (measured by the providers ${report['measured']:,.2f}, estimated "
                                     f"${report['estimated']:,.2f})" if "measured" in report else "")
         return report, text, 0
@@ -247,8 +267,9 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
         return snap.to_json(), "", 0
     if args.verb == "log":
         versions = ws.log()
-        text = "\n".join(f"{v['version']:>5}  {v['created']}  {v['files']:>7} files  {v['bytes']:>14} B  {v['message']}"
-                         for v in versions) or "no versions yet"
+        # a message is one line of the table, whatever a worker or an old version wrote into it
+        text = "\n".join(f"{v['version']:>5}  {v['created']}  {v['files']:>7} files  {v['bytes']:>14} B  "
+                         f"{terminal_safe(str(v['message']), one_line=True)}" for v in versions) or "no versions yet"
         return {"workspace_id": ws.workspace_id, "versions": versions}, text, 0
     if args.verb == "status":
         from jupyter_portable.interfaces.report import format_status
@@ -327,24 +348,36 @@ def _orchestrate(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str
     def on_state(ev: dict[str, Any]) -> None:
         if not args.quiet:
             why = f": {ev['reason']}" if ev.get("reason") else ""
-            print(f"[{ev['state']}] {ev.get('allocation_id') or ''}{why}".rstrip(), file=sys.stderr)
+            print(terminal_safe(f"[{ev['state']}] {ev.get('allocation_id') or ''}{why}".rstrip(), one_line=True),
+                  file=sys.stderr)
 
     def on_progress(ev: dict[str, Any]) -> None:
         if not args.quiet:
-            print(f"  {ev['step']}: {ev['message']}", file=sys.stderr)
+            print(terminal_safe(f"  {ev['step']}: {ev['message']}", one_line=True), file=sys.stderr)
 
-    orch = Orchestrator(ws, on_state=on_state, on_progress=on_progress, providers=_config(args).make_providers())
+    config = _config(args)
+    mode = getattr(args, "environment", None) or config.environment
+    orch = Orchestrator(ws, on_state=on_state, on_progress=on_progress, providers=config.make_providers(),
+                        environment={"mode": mode}, pass_env=config.pass_env, boot_timeout=config.boot_timeout)
     try:
         if args.verb == "continue":
             out = orch.continue_(args.route, hours=args.hours)
+            env = out.get("environment") or {}
             return out, (f"{out['state']} on {out['allocation_id']} (route {out['route']}), version "
-                         f"{out['version']}, verified"), 0
+                         f"{out['version']}, verified"
+                         + (f"\nenvironment: {env['summary']}" if env.get("summary") else "")), 0
         if args.verb == "stop":
             out = orch.stop()
             return out, f"sealed version {out['sealed_version']} and released the machine", 0
+        from jupyter_portable.core.state_words import state_line
+
         out = orch.check()
         alive = {True: "answering", False: "not answering", None: "no machine"}[out["alive"]]
-        text = f"{out['state']} {out['allocation_id'] or ''} ({alive}), version {out['version']}"
+        # the state in the words every view uses (core/state_words.py), then the machine
+        aid = out["allocation_id"]
+        machine = (alive if not aid else f"{aid}, {alive}" if out["alive"] is not None
+                   else f"{alive}; the last was {aid}")
+        text = f"{state_line(out['state'], out['version'])} ({machine})"
         if args.events:
             events = orch.lifecycle().events
             out["events"] = [e.to_json() for e in events]
@@ -372,7 +405,7 @@ def _market(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
         return ({"offers": [o.to_json() for o in offers], "errors": errors},
                 ("no provider answered: " + "; ".join(f"{n}: {e}" for n, e in errors.items())) if failed
                 else "\n".join(rows) or "no offers", EXIT_FAIL if failed else 0)
-    from jupyter_portable.compute.local import LocalMarket, lose_allocation
+    from jupyter_portable.demo.market import LocalMarket, lose_allocation
 
     local = LocalMarket(config.catalog, config.market_dir)
     if args.action == "list":
@@ -392,9 +425,11 @@ def _workspace_market(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any]
     from jupyter_portable.orchestration import routes as routing
     from jupyter_portable.orchestration import settings as workspace_settings
 
-    providers = _config(args).make_providers()
+    config = _config(args)
+    providers, clock = config.make_providers(), config.clock()
     if args.verb == "routes":
-        routes, errors = routing.compute_routes(ws, hours=args.hours, gpu=args.gpu, providers=providers)
+        routes, errors = routing.compute_routes(ws, hours=args.hours, gpu=args.gpu, providers=providers,
+                                                calendar_now=clock())
         lines = []
         for i, r in enumerate(routes, 1):
             c = r.cost
@@ -406,29 +441,40 @@ def _workspace_market(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any]
         return {"routes": [r.to_json() for r in routes], "errors": errors}, "\n".join(lines) or "no routes", 0
     if args.verb == "settings":
         changes = {"gpus": args.gpus, "gpu_count": args.gpu_count, "min_gpu_memory_gb": args.min_gpu_memory,
-                   "driver": args.driver, "min_cuda": args.min_cuda, "image": args.image, "regions": args.regions,
+                   "driver": args.driver, "min_cuda": args.min_cuda, "container_image": args.container_image,
+                   "machine_image": args.machine_image, "regions": args.regions,
                    "budget_max_price_per_hour": args.max_price, "budget_total": args.budget, "hours": args.hours,
                    "autosnapshot_minutes": args.autosnapshot, "idle_minutes": args.idle_minutes}
+        if args.image is not None:
+            changes["image"] = args.image  # refused, saying which two settings took its place
         if any(v is not None for v in changes.values()):
             settings = workspace_settings.update_settings(ws, **changes)
         else:
             settings = workspace_settings.load_settings(ws)
         shown = settings.to_json()
-        shown["spent"] = routing.spent_so_far(ws)
+        from jupyter_portable.orchestration.budget import budget_report
+
+        standing = budget_report(ws, providers=providers, calendar_now=clock())
+        shown.update(spent=standing["spent"], committed=standing["committed"], left=standing["left"])
         return shown, json.dumps(shown, indent=2), 0
+    if args.verb == "reserve" and args.quote:
+        shown = reservations.quote(ws, args.offer, args.start, args.hours, providers=providers, now=clock())
+        return shown, (f"{shown['offer']} from {shown['start']} for {shown['hours']:g} h: {shown['currency']} "
+                       f"{shown['price']:,.2f} ({shown['price_source']}); nothing was bought"), 0
     if args.verb == "reserve":
-        booking = reservations.reserve(ws, args.offer, args.start, args.hours, args.charge, providers=providers)
+        booking = reservations.reserve(ws, args.offer, args.start, args.hours, args.charge, providers=providers,
+                                       now=clock(), max_price=args.max_price)
         b = booking.to_json()
         return b, (f"booked {b['reservation_id']}: {b['offer_key']} from {b['start']} for {b['hours']:g} h, "
                    f"${b['price']:.2f}, charged {'now' if b['charge'] == 'now' else 'at ' + b['charge_at']}; "
                    f"guarantee: {b['guarantee']}"), 0
     if args.cancel:
-        booking = reservations.cancel_reservation(ws, args.cancel, providers=providers)
+        booking = reservations.cancel_reservation(ws, args.cancel, providers=providers, now=clock())
         return booking.to_json(), f"cancelled {booking.reservation_id}", 0
     books = reservations.reservations(ws)
     out: dict[str, Any] = {"reservations": [b.to_json() for b in books]}
     if args.calendar:
-        out["calendar"] = reservations.calendar(ws, args.calendar, providers=providers)
+        out["calendar"] = reservations.calendar(ws, args.calendar, providers=providers, now=clock())
     text = "\n".join(f"{b.reservation_id}  {b.offer_key:<26} {b.start.isoformat()}  {b.hours:g} h  ${b.price:.2f}  "
                      f"{b.status:<9} {b.guarantee}  charge {b.charge}" for b in books) or "no reservations"
     return out, text, 0
@@ -485,8 +531,10 @@ def main(argv: list[str] | None = None) -> int:
             from jupyter_portable.interfaces.config import help_all
 
             parser.print_help()
-            print("\nSettings (c.Portable.NAME in jupyter_server_config.py; an environment variable, where a "
-                  "setting names one, overrides the file):\n")
+            print("\nSettings (c.Portable.NAME, and c.PortableRunPod.NAME and the like for each provider, in "
+                  "jupyter_server_config.py; an environment variable, where a setting names one, is its default, "
+                  "which a file's value wins over; API keys and credentials are never settings: they stay in the "
+                  "environment or the provider's credential files, docs/configuration.md):\n")
             print(help_all())
             return 0
         if not args.verb:
@@ -494,10 +542,10 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         out, text, code = _run(args)
     except UsageError as exc:
-        print(f"error: {exc.one_line()}", file=sys.stderr)
+        print(f"error: {terminal_safe(exc.one_line(), one_line=True)}", file=sys.stderr)
         return EXIT_USAGE
     except PortableError as exc:
-        print(f"error: {exc.one_line()}", file=sys.stderr)
+        print(f"error: {terminal_safe(exc.one_line(), one_line=True)}", file=sys.stderr)
         return EXIT_FAIL
     except KeyboardInterrupt:
         print("error: interrupted; nothing was published", file=sys.stderr)
@@ -508,8 +556,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(out))
         if code != 0 and text:
-            print(f"error: {text.splitlines()[0]}", file=sys.stderr)
+            print(f"error: {terminal_safe(text.splitlines()[0], one_line=True)}", file=sys.stderr)
     elif text:
-        print(text)
+        # what a store, a worker or a provider said reaches a terminal here: nothing in it acts on it
+        print(terminal_safe(text))
     return code
 

@@ -3,6 +3,12 @@
 It never blocks a cell: it runs beside the kernel, and a file being written while it
 reads is left for the next snapshot. A verified checkpoint (itself a snapshot) restarts
 the timer. ``JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES`` sets the interval (default 10, 0 off).
+
+While it runs, a change journal (``engine/journal``) watches the workspace where the kernel
+runs (this computer, or the worker's machine), so an auto-snapshot (and ``%workspace
+snapshot``) reads only what changed. The whole tree is still walked on a schedule,
+``JUPYTER_PORTABLE_FULL_WALK_MINUTES`` (default 60; 0: only when the journal cannot be
+trusted), and a stop's final version always comes from a full walk (worker/agent.seal).
 """
 
 from __future__ import annotations
@@ -10,11 +16,15 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_portable.interfaces.kernel.lock import OPERATION_LOCK
 
+if TYPE_CHECKING:
+    from jupyter_portable.engine.journal import ChangeJournal, Cut
+
 DEFAULT_MINUTES = 10.0
+DEFAULT_FULL_WALK_MINUTES = 60.0
 
 
 class _State:
@@ -28,6 +38,9 @@ class _State:
         self.last_time: float | None = None
         self.last_error: str | None = None
         self.runs = 0
+        self.journal: ChangeJournal | None = None
+        self.journal_off: str | None = None  # why there is no journal
+        self.last_walk: str | None = None  # "journal", or "full" and why
 
 
 STATE = _State()
@@ -41,9 +54,39 @@ def default_minutes() -> float:
         return DEFAULT_MINUTES
 
 
+def full_walk_minutes() -> float:
+    raw = os.environ.get("JUPYTER_PORTABLE_FULL_WALK_MINUTES", "")
+    try:
+        return max(0.0, float(raw)) if raw else DEFAULT_FULL_WALK_MINUTES
+    except ValueError:
+        return DEFAULT_FULL_WALK_MINUTES
+
+
+def _start_journal(state: _State) -> None:
+    from jupyter_portable.core.errors import PortableError
+    from jupyter_portable.engine.journal import ChangeJournal
+    from jupyter_portable.engine.workspace import Workspace
+
+    try:
+        journal = ChangeJournal(Workspace.find(state.root or ".").copy.root, full_every_s=full_walk_minutes() * 60)
+        journal.start()
+    except (ImportError, OSError, PortableError) as exc:
+        state.journal_off = str(exc)  # every snapshot walks the tree, as without a journal
+        return
+    state.journal, state.journal_off = journal, None
+
+
+def journal_cut() -> Cut | None:
+    """A cut of the kernel's change journal for a snapshot about to run (hold OPERATION_LOCK
+    from the cut to the end of the snapshot); None where no journal runs."""
+    journal = STATE.journal
+    return None if journal is None else journal.cut(now=time.monotonic())
+
+
 def _loop(state: _State, stop: threading.Event) -> None:
     from jupyter_portable.engine.workspace import Workspace
 
+    _start_journal(state)
     while not stop.is_set():
         state.reset.clear()
         deadline = time.monotonic() + state.minutes * 60
@@ -55,8 +98,10 @@ def _loop(state: _State, stop: threading.Event) -> None:
             return
         try:
             with OPERATION_LOCK:
-                result = Workspace.find(state.root or ".").snapshot("auto-snapshot", progress=None)
+                result = Workspace.find(state.root or ".").snapshot("auto-snapshot", progress=None,
+                                                                    journal=journal_cut())
             state.last_version = result.version
+            state.last_walk = result.walk if result.walk_reason is None else f"{result.walk} ({result.walk_reason})"
             state.last_error = None
         except Exception as exc:  # noqa: BLE001 - shown in status; the kernel must go on
             state.last_error = f"{type(exc).__name__}: {exc}"
@@ -82,6 +127,9 @@ def stop_now() -> None:
     if STATE.thread is not None:
         STATE.thread.join(timeout=5)
     STATE.thread = None
+    if STATE.journal is not None:
+        STATE.journal.close()
+        STATE.journal = None
 
 
 def checkpoint_verified() -> None:
@@ -98,9 +146,16 @@ def describe() -> str:
         text += f"; last {ago:.0f} s ago" + (f" (version {STATE.last_version})" if STATE.last_version else "")
     if STATE.last_error:
         text += f"; last attempt failed: {STATE.last_error}"
+    if STATE.journal is not None:
+        text += f"; change journal on ({STATE.journal.watches} folders watched)"
+        if STATE.last_walk:
+            text += f", last walk: {STATE.last_walk}"
+    elif STATE.journal_off:
+        text += f"; change journal off: {STATE.journal_off}"
     return text
 
 
 def info() -> dict[str, Any]:
     return {"minutes": STATE.minutes if STATE.thread is not None else 0, "runs": STATE.runs,
-            "last_version": STATE.last_version, "last_error": STATE.last_error}
+            "last_version": STATE.last_version, "last_error": STATE.last_error,
+            "journal": STATE.journal is not None, "journal_off": STATE.journal_off, "last_walk": STATE.last_walk}

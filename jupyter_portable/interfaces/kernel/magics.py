@@ -136,7 +136,7 @@ class WorkspaceMagics(Magics):
             print(format_status(ws.status()))
             return None
         if args.verb == "snapshot":
-            res = ws.snapshot(args.message, progress=None, sink=CellProgress())
+            res = ws.snapshot(args.message, progress=None, sink=CellProgress(), journal=autosnapshot.journal_cut())
             return None if res is None else None
         if args.verb == "checkpoint":
             path = Path(args.path)
@@ -172,8 +172,9 @@ class WorkspaceMagics(Magics):
             if args.load:
                 if not args.load.isidentifier():
                     raise UsageError(f"--load {args.load!r}: not a Python variable name")
-                from jupyter_portable.interfaces.kernel.resume import load_checkpoint
+                from jupyter_portable.interfaces.kernel.resume import check_unchanged, load_checkpoint
 
+                check_unchanged(ws.root / latest.path, latest)  # "latest verified" names those bytes only
                 value = load_checkpoint(ws.root / latest.path)
                 if self.shell is not None:
                     self.shell.user_ns[args.load] = value

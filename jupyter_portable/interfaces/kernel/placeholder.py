@@ -1,15 +1,17 @@
 """The kernel a notebook has while its workspace has no machine (LOST, RELEASED, FAILED, or no
-machine yet).
+machine yet). Each cell's error says the workspace's state as it is when the cell runs, in the
+words of ``core/state_words.py``.
 
 The provisioner (``orchestration/provisioner.py``) starts it locally in place of the portable
 kernel. It never runs code: every cell gets, at once, the error "No GPU machine: press Continue
 in the portable sidebar" with the route a Continue would take. A cell sent while a Continue is
 under way is held (the notebook shows it queued) until the kernel moves; the notebook then runs
 it again on the new machine. ``JUPYTER_PORTABLE_NO_MACHINE`` (JSON: state, reason, route, first)
-says what to tell.
+says what to tell (``ask``: the server's notebooks ask before renting, c.Portable.first_machine).
 
-No machine yet (``first``): where a notebook has said it will ask the user (the control message
-``portable_first_machine_request`` with ``asker``), the first cell is held while the user
+No machine yet, or released (``first``: the states whose words say ``ask``): where a notebook
+has said it will ask the user (the control message ``portable_first_machine_request`` with
+``asker``), the first cell is held while the user
 answers: Start begins a Continue and the cell is held until the kernel moves; Cancel (the same
 message with ``answer: cancel``), an interrupt, a failed start (``answer: failed`` with its
 reason) or a Continue that ends FAILED ends the cell at once with an error saying what happened
@@ -42,23 +44,38 @@ def route_text(route: dict[str, Any] | None) -> str:
             f"({route.get('region')}) at ${float(route.get('price_per_hour') or 0):.2f}/h")
 
 
-def no_machine_message(facts: dict[str, Any]) -> tuple[str, str]:
-    """(evalue, traceback text) of the error every cell gets."""
-    state = str(facts.get("state") or "no machine")
-    reason = str(facts.get("reason") or "")
+def state_text(state: str, reason: str = "", version: int | None = None) -> str:
+    """The workspace's state in the words every view uses (core/state_words.py), and why."""
+    from jupyter_portable.core import state_words
+
+    if state not in state_words.WORDS:
+        return "The workspace has no machine" + (f": {reason}" if reason else "") + "."
+    return f"The workspace is {state_words.state_line(state, version)}" + (f" ({reason})" if reason else "") + "."
+
+
+def no_machine_message(facts: dict[str, Any], now: tuple[str, str, int | None] | None = None) -> tuple[str, str]:
+    """(evalue, traceback text) of the error every cell gets; ``now``: the lifecycle file's
+    (state, reason, version) when it could be read, which wins over what the kernel was started with."""
+    state, reason, version = now if now and now[0] else (str(facts.get("state") or ""),
+                                                       str(facts.get("reason") or ""), None)
+    if state == facts.get("state") and facts.get("reason"):
+        reason = str(facts["reason"])  # the server's words for the state the kernel was started in
     head = "No GPU machine: press Continue in the portable sidebar"
-    if facts.get("first"):
+    if facts.get("first") and state in ("", "IDLE"):
         head = ("No GPU machine yet, and nothing was rented: press Continue in the portable sidebar "
                 "(or run `jupyter portable continue`) to rent one")
-    lines = [head, f"The workspace is {state}" + (f": {reason}" if reason else "") + ".",
+    lines = [head, state_text(state, reason, version),
              f"Continue would take: {route_text(facts.get('route'))}"]
     return head, "\n".join(lines)
 
 
-def first_machine_outcome(facts: dict[str, Any], answer: str, reason: str = "") -> tuple[str, str]:
-    """(evalue, traceback text) of a first cell whose start was cancelled or failed."""
+def first_machine_outcome(facts: dict[str, Any], answer: str, reason: str = "", state: str = "") -> tuple[str, str]:
+    """(evalue, traceback text) of a first cell (or the first after a release) whose start was
+    cancelled or failed; ``state``: the workspace's state now, where known."""
+    state = state or str(facts.get("state") or "IDLE")
     if answer == "cancel":
-        head = "Nothing was rented: the first machine was cancelled, and the workspace stays IDLE"
+        which = "first machine" if state == "IDLE" else "new machine"
+        head = f"Nothing was rented: the {which} was cancelled, and the workspace stays {state}"
     elif answer == "starting":
         head = "Not run here: the first machine is starting, and the notebook runs this cell there once it is ready"
     else:
@@ -72,6 +89,12 @@ def first_machine_outcome(facts: dict[str, Any], answer: str, reason: str = "") 
 
 def _lifecycle() -> tuple[str, str]:
     """The workspace's state now and the reason of its last move, from its lifecycle file."""
+    state, reason, _ = _lifecycle_now()
+    return state, reason
+
+
+def _lifecycle_now() -> tuple[str, str, int | None]:
+    """The workspace's state, the reason of its last move and its version, from its lifecycle file."""
     from jupyter_portable.core.errors import PortableError
     from jupyter_portable.engine.workspace import Workspace
     from jupyter_portable.workdir import lifecycle_file
@@ -80,8 +103,19 @@ def _lifecycle() -> tuple[str, str]:
         ws = Workspace.find(os.environ.get(WORKSPACE_ENV) or os.getcwd())
         lc = lifecycle_file.load(ws.copy)
     except PortableError:
-        return "", ""
-    return lc.state, str(lc.events[-1].reason or "") if lc.events else ""
+        return "", "", None
+    from jupyter_portable.orchestration.idle import no_machine_hint
+
+    idle = no_machine_hint(lc)  # released as idle: why, and how to continue on the same route
+    reason = idle[0] if idle is not None else str(lc.events[-1].reason or "") if lc.events else ""
+    return lc.state, reason, lc.version
+
+
+def _asks(state: str) -> bool:
+    """A cell run in ``state`` asks before renting (no machine yet, or released): state_words' ``ask``."""
+    from jupyter_portable.core import state_words
+
+    return state == "" or (state in state_words.WORDS and state_words.WORDS[state].ask)
 
 
 def _continuing() -> bool:
@@ -149,7 +183,7 @@ class PlaceholderKernel(Kernel):  # type: ignore[misc]
                 if answer == "interrupt":
                     answer = "starting" if moving else "cancel"
                 return answer, self.answer.get("reason", "")
-            if state in ("", L.IDLE):
+            if _asks(state):
                 if started:
                     return "cancel", ""  # the Continue was cancelled before it rented anything
             elif not moving:  # FAILED: however fast it got there
@@ -162,17 +196,22 @@ class PlaceholderKernel(Kernel):  # type: ignore[misc]
         if not code.strip():
             return {"status": "ok", "execution_count": self.execution_count, "payload": [],
                     "user_expressions": {}}
-        state, reason = await asyncio.to_thread(_lifecycle) if self.facts.get("first") else ("", "")
-        if self.facts.get("first") and (state not in ("", "IDLE") or self.asker):
+        now = await asyncio.to_thread(_lifecycle_now)
+        state = now[0]
+        # no machine yet, or released since this kernel started (it may have started while the
+        # machine was being sealed): ask, as for the first machine (``ask``: the notebooks ask first)
+        first = bool(self.facts.get("first") or (self.facts.get("ask") and state and _asks(state)))
+        if first and (not _asks(state) or self.asker):
             # asked, or a start already under way (or over): the cell waits for how it ends
-            evalue, text = first_machine_outcome(self.facts, *await self._hold_first())
-        elif self.facts.get("first"):
-            evalue, text = no_machine_message(self.facts)  # no notebook to ask: at once
+            answer, reason = await self._hold_first()
+            evalue, text = first_machine_outcome(self.facts, answer, reason, (await asyncio.to_thread(_lifecycle))[0])
+        elif first:
+            evalue, text = no_machine_message(self.facts, now)  # no notebook to ask: at once
         else:
             # held while a Continue runs: the kernel moves, and the notebook runs the cell there
             while await asyncio.to_thread(_continuing):
                 await asyncio.sleep(0.25)
-            evalue, text = no_machine_message(self.facts)
+            evalue, text = no_machine_message(self.facts, await asyncio.to_thread(_lifecycle_now))
         traceback = [f"\x1b[0;31m{ERROR_NAME}\x1b[0m: {text}"]
         if not silent:
             self.send_response(self.iopub_socket, "error",

@@ -19,6 +19,22 @@ TAG_MIME = "application/vnd.jupyter-portable.resume-tag+json"
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".tar")
 
 
+def check_unchanged(path: Path, record: Any) -> None:
+    """UsageError unless the file at ``path`` still holds the bytes ``record`` verified: a
+    checkpoint file written again after it was verified (a save whose check was refused, a plain
+    overwrite) is not that checkpoint any more, and loading it would hand over other bytes."""
+    from jupyter_portable.store.repo import hash_file
+
+    if record.kind != "file" or not path.is_file():
+        return  # a directory is checked by its framework's loader; a missing file says so on load
+    if hash_file(path) != record.hash:
+        step = f" step {record.step}" if record.step is not None else ""
+        raise UsageError(f"--load: {record.path} changed since its checkpoint{step} was verified in version "
+                         f"{record.version}; it is not that checkpoint any more. Register it again "
+                         f"(`%workspace checkpoint {record.path}`), or restore version {record.version} to get "
+                         "the verified bytes back")
+
+
 def load_checkpoint(path: Path) -> Any:
     """The checkpoint at ``path`` as objects: safetensors for ``.safetensors`` (torch tensors when
     torch is there, else numpy arrays), ``torch.load(weights_only=True)`` for anything else."""

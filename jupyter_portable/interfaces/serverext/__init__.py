@@ -1,33 +1,33 @@
-"""The Jupyter server extension: thin handlers over the workspace and the orchestrator.
+"""The Jupyter server extension: thin handlers over the facade (orchestration/facade.py).
 
-Every handler is ``@web.authenticated`` (the server refuses anything else when
-``allow_unauthenticated_access`` is off); bad JSON or bad values get a 400 with a one-line
-message. The API and its events are documented in ``docs/api.md``.
+A handler reads its request, checks a body against its committed JSON Schema
+(``schemas/*-request.json``, by ``requests.read_body``), calls one method of
+:class:`PortableFacade` (on the service's threads where it blocks) and writes the answer; an
+error's status is its row in ``statuses.HTTP_STATUS``. Every handler is ``@web.authenticated``
+(the server refuses anything else when ``allow_unauthenticated_access`` is off); bad JSON or bad
+values get a 400 with a one-line message. The API and its events are documented in ``docs/api.md``.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from jupyter_portable.core.errors import (
-    ComputeError,
-    ConflictError,
-    ManifestError,
-    PortableError,
-    UnsafePath,
-    UsageError,
-    WorkspaceNotFound,
-)
-from jupyter_portable.core.settings import FIELD_NAMES
-from jupyter_portable.core.validate import loads_strict
+from jupyter_portable.core.errors import PortableError
+from jupyter_portable.core.settings import RENAMED
+from jupyter_portable.interfaces.serverext.requests import read_body
+from jupyter_portable.interfaces.serverext.statuses import status_for
+from jupyter_portable.orchestration.facade import PortableFacade
 from jupyter_portable.orchestration.monitor import SCHEMAS, PortableService, find_workspace
-from jupyter_portable.orchestration.state_view import checkpoints_view, files_view
+
+if TYPE_CHECKING:
+    from jupyter_portable.engine.workspace import Workspace
+    from jupyter_portable.orchestration.machines import OrphanSweep
 
 API = "portable/api"
 MAX_BODY = 64 * 1024  # every body of this API is a few fields; anything larger is refused unread
@@ -44,16 +44,13 @@ class _Base(APIHandler):  # type: ignore[misc]
     def service(self) -> PortableService:
         return self.settings["portable_service"]  # type: ignore[no-any-return]
 
-    def json_body(self, allowed: set[str]) -> dict[str, Any]:
-        raw = self.request.body or b"{}"
-        # strict: no key twice, no NaN, bounded nesting (a deep body is a 400, not a RecursionError)
-        obj = loads_strict(raw, "the body", error=UsageError)
-        if not isinstance(obj, dict):
-            raise web.HTTPError(400, reason="the body must be a JSON object")
-        unknown = set(obj) - allowed
-        if unknown:
-            raise web.HTTPError(400, reason=f"unknown field(s): {', '.join(sorted(unknown))}")
-        return obj
+    @property
+    def facade(self) -> PortableFacade:
+        return self.settings["portable_facade"]  # type: ignore[no-any-return]
+
+    def checked_body(self, schema: str, *, allow: Any = ()) -> dict[str, Any]:
+        """The body, checked against ``schemas/<schema>``: a 400 naming the field it refuses."""
+        return read_body(self.request.body, schema, allow=allow)
 
     def reply(self, obj: Any, status: int = 200) -> None:
         self.set_status(status)
@@ -73,29 +70,23 @@ class _Base(APIHandler):  # type: ignore[misc]
         self.finish(json.dumps({"error": message, "hint": hint}))
 
     def _handle_request_exception(self, e: BaseException) -> None:
-        # Our typed errors become status codes; anything else stays a 500 with its traceback logged.
-        if isinstance(e, (UsageError, ManifestError, UnsafePath)) and not self._finished:
-            self.send_error(400, exc_info=(type(e), e, e.__traceback__))
-            return
-        if isinstance(e, WorkspaceNotFound) and not self._finished:
-            self.send_error(404, exc_info=(type(e), e, e.__traceback__))
-            return
-        if isinstance(e, (ConflictError, ComputeError)) and not self._finished:
-            self.send_error(409, exc_info=(type(e), e, e.__traceback__))
+        # Our typed errors become the status of their row in statuses.HTTP_STATUS; anything
+        # else (and a PortableError with no better row) stays a 500 with its traceback logged.
+        status = status_for(e)
+        if status is not None and status != 500 and not self._finished:
+            if status >= 500:  # what this server relies on failed: the log says so too
+                self.log.warning("jupyter-portable: %s %s: %s", self.request.method, self.request.path,
+                                 e.one_line() if isinstance(e, PortableError) else e)
+            self.send_error(status, exc_info=(type(e), e, e.__traceback__))
             return
         super()._handle_request_exception(e)
 
     async def blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on the service's threads (a facade method that reads the store or
+        asks a provider), awaited here so the server's loop goes on serving."""
         from tornado.ioloop import IOLoop
 
         return await IOLoop.current().run_in_executor(self.service.pool, lambda: fn(*args, **kwargs))
-
-    def workspace(self) -> Any:
-        ws = self.service.ws
-        if ws is None:
-            raise WorkspaceNotFound("this server was not started in a workspace",
-                                    hint="start JupyterLab inside a workspace folder")
-        return ws
 
 
 def _number(value: str | None, what: str, default: float, lo: float, hi: float) -> float:
@@ -113,56 +104,35 @@ def _number(value: str | None, what: str, default: float, lo: float, hi: float) 
 class StateHandler(_Base):
     @web.authenticated
     async def get(self) -> None:
-        self.workspace()
-        self.reply(await self.blocking(self.service.state))
+        self.reply(await self.blocking(self.facade.state))
 
 
 class RoutesHandler(_Base):
     @web.authenticated
     async def get(self) -> None:
-        from jupyter_portable.orchestration.routes import compute_routes
-
-        ws = self.workspace()
         hours = _number(self.get_argument("hours", None), "hours", 0, 0.01, 24 * 365) or None
-        orch = self.service.orchestrator()
-        routes, errors = await self.blocking(compute_routes, ws, hours=hours, providers=orch.providers)
-        best = next((r.id for r in routes if not r.blocked), None)
-        self.reply({"routes": [r.to_json() for r in routes], "best": best, "errors": errors, "hours": hours})
+        self.reply(await self.blocking(self.facade.routes, hours))
 
 
 class ContinueHandler(_Base):
     @web.authenticated
     async def post(self) -> None:
-        self.workspace()
-        body = self.json_body({"route"})
-        route = body.get("route")
-        if route is not None and (not isinstance(route, str) or not route.startswith("r-") or len(route) > 40):
-            raise web.HTTPError(400, reason="route must be a route id such as r-0123456789, or null")
-        if route is not None:
-            from jupyter_portable.orchestration.routes import open_route
-
-            await self.blocking(open_route, self.workspace(), route, providers=self.service.orchestrator().providers)
-        await self.blocking(self.service.start_continue, route)
-        self.reply({"started": True, "state": self.service.orchestrator().lifecycle().state}, 202)
+        body = self.checked_body("continue-request.json")
+        self.reply(await self.blocking(self.facade.continue_, body.get("route")), 202)
 
 
 class CancelHandler(_Base):
     @web.authenticated
     async def post(self) -> None:
-        self.json_body(set())
-        running = self.service.is_continuing()
-        if running:
-            self.service.orchestrator().cancel()
-        self.reply({"cancelled": running})
+        self.checked_body("empty-request.json")
+        self.reply(self.facade.cancel())
 
 
 class StopHandler(_Base):
     @web.authenticated
     async def post(self) -> None:
-        self.workspace()
-        self.json_body(set())
-        out = await self.blocking(self.service.orchestrator().stop)
-        self.reply(out)
+        self.checked_body("empty-request.json")
+        self.reply(await self.blocking(self.facade.stop))
 
 
 class KeepRunningHandler(_Base):
@@ -170,88 +140,57 @@ class KeepRunningHandler(_Base):
 
     @web.authenticated
     async def post(self) -> None:
-        self.workspace()
-        self.json_body(set())
-        assert self.service.idle is not None
-        self.reply(await self.blocking(self.service.idle.keep_running))
+        self.checked_body("empty-request.json")
+        self.reply(await self.blocking(self.facade.keep_running))
 
 
 class SnapshotHandler(_Base):
     @web.authenticated
     async def post(self) -> None:
-        ws = self.workspace()
-        body = self.json_body({"message"})
-        message = body.get("message") or ""
-        if not isinstance(message, str) or len(message) > 1000:
-            raise web.HTTPError(400, reason="message must be text (at most 1000 characters)")
-        self.service.on_progress({"workspace_id": ws.workspace_id, "step": "snapshot", "message": "publishing",
-                                  "done": None, "total": None})
-        out = await self.blocking(self.service.orchestrator().snapshot, message)
-        self.service.on_progress({"workspace_id": ws.workspace_id, "step": "snapshot",
-                                  "message": f"version {out['version']}", "done": 1, "total": 1})
-        self.reply(out)
+        body = self.checked_body("snapshot-request.json")
+        self.reply(await self.blocking(self.facade.snapshot, body.get("message") or ""))
 
 
 class CheckpointsHandler(_Base):
     @web.authenticated
     async def get(self) -> None:
-        self.reply(await self.blocking(checkpoints_view, self.workspace()))
+        self.reply(await self.blocking(self.facade.checkpoints))
 
 
 class FilesHandler(_Base):
     @web.authenticated
     async def get(self) -> None:
-        ws = self.workspace()
-        self.reply(await self.blocking(files_view, ws, self.service.orchestrator(), self.service.conflicts))
+        self.reply(await self.blocking(self.facade.files))
 
 
 class ReservationsHandler(_Base):
     @web.authenticated
     async def get(self) -> None:
-        from jupyter_portable.core.times import utcnow
-        from jupyter_portable.orchestration.reservations import booking_view, calendar, read_reservations
-
-        ws = self.workspace()
         days = int(_number(self.get_argument("days", None), "days", 7, 1, 31))
-        orch = self.service.orchestrator()
-        books, skipped = await self.blocking(read_reservations, ws)
-        cal = await self.blocking(calendar, ws, days, providers=orch.providers)
-        now = utcnow()
-        self.reply({"reservations": [booking_view(b, now) for b in books], "calendar": cal, "skipped": skipped})
+        self.reply(await self.blocking(self.facade.reservations, days))
 
     @web.authenticated
     async def post(self) -> None:
-        from jupyter_portable.orchestration.reservations import reserve
+        body = self.checked_body("reservation-request.json")
+        self.reply(await self.blocking(self.facade.reserve, body["offer"], body["start"], body["hours"],
+                                       body.get("charge", "before"), body.get("max_price")), 201)
 
-        ws = self.workspace()
-        body = self.json_body({"offer", "start", "hours", "charge"})
-        offer, start, hours = body.get("offer"), body.get("start"), body.get("hours")
-        charge = body.get("charge", "before")
-        if not isinstance(offer, str) or "/" not in offer:
-            raise web.HTTPError(400, reason="offer must be provider/offer-id")
-        if not isinstance(start, str):
-            raise web.HTTPError(400, reason="start must be an ISO 8601 time")
-        if isinstance(hours, bool) or not isinstance(hours, (int, float)):
-            raise web.HTTPError(400, reason="hours must be a number")
-        if charge not in ("now", "before"):
-            raise web.HTTPError(400, reason="charge must be 'now' or 'before'")
-        booking = await self.blocking(reserve, ws, offer, start, float(hours), charge,
-                                      providers=self.service.orchestrator().providers)
-        self.reply(booking.to_json(), 201)
+
+class ReservationCheckHandler(_Base):
+    """POST reservations/check: what booking this body would answer now (its problem, charge time
+    and price), by the same checks, with nothing booked or bought."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        body = self.checked_body("reservation-request.json")  # the booking's own body
+        self.reply(await self.blocking(self.facade.check_booking, body["offer"], body["start"], body["hours"],
+                                       body.get("charge", "before"), body.get("max_price")))
 
 
 class ReservationHandler(_Base):
     @web.authenticated
     async def delete(self, reservation_id: str) -> None:
-        from jupyter_portable.orchestration.reservations import cancel_reservation, reservations
-
-        ws = self.workspace()
-        known = {b.reservation_id for b in await self.blocking(reservations, ws)}
-        if reservation_id not in known:
-            raise web.HTTPError(404, reason=f"no reservation {reservation_id}")
-        booking = await self.blocking(cancel_reservation, ws, reservation_id,
-                                      providers=self.service.orchestrator().providers)
-        self.reply(booking.to_json())
+        self.reply(await self.blocking(self.facade.cancel_reservation, reservation_id))
 
 
 class SettingsHandler(_Base):
@@ -260,44 +199,28 @@ class SettingsHandler(_Base):
 
     @web.authenticated
     async def get(self) -> None:
-        from jupyter_portable.orchestration.settings import load_settings
-
-        self.reply((await self.blocking(load_settings, self.workspace())).to_json())
+        self.reply(await self.blocking(self.facade.settings))
 
     @web.authenticated
     async def put(self) -> None:
-        from jupyter_portable.orchestration.settings import update_settings
-
-        ws = self.workspace()
-        body = self.json_body(set(FIELD_NAMES))  # each value is checked by core.settings before it is stored
-        settings = await self.blocking(update_settings, ws, **body)
-        if self.service.idle is not None:
-            self.service.idle.settings_changed()  # a new idle_minutes counts from the next check
-        self.reply(settings.to_json())
+        # the schema checks each value's shape, core.settings its rules; a renamed setting passes the
+        # schema to be told, by core.settings, what replaced it
+        body = self.checked_body("settings-request.json", allow=RENAMED)
+        self.reply(await self.blocking(self.facade.update_settings, body))
 
 
 class OrphansHandler(_Base):
     """The machines the providers hold for us that no known workspace uses (docs/api.md)."""
 
-    @property
-    def sweep(self) -> Any:
-        return self.settings["portable_orphans"]
-
     @web.authenticated
     async def get(self) -> None:
-        self.workspace()
-        if self.get_argument("refresh", "0") == "1":
-            await self.blocking(self.sweep.sweep)
-        self.reply(self.sweep.view())
+        self.reply(await self.blocking(self.facade.orphans, self.get_argument("refresh", "0") == "1"))
 
     @web.authenticated
     async def post(self) -> None:
         """``{"terminate": "provider/ref"}``: terminate that orphan, confirmed by its provider."""
-        self.workspace()
-        target = self.json_body({"terminate"}).get("terminate")
-        if not isinstance(target, str) or not target or len(target) > 300:
-            raise web.HTTPError(400, reason="terminate must name a listed orphan as provider/ref")
-        self.reply(await self.blocking(self.sweep.terminate, target))
+        body = self.checked_body("orphans-request.json")
+        self.reply(await self.blocking(self.facade.terminate_orphan, body["terminate"]))
 
 
 class NotFoundHandler(_Base):
@@ -312,7 +235,7 @@ def _raise(exc: Exception) -> Any:
     raise exc
 
 
-def _sweep_orphans(service: PortableService, ws: Any) -> Any:
+def _sweep_orphans(service: PortableService, ws: Workspace | None) -> OrphanSweep:
     """Look for orphans once, in the background, as the server starts; the state shows them."""
     import functools
 
@@ -329,19 +252,29 @@ def _sweep_orphans(service: PortableService, ws: Any) -> Any:
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     from jupyter_portable.interfaces.config import Portable
 
-    ws = find_workspace(serverapp.root_dir)
+    config: Portable | None = None
     try:
         config = Portable(parent=serverapp)
     except PortableError as exc:  # the server still starts; every call then says what to fix
         serverapp.log.error("jupyter-portable: %s", exc.one_line())
         error = exc
+    # c.Portable.workspace (or its variable), else the workspace holding the root folder
+    ws = find_workspace(serverapp.root_dir, config.workspace if config is not None else None)
+    if config is None:
         service = PortableService(serverapp, ws, providers=lambda: _raise(error))
     else:
         service = PortableService(serverapp, ws, check_interval_s=config.check_interval_s,
                                   reservation_interval_s=config.reservation_interval_s,
-                                  providers=config.make_providers)
+                                  providers=config.make_providers, environment=config.environment,
+                                  first_machine=config.first_machine, boot_timeout=config.boot_timeout,
+                                  pass_env=config.pass_env,
+                                  now=config.clock())
     for name, _schema_id in SCHEMAS:
         serverapp.event_logger.register_event_schema(Path(__file__).parent / "events" / name)
+    # after a move JupyterLab's status bar and execution indicator hear the kernel's real state
+    from jupyter_portable.interfaces.serverext.kernel_socket import install as install_kernel_socket
+
+    install_kernel_socket(serverapp)
     ksm = serverapp.kernel_spec_manager
     if str(KERNELS_DIR / "kernels") not in ksm.kernel_dirs:
         ksm.kernel_dirs.insert(0, str(KERNELS_DIR / "kernels"))
@@ -354,7 +287,7 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     web_app = serverapp.web_app
     base = url_path_join(web_app.settings["base_url"], API)
     web_app.settings["portable_service"] = service
-    web_app.settings["portable_orphans"] = _sweep_orphans(service, ws)
+    web_app.settings["portable_facade"] = PortableFacade(service, _sweep_orphans(service, ws))
     web_app.add_handlers(".*$", [
         (url_path_join(base, "state"), StateHandler),
         (url_path_join(base, "routes"), RoutesHandler),
@@ -368,6 +301,7 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
         (url_path_join(base, "settings"), SettingsHandler),
         (url_path_join(base, "reservations"), ReservationsHandler),
         (url_path_join(base, "orphans"), OrphansHandler),
+        (url_path_join(base, "reservations/check"), ReservationCheckHandler),
         (url_path_join(base, r"reservations/([A-Za-z0-9_.-]{1,80})"), ReservationHandler),
         (url_path_join(base, r"(.*)"), NotFoundHandler),
     ])

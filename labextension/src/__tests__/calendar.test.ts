@@ -1,18 +1,18 @@
 import { describe, expect, it } from 'vitest';
 
 import {
+  bookingRequest,
+  bookingVerdict,
   calendarGrid,
-  chargeAt,
   gridCells,
   inSelection,
   isoUtc,
   listBookings,
   moveFocus,
   offerKeys,
-  selectionBetween,
-  selectionProblem
+  selectionBetween
 } from '../calendar';
-import { IBooking } from '../types';
+import { IBooking, IBookingCheck } from '../types';
 import { calendar, H } from './fixtures';
 
 const START = '2026-12-01T10:00:00Z';
@@ -110,18 +110,6 @@ describe('the calendar grid', () => {
 });
 
 describe('choosing hours to book', () => {
-  const cal = calendar(START, 1, {
-    k: {
-      capacity: 1,
-      edit: (i, slot) => {
-        if (i === 4) {
-          slot.free = 0;
-          slot.taken = 1;
-        }
-      }
-    }
-  });
-  const grid = calendarGrid(cal, 'k', NOW, 0)!;
   const at = (iso: string) => Date.parse(iso);
 
   it('runs from one hour to another in either direction, both included', () => {
@@ -134,37 +122,55 @@ describe('choosing hours to book', () => {
     expect(inSelection(null, a)).toBe(false);
   });
 
-  it('can be booked when every hour is free and ahead', () => {
-    expect(selectionProblem(grid, { start: '2026-12-01T11:00:00Z', hours: 3 }, NOW)).toBeNull();
+});
+
+describe('what the server says of a selection', () => {
+  const request = bookingRequest('local/a100', { start: '2026-12-01T11:00:00Z', hours: 3 }, 'before')!;
+  const answer = (over: Partial<IBookingCheck>): IBookingCheck => ({
+    offer: 'local/a100',
+    start: '2026-12-01T11:00:00Z',
+    hours: 3,
+    charge: 'before',
+    charge_at: '2026-12-01T10:20:00Z',
+    price: 4.5,
+    problem: null,
+    hint: null,
+    ...over
   });
 
-  it('cannot be booked across a full hour, and says which hour', () => {
-    expect(selectionProblem(grid, { start: '2026-12-01T13:00:00Z', hours: 2 }, NOW)).toBe(
-      'no capacity left for k at 2026-12-01T14:00:00Z: all 1 booked'
+  it('asks nothing of the server until hours are chosen', () => {
+    expect(bookingRequest('local/a100', null, 'now')).toBeNull();
+    expect(bookingVerdict(null, null)).toMatchObject({ problem: 'choose a start hour on the calendar', canBook: false });
+  });
+
+  it('may be booked only once the server answered for this very selection', () => {
+    expect(bookingVerdict(request, null)).toEqual({ problem: null, chargeAt: null, price: null, canBook: false });
+    const ok = bookingVerdict(request, { request, answer: answer({}), error: null });
+    expect(ok).toEqual({ problem: null, chargeAt: '2026-12-01T10:20:00Z', price: 4.5, canBook: true });
+    // the selection moved on (one hour more, or the other charge policy): the old answer is not this one's
+    const longer = { ...request, hours: 4 };
+    expect(bookingVerdict(longer, { request, answer: answer({}), error: null }).canBook).toBe(false);
+    const now = bookingRequest('local/a100', { start: '2026-12-01T11:00:00Z', hours: 3 }, 'now')!;
+    expect(bookingVerdict(now, { request, answer: answer({}), error: null }).chargeAt).toBeNull();
+  });
+
+  it("says the server's problem in its words, with no charge time", () => {
+    const full = 'cannot book local/a100 at 2026-12-01T11:00:00Z for 3 h: no capacity left for local/a100 at 2026-12-01T12:00:00Z: all 1 booked';
+    const verdict = bookingVerdict(request, { request, answer: answer({ problem: full, price: null }), error: null });
+    expect(verdict).toEqual({ problem: full, chargeAt: null, price: null, canBook: false });
+    const over = answer({ problem: 'cannot book: over the budget', hint: 'raise the budget', price: null });
+    expect(bookingVerdict(request, { request, answer: over, error: null }).problem).toBe(
+      'cannot book: over the budget (raise the budget)'
     );
   });
 
-  it('refuses the past, hours off the hour, bad lengths and hours beyond the calendar', () => {
-    expect(selectionProblem(grid, { start: '2026-12-01T10:00:00Z', hours: 1 }, NOW)).toBe(
-      '2026-12-01T10:00:00Z is in the past'
-    );
-    expect(selectionProblem(grid, { start: '2026-12-01T11:30:00Z', hours: 1 }, NOW)).toMatch(/whole hours/);
-    expect(selectionProblem(grid, { start: '2026-12-01T11:00:00Z', hours: 0 }, NOW)).toMatch(/whole number/);
-    expect(selectionProblem(grid, { start: '2026-12-01T11:00:00Z', hours: 1.5 }, NOW)).toMatch(/whole number/);
-    expect(selectionProblem(grid, { start: '2026-12-02T09:00:00Z', hours: 2 }, NOW)).toBe(
-      '2026-12-02T10:00:00Z is beyond the calendar shown'
-    );
-    expect(selectionProblem(grid, null, NOW)).toMatch(/choose/);
+  it('cannot be booked when the server could not be asked, and says why', () => {
+    const verdict = bookingVerdict(request, { request, answer: null, error: 'cannot reach the Jupyter server' });
+    expect(verdict).toMatchObject({ problem: 'cannot reach the Jupyter server', canBook: false });
   });
 });
 
-describe('charging and cancelling', () => {
-  it('charges at booking, or 2 h before the start but never before booking', () => {
-    expect(chargeAt('2026-12-01T20:00:00Z', 'now', NOW)).toBe('2026-12-01T10:20:00Z');
-    expect(chargeAt('2026-12-01T20:00:00Z', 'before', NOW)).toBe('2026-12-01T18:00:00Z');
-    expect(chargeAt('2026-12-01T11:00:00Z', 'before', NOW)).toBe('2026-12-01T10:20:00Z');
-  });
-
+describe('listing bookings', () => {
   const booking = (over: Partial<IBooking>): IBooking => ({
     reservation_id: 'res-1',
     offer_key: 'local/a100-80',

@@ -78,7 +78,8 @@ export function settingsAnswer(
       min_gpu_memory_gb: 0,
       driver: null,
       min_cuda: null,
-      image: null,
+      container_image: null,
+      machine_image: null,
       max_price_per_hour: null,
       regions: [],
       ...over.requirements

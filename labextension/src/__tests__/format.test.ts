@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import { age, bytes, duration, firstMachineQuestion, money, readyLine } from '../format';
+import { age, bytes, duration, environmentLine, envChangeLine, firstMachineQuestion, money, readyLine, snapshotLine } from '../format';
 
 describe('numbers as the sidebar shows them', () => {
   it('money', () => {
@@ -45,5 +45,30 @@ describe('the question before the first machine', () => {
     expect(firstMachineQuestion({ ...route, gpu_count: 8, region: null, price_per_hour: 24 })).toContain(
       'Rent 8x NVIDIA L4 on local (any region) at $24.00/h?'
     );
+  });
+});
+
+describe('the environment line of the Ready message', () => {
+  const change = { name: 'ipython', recorded: '9.18.1', installed: '8.39.0', why: 'requires-python', kind: 'changed', detail: '' };
+  it('says nothing when the machine has exactly the recorded environment', () => {
+    expect(environmentLine({ exact: true, summary: 'exact: every recorded version', mode: 'lockfile' })).toBeNull();
+    expect(environmentLine(null)).toBeNull();
+  });
+  it('shows the Python and each difference otherwise', () => {
+    const summary = 'Python 3.11.7 -> 3.10.13; 1 difference from the recorded environment: ipython 9.18.1 -> 8.39.0 (requires-python)';
+    expect(environmentLine({ exact: false, summary, mode: 'lockfile' })).toBe(`Environment: ${summary}`);
+    expect(envChangeLine(change)).toBe('ipython 9.18.1 -> 8.39.0 (requires-python)');
+    expect(envChangeLine({ ...change, kind: 'left-out', installed: null, why: 'platform-only', name: 'pyobjc-core', recorded: '10.3' })).toBe(
+      'pyobjc-core 10.3: left out (platform-only)'
+    );
+  });
+});
+
+describe('the snapshot result line', () => {
+  it('says how many files were not backed up', () => {
+    expect(snapshotLine(7, true, 0)).toBe('Snapshot version 7 published');
+    expect(snapshotLine(7, false, 0)).toBe('Nothing changed since version 7');
+    expect(snapshotLine(7, true, 2)).toMatch(/^Snapshot version 7 published; 2 files not backed up/);
+    expect(snapshotLine(7, true, 1)).toMatch(/; 1 file not backed up/);
   });
 });

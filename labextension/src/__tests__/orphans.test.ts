@@ -14,7 +14,7 @@ const machine: IOrphanMachine = {
   uptime_s: 3725,
   price_per_hour: 2.69,
   spend: 2.78,
-  spend_source: 'provider',
+  spend_source: 'provider-rate',
   orphan: true,
   why: 'not the current allocation of ws-1'
 };

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 
 import * as fmt from '../format';
-import { checksInWords, machineName, offerName, riskInWords, termWords } from '../routes';
+import { checksInWords, lossInWords, machineName, offerName, riskInWords, termWords } from '../routes';
 import { IRoute } from '../types';
 import { route } from './fixtures';
 import routes50 from './routes50.json';
@@ -45,10 +45,24 @@ describe('routes in words', () => {
     );
   });
 
-  it('gives risk as a chance and an expected cost, with what happened', () => {
-    const r = { ...route({ id: 'r' }), p_fail: 0.08, history: ['preempted 4 min ago'] };
+  it('gives risk as a chance, the hours and dollars it is expected to cost, with what happened', () => {
+    const risk = { p_launch: 0, p_lost: 0.08, launch_s: 60, notice_s: 300, again_s: 60, work_s: 14400, hours: 0.33, rate: 1.2 };
+    const r = { ...route({ id: 'r' }), p_fail: 0.08, history: ['preempted 4 min ago'], risk };
     r.cost = { ...r.cost, risk: 0.4 };
-    expect(riskInWords(r, fmt.money)).toBe('8% chance the launch fails: $0.40 (preempted 4 min ago)');
+    expect(riskInWords(r, fmt.money, 8)).toBe(
+      '8% chance of a failed launch or a lost machine in the 8 planned h: 0.3 h lost, $0.40 expected (preempted 4 min ago)'
+    );
+    expect(lossInWords(r, fmt.duration)).toBe(
+      'A lost machine costs 5 min to notice, 60 s to Continue again and 4.0 h of work since the last verified checkpoint'
+    );
+  });
+
+  it('says the same words as the Python core for every one of the fifty routes', () => {
+    for (const r of ROUTES) {
+      const words = r.words?.risk ?? '';
+      expect(words.slice(0, `Risk: ${riskInWords(r, fmt.money, 7.5)}`.length)).toBe(`Risk: ${riskInWords(r, fmt.money, 7.5)}`);
+      expect(words.endsWith(`. ${lossInWords(r, fmt.duration)}`)).toBe(true);
+    }
   });
 
   it('defines every cost part, in the route’s own numbers when the server gave them', () => {

@@ -31,9 +31,10 @@ const noCapacity = route({
 });
 
 describe('route table order', () => {
-  it('ranks takeable routes by total, ties by time to Ready, and blocked ones last', () => {
-    const order = sortRoutes([noCapacity, dear, midSlow, overCap, mid, cheap]).map(r => r.id);
-    expect(order).toEqual(['r-cheap', 'r-mid', 'r-mid-slow', 'r-dear', 'r-over', 'r-full']);
+  it("keeps the server's order, and never puts a blocked route above a takeable one", () => {
+    // the server's ranking is the order it sent, where it gave no rank: the browser ranks nothing
+    const order = sortRoutes([mid, dear, overCap, cheap, midSlow, noCapacity]).map(r => r.id);
+    expect(order).toEqual(['r-mid', 'r-dear', 'r-cheap', 'r-mid-slow', 'r-over', 'r-full']);
   });
 
   it('keeps a blocked route below the takeable ones whatever column is sorted', () => {
@@ -46,6 +47,23 @@ describe('route table order', () => {
 
   it('sorts by time to Ready when asked', () => {
     expect(sortRoutes([midSlow, cheap, mid], 'ready').map(r => r.id)).toEqual(['r-mid', 'r-cheap', 'r-mid-slow']);
+    // ties keep the server's order
+    expect(sortRoutes([midSlow, mid], 'total').map(r => r.id)).toEqual(['r-mid-slow', 'r-mid']);
+  });
+
+  it("follows the server's rank: a route preempted repeatedly goes after the one within the margin", () => {
+    const demoted = route({
+      id: 'r-spot',
+      rank: 2,
+      demoted: 'Not marked best: preempted 3 times in the last hour, and …',
+      cost: { gpu: 8, egress: 0, storage: 0, queue: 0, risk: 0.2, total: 8.2 }
+    });
+    const safe = route({ id: 'r-safe', rank: 1, cost: { gpu: 11, egress: 0, storage: 0, queue: 0, risk: 0, total: 11.2 } });
+    const later = route({ id: 'r-later', rank: 3, cost: { gpu: 12, egress: 0, storage: 0, queue: 0, risk: 0, total: 12 } });
+    expect(sortRoutes([demoted, later, safe]).map(r => r.id)).toEqual(['r-safe', 'r-spot', 'r-later']);
+    // a column sort still sorts by that column
+    expect(sortRoutes([safe, later, demoted], 'total').map(r => r.id)).toEqual(['r-spot', 'r-safe', 'r-later']);
+    expect(bestRoute({ routes: [demoted, safe, later], best: null, hours: 8 })?.id).toBe('r-safe');
   });
 
   it('does not change the array it was given', () => {
@@ -60,9 +78,9 @@ describe('the best route', () => {
     expect(bestRoute({ routes: [cheap, mid], best: 'r-mid', hours: 8 })?.id).toBe('r-mid');
   });
 
-  it('is the cheapest takeable route when the server names none, or a blocked one', () => {
-    expect(bestRoute({ routes: [dear, cheap], best: null, hours: 8 })?.id).toBe('r-cheap');
-    expect(bestRoute({ routes: [overCap, dear], best: 'r-over', hours: 8 })?.id).toBe('r-dear');
+  it("is the first takeable route in the server's order when it names none, or a blocked one", () => {
+    expect(bestRoute({ routes: [dear, cheap], best: null, hours: 8 })?.id).toBe('r-dear');
+    expect(bestRoute({ routes: [overCap, dear, cheap], best: 'r-over', hours: 8 })?.id).toBe('r-dear');
   });
 
   it('is none when every route is blocked', () => {

@@ -6,7 +6,7 @@ import {
   changedKeys,
   fromWorkspace,
   IWorkspaceFields,
-  keysToSendOnLoad,
+  mirrored,
   toBody,
   workspaceFields
 } from '../workspaceSettings';
@@ -104,22 +104,24 @@ describe('which fields changed, and the PUT body for them', () => {
   });
 });
 
-describe('on load, the schema defaults never overwrite the workspace', () => {
+describe("the Settings Editor shows the workspace's values", () => {
   const configured = fromWorkspace(
     answer({ requirements: { driver: '535.1' }, budget: { total: 40 }, hours: 3, autosnapshot_minutes: 5 })
   );
 
-  it('registry defaults adopt the workspace values: nothing is sent', () => {
-    expect(keysToSendOnLoad(DEFAULTS, configured)).toEqual([]);
+  it("writes the workspace's fields into the user's settings, and keeps the store URL", () => {
+    const user = { storeUrl: 's3://b/p', budgetCap: 12, pinnedDriver: '550.54.15' };
+    expect(mirrored(user, configured)).toEqual({
+      storeUrl: 's3://b/p',
+      budgetCap: 40,
+      pinnedDriver: '535.1',
+      plannedHours: 3,
+      autoSnapshotMinutes: 5
+    });
   });
 
-  it("a value the user set is sent when the workspace's differs", () => {
-    const registry = { ...DEFAULTS, pinnedDriver: '550.54.15', budgetCap: 40 };
-    expect(keysToSendOnLoad(registry, configured)).toEqual(['pinnedDriver']);
-  });
-
-  it('nothing is sent when they agree', () => {
-    expect(keysToSendOnLoad(configured, configured)).toEqual([]);
+  it('a field at its default is left out, so the editor shows the default', () => {
+    expect(mirrored({ budgetCap: 12, gpuModels: ['H100'] }, DEFAULTS)).toEqual({});
   });
 });
 

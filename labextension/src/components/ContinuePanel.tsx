@@ -43,6 +43,29 @@ export function isFirstStart(state: IPortableState): boolean {
   return machines.length <= (state.allocation ? 1 : 0) && state.lifecycle.state !== 'LOST';
 }
 
+/** "Ready after 42 s: 5 steps done, 1 route given up", or "Failed at Materialize the workspace". */
+export function finishedSummary(progress: IContinueProgress): string {
+  const n = progress.failovers.length;
+  const given = n ? `, ${n} route${n === 1 ? '' : 's'} given up` : '';
+  if (progress.outcome === 'failed') {
+    const at = STEPS.find(step => progress.steps[step].status === 'failed');
+    return `Failed${at ? ` at ${STEP_LABEL[at]}` : ''}${given}`;
+  }
+  const done = STEPS.filter(step => progress.steps[step].status === 'done');
+  // from the first step's start to the last one's end, as the events tell them
+  const starts = done.map(step => Date.parse(progress.steps[step].started ?? '')).filter(t => !Number.isNaN(t));
+  const ends = done.map(step => Date.parse(progress.steps[step].ended ?? '')).filter(t => !Number.isNaN(t));
+  const took = starts.length && ends.length ? Math.max(0, (Math.max(...ends) - Math.min(...starts)) / 1000) : null;
+  const after = took === null ? 'Ready' : `Ready after ${fmt.duration(took)}`;
+  return `${after}: ${done.length} step${done.length === 1 ? '' : 's'} done${given}`;
+}
+
+/** "The workspace is RELEASED: the workspace was sealed ...", in the server's words for the state. */
+function workspaceIs(state: IPortableState): string {
+  const words = state.states?.[state.lifecycle.state];
+  return `The workspace is ${state.lifecycle.state}` + (words ? `: ${words.meaning}.` : '.');
+}
+
 function describe(id: string | null, answer: IRoutesAnswer | null): string {
   if (!id) {
     return '—';
@@ -71,6 +94,44 @@ export function ContinuePanel(props: {
   const first = isFirstStart(props.state);
   const now = Date.now();
   const readyNote = fmt.readyLine(props.state.allocation?.estimate);
+  const envNote = fmt.environmentLine(props.state.allocation?.environment);
+  // once finished, the step log folds into a one-line summary, opened on demand
+  const finished = !running && progress.outcome !== null;
+  const steps = (
+    <ol className="jp-Portable-steps" aria-label="Continue progress">
+      {STEPS.map(step => {
+        const s = progress.steps[step];
+        const fraction = stepFraction(s);
+        const took = stepSeconds(s, now);
+        return (
+          <li key={step} className={`jp-Portable-step jp-mod-${s.status}`} data-step={step} aria-current={s.status === 'running' ? 'step' : undefined}>
+            <span className="jp-Portable-stepMark" aria-hidden="true">
+              {s.status === 'done' ? '✓' : s.status === 'failed' ? '✗' : s.status === 'running' ? '…' : '○'}
+            </span>
+            <span className="jp-Portable-stepLabel">{STEP_LABEL[step]}</span>
+            <span className="jp-Portable-sr">: {STATUS_WORD[s.status]}</span>
+            {took !== null && s.status !== 'pending' ? (
+              <span className="jp-Portable-stepTime"> {fmt.duration(took)}</span>
+            ) : null}
+            {s.message ? <span className="jp-Portable-stepMessage">{humanMessage(s.message, props.state)}</span> : null}
+            {s.status === 'running' && fraction !== null ? (
+              <progress max={1} value={fraction} aria-label={`${STEP_LABEL[step]} progress`} />
+            ) : null}
+          </li>
+        );
+      })}
+    </ol>
+  );
+  const failovers = progress.failovers.length ? (
+    <ul className="jp-Portable-failovers" aria-label="routes given up">
+      {progress.failovers.map((f, i) => (
+        <li key={`${f.route}-${i}`}>
+          {describe(f.route, routes)} failed: {f.reason}
+          {f.next ? <> — trying {describe(f.next, routes)} next</> : null}
+        </li>
+      ))}
+    </ul>
+  ) : null;
   return (
     <Section id="continue" title="Continue">
       {!running && !props.state.can_continue ? (
@@ -79,7 +140,7 @@ export function ContinuePanel(props: {
             {props.state.lifecycle.state === 'ACTIVE' && props.state.allocation
               ? `Running on ${machineName(props.state.allocation)}` +
                 (readyNote ? `, ${readyNote}.` : '.')
-              : `The workspace is ${props.state.lifecycle.state}.`}
+              : workspaceIs(props.state)}
           </p>
           {props.state.lifecycle.state === 'ACTIVE' ? (
             <Button
@@ -129,41 +190,19 @@ export function ContinuePanel(props: {
           </Button>
         </div>
       )}
-      {showSteps ? (
-        <ol className="jp-Portable-steps" aria-label="Continue progress">
-          {STEPS.map(step => {
-            const s = progress.steps[step];
-            const fraction = stepFraction(s);
-            const took = stepSeconds(s, now);
-            return (
-              <li key={step} className={`jp-Portable-step jp-mod-${s.status}`} data-step={step} aria-current={s.status === 'running' ? 'step' : undefined}>
-                <span className="jp-Portable-stepMark" aria-hidden="true">
-                  {s.status === 'done' ? '✓' : s.status === 'failed' ? '✗' : s.status === 'running' ? '…' : '○'}
-                </span>
-                <span className="jp-Portable-stepLabel">{STEP_LABEL[step]}</span>
-                <span className="jp-Portable-sr">: {STATUS_WORD[s.status]}</span>
-                {took !== null && s.status !== 'pending' ? (
-                  <span className="jp-Portable-stepTime"> {fmt.duration(took)}</span>
-                ) : null}
-                {s.message ? <span className="jp-Portable-stepMessage">{humanMessage(s.message, props.state)}</span> : null}
-                {s.status === 'running' && fraction !== null ? (
-                  <progress max={1} value={fraction} aria-label={`${STEP_LABEL[step]} progress`} />
-                ) : null}
-              </li>
-            );
-          })}
-        </ol>
+      {/* a refusal shows where the user is looking: under the button that was pressed */}
+      <StatusLine status={props.status.continue} />
+      <StatusLine status={props.status.cancel} />
+      <StatusLine status={props.status.stop} />
+      {showSteps && finished ? (
+        <details className="jp-Portable-log" data-outcome={progress.outcome ?? ''}>
+          <summary>{finishedSummary(progress)}</summary>
+          {steps}
+          {failovers}
+        </details>
       ) : null}
-      {progress.failovers.length ? (
-        <ul className="jp-Portable-failovers" aria-label="routes given up">
-          {progress.failovers.map((f, i) => (
-            <li key={`${f.route}-${i}`}>
-              {describe(f.route, routes)} failed: {f.reason}
-              {f.next ? <> — trying {describe(f.next, routes)} next</> : null}
-            </li>
-          ))}
-        </ul>
-      ) : null}
+      {showSteps && !finished ? steps : null}
+      {!finished ? failovers : null}
       {progress.outcome === 'ready' ? (
         <p className="jp-Portable-status jp-Portable-status-info" role="status">
           {first
@@ -172,14 +211,17 @@ export function ContinuePanel(props: {
           {readyNote ? ` It was ${readyNote}.` : null}
         </p>
       ) : null}
+      {envNote && (progress.outcome === 'ready' || props.state.lifecycle.state === 'ACTIVE') ? (
+        <p className="jp-Portable-status jp-Portable-status-info jp-Portable-envNote" role="note"
+          title={(props.state.allocation?.environment?.changes ?? []).map(fmt.envChangeLine).join('\n')}>
+          {envNote}
+        </p>
+      ) : null}
       {progress.outcome === 'failed' ? (
         <p className="jp-Portable-status jp-Portable-status-error" role="alert">
           Continue failed: {progress.reason}. The workspace stays at version {safeVersion(props.state)}.
         </p>
       ) : null}
-      <StatusLine status={props.status.continue} />
-      <StatusLine status={props.status.cancel} />
-      <StatusLine status={props.status.stop} />
     </Section>
   );
 }

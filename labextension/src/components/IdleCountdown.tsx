@@ -1,9 +1,12 @@
-import React, { useState } from 'react';
+import React, { useEffect, useState } from 'react';
 
-import { PortableApiError, requestAPI } from '../api';
+import { PortableApiError, PortableClient } from '../api';
 import { PortableModel } from '../model';
 import { IIdle } from '../types';
 import { ApiErrorLine } from './common';
+
+/** How often a countdown on screen is redrawn. */
+export const COUNTDOWN_TICK_MS = 1000;
 
 /** What the idle line says: a countdown in the last warn_s seconds, or what an idle stop did. */
 export interface IIdleLine {
@@ -49,10 +52,21 @@ export function idleLine(idle: IIdle | null | undefined, elapsedMs: number): IId
 
 /** The idle countdown with "Keep running", and afterwards what the idle stop saved. */
 export function IdleCountdown(props: { model: PortableModel; now: number }): JSX.Element | null {
-  const { model, now } = props;
+  const { model } = props;
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<PortableApiError | null>(null);
+  // the sidebar redraws every few seconds; a countdown on screen redraws itself every second
+  const [tick, setTick] = useState(() => Date.now());
+  const now = Math.max(props.now, tick);
   const line = idleLine(model.state?.idle, now - model.fetchedAt);
+  const counting = line?.kind === 'countdown';
+  useEffect(() => {
+    if (!counting) {
+      return;
+    }
+    const timer = window.setInterval(() => setTick(Date.now()), COUNTDOWN_TICK_MS);
+    return () => window.clearInterval(timer);
+  }, [counting]);
   if (!line) {
     return null;
   }
@@ -67,7 +81,7 @@ export function IdleCountdown(props: { model: PortableModel; now: number }): JSX
     setBusy(true);
     setError(null);
     try {
-      await requestAPI('keep-running', { method: 'POST', body: '{}' });
+      await new PortableClient().keepRunning();
       await model.refreshState();
     } catch (e) {
       setError(e instanceof PortableApiError ? e : new PortableApiError(String(e), null, null, 'keep-running'));

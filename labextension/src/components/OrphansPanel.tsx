@@ -1,6 +1,6 @@
 import React, { useState } from 'react';
 
-import { PortableApiError, requestAPI } from '../api';
+import { PortableApiError, PortableClient } from '../api';
 import { PortableModel } from '../model';
 import { IOrphanMachine, IOrphans } from '../types';
 import { ApiErrorLine } from './common';
@@ -35,7 +35,7 @@ export function OrphansPanel(props: { model: PortableModel }): JSX.Element | nul
     setBusy(target);
     setError(null);
     try {
-      await requestAPI('orphans', { method: 'POST', body: JSON.stringify({ terminate: target }) });
+      await new PortableClient().terminateOrphan(target);
       await model.refreshState();
     } catch (e) {
       setError(e instanceof PortableApiError ? e : new PortableApiError(String(e), null, null, 'orphans'));

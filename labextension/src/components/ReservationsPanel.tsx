@@ -3,9 +3,11 @@ import React, { useEffect, useRef, useState } from 'react';
 
 import { PortableApiError } from '../api';
 import {
+  bookingRequest,
+  bookingVerdict,
   calendarGrid,
-  chargeAt,
   GUARANTEE_TEXT,
+  IChecked,
   gridCells,
   ICell,
   inSelection,
@@ -14,13 +16,20 @@ import {
   localOffsetMinutes,
   moveFocus,
   offerKeys,
-  selectionBetween,
-  selectionProblem
+  selectionBetween
 } from '../calendar';
 import * as fmt from '../format';
 import { IStatus } from '../model';
 import { offerName } from '../routes';
-import { ChargePolicy, IBookingRequest, IReservationsAnswer, IRoutesAnswer } from '../types';
+import {
+  CHARGE_LEAD_HOURS,
+  ChargePolicy,
+  IBookingCheck,
+  IBookingRequest,
+  IBudget,
+  IReservationsAnswer,
+  IRoutesAnswer
+} from '../types';
 import { ApiErrorLine, Section, StatusLine } from './common';
 
 const STATE_WORD = {
@@ -36,6 +45,11 @@ function cellLabel(dayLabel: string, c: ICell, selected: boolean): string {
   return `${dayLabel} ${c.label}: ${STATE_WORD[c.state]}${free}${selected ? ', selected' : ''}`;
 }
 
+/** How long the selection rests before the server is asked about it. */
+const CHECK_DELAY_MS = 250;
+/** A selection that stands is asked about again this often (its start may pass meanwhile). */
+const RECHECK_MS = 60 * 1000;
+
 const AT_START =
   'When the slot begins, Continue starts on the booked machine (acquiring starts ahead of it where nothing is held).';
 
@@ -45,9 +59,15 @@ export function ReservationsPanel(props: {
   error: PortableApiError | null;
   routes: IRoutesAnswer | null;
   now: number;
+  /** The state's budget: when it changes (a setting, a booking elsewhere) the server is asked again. */
+  budget: IBudget | null;
+  /** Counts the workspace's settings changes: each one asks the server again. */
+  settingsSeen?: number;
   busy: { book: boolean; cancel: boolean };
   status: { book?: IStatus; cancel?: IStatus };
   onBook: (request: IBookingRequest) => Promise<boolean>;
+  /** The server's dry run of a booking: its problem, charge time and price. */
+  onCheck: (request: IBookingRequest) => Promise<IBookingCheck>;
   onCancel: (id: string, what: string) => void;
 }): JSX.Element {
   const keys = offerKeys(props.answer?.calendar ?? null);
@@ -56,6 +76,7 @@ export function ReservationsPanel(props: {
   const [selection, setSelection] = useState<ISelection | null>(null);
   const [focus, setFocus] = useState(0);
   const [charge, setCharge] = useState<ChargePolicy>('before');
+  const [checked, setChecked] = useState<IChecked | null>(null);
   const gridRef = useRef<HTMLTableElement>(null);
   const focusOnRender = useRef(false);
 
@@ -64,9 +85,35 @@ export function ReservationsPanel(props: {
   const grid = calendar && offerKey ? calendarGrid(calendar, offerKey, props.now, localOffsetMinutes(props.now)) : null;
   const cells = grid ? gridCells(grid) : [];
   const columns = grid?.hours.length ?? 24;
-  const problem = grid ? selectionProblem(grid, selection, props.now) : 'no calendar';
-  const route = props.routes?.routes.find(r => `${r.provider}/${r.offer}` === offerKey);
-  const estimate = route && selection ? route.price_per_hour * selection.hours : null;
+  const request = grid ? bookingRequest(offerKey, selection, charge) : null;
+  const verdict = bookingVerdict(request, checked);
+  const problem = grid ? verdict.problem : 'no calendar';
+  const requestKey = request ? JSON.stringify(request) : '';
+  const { onCheck } = props;
+  const budgetKey = JSON.stringify(props.budget);
+  const tick = Math.floor(props.now / RECHECK_MS);
+
+  // The server says whether the selection can be booked, and when it would be charged, by the
+  // booking's own rules and clock; asked again once the selection rests, when the bookings, the
+  // budget or the settings change, and every minute.
+  useEffect(() => {
+    if (!request) {
+      return;
+    }
+    let current = true;
+    const timer = setTimeout(() => {
+      onCheck(request).then(
+        answer => current && setChecked({ request, answer, error: null }),
+        (error: unknown) =>
+          current &&
+          setChecked({ request, answer: null, error: error instanceof PortableApiError ? error.full : String(error) })
+      );
+    }, CHECK_DELAY_MS);
+    return () => {
+      current = false;
+      clearTimeout(timer);
+    };
+  }, [requestKey, props.answer, budgetKey, props.settingsSeen, tick, onCheck]);
 
   useEffect(() => {
     if (focusOnRender.current) {
@@ -149,7 +196,8 @@ export function ReservationsPanel(props: {
       {grid ? (
         <>
           <p className="jp-Portable-guarantee" data-guarantee={grid.guarantee}>
-            {GUARANTEE_TEXT[grid.guarantee]}
+            {/* the server's words: the calendar promises what a booking records */}
+            {props.answer?.calendar?.offers[grid.offerKey]?.guarantee_text}
             {grid.capacity !== null ? ` Capacity: ${grid.capacity} at a time.` : ''}
           </p>
           <div className="jp-Portable-tableWrap">
@@ -212,7 +260,7 @@ export function ReservationsPanel(props: {
             <legend>Book</legend>
             <p role="status">
               {selection
-                ? `${fmt.span(selection.start, selection.hours)}, ${selection.hours} h${estimate !== null ? `, about ${fmt.money(estimate)}` : ''}`
+                ? `${fmt.span(selection.start, selection.hours)}, ${selection.hours} h${verdict.price !== null ? `, ${fmt.money(verdict.price)}` : ''}`
                 : 'Choose a start hour (Shift to extend).'}
             </p>
             <div role="radiogroup" aria-label="charge policy" className="jp-Portable-row">
@@ -227,18 +275,18 @@ export function ReservationsPanel(props: {
                   checked={charge === 'before'}
                   onChange={() => setCharge('before')}
                 />
-                charge 2 h before start
+                charge {CHARGE_LEAD_HOURS} h before start
               </label>
             </div>
-            {selection && !problem ? (
+            {selection && verdict.chargeAt ? (
               <p className="jp-Portable-hint">
-                Charged {fmt.when(chargeAt(selection.start, charge, props.now))}. {AT_START}
+                Charged {fmt.when(verdict.chargeAt)}. {AT_START}
               </p>
             ) : null}
             {selection && problem ? <p className="jp-Portable-hint">{problem}</p> : null}
             <Button
               className="jp-mod-styled jp-mod-accept"
-              disabled={!!problem || props.busy.book}
+              disabled={!verdict.canBook || props.busy.book}
               onClick={() => void book()}
             >
               {props.busy.book ? 'Booking…' : 'Book'}
@@ -258,12 +306,12 @@ export function ReservationsPanel(props: {
                 <span className="jp-Portable-tag">{b.status}</span>
               </div>
               <div className="jp-Portable-hint">
-                {GUARANTEE_TEXT[b.guarantee]}{' '}
+                {b.guarantee_text ?? GUARANTEE_TEXT[b.guarantee]}{' '}
                 {b.status === 'cancelled'
                   ? b.refund
                     ? `Refunded ${fmt.money(b.refund)}.`
                     : 'Nothing was charged.'
-                  : `Charged ${b.charge === 'now' ? 'at booking' : '2 h before start'}: ${fmt.when(b.charge_at)}. ${AT_START}`}
+                  : `Charged ${b.charge === 'now' ? 'at booking' : `${CHARGE_LEAD_HOURS} h before start`}: ${fmt.when(b.charge_at)}. ${AT_START}`}
               </div>
               {b.can_cancel ? (
                 <Button

@@ -10,6 +10,7 @@ import {
   checksInWords,
   checksSummary,
   COST_TERMS,
+  lossInWords,
   riskInWords,
   routeName,
   SortKey,
@@ -64,9 +65,19 @@ function BlockReasons(props: { route: IRoute; id: string }): JSX.Element {
   );
 }
 
+/** Why a cheaper route is not the best one (its offer was preempted repeatedly). */
+function NotBest(props: { route: IRoute }): JSX.Element {
+  return (
+    <p className="jp-Portable-demoted" data-demoted="yes">
+      {props.route.demoted}
+    </p>
+  );
+}
+
 /** One route as a card: its name, total and time to Ready, a one-line breakdown, the checks and risk in words. */
 function RouteCard(props: {
   route: IRoute;
+  hours: number | null;
   best: boolean;
   selected: boolean;
   disabled: boolean;
@@ -110,9 +121,14 @@ function RouteCard(props: {
         GPU {fmt.money(c.gpu)} · transfer {fmt.money(c.egress)} · storage {fmt.money(c.storage)} · queue{' '}
         {fmt.money(c.queue)} · risk {fmt.money(c.risk)}
       </p>
-      <p className="jp-Portable-cardRisk" data-history={route.history?.length ? 'yes' : 'no'}>
-        Risk: {riskInWords(route, fmt.money)}
+      <p
+        className="jp-Portable-cardRisk"
+        data-history={route.history?.length ? 'yes' : 'no'}
+        title={lossInWords(route, fmt.duration) ?? undefined}
+      >
+        Risk: {riskInWords(route, fmt.money, props.hours)}
       </p>
+      {route.demoted ? <NotBest route={route} /> : null}
       <p className="jp-Portable-cardChecks">Checks: {checksInWords(route)}</p>
       {route.blocked ? <BlockReasons route={route} id={`${inputId}-why`} /> : null}
     </li>
@@ -196,6 +212,7 @@ export function RoutesPanel(props: {
       <th
         key={key}
         scope="col"
+        data-column={key}
         aria-sort={active ? (sort.desc ? 'descending' : 'ascending') : 'none'}
         title={title}
       >
@@ -262,6 +279,7 @@ export function RoutesPanel(props: {
               <RouteCard
                 key={route.id}
                 route={route}
+                hours={props.answer?.hours ?? props.hours}
                 best={route.id === props.answer?.best}
                 selected={route.id === props.selected}
                 disabled={props.disabled}
@@ -325,8 +343,9 @@ export function RoutesPanel(props: {
                       {COLUMNS.map(c => (
                         <td
                           key={c.key}
+                          data-column={c.key}
                           className="jp-Portable-num"
-                          title={c.key === 'risk' ? riskInWords(route, fmt.money) : undefined}
+                          title={c.key === 'risk' ? riskInWords(route, fmt.money, props.answer?.hours ?? props.hours) : undefined}
                         >
                           {cell(route, c.key)}
                         </td>
@@ -335,10 +354,15 @@ export function RoutesPanel(props: {
                         <Checks route={route} /> <span className="jp-Portable-checkWords">{checksInWords(route)}</span>
                       </td>
                     </tr>
-                    {route.history?.length ? (
+                    {route.history?.length || route.demoted ? (
                       <tr className="jp-Portable-historyRow">
                         <td />
-                        <td colSpan={COLUMNS.length + 2}>Risk: {riskInWords(route, fmt.money)}</td>
+                        <td colSpan={COLUMNS.length + 2} title={lossInWords(route, fmt.duration) ?? undefined}>
+                          <span className="jp-Portable-cardRisk">
+                            Risk: {riskInWords(route, fmt.money, props.answer?.hours ?? props.hours)}
+                          </span>
+                          {route.demoted ? <NotBest route={route} /> : null}
+                        </td>
                       </tr>
                     ) : null}
                     {route.blocked ? (

@@ -77,9 +77,12 @@ export function Sidebar(props: { model: PortableModel; now: number; onOpenSettin
         error={model.reservationsError}
         routes={model.routes}
         now={now}
+        budget={state.budget ?? null}
+        settingsSeen={model.settingsSeen}
         busy={{ book: model.busy.has('book'), cancel: model.busy.has('cancel-booking') }}
         status={{ book: model.status.book, cancel: model.status['cancel-booking'] }}
         onBook={r => model.book(r)}
+        onCheck={model.checkBooking}
         onCancel={(id, what) =>
           void confirmAction(
             'Cancel this reservation?',

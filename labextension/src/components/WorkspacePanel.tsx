@@ -82,12 +82,12 @@ export function AllocationPanel(props: {
     );
   }
   return (
-    <Section id="allocation" title="Machine" actions={<StateBadge state={lifecycle.state} />}>
+    <Section id="allocation" title="Machine" actions={<StateBadge state={lifecycle.state} words={props.state.states?.[lifecycle.state]} />}>
       {body}
       <p className={`jp-Portable-budget jp-Portable-budget-${budget?.state ?? 'ok'}`} aria-label="spend">
         <span className="jp-Portable-spendLine">{spendText(state)}</span>
         {budget && typeof budget.cap === 'number'
-          ? ` · budget ${fmt.money(budget.cap)}, ${fmt.money(budget.left ?? Math.max(0, budget.cap - (budget.spent ?? 0)))} left`
+          ? ` · ${budgetLeftText(budget)}`
           : ''}
         {budget && (budget.state === 'warn' || budget.state === 'exhausted' || budget.state === 'unknown') && budget.message
           ? `: ${budget.message}`
@@ -103,6 +103,22 @@ export function AllocationPanel(props: {
         </ul>
       ) : null}
     </Section>
+  );
+}
+
+/**
+ * What is left of the budget, as the server counts it (cap - spent - committed by bookings) and
+ * as `jupyter portable spend` says it: "budget $10.00, $2.77 left ($7.16 committed to bookings)".
+ */
+export function budgetLeftText(budget: IPortableState['budget']): string {
+  if (typeof budget.cap !== 'number') {
+    return '';
+  }
+  const committed = budget.committed ?? 0;
+  const left = budget.left ?? Math.max(0, budget.cap - (budget.spent ?? 0) - committed);
+  return (
+    `budget ${fmt.money(budget.cap)}, ${fmt.money(left)} left` +
+    (committed > 0 ? ` (${fmt.money(committed)} committed to bookings)` : '')
   );
 }
 

@@ -1,5 +1,7 @@
 import React from 'react';
 
+import { IStateWords } from '../types';
+
 const COLLAPSED_KEY = 'jupyter-portable:collapsed';
 
 /** The sections the user folded, remembered in this browser across reloads. */
@@ -109,14 +111,18 @@ const STATE_TONE: { [state: string]: string } = {
   VERIFYING: 'busy'
 };
 
-/** The lifecycle state as a coloured badge (the text says it too). */
-export function StateBadge(props: { state: string }): JSX.Element {
+/** The lifecycle state as a coloured badge (the text says it too); ``words``: the server's
+ * words for it (core/state_words.py), said on hover and to screen readers. */
+export function StateBadge(props: { state: string; words?: IStateWords }): JSX.Element {
   const tone = STATE_TONE[props.state] ?? 'neutral';
+  const meaning = props.words ? `: ${props.words.meaning}` : '';
   return (
     <span
       className={`jp-Portable-badge jp-Portable-badge-${tone}`}
       data-state={props.state}
-      aria-label={`state: ${props.state}`}
+      data-machine={props.words ? String(props.words.machine) : undefined}
+      title={props.words ? `${props.words.label}${meaning}. To do: ${props.words.action}.` : undefined}
+      aria-label={`state: ${props.state}${meaning}`}
     >
       {props.state}
     </span>

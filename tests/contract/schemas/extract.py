@@ -45,12 +45,12 @@ OPERATIONS = {
     "runpod": [("listGpuTypes", "get", "/v2/catalog/gpus"), ("getGpuType", "get", "/v2/catalog/gpus/{id}"),
                ("getSshKeys", "get", "/v2/account/ssh-keys"), ("createPod", "post", "/v2/pods"),
                ("getPod", "get", "/v2/pods/{id}"), ("deletePod", "delete", "/v2/pods/{id}"),
-               ("listPods", "get", "/v2/pods")],
+               ("listPods", "get", "/v2/pods"), ("listPodBilling", "get", "/v2/billing/pods")],
     "vastai": [("searchOffers", "post", "/api/v0/bundles"), ("createInstance", "put", "/api/v0/asks/{id}"),
                ("attachSshKey", "post", "/api/v0/instances/{id}/ssh"),
                ("showInstance", "get", "/api/v0/instances/{id}"),
                ("destroyInstance", "delete", "/api/v0/instances/{id}"), ("showUser", "get", "/api/v0/users/current"),
-               ("showInstances", "get", "/api/v1/instances")],
+               ("showInstances", "get", "/api/v1/instances"), ("showCharges", "get", "/api/v0/charges")],
     "lambda": [("listInstanceTypes", "get", "/api/v1/instance-types"),
                ("launchInstance", "post", "/api/v1/instance-operations/launch"),
                ("getInstance", "get", "/api/v1/instances/{id}"),
@@ -207,6 +207,15 @@ def vastai_extras(doc: dict[str, Any], ops: dict[str, Any]) -> list[str]:
     order["items"].update(minItems=2, maxItems=2)
     order.pop("minItems", None)
     order.pop("maxItems", None)
+    # env is an object on the wire (Vast's guide; the official client converts a flag string into one)
+    ops["createInstance"]["request"]["body"]["properties"]["env"] = {
+        "type": "object", "additionalProperties": {"type": "string"}}
+    # driver_version is filtered as the client's zero-padded number (550.54.15 -> 550054015)
+    number = {"type": "integer"}
+    ops["searchOffers"]["request"]["body"]["properties"]["driver_version"] = {
+        "type": "object", "additionalProperties": False,
+        "properties": {**{op: number for op in ("eq", "neq", "gt", "gte", "lt", "lte")},
+                       "in": {"type": "array", "items": number}, "notin": {"type": "array", "items": number}}}
     return [
         "Paths: the document lists them without a trailing slash; vastai.py sends them with one, as Vast's "
         "own CLI does. The operations are the same.",
@@ -223,6 +232,17 @@ def vastai_extras(doc: dict[str, Any], ops: dict[str, Any]) -> list[str]:
         "each entry has two elements (field, direction), so the bound is moved onto each entry.",
         "searchOffers takes no cursor: a caller pages by the sort key (dph_total gte the last price, id notin "
         "the offers already seen at that price), with the operators the document lists.",
+        "createInstance request 'env': the document types it as a Docker-flag string (\"-e K=V -p 8000:8000\"). "
+        "Vast's guide to creating instances says it is a JSON object ({\"KEY\": \"value\"}, port maps as keys "
+        "such as \"-p 8000:8000\": \"1\"), and the official vastai client (1.9.x, build_create_instance_payload "
+        "with utils.parse_env) turns a flag string into that object before sending: an object of strings is "
+        "kept, a string refused.",
+        "searchOffers request 'driver_version': the document says \"XXX.XX.XX\"; the official client "
+        "(api/query.py numeric_version) sends it as one number, each part zero-padded to three digits "
+        "(550.54.15 -> 550054015), the form the offers' driver_vers carries. Its operators take integers.",
+        "showCharges: 'select_filters' is a JSON text in the query ({\"day\": {\"gte\", \"lte\"}} in unix "
+        "seconds, required, and optionally {\"type\": {\"in\": [\"instance\"]}}), as the document's examples "
+        "and the official client send it.",
     ]
 
 

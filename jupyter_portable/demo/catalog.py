@@ -47,9 +47,10 @@ class Catalog:
 
 
 def default_catalog_path() -> Path:
-    """``$JUPYTER_PORTABLE_CATALOG``, else the demo catalog shipped with the package."""
-    env = os.environ.get(CATALOG_ENV)
-    return Path(env) if env else Path(__file__).with_name("demo-catalog.toml")
+    """``$JUPYTER_PORTABLE_CATALOG``, else the demo catalog shipped with the package (compute.settings)."""
+    from jupyter_portable.compute.settings import PortableLocal
+
+    return Path(PortableLocal().catalog)
 
 
 # --- field checkers: each returns the value or raises ValueError with what was expected ---

@@ -23,7 +23,7 @@ from pathlib import Path
 # The script is self-contained (stdlib, data inlined) so it keeps working whatever happens
 # to the market's state; ``__DATA__`` is replaced by a JSON string literal.
 _SCRIPT = r'''#!__PYTHON__
-"""nvidia-smi as a local-market machine presents it (written by jupyter_portable.compute.fake_nvidia_smi)."""
+"""nvidia-smi as a local-market machine presents it (written by jupyter_portable.demo.fake_nvidia_smi)."""
 import json
 import os
 import sys

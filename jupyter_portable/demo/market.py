@@ -4,7 +4,8 @@ It is the demo's default and a fault injector. A catalog (:mod:`.catalog`) lists
 with capacity, boot time, launch failure rate and, where the listing lies, the driver the
 machine really reports. Each allocation is a fresh folder ``<state_dir>/allocations/<id>/``
 with ``bin/nvidia-smi`` presenting the offer's GPU and ``work/``, and a real worker process
-(:mod:`.agent_stub`) heartbeating into it. ``lose`` plays the market taking a machine back.
+(:mod:`jupyter_portable.compute.agent_stub`, the one an SSH host runs too) heartbeating into it.
+``lose`` plays the market taking a machine back.
 
 The market's state is one JSON file under an flock, written atomically, so the CLI, the
 Jupyter server and the tests in different processes see one market.
@@ -30,12 +31,12 @@ from typing import Any
 
 from jupyter_portable.compute.admission import IMAGE_ENV
 from jupyter_portable.compute.base import Allocation, AllocationStatus, Provider, Reservation
-from jupyter_portable.compute.catalog import Catalog, default_catalog_path, load_catalog
-from jupyter_portable.compute.fake_nvidia_smi import write_fake_nvidia_smi
 from jupyter_portable.core.errors import LaunchFailed, NoCapacity, NotSupported, QuotaExceeded, UsageError
 from jupyter_portable.core.offers import Offer, Requirements
 from jupyter_portable.core.secretenv import scrubbed
 from jupyter_portable.core.times import from_timestamp_iso, parse_iso
+from jupyter_portable.demo.catalog import Catalog, default_catalog_path, load_catalog
+from jupyter_portable.demo.fake_nvidia_smi import write_fake_nvidia_smi
 from jupyter_portable.workdir.files import atomic_write, file_lock
 
 MARKET_DIR_ENV = "JUPYTER_PORTABLE_MARKET_DIR"
@@ -49,13 +50,10 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def default_market_dir() -> Path:
-    """``$JUPYTER_PORTABLE_MARKET_DIR``, else ``<jupyter data dir>/portable/market``."""
-    env = os.environ.get(MARKET_DIR_ENV)
-    if env:
-        return Path(env)
-    from jupyter_core.paths import jupyter_data_dir
+    """``$JUPYTER_PORTABLE_MARKET_DIR``, else ``<jupyter data dir>/portable/market`` (compute.settings)."""
+    from jupyter_portable.compute.settings import PortableLocal
 
-    return Path(jupyter_data_dir()) / "portable" / "market"
+    return Path(PortableLocal().market_dir)
 
 
 # --- the shared state file ---------------------------------------------------------------

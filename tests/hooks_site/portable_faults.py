@@ -1,8 +1,10 @@
-"""Fault injection for the crash-consistency tests.
+"""Fault injection for the crash-consistency tests, installed into jupyter_portable.core.hooks
+by ``sitecustomize`` in the processes a test starts with :func:`fault_env`'s environment.
 
 With ``JUPYTER_PORTABLE_KILL_AT=N`` in the environment, the Nth store write step of
 this process SIGKILLs the process itself, mid-protocol, exactly as a lost machine
-would stop. Unset (always, outside tests) every call is a cheap no-op.
+would stop; ``JUPYTER_PORTABLE_KILL_IN_STATE`` kills it after the lifecycle recorded a state;
+``JUPYTER_PORTABLE_CORRUPT_READBACK=1`` corrupts a checkpoint between upload and read-back.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def corrupt_readback(store: object, keys: list[str]) -> None:
         backend.write(keys[0], bytes(data))
 
 
-def point(label: str) -> None:
+def point(label: str) -> None:  # core.hooks.step
     """Mark one step of a store write; die here if this is the chosen step."""
     global _count
     if not _target:
@@ -59,3 +61,22 @@ def entered_state(state: str) -> None:
     if hit:
         os.write(2, f"fault injection: SIGKILL in {state}\n".encode())
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+HOOKS_SITE = os.path.dirname(os.path.abspath(__file__))
+
+
+def install() -> None:
+    """Put these faults into jupyter_portable.core.hooks (this process only)."""
+    from jupyter_portable.core import hooks
+
+    hooks.install(step=point, entered_state=entered_state, before_readback=corrupt_readback)
+
+
+def fault_env(base: dict[str, str] | None = None, **faults: str) -> dict[str, str]:
+    """An environment for a process a test starts that installs these faults at start-up (this
+    folder's ``sitecustomize``), with ``faults`` (``JUPYTER_PORTABLE_KILL_AT="3"``, ...) set."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (HOOKS_SITE, env.get("PYTHONPATH")) if p)
+    env.update(faults)
+    return env

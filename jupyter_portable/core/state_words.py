@@ -1,0 +1,93 @@
+"""What each lifecycle state means to the user, in one table (issue 30, item 5).
+
+The toolbar, the sidebar's badges, a cell's error on the placeholder kernel and ``jupyter
+portable status`` all say a state in these words; the server sends the table with every state
+answer (``states`` in ``state.json``), so the frontend holds no copy of it. Pure data: no I/O.
+
+Each entry: ``label`` (the toolbar's words), ``meaning`` (one line: what is true now),
+``machine`` (a machine is held, and billed, in this state), ``action`` (what the user can do)
+and ``ask`` (a cell run asks "Start a machine?" before renting one, as for the first machine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from types import MappingProxyType
+from typing import Any
+
+from jupyter_portable.core import lifecycle as L
+
+
+@dataclass(frozen=True)
+class StateWords:
+    """The user's words for one lifecycle state."""
+
+    label: str
+    meaning: str
+    machine: bool
+    action: str
+    ask: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_START = "run a cell and press Start, or press Continue in the portable sidebar, to rent one"
+_WAIT = "wait, or press Cancel in the portable sidebar"
+_MOVING = "Moving to a new machine"
+
+WORDS: Mapping[str, StateWords] = MappingProxyType({
+    L.IDLE: StateWords("No machine yet", "no machine has served this workspace yet; nothing is rented",
+                       False, _START, ask=True),
+    L.ACTIVE: StateWords("On a machine", "the kernel runs on a rented, verified machine, billed while it runs",
+                         True, "press Stop to seal the workspace and release the machine"),
+    L.DRAINING: StateWords("Stopping (DRAINING)", "a stop began: no new writes; the machine still runs",
+                           True, "wait: the final version is being published"),
+    L.SEALED: StateWords("Stopping (SEALED)", "the final version was published and read back; the machine "
+                         "still runs until it is released", True, "wait: the machine is being released"),
+    L.RELEASED: StateWords("No machine (RELEASED)", "the workspace was sealed and its machine released; "
+                           "nothing is rented", False, _START, ask=True),
+    L.LOST: StateWords("No machine (LOST)", "the machine went away before a seal; the workspace stands on its "
+                       "last published version; nothing is rented", False,
+                       "press Continue in the portable sidebar to rent a new one"),
+    L.ROUTING: StateWords(f"{_MOVING} (ROUTING)", "a Continue is choosing a route; nothing is rented yet",
+                          False, _WAIT),
+    L.ACQUIRING: StateWords(f"{_MOVING} (ACQUIRING)", "a Continue is launching a machine, billed from its launch",
+                            True, _WAIT),
+    L.PROBING: StateWords(f"{_MOVING} (PROBING)", "the new machine's GPU, driver and image are being checked",
+                          True, _WAIT),
+    L.MATERIALIZING: StateWords(f"{_MOVING} (MATERIALIZING)", "the workspace is being written onto the new "
+                                "machine", True, _WAIT),
+    L.VERIFYING: StateWords(f"{_MOVING} (VERIFYING)", "the new machine reads the workspace back and compares",
+                            True, _WAIT),
+    L.READY: StateWords(f"{_MOVING} (READY)", "the read-back matched; the kernel starts on the new machine",
+                        True, "wait: the notebook reconnects by itself"),
+    L.FAILED: StateWords("No machine (FAILED)", "the Continue did not get a machine; the workspace stays at its "
+                         "last published version; nothing is rented", False,
+                         "press Continue in the portable sidebar to choose a route (each blocked one says why)"),
+})
+
+
+def words(state: str) -> StateWords:
+    """The words for ``state``; KeyError names the states there are."""
+    try:
+        return WORDS[state]
+    except KeyError:
+        raise KeyError(f"{state!r} is not a lifecycle state (one of {', '.join(L.STATES)})") from None
+
+
+def state_line(state: str, version: int | None = None) -> str:
+    """One line for a state, the same in the CLI and a cell's error:
+    "RELEASED at version 9: the workspace was sealed and its machine released; nothing is rented"."""
+    w = words(state)
+    at = f" at version {version}" if version else ""
+    return f"{state}{at}: {w.meaning}"
+
+
+def table() -> dict[str, dict[str, Any]]:
+    """The whole table as JSON, as the state answer carries it."""
+    return {state: WORDS[state].to_json() for state in L.STATES}
+
+
+__all__ = ["WORDS", "StateWords", "state_line", "table", "words"]

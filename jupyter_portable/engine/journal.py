@@ -1,0 +1,411 @@
+"""The change journal: which paths changed between two snapshots, so that a snapshot lists
+only the folders on the way to them (git's fsmonitor, Watchman's "since" clock).
+
+A watcher (inotify, through ``inotify_simple``) watches every folder of the workspace that
+the ignore rules keep and records the paths the kernel reports. :meth:`ChangeJournal.cut`
+hands a snapshot what changed since the previous cut, as a :class:`Cut`.
+
+The journal is a hint, never the truth. A cut carries a token (like Watchman's clock) and
+names the cut before it (``since``); a snapshot trusts it only when its stat cache was
+written by the snapshot that took that earlier cut (``engine/snapshot``). Anything that
+could leave a change unrecorded makes the cut invalid (``since`` is None, ``reason`` says
+why), and the snapshot walks the whole tree as it would without a journal:
+
+- the watcher has just started, or was restarted (a new watcher has a new token);
+- the kernel's event queue overflowed (``IN_Q_OVERFLOW``);
+- a folder could not be watched: the watch limit (``fs.inotify.max_user_watches``) was
+  reached, or the folder could not be read;
+- the ignore rules (``.portableignore``) changed, or the workspace folder itself moved;
+- more than ``max_paths`` paths changed (a walk is then as cheap, and memory stays bounded);
+- the reader thread failed;
+- a full walk is due (every ``full_every_s`` seconds; 0: never on a schedule).
+
+What inotify never reports (writes through a memory map, writes through a hard link that
+lives outside the workspace, changes made by another machine on a network mount) only a
+full walk finds: on the schedule, and before the final version of a stop.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jupyter_portable.engine.scan import IGNORE_FILE, Lister
+
+MAX_PATHS = 100_000  # changed paths kept before a cut is given up as invalid (a walk costs as much)
+META = ".portable"  # the copy's own folder: never watched
+
+
+def available() -> str | None:
+    """None where a journal can run here; else why not (no inotify, or no inotify_simple)."""
+    try:
+        import inotify_simple  # noqa: F401
+    except ImportError:
+        return "inotify_simple is not installed (pip install inotify_simple)"
+    except OSError as exc:  # no libc inotify (not Linux)
+        return f"inotify is not available here: {exc}"
+    if not hasattr(os, "O_CLOEXEC") or not Path("/proc/sys/fs/inotify").exists():
+        return "inotify is not available on this system (Linux only)"
+    return None
+
+
+@dataclass(frozen=True)
+class Cut:
+    """What changed between the previous cut and this one.
+
+    ``paths``: each file, link or folder created, written, truncated, renamed (both names),
+    deleted or whose attributes changed. ``trees``: folders to walk whole (created, moved in
+    or renamed, or whose own attributes changed), since the files inside a folder moved in
+    were never reported one by one. ``since`` is the token of the previous cut, or None
+    where this cut cannot be trusted (``reason`` says why)."""
+
+    token: str
+    since: str | None
+    paths: frozenset[str] = field(default_factory=frozenset)
+    trees: frozenset[str] = field(default_factory=frozenset)
+    reason: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.since is not None
+
+
+@dataclass
+class _Node:
+    parent: int | None  # watch descriptor of the folder above; None for the root
+    name: str
+    kids: dict[str, int] = field(default_factory=dict)
+    detached: bool = False  # moved away; its MOVED_TO has not been read yet
+
+
+class ChangeJournal:
+    """Watches ``root`` and records what changes there, until :meth:`close`."""
+
+    def __init__(self, root: Path | str, *, full_every_s: float = 3600.0, max_paths: int = MAX_PATHS) -> None:
+        self.root = os.path.realpath(root)  # watches never follow a symlink, the root's either
+        self.full_every_s = full_every_s
+        self.max_paths = max_paths
+        self._id = uuid.uuid4().hex[:16]
+        self._seq = 0
+        self._lock = threading.Lock()
+        self._ino: Any = None
+        self._nodes: dict[int, _Node] = {}
+        self._root_wd: int | None = None
+        self._moving: dict[int, int] = {}  # cookie -> wd of a folder moved away, until its MOVED_TO
+        self._paths: set[str] = set()
+        self._trees: set[str] = set()
+        self._valid = False
+        self._reason: str | None = "the watcher has not started"
+        self._last: str | None = None  # the token of the previous cut
+        self._last_full: float | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self._closed = False
+        self._wake_r, self._wake_w = -1, -1
+        self._match = Lister(Path(self.root), warn=False).match  # the ignore rules, read again at each resync
+        self.events = 0  # events read, for the benchmark
+
+    # -- life ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Watch every folder now (before returning), then read events in a thread.
+        :class:`OSError` or :class:`ImportError` where inotify cannot run here at all."""
+        why = available()
+        if why is not None:
+            raise ImportError(why)
+        with self._lock:
+            self._resync()
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread = threading.Thread(target=self._run, name="portable-journal", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop watching; every later cut is invalid."""
+        self._stop = True
+        self._closed = True
+        if self._wake_w >= 0:
+            os.write(self._wake_w, b"x")
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with self._lock:
+            self._invalidate("the watcher was closed")
+            if self._ino is not None:
+                self._ino.close()
+                self._ino = None
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
+
+    def __enter__(self) -> ChangeJournal:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def watches(self) -> int:
+        """Folders watched now."""
+        return len(self._nodes)
+
+    # -- the cut ---------------------------------------------------------------------------
+
+    def cut(self, *, now: float) -> Cut:
+        """What changed since the previous cut (every event that happened before this call
+        is in it), and start the next period. ``now``: seconds on a monotonic clock."""
+        with self._lock:
+            self._drain()
+            self._settle_moves()
+            self._seq += 1
+            token = f"{self._id}:{self._seq}"
+            prev, self._last = self._last, token
+            reason = self._reason if not self._valid else None
+            if reason is None and prev is None:
+                reason = "the watcher has just started"
+            if (reason is None and self.full_every_s > 0 and self._last_full is not None
+                    and now - self._last_full >= self.full_every_s):
+                reason = f"a full walk is due (every {self.full_every_s:g} s)"
+            paths, trees = self._paths, self._trees
+            self._paths, self._trees = set(), set()
+            if reason is not None:
+                self._last_full = now
+                if not self._valid and not self._closed:
+                    self._resync()  # watches afresh: the next period can be trusted again
+                return Cut(token, None, reason=reason)
+            return Cut(token, prev, frozenset(paths), frozenset(trees))
+
+    # -- watching --------------------------------------------------------------------------
+
+    def _invalidate(self, reason: str) -> None:
+        if self._valid:
+            self._valid = False
+            self._reason = reason
+        self._paths.clear()
+        self._trees.clear()
+
+    def _resync(self) -> None:
+        """A new inotify instance watching the whole tree (the old one's queue is dropped)."""
+        import inotify_simple
+
+        old, self._ino = self._ino, None
+        if old is not None:
+            old.close()
+        self._nodes.clear()
+        self._moving.clear()
+        self._paths.clear()
+        self._trees.clear()
+        self._valid, self._reason = True, None
+        self._root_wd = None
+        self._match = Lister(Path(self.root), warn=False).match  # the rules may have changed: that is one reason
+        try:
+            self._ino = inotify_simple.INotify()
+        except OSError as exc:  # fs.inotify.max_user_instances reached, or no memory
+            self._invalidate(f"cannot start watching: {exc.strerror or exc}")
+            return
+        self._watch_tree(self.root, None, "")
+        if self._root_wd is None and self._valid:
+            self._invalidate("the workspace folder cannot be watched")
+        if self._valid and self._wake_w >= 0:
+            os.write(self._wake_w, b"r")  # the reader takes the new instance
+
+    def _mask(self) -> int:
+        from inotify_simple import flags as f
+
+        return int(f.MODIFY | f.ATTRIB | f.CLOSE_WRITE | f.MOVED_FROM | f.MOVED_TO | f.CREATE | f.DELETE
+                   | f.DELETE_SELF | f.MOVE_SELF | f.ONLYDIR | f.DONT_FOLLOW | f.EXCL_UNLINK)
+
+    def _watch_tree(self, abs_dir: str, parent: int | None, name: str) -> None:
+        """Watch ``abs_dir`` (named ``name`` in folder ``parent``) and every folder under it that
+        the ignore rules keep: a loop, not a recursion."""
+        mask = self._mask()
+        stack = [(abs_dir, parent, name)]
+        while stack and self._valid:
+            path, up, nm = stack.pop()
+            try:
+                wd = self._ino.add_watch(path, mask)
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                    continue  # gone already: its folder's DELETE or MOVED_FROM says so
+                if exc.errno == errno.ENOSPC:
+                    self._invalidate("the inotify watch limit is reached (raise fs.inotify.max_user_watches)")
+                else:
+                    self._invalidate(f"cannot watch {path}: {exc.strerror or exc}")
+                return
+            node = self._nodes.get(wd)
+            if node is not None and node.parent is not None and node.parent in self._nodes:
+                self._nodes[node.parent].kids.pop(node.name, None)  # the same folder, met again
+            self._nodes[wd] = _Node(up, nm, node.kids if node is not None else {})
+            if up is None:
+                self._root_wd = wd
+            else:
+                self._nodes[up].kids[nm] = wd
+            rel = self._path(wd)
+            if rel is None:
+                continue
+            try:
+                with os.scandir(path) as it:
+                    subs = [(e.path, e.name) for e in it if e.is_dir(follow_symlinks=False)]
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                    continue
+                self._invalidate(f"cannot list {path}: {exc.strerror or exc}")
+                return
+            for sub_path, sub in subs:
+                sub_rel = f"{rel}/{sub}" if rel else sub
+                if (not rel and sub == META) or self._match(sub_rel + "/"):
+                    continue
+                stack.append((sub_path, wd, sub))
+
+    def _path(self, wd: int) -> str | None:
+        """The folder's path from the root; None where it (or a folder above) moved away."""
+        parts: list[str] = []
+        at: int | None = wd
+        seen = 0
+        while at is not None:
+            node = self._nodes.get(at)
+            if node is None or node.detached or seen > len(self._nodes):
+                return None
+            if node.parent is not None:
+                parts.append(node.name)
+            at = node.parent
+            seen += 1
+        return "/".join(reversed(parts))
+
+    def _forget(self, wd: int) -> None:
+        stack = [wd]
+        while stack:
+            node = self._nodes.pop(stack.pop(), None)
+            if node is not None:
+                stack += node.kids.values()
+
+    def _settle_moves(self) -> None:
+        """Folders moved away whose MOVED_TO never came: moved out of the workspace."""
+        for wd in self._moving.values():
+            node = self._nodes.get(wd)
+            if node is None:
+                continue
+            ids = []
+            stack = [wd]
+            while stack:
+                w = stack.pop()
+                n = self._nodes.get(w)
+                if n is not None:
+                    ids.append(w)
+                    stack += n.kids.values()
+            for w in ids:
+                try:
+                    self._ino.rm_watch(w)
+                except OSError:
+                    pass
+            self._forget(wd)
+        self._moving.clear()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop:
+                ino = self._ino
+                try:
+                    fds = [self._wake_r] + ([ino.fileno()] if ino is not None else [])
+                    ready, _w, _x = select.select(fds, [], [])
+                except (OSError, ValueError):
+                    continue  # the instance was replaced while we waited
+                if self._wake_r in ready:
+                    os.read(self._wake_r, 64)
+                with self._lock:
+                    if self._ino is not None:
+                        self._drain()
+        except Exception as exc:  # noqa: BLE001 - recorded: every later cut is invalid, so nothing is missed
+            with self._lock:
+                self._invalidate(f"the journal's reader failed: {type(exc).__name__}: {exc}")
+                self._valid = False
+
+    def _drain(self) -> None:
+        """Read and record every event queued now (under the lock)."""
+        if self._ino is None:
+            return
+        while True:
+            got = self._ino.read(timeout=0)
+            if not got:
+                return
+            for ev in got:
+                self.events += 1
+                self._event(ev.wd, ev.mask, ev.cookie, ev.name)
+
+    def _event(self, wd: int, mask: int, cookie: int, name: str) -> None:
+        from inotify_simple import flags as f
+
+        if mask & f.Q_OVERFLOW:
+            self._invalidate("the kernel's event queue overflowed (IN_Q_OVERFLOW)")
+            return
+        if mask & f.IGNORED:
+            node = self._nodes.get(wd)
+            if node is not None and node.parent is not None and node.parent in self._nodes:
+                if self._nodes[node.parent].kids.get(node.name) == wd:
+                    del self._nodes[node.parent].kids[node.name]
+            self._nodes.pop(wd, None)
+            if wd == self._root_wd:
+                self._invalidate("the workspace folder is no longer watched")
+            return
+        if wd == self._root_wd and mask & (f.DELETE_SELF | f.MOVE_SELF | f.UNMOUNT):
+            self._invalidate("the workspace folder itself was moved, deleted or unmounted")
+            return
+        if not name:
+            return  # an event of a watched folder itself: its folder above reports it by name
+        node = self._nodes.get(wd)
+        if node is None:
+            return  # a watch already forgotten
+        base = self._path(wd)
+        if base is None:
+            return  # inside a folder moved away: walked whole where it lands
+        if not base and name == META:
+            return
+        if not base and name == IGNORE_FILE:
+            self._invalidate(f"the ignore rules ({IGNORE_FILE}) changed")
+            return
+        if not self._valid:
+            return
+        rel = f"{base}/{name}" if base else name
+        if mask & f.ISDIR:
+            self._trees.add(rel)
+            if mask & f.MOVED_FROM:
+                kid = node.kids.pop(name, None)
+                if kid is not None and kid in self._nodes:
+                    self._nodes[kid].detached = True
+                    self._moving[cookie] = kid
+            elif mask & f.MOVED_TO:
+                kid = self._moving.pop(cookie, None)
+                moved = self._nodes.get(kid) if kid is not None else None
+                if moved is not None and not self._match(rel + "/"):
+                    moved.parent, moved.name, moved.detached = wd, name, False
+                    old = node.kids.get(name)
+                    if old is not None and old != kid:
+                        self._forget(old)
+                    node.kids[name] = kid  # type: ignore[assignment]
+                else:
+                    if kid is not None:
+                        self._moving[cookie] = kid  # moved to an ignored name: as if moved out
+                    self._watch_new(wd, name, rel)
+            elif mask & f.CREATE:
+                self._watch_new(wd, name, rel)
+            elif mask & f.DELETE:
+                kid = node.kids.pop(name, None)
+                if kid is not None:
+                    self._forget(kid)
+        self._paths.add(rel)
+        if len(self._paths) + len(self._trees) > self.max_paths:
+            self._invalidate(f"more than {self.max_paths} paths changed")
+
+    def _watch_new(self, parent: int, name: str, rel: str) -> None:
+        if self._match(rel + "/"):
+            return
+        self._watch_tree(os.path.join(self.root, rel), parent, name)
+
+
+__all__ = ["MAX_PATHS", "ChangeJournal", "Cut", "available"]

@@ -1,0 +1,439 @@
+"""The notebook's environment and the worker on a machine whose Python is not the user's (issue 26).
+
+The lockfile is made on the user's interpreter; the machine runs another (Debian's 3.11.2,
+pyenv's 3.10). Exact pins that do not fit are resolved for the machine with the recorded
+versions preferred, every difference is recorded with its reason, and the machine builds the
+environment from the store alone. Real uv and pip against find-links folders, real interpreters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_envcache import make_wheel
+from userenv import publish_lockfile, user_lockfile
+
+from jupyter_portable.core.envplan import EnvChange, changes, image_compatible, split, summary, user_platform_only
+from jupyter_portable.core.errors import LaunchFailed
+from jupyter_portable.engine.runtime.lockfile import parse_lockfile
+
+DEBIAN_PYTHON = "/usr/bin/python3"
+
+
+wheel = make_wheel
+
+
+# -- the rules (core: pure) -------------------------------------------------------------------
+
+def test_the_images_compatible_framework_is_kept_and_user_platform_packages_left_out() -> None:
+    pins = {"torch": "2.3.1", "numpy": "2.1.0", "pyobjc-core": "10.3", "pywin32": "306", "jax": "0.4.30"}
+    part = split(pins, {"torch": "2.3.0+cu121", "jax": "0.3.25"})
+    assert part.resolve == {"numpy": "2.1.0", "jax": "0.4.30"}  # jax 0.3 is not 0.4: resolved, not kept
+    assert [(c.name, c.installed, c.why, c.kind) for c in part.kept] == [("torch", "2.3.0+cu121", "image", "kept")]
+    assert sorted((c.name, c.why) for c in part.left_out) == [("pyobjc-core", "platform-only"),
+                                                              ("pywin32", "platform-only")]
+    assert image_compatible("2.3.1", "2.3.0+cu121") and not image_compatible("2.3.1", "2.4.0")
+    assert not image_compatible("2", "2.0") and user_platform_only("pyobjc-framework-cocoa")
+    assert not user_platform_only("numpy")
+
+
+def test_each_difference_says_what_and_why() -> None:
+    diffs = changes({"ipython": "9.9.0", "tornado": "6.6.1", "gone": "1.0"},
+                    {"ipython": "8.39.0", "tornado": "6.6.1", "exceptiongroup": "1.3.2"},
+                    {"ipython": ("requires-python", "needs Python>=3.11")})
+    assert [(c.name, c.recorded, c.installed, c.why, c.kind) for c in diffs] == [
+        ("exceptiongroup", None, "1.3.2", "added", "added"), ("gone", "1.0", None, "not-found", "left-out"),
+        ("ipython", "9.9.0", "8.39.0", "requires-python", "changed")]
+    text = summary(diffs)
+    assert text.startswith("3 differences") and "ipython 9.9.0 -> 8.39.0 (requires-python)" in text
+    assert summary([]).startswith("exact")
+    # records read back from a store or a worker are validated
+    assert EnvChange.from_json(diffs[2].to_json(), "t") == diffs[2]
+    with pytest.raises(Exception, match="malformed"):
+        EnvChange.from_json({**diffs[2].to_json(), "why": "because"}, "t")
+
+
+@pytest.mark.parametrize(("version", "ok"), [("3.9", False), ("3.10", True), ("3.11", True), ("3.13", True),
+                                             ("3.14", False), ("2.7", False)])
+def test_the_supported_python_range_is_checked_before_anything_is_installed(version: str, ok: bool) -> None:
+    from jupyter_portable.worker.bootstrap import Target
+
+    probe = {"python": "/usr/bin/python3", "version": version, "full_version": f"{version}.1",
+             "implementation": "cpython", "abiflags": "", "platform": "linux-x86_64", "machine": "x86_64",
+             "libc_version": "2.35"}
+    if ok:
+        assert Target.from_json(probe).tag == f"cpython-{version}.1-linux-x86_64"
+        return
+    with pytest.raises(LaunchFailed, match=r"runs on Python 3\.10 to 3\.13; nothing was installed") as info:
+        Target.from_json(probe)
+    assert info.value.hint and "3.10 to 3.13" in info.value.hint and "Ubuntu 22.04" in info.value.hint
+
+
+def test_the_package_declares_the_range_the_worker_runs_on() -> None:
+    import tomllib
+
+    from jupyter_portable.worker.bootstrap import REQUIRES_PYTHON
+    from jupyter_portable.worker.resolve import SUPPORTED
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    assert project["requires-python"] == REQUIRES_PYTHON == f">={SUPPORTED[0][0]}.{SUPPORTED[0][1]},<3.14"
+    assert SUPPORTED[1] == (3, 13)
+
+
+# -- resolving the lockfile for the machine (real uv, pip, interpreters) -------------------------
+
+@pytest.fixture
+def links(tmp_path: Path) -> Path:
+    folder = tmp_path / "links"
+    wheel(folder, "soupy", "4.1.3", requires_python=">=3.11.5")  # as soupsieve 4.1.3 is
+    wheel(folder, "soupy", "4.1.2", requires_python=">=3.11")
+    wheel(folder, "soupy", "4.0.0", requires_python=">=3.8")
+    wheel(folder, "plainpkg", "1.0")
+    wheel(folder, "needy", "2.0", requires=("plainpkg>=1.0",))
+    return folder
+
+
+LOCK = (b"# generated by jupyter-portable (exact lockfile)\n# python: 3.11.7 (cpython)\n"
+        b"needy==2.0\nplainpkg==1.0\npyobjc-core==10.3\nsoupy==4.1.3\n")
+
+
+def _platform(version: str) -> tuple[str, object]:
+    from jupyter_portable.worker.bootstrap import target_for
+
+    target = target_for(version)
+    return target.tag, target.wheel_platform()
+
+
+def test_a_pin_the_machines_python_refuses_becomes_the_nearest_version_and_is_recorded(
+        links: Path, tmp_path: Path) -> None:
+    from jupyter_portable.store.repo import Store
+    from jupyter_portable.worker.envcache import build_env, env_tag, read_index
+    from jupyter_portable.worker.envprep import prepare_index
+
+    if not Path(DEBIAN_PYTHON).exists():
+        pytest.skip("Debian's python3 (3.11.2) is not installed")
+    store = Store.open(f"file://{tmp_path / 'store'}")
+    env = env_tag(DEBIAN_PYTHON)
+    version = env.split("-")[1]
+    assert env == f"cpython-{version}-linux-x86_64"
+    tag, platform = _platform(version)
+    assert tag == env  # the user's side names the index as the machine's worker will look for it
+    lines: list[str] = []
+    prepared = prepare_index(store, LOCK, env, platform, image={}, sources=["--find-links", str(links), "--no-index"],
+                             progress=lines.append)
+    assert prepared.warm is False
+    got = {c.name: (c.recorded, c.installed, c.why, c.kind) for c in prepared.changes}
+    if version.startswith("3.11.") and int(version.split(".")[2]) < 5:
+        assert got["soupy"] == ("4.1.3", "4.1.2", "requires-python", "changed"), got
+    assert got["pyobjc-core"] == ("10.3", None, "platform-only", "left-out")
+    assert "needy" not in got and "plainpkg" not in got  # what fits stays exact
+    assert all(("soupy 4.1.3" in line) == ("soupy" in got) for line in lines if "soupy" in line)
+    index = read_index(store, prepared.index.key.split("/")[1], env)
+    assert index is not None and index.changes == prepared.changes
+
+    # the machine builds it from the store alone: no find-links, no index
+    built = build_env(store, LOCK, tmp_path / "venv", python=DEBIAN_PYTHON)
+    assert built.kind == "warm" and [c.name for c in built.changes] == [c.name for c in prepared.changes]
+    proc = subprocess.run([str(built.python), "-c", "import soupy, needy, plainpkg; print(soupy.VERSION)"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"soupy=={proc.stdout.strip()}" in (prepared.index.requirements or ())
+
+    # a second machine of the same kind is warm at once; exact mode refuses with the whole list
+    again = prepare_index(store, LOCK, env, platform, image={}, sources=["--no-index"])
+    assert again.warm is True and again.changes == prepared.changes
+
+
+def test_exact_mode_refuses_the_machine_with_the_list(links: Path, tmp_path: Path) -> None:
+    from jupyter_portable.store.repo import Store
+    from jupyter_portable.worker.envprep import NotExact, prepare_index
+
+    store = Store.open(f"file://{tmp_path / 'store'}")
+    tag, platform = _platform("3.11.2")
+    with pytest.raises(NotExact) as info:
+        prepare_index(store, LOCK, tag, platform, image={}, sources=["--find-links", str(links), "--no-index"],
+                      exact=True)
+    text = str(info.value)
+    assert "soupy 4.1.3 -> 4.1.2 (requires-python)" in text and "pyobjc-core 10.3: left out (platform-only)" in text
+    assert store.backend.list("wheels/") == []  # refused before any wheel was fetched or indexed
+    # on the user's own version the same lockfile fits exactly (the platform-only package aside)
+    fits = prepare_index(store, LOCK.replace(b"pyobjc-core==10.3\n", b""), *_platform("3.11.7"), image={},
+                         sources=["--find-links", str(links), "--no-index"], exact=True)
+    assert fits.changes == () and fits.index.requirements == ("needy==2.0", "plainpkg==1.0", "soupy==4.1.3")
+
+
+# -- a 3.10 machine that reaches no index, default settings (a twin machine: real sshd) ----------
+
+@pytest.fixture
+def machine_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from twins.machines import unavailable
+
+    if unavailable():
+        pytest.skip(unavailable())
+    monkeypatch.setenv("JUPYTER_PORTABLE_SSH_STATE", str(tmp_path / "ssh-state"))
+    monkeypatch.setenv("JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES", "0")
+    monkeypatch.delenv("JUPYTER_PORTABLE_REMOTE_PYTHON", raising=False)
+    monkeypatch.delenv("JUPYTER_PORTABLE_ENVIRONMENT", raising=False)
+
+
+@contextlib.contextmanager
+def rented(tmp_path: Path, name: str, python: str) -> Iterator[tuple[Any, Any]]:
+    """A twin machine whose python3 is ``python``, its host key pinned for allocation ``al-<name>``."""
+    from fakegpu import H100
+    from twins.machines import start_machine
+
+    from jupyter_portable.compute.base import Allocation, SshEndpoint
+    from jupyter_portable.compute.keys import pin_host_key, scan_host_key, user_key
+
+    machine = start_machine(tmp_path / "machines", f"m-{name}", gpus=[H100], driver="550.54.15", cuda="12.4",
+                            public_keys=[user_key().public], python=python)
+    try:
+        allocation = Allocation(f"al-{name}", "runpod", "pod-offer", f"pod-{name}", "2026-12-03T10:00:00Z",
+                                ssh=SshEndpoint(machine.host, machine.port, machine.user))
+        presented = scan_host_key(machine.host, machine.port)
+        assert presented is not None
+        pin_host_key(allocation.allocation_id, machine.host, machine.port, presented)
+        yield machine, allocation
+    finally:
+        machine.remove()
+
+
+@contextlib.contextmanager
+def ready_agent(rec: Any) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """The started worker's client once it is ready, and its status; shut down after."""
+    from jupyter_portable.worker.client import AgentClient
+
+    client = AgentClient(rec, None)
+    try:
+        st = client.wait(lambda s: s["phase"] in ("ready", "failed"), timeout=120)
+        assert st["phase"] == "ready", st["error"]
+        yield client, st
+    finally:
+        client.shutdown()
+        client.close()
+
+
+def run_cell(client: Any, code: str) -> list[str]:
+    """Run ``code`` in a kernel the worker starts; the words it printed."""
+    from jupyter_client import BlockingKernelClient
+
+    info = client.start_kernel("k-test")
+    kc = BlockingKernelClient()
+    kc.load_connection_info({**info, **{p: client.forward(int(info[p])) for p in
+                                        ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")},
+                             "ip": "127.0.0.1"})
+    # heartbeats cross an SSH port forward: on a loaded machine one can be late by more than
+    # the client's default second, which it would take for a dead kernel
+    kc.hb_channel.time_to_dead = 30.0
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        out: list[str] = []
+        reply = kc.execute_interactive(code, timeout=60, output_hook=lambda m: out.append(m["content"].get("text", "")))
+        assert reply["content"]["status"] == "ok", reply["content"]
+        return "".join(out).split()
+    finally:
+        kc.stop_channels()
+
+
+def local_packages(root: Path) -> bytes:
+    """Three packages no index has, as a lockfile names them: an editable research repo, a local
+    folder and a commit of a git repository (setuptools projects, built with the backend installed here)."""
+    lines = []
+    for name, version in (("research-repo", "0.1"), ("localpkg", "0.2"), ("gitpkg", "0.3")):
+        folder = root / name
+        module = name.replace("-", "_")
+        (folder / module).mkdir(parents=True)
+        (folder / module / "__init__.py").write_text(f"WHO = {name!r}\n")
+        (folder / "pyproject.toml").write_text(
+            f'[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n\n'
+            f'[project]\nname = "{name}"\nversion = "{version}"\n')
+        if name == "research-repo":
+            lines += [f"# editable: {name}=={version}", f"-e file://{folder}"]
+        elif name == "localpkg":
+            lines.append(f"{name} @ file://{folder}")
+        else:
+            git = ["git", "-C", str(folder), "-c", "user.email=t@example.org", "-c", "user.name=t"]
+            subprocess.run([*git, "init", "-q"], check=True)
+            subprocess.run([*git, "add", "."], check=True)
+            subprocess.run([*git, "commit", "-q", "-m", "first"], check=True)
+            commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
+                                    check=True).stdout.strip()
+            lines.append(f"{name} @ git+file://{folder}@{commit}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_a_310_machine_with_no_index_gets_the_worker_and_the_notebooks_environment(
+        tmp_path: Path, machine_env: None, wheelhouse: Path) -> None:
+    from jupyter_e2e import make_workspace
+    from twins.machines import require_python
+
+    from jupyter_portable.worker.client import start_agent
+
+    python310 = require_python("3.10")
+    ws = make_workspace(tmp_path / "ws", tmp_path / "store")
+    store = ws.store
+    extra = local_packages(tmp_path / "src")
+    lock = user_lockfile(tmp_path, wheelhouse) + b"pyobjc-core==10.3\n" + extra  # as from a Mac, with a research repo
+    version = publish_lockfile(ws, lock, "on a Mac")
+    epoch = store.claim_epoch(ws.workspace_id)
+    with rented(tmp_path, "py310", python310) as (_machine, allocation):
+        lines: list[str] = []
+        # the default mode, as the orchestrator sends it when nothing is set
+        rec = start_agent(None, allocation, store=ws.config.store, workspace_id=ws.workspace_id, version=version,
+                          epoch=epoch, environment={"mode": "auto"}, progress=lines.append)
+        boot = allocation.details["bootstrap"]
+        assert boot["interpreter"]["version"].startswith("3.10."), boot
+        worker_changes = {c["name"]: c for c in boot["changes"]}
+        assert worker_changes["ipython"]["why"] == "requires-python", worker_changes
+        prepared = allocation.details["environment"]
+        assert prepared["exact"] is False
+        env_changes = {c["name"]: c for c in prepared["changes"]}
+        assert env_changes["ipython"]["recorded"].startswith("9.") and env_changes["ipython"]["installed"] < "9"
+        assert env_changes["ipython"]["why"] == "requires-python"
+        assert env_changes["pyobjc-core"]["kind"] == "left-out" and env_changes["pyobjc-core"]["why"] == "platform-only"
+        assert any("ipython" in line and "requires-python" in line for line in lines), lines
+        # the research repo (editable), a local folder and a git URL: built here, each named with its source
+        built = {w["name"]: w for w in prepared["built"]}
+        assert set(built) == {"research-repo", "localpkg", "gitpkg"}, prepared
+        assert built["gitpkg"]["source"].startswith("git+file://") and built["localpkg"]["version"] == "0.2"
+        assert prepared["not_built"] == []
+        with ready_agent(rec) as (client, st):
+            env = st["environment"]
+            assert env["mode"] == "lockfile" and env["kind"] == "warm" and env["chosen_by"] == "auto"
+            assert {c["name"] for c in env["changes"] if c["kind"] != "built"} == set(env_changes)
+            assert {c["name"] for c in env["changes"] if c["kind"] == "built"} == set(built)
+            words = run_cell(client, "import sys, IPython, research_repo, localpkg, gitpkg; "
+                                     "print(sys.version_info[:2], IPython.__version__, research_repo.WHO, "
+                                     "localpkg.WHO, gitpkg.WHO)")
+            assert words == ["(3,", "10)", env_changes["ipython"]["installed"], "research-repo", "localpkg", "gitpkg"]
+
+
+def test_the_machine_history_and_diff_say_how_a_machines_environment_differed(tmp_path: Path) -> None:
+    from jupyter_e2e import make_workspace
+
+    from jupyter_portable.core.envplan import record
+    from jupyter_portable.core.errors import ManifestError
+
+    ws = make_workspace(tmp_path / "ws", tmp_path / "store")
+    before = ws.store.read_head(ws.workspace_id)[0].version
+    change = EnvChange("ipython", "9.18.1", "8.39.0", "requires-python", "changed")
+    detail = {"mode": "lockfile", "kind": "warm", "env": "cpython-3.10.13-linux-x86_64",
+              "python": {"recorded": "3.11.7", "installed": "3.10.13"}, "exact": False,
+              "changes": [change.to_json()], "summary": "Python 3.11.7 -> 3.10.13; " + summary([change])}
+    after = ws.record_allocation({"allocation_id": "al-1", "provider": "runpod", "state": "released",
+                                  "environment": record(detail)})
+    d = ws.diff(before, after)
+    assert [m["allocation_id"] for m in d["machines"]] == ["al-1"]
+    text = ws.format_diff(d)
+    assert "machine al-1 (runpod)" in text and "ipython 9.18.1 -> 8.39.0 (requires-python)" in text
+    assert "Python 3.11.7 -> 3.10.13" in text
+    # a malformed environment record is refused, never published
+    with pytest.raises(ManifestError, match="environment"):
+        ws.record_allocation({"allocation_id": "al-2", "environment": {**record(detail), "exact": "yes"}})
+
+
+@pytest.mark.parametrize(("filename", "ok"), [
+    ("pkg-1.0-py3-none-any.whl", True), ("pkg-1.0-cp310-cp310-manylinux_2_17_x86_64.whl", True),
+    ("pkg-1.0-cp311-cp311-manylinux_2_17_x86_64.whl", False), ("pkg-1.0-cp39-abi3-manylinux2014_x86_64.whl", True),
+    ("pkg-1.0-cp312-abi3-manylinux2014_x86_64.whl", False),
+    ("pkg-1.0-cp310-abi3-manylinux2014_x86_64.whl", True), ("pkg-1.0-cp310-cp310-macosx_14_0_arm64.whl", False),
+    ("pkg-1.0-cp310-cp310-win_amd64.whl", False), ("pkg-1.0-cp310-cp310-manylinux_2_17_aarch64.whl", False)])
+def test_a_wheel_built_on_the_users_side_is_taken_only_where_it_fits(filename: str, ok: bool) -> None:
+    from jupyter_portable.worker.localwheels import fits
+
+    assert fits(filename, "3.10.13", "x86_64") is ok
+
+
+def test_the_images_torch_is_kept_rather_than_replaced(links: Path, tmp_path: Path) -> None:
+    from jupyter_portable.store.repo import Store
+    from jupyter_portable.worker.envprep import prepare_index
+
+    wheel(links, "torch", "2.3.1")  # what the user's laptop has; the index has it too
+    wheel(links, "vision", "1.0", requires=("torch>=2.3",))
+    store = Store.open(f"file://{tmp_path / 'store'}")
+    tag, platform = _platform("3.11.7")
+    lock = b"torch==2.3.1\nvision==1.0\nplainpkg==1.0\n"
+    prepared = prepare_index(store, lock, tag, platform, image={"torch": "2.3.0+cu121"},
+                             sources=["--find-links", str(links), "--no-index"])
+    [kept] = prepared.changes
+    assert (kept.name, kept.recorded, kept.installed, kept.kind, kept.why) == ("torch", "2.3.1", "2.3.0+cu121",
+                                                                                "kept", "image")
+    # torch is neither fetched nor installed: the machine's own build stays importable (system site-packages)
+    assert prepared.index.requirements == ("plainpkg==1.0", "vision==1.0")
+    assert not any(w.filename.startswith("torch-") for w in prepared.index.wheels)
+    # an image torch of another minor version is not kept: the recorded one is installed
+    other = prepare_index(Store.open(f"file://{tmp_path / 'store2'}"), lock, tag, platform,
+                          image={"torch": "2.4.0+cu124"}, sources=["--find-links", str(links), "--no-index"])
+    assert other.changes == () and "torch==2.3.1" in (other.index.requirements or ())
+
+
+def test_a_machine_whose_python_is_too_old_is_refused_before_anything_is_installed(
+        tmp_path: Path, machine_env: None, wheelhouse: Path) -> None:
+    from jupyter_e2e import make_workspace
+
+    from jupyter_portable.worker.client import start_agent
+
+    python39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")
+    if not python39.exists():
+        pytest.skip("pyenv's Python 3.9 is not installed")
+    ws = make_workspace(tmp_path / "ws", tmp_path / "store")
+    epoch = ws.store.claim_epoch(ws.workspace_id)
+    with rented(tmp_path, "py39", str(python39)) as (machine, allocation):
+        with pytest.raises(LaunchFailed, match=r"python3 is 3\.9, too old: the worker runs on Python 3\.10 to "
+                                               r"3\.13; nothing was installed") as info:
+            start_agent(None, allocation, store=ws.config.store, workspace_id=ws.workspace_id,
+                        version=ws.store.read_head(ws.workspace_id)[0].version, epoch=epoch)
+        assert info.value.hint and "Ubuntu 22.04" in info.value.hint
+        assert not (machine.home / ".jupyter-portable").exists()  # nothing was sent or installed
+        assert ws.store.backend.list("wheels/") == []  # nor fetched for it
+
+
+def test_an_aarch64_machine_is_described_for_its_own_wheels() -> None:
+    from jupyter_portable.worker.bootstrap import target_for
+
+    target = target_for("3.10.13", machine="aarch64", libc_version="2.35")
+    assert target.tag == "cpython-3.10.13-linux-aarch64"
+    platform = target.wheel_platform()
+    assert platform.uv_platform == "aarch64-manylinux_2_35" and platform.pip_platforms[0] == "manylinux_2_35_aarch64"
+
+
+def test_the_kernel_runs_the_lockfiles_versions_not_the_workers(tmp_path: Path, machine_env: None,
+                                                                wheelhouse: Path) -> None:
+    """The worker's own ipython (9 on 3.11) must not shadow the recorded one (8.39 here): the kernel of a
+    lockfile environment sees this package after the environment's own packages."""
+    import re
+
+    from jupyter_e2e import make_workspace
+    from twins.machines import BARE_PYTHON
+
+    from jupyter_portable.worker.client import start_agent
+
+    ws = make_workspace(tmp_path / "ws", tmp_path / "store")
+    lock = re.sub(rb"(?m)^ipython==\S+$", b"ipython==8.39.0", user_lockfile(tmp_path, wheelhouse))
+    assert b"ipython==8.39.0" in lock
+    version = publish_lockfile(ws, lock)
+    epoch = ws.store.claim_epoch(ws.workspace_id)
+    with rented(tmp_path, "shadow", BARE_PYTHON) as (_machine, allocation):
+        rec = start_agent(None, allocation, store=ws.config.store, workspace_id=ws.workspace_id, version=version,
+                          epoch=epoch, environment={"mode": "auto"})
+        with ready_agent(rec) as (client, _st):
+            # the recorded version, though the worker runs 9.x; and the magics' package is importable
+            assert run_cell(client, "import IPython, jupyter_portable; print(IPython.__version__)") == ["8.39.0"]
+            # a snapshot the worker takes records the kernel's environment, never the worker's own
+            # (its venv holds ipython 9 and the worker's packages: the next machine would get them)
+            client.put_file("made-here.txt", b"on the machine", None)
+            taken = client.snapshot("taken by the worker")
+            runtime = ws.store.read_manifest(ws.workspace_id, taken["version"]).runtime
+            assert runtime is not None and runtime["lockfile"], runtime
+            recorded = parse_lockfile(ws.store.get_object(runtime["lockfile"]))
+            assert recorded["ipython"] == "ipython==8.39.0", recorded.get("ipython")
+            # besides: pip and ipython 8's own dependency (the lockfile's 9 did without it); the worker's
+            # packages on the kernel's path (this one among them) are the worker's, not the notebook's
+            assert set(recorded) <= set(parse_lockfile(lock)) | {"pip", "decorator"}, sorted(recorded)
+            assert "jupyter-portable" not in recorded, recorded["jupyter-portable"]
