@@ -30,13 +30,16 @@ What each tool does for each row:
 | verify | `verify`: every file hashed against the version | `check --read-data` | `check`: both sides hashed |
 
 Restore's floor (issue 32): GNU `tar -xf` of the same tree into an empty folder, from a tar
-made untimed just before; the target is ours <= 1.5x of it. `--verify-rounds N` times verify
-N times each, interleaved (ours, restic, ours, restic, ...), prints every round, and takes the
-medians for the verify row; the target is ours <= restic in every round. The restored copy is
-read once, untimed, before verify, as the source tree is before the first row. Every row shows its
-CPU split (user / system seconds, helper processes included) next to its wall time, and
-`--phases` runs our restore and verify once more, untimed, under cProfile and prints where
-their main process spends its time (work in helper processes shows there as waiting).
+made untimed just before; the target is ours <= 1.5x of it. Each timed restore (tar's, ours,
+restic's) starts at least 65 s after the run last removed a tree, its writes synced: ext4
+without a journal skips recently freed inodes one by one when it makes a file (see SETTLE_S).
+`--verify-rounds N` times verify N times each, interleaved (ours, restic, ours, restic, ...),
+prints every round, and takes the medians for the verify row; the target is ours <= restic in
+every round. The restored copy is read once, untimed, before verify, as the source tree is
+before the first row. Every row shows its CPU split (user / system seconds, helper processes
+included) next to its wall time, and `--phases` runs our restore and verify once more, untimed,
+under cProfile and prints where their main process spends its time (work in helper processes
+shows there as waiting).
 """
 
 from __future__ import annotations
@@ -59,6 +62,29 @@ ROWS = ("cold snapshot", "no change", "one file changed", "restore", "verify")
 
 
 TIME = "/usr/bin/time"  # GNU time: the peak RSS of the command alone
+# ext4 without a journal (this machine's root) skips an inode freed less than 60 s ago (360 s
+# while its inode table block is dirty) when it makes a file, and pays a look-up for each one it
+# skips: right after a million files are deleted, every file made costs a scan past them (perf:
+# recently_deleted, find_inode_bit). tar took 45 s or 125 s for the same files depending on it.
+SETTLE_S = 65.0
+LAST_REMOVAL = [float("-inf")]  # time.monotonic() of the last remove_tree
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a folder the run made, and note when (see SETTLE_S)."""
+    if path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+        LAST_REMOVAL[0] = time.monotonic()
+
+
+def settle() -> None:
+    """Before a timed restore: every restore starts with no inode freed within ext4's window of
+    'recently deleted' (SETTLE_S), the dirty inode tables written out first."""
+    os.sync()
+    wait = LAST_REMOVAL[0] + SETTLE_S - time.monotonic()
+    if wait > 0:
+        log(f"waiting {wait:.0f} s: files were removed just before (ext4 skips recently freed inodes)")
+        time.sleep(wait)
 LAST_CPU: dict[str, float] = {}  # user and system CPU seconds of the last run_rss command, children included
 
 
@@ -245,7 +271,7 @@ class Bench:
     def run(self) -> None:
         t0 = time.perf_counter()
         if not (self.src / ".built").exists():
-            shutil.rmtree(self.src, ignore_errors=True)
+            remove_tree(self.src)
             build(self.src, self.files, self.per_dir)
             (self.src / ".built").touch()
             log(f"built {self.files:,} files in {time.perf_counter() - t0:.1f} s under {self.src}")
@@ -269,8 +295,10 @@ class Bench:
         if self.restore:
             self.tar_floor()
         if "ours" in self.tools and self.restore:
+            settle()
             self.time("restore", "ours", self.restore_cmd(self.work / "restored"))
         if "restic" in self.tools:
+            settle()
             self.time("restore", "restic", self.restic + ["restore", "latest", "--target",
                                                           str(self.work / "restic-restored")])
         self.verify_rows()
@@ -287,11 +315,12 @@ class Bench:
         tar = self.work / "src.tar"
         run_rss(["tar", "-cf", str(tar), "--exclude=./.portable", "--exclude=./.built", "-C", str(self.src), "."])
         dest = self.work / "tar-restored"
-        shutil.rmtree(dest, ignore_errors=True)
+        remove_tree(dest)
         dest.mkdir()
+        settle()
         self.time("restore", "tar -x", ["tar", "-xf", str(tar), "-C", str(dest)])
         tar.unlink()
-        shutil.rmtree(dest, ignore_errors=True)  # its inodes are not left for the restores that follow
+        remove_tree(dest)  # its inodes are not left for the restores that follow
 
     def verify_rows(self) -> None:
         """The verify row: once each, or ``verify_rounds`` interleaved rounds (ours, restic, ours, ...)
@@ -333,7 +362,7 @@ class Bench:
     def profile_phases(self) -> None:
         """Our restore and verify once more, untimed, under cProfile: the main process's biggest spans."""
         dest = self.work / "restored-profiled"
-        shutil.rmtree(dest, ignore_errors=True)
+        remove_tree(dest)
         for row, cmd, cwd in (("restore", self.restore_cmd(dest), None),
                               ("verify", self.cli + ["verify", "--json"], self.work / "restored")):
             out = self.work / f"{row}.prof"
@@ -345,7 +374,7 @@ class Bench:
                                      "sys (helpers included); the main process's biggest spans:"]
             self.phase_lines[row] += phase_spans(out)
             out.unlink()
-        shutil.rmtree(dest, ignore_errors=True)
+        remove_tree(dest)
 
     def journal_rows(self, idle_s: float = 20.0) -> None:
         """The journal's rows, from one long-lived process (see the module's docstring)."""
@@ -534,8 +563,8 @@ def main() -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="portable-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     for name in ("store", "restic-repo", "restic-cache", "rclone-dest", "restored", "restic-restored"):
-        shutil.rmtree(work / name, ignore_errors=True)
-    shutil.rmtree(work / "src" / ".portable", ignore_errors=True)
+        remove_tree(work / name)
+    remove_tree(work / "src" / ".portable")
     bench = Bench(work, args.files, args.per_dir, tools)
     bench.with_journal, bench.restore = not args.no_journal, not args.no_restore
     if args.verify_rounds < 1:
