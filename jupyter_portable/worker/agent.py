@@ -36,7 +36,7 @@ from jupyter_portable.core.errors import ConflictError, PortableError, UnsafePat
 from jupyter_portable.core.paths import check_relpath
 from jupyter_portable.store.repo import digest, hash_file
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
-from jupyter_portable.worker.envbuild import build_environment
+from jupyter_portable.worker.envbuild import build_environment, image_will_do
 from jupyter_portable.worker.kernel import prestart_kernel, stop_kernel
 from jupyter_portable.worker.state import AgentState, progress_sink
 
@@ -162,28 +162,37 @@ def prepare(state: AgentState) -> None:
 
     The kernel is started as soon as its Python is known, in the empty workspace folder, while
     the files land: it takes longer to come up than a small workspace takes to arrive and be
-    checked, and no user code runs in it before READY (the notebook connects after). Its
-    connection is handed to the first ``POST /kernel``."""
+    checked, and no user code runs in it before READY (the notebook connects after). When it
+    runs on this Python (``image_will_do``, decided from the manifest alone) it starts before
+    the files are fetched; else once the lockfile's environment is built, beside the fetch.
+    Its connection is handed to the first ``POST /kernel``."""
     try:
         env_error: list[BaseException] = []
-
         began = time.monotonic()
 
-        def env() -> None:
-            try:
-                build_environment(state)
-            except BaseException as exc:
-                env_error.append(exc)
-                return
+        def kernel_now() -> None:
             state.timings["environment_s"] = round(time.monotonic() - began, 3)
             state.workdir.mkdir(parents=True, exist_ok=True)  # the kernel's folder; restore fills it
             prestart_kernel(state)
             state.timings["kernel_start_s"] = round(time.monotonic() - began, 3)
 
-        builder = threading.Thread(target=env, daemon=True)
-        builder.start()
+        def env() -> None:
+            try:
+                build_environment(state, image=False)
+            except BaseException as exc:
+                env_error.append(exc)
+                return
+            kernel_now()
+
+        builder: threading.Thread | None = None
+        if image_will_do(state):
+            kernel_now()
+        else:
+            builder = threading.Thread(target=env, daemon=True)
+            builder.start()
         materialize(state)
-        builder.join()
+        if builder is not None:
+            builder.join()
         if env_error:
             raise env_error[0]
         state.verification = verify(state)

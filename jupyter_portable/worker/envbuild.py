@@ -76,34 +76,46 @@ def link_worker(python: Path) -> None:
     (purelib / WORKER_PTH).write_text(f"{worker_site}\n")
 
 
-def build_environment(state: AgentState) -> None:
-    """The kernel's Python. ``environment.mode``: ``image`` (this Python, the image's libraries),
-    ``lockfile`` (a venv from the recorded lockfile, its wheels from the store when a worker built
-    it before, else from the package index), or ``auto`` (the default: ``image`` when this Python
-    already has every recorded package at its recorded version, else ``lockfile``)."""
+def image_will_do(state: AgentState) -> bool:
+    """Whether the kernel runs on this Python (the image's libraries), decided before anything
+    is built and recorded in ``state.env_build``: ``environment.mode`` ``image``, or ``auto`` (the
+    default) when this Python already has every recorded package at its recorded version.
+    Quick (the manifest and the lockfile, no process started), so that the kernel can be
+    started before the workspace's files land."""
+    mode = state.environment.get("mode", "image")
+    if mode not in ("image", "lockfile", "auto", "exact"):
+        raise UsageError(f"unknown environment mode {mode!r} (auto, image, lockfile or exact)")
+    if mode == "image":
+        state.env_build = {"mode": "image", "python": sys.executable}
+        return True
+    if mode != "auto":
+        return False
+    store = state.store()
+    lock_hash = (store.read_manifest(state.workspace_id, state.version).runtime or {}).get("lockfile")
+    missing = missing_here(store.get_object(lock_hash, what="the lockfile")) if lock_hash else []
+    if not missing:
+        state.env_build = {"mode": "image", "chosen_by": "auto", "python": sys.executable}
+        return True
+    state.progress.update(step="environment", message=f"this machine's Python lacks {len(missing)} recorded "
+                                                      f"package(s) ({', '.join(missing[:3])}…): building the "
+                                                      "lockfile's environment")
+    return False
+
+
+def build_environment(state: AgentState, *, image: bool | None = None) -> None:
+    """The kernel's Python: this one when :func:`image_will_do` (``image``: what it said, when the
+    caller asked it already), else a venv from the recorded lockfile (``lockfile``, ``exact``, or
+    ``auto`` when this Python lacks a recorded package), its wheels from the store when a worker
+    built it before, else from the package index."""
     from jupyter_portable.core.envplan import EnvChange
     from jupyter_portable.worker.envcache import build_env
     from jupyter_portable.worker.localwheels import LocalWheel
 
-    mode = state.environment.get("mode", "image")
-    if mode not in ("image", "lockfile", "auto", "exact"):
-        raise UsageError(f"unknown environment mode {mode!r} (auto, image, lockfile or exact)")
-    if mode == "exact":
-        mode = "lockfile"  # the recorded pins exactly: a version that does not fit fails the build
-    if mode == "image":
-        state.env_build = {"mode": "image", "python": sys.executable}
+    if image_will_do(state) if image is None else image:
         return
     store = state.store()
     manifest = store.read_manifest(state.workspace_id, state.version)
     lock_hash = (manifest.runtime or {}).get("lockfile")
-    if mode == "auto":
-        missing = missing_here(store.get_object(lock_hash, what="the lockfile")) if lock_hash else []
-        if not missing:
-            state.env_build = {"mode": "image", "chosen_by": "auto", "python": sys.executable}
-            return
-        state.progress.update(step="environment", message=f"this machine's Python lacks {len(missing)} recorded "
-                                                          f"package(s) ({', '.join(missing[:3])}…): building the "
-                                                          "lockfile's environment")
     if not lock_hash:
         raise PortableError(f"version {state.version} recorded no lockfile to build the environment from",
                             hint="use the image's Python (environment mode 'image')")
