@@ -165,3 +165,35 @@ def test_a_helper_refuses_a_folder_that_leads_out_of_the_destination(tmp_path: P
     assert [(root / "a" / n).read_bytes() for n in ("1", "2")] == [b"a", b"b"]
     assert stat.S_IMODE(os.lstat(root / "a" / "2").st_mode) == 0o755
     assert got == [stat_key(os.lstat(root / "a" / n)) for n in ("1", "2")]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_restore_leaves_the_cycle_collector_as_it_found_it(tmp_path: Path, enabled: bool) -> None:
+    """Restore pauses Python's cycle collector while it runs (its objects hold no cycles) and
+    gives it back as it was, also when the restore fails."""
+    import gc
+
+    from jupyter_portable.engine.progress import Progress
+
+    seen: list[bool] = []  # the collector's state at each stage of the restore
+
+    class Watching(Progress):
+        def set_stage(self, stage: str) -> None:
+            seen.append(gc.isenabled())
+            super().set_stage(stage)
+
+    ws, files = _source(tmp_path)
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        restore(ws.store, ws.workspace_id, tmp_path / "out", progress=Watching("restore", sink=lambda _line: None))
+        assert seen and not any(seen)  # paused while it ran
+        assert gc.isenabled() is enabled
+        assert read_tree(tmp_path / "out") == files
+        (tmp_path / "other").mkdir()
+        (tmp_path / "other" / "mine.txt").write_text("not the workspace's")
+        with pytest.raises(Exception, match="not empty"):
+            restore(Store.open(ws.store.url), ws.workspace_id, tmp_path / "other")
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()

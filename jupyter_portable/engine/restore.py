@@ -3,6 +3,7 @@ it is renamed into place (invariant 4) and writing nothing outside it (invariant
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import stat as statmod
@@ -10,6 +11,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -323,6 +325,21 @@ def keep_differing(dest: Path, entries: Iterable[FileEntry], now: datetime) -> d
     return kept
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector off for the block (then as it was). A restore makes and drops
+    millions of small objects (entries, tuples, rows) with no cycles among them: reference
+    counting frees them, and the collector's passes over them took a quarter of the main
+    process's CPU at 200,000 files."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None = None,
             lazy: bool = False, lazy_threshold: int = LAZY_THRESHOLD, delete: bool = False,
             progress: Progress | None = None, start_fetcher: bool = True,
@@ -333,6 +350,15 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
     fetcher, except those at or under a path in ``eager`` (a worker's checkpoints).
     A ``dest`` that holds files but is not a copy of this workspace is refused unless
     ``force``; then each file there that differs is kept as ``NAME.orig-TIME`` (``now``)."""
+    with _collector_paused():
+        return _restore(store, workspace_id, dest, version=version, lazy=lazy, lazy_threshold=lazy_threshold,
+                        delete=delete, progress=progress, start_fetcher=start_fetcher, eager=eager, force=force,
+                        now=now)
+
+
+def _restore(store: Store, workspace_id: str, dest: Path, *, version: int | None, lazy: bool, lazy_threshold: int,
+             delete: bool, progress: Progress | None, start_fetcher: bool, eager: Iterable[str], force: bool,
+             now: datetime | None) -> RestoreResult:
     progress = progress or Progress("restore")
     store.check_store()  # a store of unknown format is refused before anything is written
     dest = dest.resolve()
