@@ -340,6 +340,7 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+@_collector_paused()
 def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None = None,
             lazy: bool = False, lazy_threshold: int = LAZY_THRESHOLD, delete: bool = False,
             progress: Progress | None = None, start_fetcher: bool = True,
@@ -350,15 +351,6 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
     fetcher, except those at or under a path in ``eager`` (a worker's checkpoints).
     A ``dest`` that holds files but is not a copy of this workspace is refused unless
     ``force``; then each file there that differs is kept as ``NAME.orig-TIME`` (``now``)."""
-    with _collector_paused():
-        return _restore(store, workspace_id, dest, version=version, lazy=lazy, lazy_threshold=lazy_threshold,
-                        delete=delete, progress=progress, start_fetcher=start_fetcher, eager=eager, force=force,
-                        now=now)
-
-
-def _restore(store: Store, workspace_id: str, dest: Path, *, version: int | None, lazy: bool, lazy_threshold: int,
-             delete: bool, progress: Progress | None, start_fetcher: bool, eager: Iterable[str], force: bool,
-             now: datetime | None) -> RestoreResult:
     progress = progress or Progress("restore")
     store.check_store()  # a store of unknown format is refused before anything is written
     dest = dest.resolve()

@@ -63,7 +63,7 @@ def _alive(pid: int) -> bool:
 
 
 def _scrub_environment(config: dict[str, Any], state_dir: Path) -> None:
-    """This process's environment, which the kernel inherits: :func:`_machine_env`, the values the
+    """This process's environment, which the kernel inherits: :func:`.config.machine_env`, the values the
     user's side sent (the store's settings, the names passed on purpose), and the store credentials
     only as a 0600 file botocore reads."""
     from jupyter_portable.core.secretenv import is_allowed
