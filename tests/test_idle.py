@@ -7,6 +7,7 @@ history records the stop reason "idle"."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -208,11 +209,12 @@ async def _state(jp_fetch: Any) -> dict[str, Any]:
     return json.loads((await jp_fetch("portable", "api", "state")).body)
 
 
-async def _until(pred: Any, what: str, seen: Any = None) -> Any:
+async def _until(pred: Any, what: str, steps: list[str], seen: Any = None) -> Any:
     """``pred()``'s first true answer, asked every 0.2 s; the test's timeout bounds the wait. What
-    is waited for, and each new value of ``seen()`` meanwhile, go to the test's output: a wait that
-    never ends then says where it stopped and what the worker reported last."""
-    print(f"waiting for {what}", flush=True)
+    is waited for, and each new value of ``seen()`` meanwhile, go to ``steps`` (the last is named
+    if the test runs out of time) and to the test's output."""
+    steps.append(f"waiting for {what}")
+    print(steps[-1], flush=True)
     last = None
     while True:
         got = await asyncio.to_thread(pred)
@@ -221,7 +223,8 @@ async def _until(pred: Any, what: str, seen: Any = None) -> Any:
         if seen is not None:
             now = await asyncio.to_thread(seen)
             if now != last:
-                print(f"  {what}: {now!r}", flush=True)
+                steps.append(f"waiting for {what}, last seen {now!r}")
+                print(steps[-1], flush=True)
                 last = now
         await asyncio.sleep(0.2)
 
@@ -229,6 +232,18 @@ async def _until(pred: Any, what: str, seen: Any = None) -> Any:
 @pytest.mark.timeout(300)
 async def test_an_idle_machine_is_sealed_released_and_the_history_says_idle(
         jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any, jp_root_dir: Path, env: dict[str, Path]) -> None:
+    # each step is named as it begins: a run that stops (a wait that never ends on a loaded
+    # machine) fails inside the test's own timeout with the step it stopped at and what it saw
+    steps = ["the settings"]
+    try:
+        async with asyncio.timeout(280):
+            await _idle_story(jp_serverapp, jp_fetch, jp_ws_fetch, jp_root_dir, env, steps)
+    except TimeoutError as exc:
+        raise AssertionError(f"stopped at {steps[-1]}: {str(exc) or 'the test ran out of time'}") from exc
+
+
+async def _idle_story(jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any, jp_root_dir: Path,
+                      env: dict[str, Path], steps: list[str]) -> None:
     from jupyter_portable import Workspace
     from jupyter_portable.demo.fake_nvidia_smi import set_utilization
 
@@ -242,7 +257,9 @@ async def test_an_idle_machine_is_sealed_released_and_the_history_says_idle(
     held = [datetime(2026, 1, 1, tzinfo=timezone.utc)]
     service.idle.clock = lambda: held[0]
     events = EventStream(await jp_ws_fetch("api", "events", "subscribe"))
+    steps.append("the notebook's session")
     kernel_id = await start_session(jp_fetch)
+    steps.append("ACTIVE")
     await events.wait_for(is_state("ACTIVE"), timeout=90)
     orch = service.orchestrator()
     aid = orch.lifecycle().allocation_id
@@ -251,6 +268,7 @@ async def test_an_idle_machine_is_sealed_released_and_the_history_says_idle(
     # a cell run on the notebook's kernel is what the worker reports as its last execution: the
     # worker's own report moves on from what it said before the cell
     prior = activity_from_status(client.status())
+    steps.append("the cell")
     kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
     status, out = await kernel.run("open('result.txt', 'w').write('done\\n')")
     assert status == "ok", out
@@ -260,7 +278,7 @@ async def test_an_idle_machine_is_sealed_released_and_the_history_says_idle(
         moved = now is not None and (prior is None or now.last_activity > prior.last_activity)
         return now if moved and not now.kernel_busy else None
 
-    act = await _until(after_the_cell, "the cell in the worker's activity",
+    act = await _until(after_the_cell, "the cell in the worker's activity", steps,
                        lambda: (client.status().get("activity") or {}) | {"gpu": None})
     d = service.idle.check(now=act.last_activity + timedelta(seconds=30))
     assert d.state == WARNING and d.stop_at == act.last_activity + M and orch.lifecycle().state == "ACTIVE"
@@ -276,12 +294,12 @@ async def test_an_idle_machine_is_sealed_released_and_the_history_says_idle(
 
     # busy well after the cell, on the worker's own clock (it samples every 0.5 s)
     await _until(lambda: (b := gpu().get("last_busy")) and parse_iso(b[0]) >= act.last_activity + timedelta(seconds=3),
-                 "a busy GPU sample 3 s after the cell", lambda: gpu().get("last_busy"))
+                 "a busy GPU sample 3 s after the cell", steps, lambda: gpu().get("last_busy"))
     set_utilization(gpu_bin, 0)
     # then quiet: a sample below the threshold after the last busy one, so the last busy time holds
     await _until(lambda: (g := gpu()).get("samples") and not gpu_busy(g["samples"][-1][1])
                  and parse_iso(g["samples"][-1][0]) > parse_iso(g["last_busy"][0]),
-                 "a quiet GPU sample after the busy ones", lambda: (gpu().get("samples") or [None])[-1])
+                 "a quiet GPU sample after the busy ones", steps, lambda: (gpu().get("samples") or [None])[-1])
     busy_at = parse_iso(gpu()["last_busy"][0])
     assert busy_at >= act.last_activity + timedelta(seconds=3)
     d = service.idle.check(now=act.last_activity + timedelta(seconds=61))  # a minute after the cell, not the GPU
@@ -289,6 +307,7 @@ async def test_an_idle_machine_is_sealed_released_and_the_history_says_idle(
     assert orch.lifecycle().state == "ACTIVE"
 
     # "Keep running" starts another minute
+    steps.append("keep running")
     kept = json.loads((await jp_fetch("portable", "api", "keep-running", method="POST", body="{}")).body)
     kept_at = parse_iso(kept["kept_at"])
     assert kept_at >= busy_at and kept["idle"]["state"] in ("idle", "warning")
@@ -298,8 +317,10 @@ async def test_an_idle_machine_is_sealed_released_and_the_history_says_idle(
     # the monitor's tick, its clock a minute past the last use: sealed and released
     mark = len(events.seen)
     held[0] = kept_at + timedelta(seconds=62)
+    steps.append("RELEASED")
     released = await events.wait_for(is_state("RELEASED"), timeout=60, after=mark)
     assert released["allocation_id"] == aid
+    steps.append("the idle notice")
     notice = await events.wait_for(lambda e: e.get("kind") == "idle" and "Released" in e.get("message", ""),
                                    timeout=30, after=mark)
     lc = orch.lifecycle()
@@ -318,6 +339,7 @@ async def test_an_idle_machine_is_sealed_released_and_the_history_says_idle(
     jp = str(Path(sys.executable).with_name("jupyter-portable"))
     run = lambda *a, cwd=jp_root_dir: subprocess.run([jp, *a], cwd=cwd, capture_output=True, text=True,  # noqa: E731
                                                      env=os.environ, timeout=120)
+    steps.append("verify and state on the command line")
     verified = run("verify", "--json")
     assert verified.returncode == 0, verified.stderr
     state = run("state", "--events", "--json")
@@ -335,22 +357,27 @@ async def test_an_idle_machine_is_sealed_released_and_the_history_says_idle(
 
     # a cell run in a notebook on this workspace now offers Continue, on the same route: its kernel is
     # the local placeholder (issue 16), which answers at once and names the way on
+    steps.append("the placeholder's answer in another notebook")
     other = await start_session(jp_fetch, "other.ipynb")
     placeholder = KernelSocket(await jp_ws_fetch("api", "kernels", other, "channels"))
     status, said = await placeholder.run("print('never runs')", timeout=60)
     assert status == "error" and "No GPU machine: press Continue" in said, said
     assert "released after 1 min idle" in said and lc.route and lc.route in said, said
     # the kernels shut down before the server's teardown; the first notebook's kernel may still be
-    # moving to its placeholder after the release, and a shutdown that meets that move fails: it is
-    # asked again until none is left
+    # moving to its placeholder after the release, and a shutdown that meets that move fails
+    # (jupyter_client asks the kernel's ``ready``, not done while it restarts): the move's end is
+    # awaited, and the shutdown asked again, until none is left
     km = jp_serverapp.kernel_manager
-    print("waiting for the kernels to shut down", flush=True)
+    steps.append("the kernels' shutdown")
     while km.list_kernel_ids():
         for kid in list(km.list_kernel_ids()):
             try:
                 await km.shutdown_kernel(kid, now=True)
-            except Exception as exc:  # noqa: BLE001 - said, and asked again
-                print(f"  kernel {kid} did not shut down yet: {type(exc).__name__}: {exc}", flush=True)
+            except Exception as exc:  # noqa: BLE001 - said, and asked again after the move
+                steps.append(f"the kernels' shutdown: {kid} did not shut down yet ({type(exc).__name__}: {exc})")
+                print(steps[-1], flush=True)
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(km.get_kernel(kid).ready)
         await asyncio.sleep(0.2)
 
 
