@@ -45,6 +45,29 @@ class Activity:
         self.kept_at: float | None = None
         self.samples: deque[tuple[float, float]] = deque(maxlen=_KEPT_SAMPLES)
         self.last_busy: tuple[float, float] | None = None  # kept however old: the idle clock may start there
+        # the iopub port the kernel watcher is subscribed to (a message came through it), for
+        # ``wait_watched``; None while it follows no kernel, or has not heard from it yet
+        self.watched = threading.Condition()
+        self.watched_port: int | None = None
+        self.watcher_running = False
+
+    def watching(self, port: int | None) -> None:
+        with self.watched:
+            self.watched_port = port
+            self.watched.notify_all()
+
+    def wait_watched(self, port: int, alive: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until the watcher hears the kernel on iopub ``port``, so that no cell sent after
+        this returns goes unseen; False (and no wait) when no watcher runs, or when the kernel ends
+        or ``timeout_s`` passes first."""
+        if not self.watcher_running:
+            return False
+        deadline = time.monotonic() + timeout_s
+        with self.watched:
+            # asked again every 0.1 s: a kernel's end is no notice on the condition
+            while self.watched_port != port and alive() and time.monotonic() < deadline:
+                self.watched.wait(0.1)
+            return self.watched_port == port
 
     def ready(self) -> None:
         with self.lock:
@@ -123,40 +146,89 @@ def sample_gpus(activity: Activity, interval_s: float | None = None) -> None:
 
 def watch_kernel(state: Any) -> None:
     """The iopub watcher: follows the worker's current kernel (a restart has new ports) and
-    records each cell's busy and idle."""
+    records each cell's busy and idle.
+
+    A SUB socket hears only what is published after its subscription reaches the kernel, so a
+    kernel counts as watched (``Activity.watching``) only once a message has come through: the
+    kernel's ``iopub_welcome`` (ipykernel 7), else the status of a ``kernel_info_request`` sent
+    on its shell channel once connected. ``POST /kernel`` waits for that (``Activity.wait_watched``):
+    the notebook's first cell after a start or a restart is never missed."""
     import zmq
     from jupyter_client.session import Session
 
     ctx: Any = zmq.Context.instance()
     sock: Any = None
-    port: int | None = None
+    followed: tuple[Any, Any] = (None, None)  # the kernel process and connection that sock hears
     session: Any = None
     activity: Activity = state.activity
+    activity.watcher_running = True
     while True:
         k, info = state.kernel, state.kernel_info
         alive = k is not None and k.poll() is None and bool(info)
-        if not alive or (info or {}).get("iopub_port") != port:
+        if not alive or followed[0] is not k or followed[1] is not info:
             if sock is not None:
                 sock.close(linger=0)
-                sock, port = None, None
+                sock, followed = None, (None, None)
+                activity.watching(None)
                 activity.kernel_gone()
             if not alive:
-                time.sleep(0.5)
+                time.sleep(0.1)
                 continue
             assert info is not None
-            port = int(info["iopub_port"])
             session = Session(key=str(info["key"]).encode(), signature_scheme=info.get("signature_scheme")
                               or "hmac-sha256")
-            sock = ctx.socket(zmq.SUB)
-            sock.setsockopt(zmq.SUBSCRIBE, b"")
-            sock.connect(f"tcp://127.0.0.1:{port}")
-        try:
-            if not sock.poll(500):
+            sock = _subscribe(ctx, state, k, info, session)
+            if sock is None:
+                time.sleep(0.05)  # the kernel ended or changed before it was heard
                 continue
-            _idents, parts = session.feed_identities(sock.recv_multipart(), copy=True)
-            activity.saw_message(session.deserialize(parts, content=True))
+            followed = (k, info)
+            activity.watching(int(info["iopub_port"]))
+        try:
+            if not sock.poll(100):
+                continue
+            _read(sock, session, activity)
         except (zmq.ZMQError, ValueError, KeyError, TypeError) as exc:
             log.debug("iopub message not read: %s", exc)
+
+
+def _read(sock: Any, session: Any, activity: Activity) -> None:
+    _idents, parts = session.feed_identities(sock.recv_multipart(), copy=True)
+    activity.saw_message(session.deserialize(parts, content=True))
+
+
+def _subscribe(ctx: Any, state: Any, kernel: Any, info: dict[str, Any], session: Any) -> Any:
+    """A SUB socket on the kernel's iopub that has heard a message from it; None if the kernel
+    ends or is replaced first."""
+    import zmq
+
+    sock = ctx.socket(zmq.SUB)
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    sock.setsockopt(zmq.RECONNECT_IVL, 20)  # a kernel still starting binds soon: connect then, not 100 ms on
+    sock.connect(f"tcp://127.0.0.1:{int(info['iopub_port'])}")
+    shell = ctx.socket(zmq.DEALER)
+    shell.setsockopt(zmq.LINGER, 0)
+    shell.setsockopt(zmq.IMMEDIATE, 1)  # a request goes only to a kernel that is listening, never queued
+    shell.setsockopt(zmq.RECONNECT_IVL, 20)
+    shell.connect(f"tcp://127.0.0.1:{int(info['shell_port'])}")
+    try:
+        while state.kernel is kernel and state.kernel_info is info and kernel.poll() is None:
+            if sock.poll(250):
+                try:
+                    _read(sock, session, state.activity)
+                except (ValueError, KeyError, TypeError) as exc:  # a message came, even one that did not read
+                    log.debug("iopub message not read: %s", exc)
+                return sock
+            if shell.poll(0, zmq.POLLOUT):
+                with contextlib.suppress(zmq.Again):
+                    session.send(shell, "kernel_info_request", {})
+            while shell.poll(0):
+                shell.recv_multipart()  # the replies themselves are not needed
+    except zmq.ZMQError as exc:
+        log.info("kernel on iopub %s not heard: %s", info.get("iopub_port"), exc)
+    finally:
+        shell.close(linger=0)
+    sock.close(linger=0)
+    return None
 
 
 def start_watchers(state: Any) -> None:

@@ -39,7 +39,7 @@ from jupyter_portable.core.validate import loads_strict, short_repr
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
 from jupyter_portable.worker.agent import check_fits, list_files, put_file, seal, take_snapshot
 from jupyter_portable.worker.follow import FileHashes, read_file
-from jupyter_portable.worker.kernel import start_kernel, stop_kernel
+from jupyter_portable.worker.kernel import start_watched_kernel, stop_kernel
 from jupyter_portable.worker.state import AgentState
 
 _REQUEST_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR})
@@ -120,7 +120,7 @@ class KernelHandler(_Handler):
             raise web.HTTPError(400, reason="bad kernel_id")
         if self.state.phase != "ready":
             raise web.HTTPError(409, reason=f"the worker is {self.state.phase}, not ready")
-        await self.run(start_kernel, self.state, kernel_id)
+        await self.run(start_watched_kernel, self.state, kernel_id)
 
     def get(self) -> None:
         self.answer(self.state.kernel_status())

@@ -22,6 +22,18 @@ def prestart_kernel(state: AgentState) -> None:
         log.warning("could not start a kernel ahead: %s", exc)
 
 
+def start_watched_kernel(state: AgentState, kernel_id: str, timeout_s: float = 20.0) -> dict[str, Any]:
+    """``start_kernel`` for ``POST /kernel``: its connection once the activity watcher hears the
+    kernel, so the idle clock sees the first cell the notebook sends. A kernel slower than
+    ``timeout_s`` to come up is handed over all the same (its early cells may then go unseen)."""
+    conn = start_kernel(state, kernel_id)
+    k = state.kernel
+    if state.activity.watcher_running and not state.activity.wait_watched(
+            int(conn["iopub_port"]), lambda: k is not None and k.poll() is None, timeout_s):
+        log.warning("kernel %s: handed over before the idle watcher heard it", kernel_id)
+    return conn
+
+
 def start_kernel(state: AgentState, kernel_id: str) -> dict[str, Any]:
     from jupyter_client.connect import write_connection_file
 
