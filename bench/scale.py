@@ -63,6 +63,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import freshfs
+
 MB = 1024 * 1024
 TOOLS = ("ours", "restic", "rclone")
 ROWS = ("cold snapshot", "no change", "one file changed", "restore", "verify")
@@ -236,7 +238,7 @@ class Bench:
         self.restore_rounds = 1
         self.restore_log: list[dict[str, float]] = []  # restore's seconds by tool, a round each
         self.fresh_fs = False  # each timed restore into a new loop-mounted ext4 (see prepare_dest)
-        self.mounted: dict[Path, Path] = {}  # mount point -> its image
+        self.mounts = freshfs.Mounts()
         self.restored = work / "restored"  # our last restore: the copy verify reads
         self.phase_lines: dict[str, list[str]] = {}  # row -> the cProfile pass's lines
 
@@ -326,34 +328,13 @@ class Bench:
         if not self.fresh_fs:
             settle()
             return mnt
-        image = self.work / f"{name}.ext4"
-        image.unlink(missing_ok=True)
-        with open(image, "wb") as fh:  # sparse: a block per small file, folders and inode tables
-            fh.truncate(self.files * 8192 + 1024 * MB)
-        subprocess.run(["mkfs.ext4", "-q", "-F", "-N", str(self.files * 5 // 4 + 100_000),
-                        "-E", "lazy_itable_init=0,lazy_journal_init=0", str(image)], check=True)
-        subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
-        self.mounted[mnt] = image
-        dest = mnt / "tree"  # the filesystem's root holds lost+found
-        dest.mkdir()
-        os.sync()
-        return dest
+        return self.mounts.make(mnt, self.files * 8192 + 1024 * MB, self.files * 5 // 4 + 100_000)
 
     def release(self, mnt: Path) -> None:
-        """Unmount a filesystem prepare_dest made, and drop its image."""
-        image = self.mounted.pop(mnt, None)
-        if image is not None:
-            for _ in range(10):  # a command's helper processes can still be leaving it
-                if subprocess.run(["umount", str(mnt)], stderr=subprocess.DEVNULL).returncode == 0:
-                    break
-                time.sleep(1)
-            else:
-                subprocess.run(["umount", "--lazy", str(mnt)], check=True)
-            image.unlink(missing_ok=True)
+        self.mounts.release(mnt)
 
     def release_all(self) -> None:
-        for mnt in list(self.mounted):
-            self.release(mnt)
+        self.mounts.release_all()
 
     def restore_rows(self) -> None:
         """The restore row: tar's floor, ours and restic's, ``restore_rounds`` times interleaved,
@@ -629,7 +610,7 @@ def main() -> int:
     ap.add_argument("--restore-rounds", type=int, default=1, metavar="N",
                     help="time the restores N times each, interleaved (tar, ours, restic, tar, ...); the row holds "
                          "the medians")
-    fresh_ok = os.geteuid() == 0 and shutil.which("mkfs.ext4") is not None and shutil.which("mount") is not None
+    fresh_ok = freshfs.available()
     ap.add_argument("--restore-fs", choices=("fresh", "settle"), default="fresh" if fresh_ok else "settle",
                     help="fresh: each timed restore into a new loop-mounted ext4 (needs root and mkfs.ext4); "
                          "settle: into the work folder, 65 s after the last removal (default: %(default)s)")
