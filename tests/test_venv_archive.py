@@ -235,6 +235,30 @@ def test_unpacking_writes_through_no_link_and_over_no_file(tmp_path: Path) -> No
     assert (venv / "bin" / "python").read_text() == "kept" and not any(outside.iterdir())
 
 
+def test_unpacking_in_threads_writes_every_file_whole_and_raises_the_first_failure(tmp_path: Path) -> None:
+    from jupyter_portable.worker.venvpack import tar_entries, unpack
+
+    members = [_file(f"lib/p{i % 17}/m{i}.py", bytes([i % 251]) * (i * 37 % 5000)) for i in range(700)]
+    members.append(_file("lib/big.so", os.urandom(9 << 20)))  # over a batch's bytes by itself
+    script = tarfile.TarInfo("bin/tool")
+    script.mode = 0o755
+    members.append((script, b"#!/bin/sh\n"))
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    assert unpack(tar_entries(_tar(members)), str(venv), threads=3) == len(members)
+    for info, body in members:
+        assert (venv / info.name).read_bytes() == body, info.name
+    assert os.access(venv / "bin" / "tool", os.X_OK) and not os.access(venv / "lib" / "big.so", os.X_OK)
+
+    # a file already there, deep in the archive: its write fails in a thread, and that error is raised
+    again = tmp_path / "again"
+    (again / "lib" / "p3").mkdir(parents=True)
+    (again / "lib" / "p3" / "m360.py").write_text("kept")
+    with pytest.raises(FileExistsError):
+        unpack(tar_entries(_tar(members)), str(again), threads=3)
+    assert (again / "lib" / "p3" / "m360.py").read_text() == "kept"
+
+
 # -- the notebook's environment: one archive per lockfile index ----------------------------------
 
 LOCK = b"needy==2.0\nplainpkg==1.0\n"
@@ -284,8 +308,12 @@ def test_a_new_machine_unpacks_the_environments_archive_instead_of_installing_ea
     assert proc.stdout.split() == ["2.0", "1.0", "True"]
 
 
+@pytest.mark.parametrize("where", ["last-byte", "first-header"])
 def test_a_changed_environment_archive_is_refused_and_no_venv_is_left(
-        prepared_env: tuple[Store, object, str], tmp_path: Path) -> None:
+        prepared_env: tuple[Store, object, str], tmp_path: Path, where: str) -> None:
+    """The archive's headers are read beside its hash: a change that leaves it a readable tar, or
+    one that does not (its first header garbled), is refused as corrupt all the same, nothing of it
+    written and the venv made beside it removed."""
     from jupyter_portable.worker.envcache import build_env
 
     store, prepared, python = prepared_env
@@ -293,7 +321,8 @@ def test_a_changed_environment_archive_is_refused_and_no_venv_is_left(
     path = tmp_path / "store" / object_key(archive.hash)
     path.chmod(0o644)
     body = path.read_bytes()
-    path.write_bytes(body[:-1] + bytes([body[-1] ^ 1]))
+    changed = body[:-1] + bytes([body[-1] ^ 1]) if where == "last-byte" else b"\xff" * 512 + body[512:]
+    path.write_bytes(changed)
     with pytest.raises(IntegrityError, match="corrupt"):
         build_env(store, LOCK, tmp_path / "m" / "venv", python=python, expect=prepared.digest)  # type: ignore[attr-defined]
     assert not (tmp_path / "m" / "venv").exists()

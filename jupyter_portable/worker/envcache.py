@@ -90,7 +90,7 @@ from jupyter_portable.core.envplan import EnvChange, differences
 from jupyter_portable.core.errors import ConflictError, IntegrityError, ManifestError, ObjectMissing, UsageError
 from jupyter_portable.core.manifest import check_hash
 from jupyter_portable.engine.runtime.lockfile import normalise, parse_lockfile
-from jupyter_portable.store.repo import Store, digest
+from jupyter_portable.store.repo import Store, digest, object_key
 from jupyter_portable.worker.localwheels import LocalWheel, fetch_local
 from jupyter_portable.worker.venvpack import tar_entries, unpack
 
@@ -388,17 +388,17 @@ def build_env(store: Store, lockfile: bytes, venv: Path, *, find_links: list[str
                     f"once on your side: one archive ({_mib([index.archive])}) from {redact(store.url)}")
                 for change in index.changes:
                     say(f"environment: {change.line()}")
-                blob = _fetch_archive(store, index)
+                blob = _read_archive(store, index)
                 done("fetch_s")
                 owned = True
-                py = _make_venv(python, venv, say, system_site=system_site)
+                py, members = _open_archive(index, blob, lambda: _make_venv(python, venv, say, system_site=system_site))
                 done("venv_s")
                 try:
-                    unpack(tar_entries(blob), str(venv))
+                    unpack(members, str(venv))
                 except ValueError as exc:
                     raise IntegrityError(f"the environment archive of {index.key} cannot be unpacked: {exc}",
                                          hint=f"delete {index.key} from the store and Continue again") from exc
-                del blob
+                del blob, members
                 done("unpack_s")
             elif index is not None:
                 wheels = index.wheels
@@ -516,11 +516,12 @@ def _fetch(store: Store, index: WheelIndex, wheel_dir: Path) -> None:
     _parallel(one, [w for w in index.wheels if needed(w)])
 
 
-def _fetch_archive(store: Store, index: WheelIndex) -> bytes:
-    """The index's archive, hashed equal to its name (the index is the one the user's side sent)."""
+def _read_archive(store: Store, index: WheelIndex) -> bytes:
+    """The index's archive as the store holds it, its size checked; :func:`_open_archive` checks
+    its hash before anything in it is written."""
     assert index.archive is not None
     try:
-        data = store.get_object(index.archive.hash, what=f"the environment archive of {index.key}")
+        data = store.backend.read(object_key(index.archive.hash))
     except ObjectMissing as exc:
         raise ObjectMissing(f"the environment archive {index.archive.hash[:16]}…, named by {index.key}, is missing "
                             f"from {redact(store.url)}",
@@ -529,6 +530,32 @@ def _fetch_archive(store: Store, index: WheelIndex) -> bytes:
         raise IntegrityError(f"the environment archive of {index.key} has {len(data)} bytes, its index says "
                              f"{index.archive.size}", hint=f"delete {index.key} from the store and Continue again")
     return data
+
+
+def _open_archive(index: WheelIndex, blob: bytes, make_venv: Callable[[], Path]
+                  ) -> tuple[Path, list[tuple[str, bytes | memoryview | None, int]]]:
+    """The venv's Python and the archive's members, three things done side by side: the venv
+    made (a process), the archive hashed (BLAKE3 lets go of the interpreter) and its headers read
+    (``tarfile``, the unpack's largest cost in Python). Nothing of the archive is written before
+    its hash is its name: a tar that does not read is said only once the hash holds."""
+    assert index.archive is not None
+    with ThreadPoolExecutor(2) as pool:
+        made = pool.submit(make_venv)
+        hashed = pool.submit(digest, blob)
+        bad: Exception | None = None
+        members: list[tuple[str, bytes | memoryview | None, int]] = []
+        try:
+            members = list(tar_entries(blob))
+        except Exception as exc:  # noqa: BLE001 - bytes not yet checked: the hash speaks first
+            bad = exc
+        if hashed.result() != index.archive.hash:
+            raise IntegrityError(f"the environment archive of {index.key} is corrupt: its bytes do not hash to its "
+                                 "name", hint=f"delete {index.key} from the store and Continue again")
+        py = made.result()
+    if bad is not None:
+        raise IntegrityError(f"the environment archive of {index.key} cannot be unpacked: {bad}",
+                             hint=f"delete {index.key} from the store and Continue again") from bad
+    return py, members
 
 
 def upload_wheels(store: Store, files: list[Path]) -> tuple[Wheel, ...]:

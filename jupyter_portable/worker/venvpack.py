@@ -200,15 +200,22 @@ def archive_for(store: Store, set_key: str, set_bytes: bytes, env: str, python_v
     return mine
 
 
-def unpack(entries: Iterable[tuple[str, bytes | memoryview | None, int]], dest: str) -> int:
+def unpack(entries: Iterable[tuple[str, bytes | memoryview | None, int]], dest: str,
+           threads: int | None = None) -> int:
     """Write ``entries`` ((name, bytes or None for a folder, mode) each) under the folder ``dest``:
     every name relative, no ``..``, nothing written through a link or over a file already there.
-    Returns the number of files. Stdlib only: the bootstrap runs it on the machine's bare Python."""
+    Returns the number of files. Stdlib only: the bootstrap runs it on the machine's bare Python.
+
+    Names are checked and folders made here, in order; the files are written by ``threads``
+    threads (default: the cores, at most 4) in batches, their system calls side by side. The
+    first error stops the rest and is raised once the writes under way have ended."""
     import os as _os
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
     root = _os.path.realpath(dest)
     made = set()
     count = 0
+    threads = threads or min(4, _os.cpu_count() or 1)
 
     def folder(rel: str) -> None:
         if rel in made or rel == "":
@@ -221,24 +228,53 @@ def unpack(entries: Iterable[tuple[str, bytes | memoryview | None, int]], dest: 
             raise ValueError(f"refusing {rel!r}: it leads out of the venv")
         made.add(rel)
 
-    for name, data, mode in entries:
-        parts = name.split("/")
-        if not name or name.startswith("/") or "\\" in name or "\0" in name \
-                or any(p in ("", ".", "..") for p in parts):
-            raise ValueError(f"refusing archive member {name!r}")
-        if data is None:
-            folder(name)
-            continue
-        folder(name.rpartition("/")[0])
-        fd = _os.open(_os.path.join(root, name), _os.O_WRONLY | _os.O_CREAT | _os.O_EXCL | _os.O_NOFOLLOW,
-                      0o755 if mode & 0o111 else 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[_os.write(fd, view):]
-        finally:
-            _os.close(fd)
-        count += 1
+    def write(batch: list) -> None:
+        for path, data, perm in batch:
+            fd = _os.open(path, _os.O_WRONLY | _os.O_CREAT | _os.O_EXCL | _os.O_NOFOLLOW, perm)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[_os.write(fd, view):]
+            finally:
+                _os.close(fd)
+
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="unpack")
+    running: set = set()
+    batch: list = []
+    size = 0
+
+    def settle(most: int) -> None:
+        """Wait until at most ``most`` batches are under way; a failed one's error is raised."""
+        nonlocal running
+        while len(running) > most:
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                fut.result()
+
+    try:
+        for name, data, mode in entries:
+            parts = name.split("/")
+            if not name or name.startswith("/") or "\\" in name or "\0" in name \
+                    or any(p in ("", ".", "..") for p in parts):
+                raise ValueError(f"refusing archive member {name!r}")
+            if data is None:
+                folder(name)
+                continue
+            folder(name.rpartition("/")[0])
+            batch.append((_os.path.join(root, name), data, 0o755 if mode & 0o111 else 0o644))
+            size += len(data)
+            count += 1
+            if len(batch) >= 64 or size >= 8 << 20:
+                settle(2 * threads)
+                running.add(pool.submit(write, batch))
+                batch, size = [], 0
+        if batch:
+            running.add(pool.submit(write, batch))
+        settle(0)
+    finally:
+        for fut in running:
+            fut.cancel()
+        pool.shutdown(wait=True)
     return count
 
 
