@@ -183,15 +183,38 @@ def test_where_no_archive_can_be_made_each_wheel_is_installed(machines: Callable
 
 # -- unpacking: nothing outside the venv, nothing over what is there ---------------------------
 
-def _tar(members: list[tuple[tarfile.TarInfo, bytes]]) -> bytes:
+def _tar(members: list[tuple[tarfile.TarInfo, bytes]], *, table: bool = False) -> bytes:
+    """A gzip'd tar of ``members``; with ``table``, led by the member table ``build`` writes."""
     import gzip
+
+    from jupyter_portable.worker.venvpack import _with_table
 
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as tar:
         for info, body in members:
             info.size = len(body)
             tar.addfile(info, io.BytesIO(body) if info.isfile() else None)
-    return gzip.compress(out.getvalue())
+    return gzip.compress(_with_table(out.getvalue()) if table else out.getvalue())
+
+
+def _tabled(rows: list[object], doc: dict[str, object] | None = None) -> bytes:
+    """A tar whose member table says ``rows``, whatever the headers after it say: what a planted or
+    damaged archive could hold."""
+    import json
+
+    from jupyter_portable.worker.venvpack import TABLE, TABLE_FORMAT
+
+    table = json.dumps({"format": TABLE_FORMAT, "schema": 1, "members": rows, **(doc or {})}).encode()
+    payload = b"x" * 600
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        info = tarfile.TarInfo(TABLE)
+        info.size = len(table)
+        tar.addfile(info, io.BytesIO(table))
+        info = tarfile.TarInfo("payload")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    return out.getvalue()
 
 
 def _file(name: str, body: bytes = b"x") -> tuple[tarfile.TarInfo, bytes]:
@@ -217,6 +240,60 @@ def test_unpacking_refuses_names_out_of_the_venv_and_links(member: tuple[tarfile
     with pytest.raises(ValueError, match="refusing"):
         unpack(tar_entries(_tar([_file("lib/ok.py"), member])), str(venv))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["venv"]
+
+
+@pytest.mark.parametrize("name", ["../outside", "/tmp/absolute", "lib/../../outside", "lib//x", ""])
+def test_a_member_table_is_held_to_the_same_names(name: str, tmp_path: Path) -> None:
+    from jupyter_portable.worker.venvpack import tar_entries, unpack
+
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    with pytest.raises(ValueError, match="refusing"):
+        unpack(tar_entries(_tabled([["lib/ok.py", 0o644, 0, 10], [name, 0o644, 0, 10]])), str(venv))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["venv"]
+
+
+@pytest.mark.parametrize(("rows", "doc", "says"), [
+    ([["lib/x.py", 0o644, 600, 20_000]], {}, "past the archive's end"),
+    ([["lib/x.py", 0o644, 2**40, 1]], {}, "past the archive's end"),
+    ([["lib/x.py", 0o644, -1, 10]], {}, "malformed row"),
+    ([["lib/x.py", 0o644, 0]], {}, "malformed row"),
+    ([["lib/x.py", "0644", 0, 10]], {}, "malformed row"),
+    ([["lib/x.py", 0o644, 0, True]], {}, "malformed row"),
+    ([["lib/x.py", 0o1000000]], {}, "malformed row"),
+    ([[7, 0o644, 0, 10]], {}, "malformed row"),
+    ([], {"schema": 2}, "not one this version reads"),
+], ids=["past-end", "far-past-end", "negative", "short", "mode-text", "bool", "mode-big", "name-int", "schema"])
+def test_a_member_table_that_does_not_hold_is_refused(rows: list[object], doc: dict[str, object], says: str,
+                                                      tmp_path: Path) -> None:
+    from jupyter_portable.worker.venvpack import tar_entries, unpack
+
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    with pytest.raises(ValueError, match=says):
+        unpack(tar_entries(_tabled(rows, doc)), str(venv))
+    assert not any(venv.iterdir())
+
+
+def test_the_member_table_places_each_member_where_its_header_does() -> None:
+    import gzip
+
+    from jupyter_portable.worker.venvpack import TABLE, tar_entries
+
+    members = [_file(f"lib/p{i % 5}/m{i}.py", bytes([i]) * (i * 131 % 1500)) for i in range(60)]
+    long_name = "lib/" + "d" * 120 + "/" + "é" * 30 + ".py"  # past ustar's 100 bytes: a pax header
+    members += [_file(long_name, b"long"), (tarfile.TarInfo("lib/empty"), b"")]
+    members[-1][0].type = tarfile.DIRTYPE
+    tabled, plain = _tar(members, table=True), _tar(members)
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(tabled))) as tar:
+        assert tar.getnames()[0] == TABLE  # still a tar any tool reads, the table first
+        assert tar.getnames()[1:] == [info.name for info, _ in members]
+
+    def read(blob: bytes) -> list[tuple[str, bytes | None, int]]:
+        return [(n, None if d is None else bytes(d), m) for n, d, m in tar_entries(blob)]
+
+    assert read(tabled) == read(plain) == [
+        (info.name, None if info.isdir() else body, info.mode) for info, body in members]
 
 
 def test_unpacking_writes_through_no_link_and_over_no_file(tmp_path: Path) -> None:
@@ -245,7 +322,7 @@ def test_unpacking_in_threads_writes_every_file_whole_and_raises_the_first_failu
     members.append((script, b"#!/bin/sh\n"))
     venv = tmp_path / "venv"
     venv.mkdir()
-    assert unpack(tar_entries(_tar(members)), str(venv), threads=3) == len(members)
+    assert unpack(tar_entries(_tar(members, table=True)), str(venv), threads=3) == len(members)
     for info, body in members:
         assert (venv / info.name).read_bytes() == body, info.name
     assert os.access(venv / "bin" / "tool", os.X_OK) and not os.access(venv / "lib" / "big.so", os.X_OK)

@@ -535,8 +535,8 @@ def _read_archive(store: Store, index: WheelIndex) -> bytes:
 def _open_archive(index: WheelIndex, blob: bytes, make_venv: Callable[[], Path]
                   ) -> tuple[Path, list[tuple[str, bytes | memoryview | None, int]]]:
     """The venv's Python and the archive's members, three things done side by side: the venv
-    made (a process), the archive hashed (BLAKE3 lets go of the interpreter) and its headers read
-    (``tarfile``, the unpack's largest cost in Python). Nothing of the archive is written before
+    made (a process), the archive hashed (BLAKE3 lets go of the interpreter) and its members listed
+    (from its member table; an older archive's tar headers one by one). Nothing of the archive is written before
     its hash is its name: a tar that does not read is said only once the hash holds."""
     assert index.archive is not None
     with ThreadPoolExecutor(2) as pool:

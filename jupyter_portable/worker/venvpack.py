@@ -33,6 +33,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import json
 import os
 import re
 import subprocess
@@ -52,6 +53,9 @@ FORMAT = "jupyter-portable.workervenv"
 SCHEMA = 1
 FILENAME = "worker-venv.tar.gz"
 _FIELDS = frozenset({"format", "schema", "set", "env", "archive"})
+# the archive's first member: every other member's name, mode and place (see _with_table)
+TABLE = ".jupyter-portable-members.json"
+TABLE_FORMAT = "jupyter-portable.venvmembers"
 _ARCHIVE_FIELDS = frozenset({"filename", "size", "hash", "sha256"})
 _HEX64 = re.compile(r"\A[0-9a-f]{64}\Z")
 # a console script's first line, made to run the venv's own python wherever the venv lies: sh
@@ -146,7 +150,30 @@ def build(wheels: Iterable[Path], python_version: str, uv_platform: str, dest: P
                 data, executable = _RELOCATABLE + data.split(b"\n", 1)[1], True
             info.size, info.mode = len(data), 0o755 if executable else 0o644
             tar.addfile(info, io.BytesIO(data))
-    return gzip.compress(raw.getvalue(), compresslevel=6, mtime=0) if compress else raw.getvalue()
+    blob = _with_table(raw.getvalue())
+    return gzip.compress(blob, compresslevel=6, mtime=0) if compress else blob
+
+
+def _with_table(tar_bytes: bytes) -> bytes:
+    """``tar_bytes`` with a first member, :data:`TABLE`, listing every other member's name, mode and
+    place: a machine reads it in one ``json.loads`` instead of a header at a time (``tarfile``:
+    0.4 s for 13,000 members). Offsets count from the end of the table member, so the table does
+    not name its own size. The result is still a tar any tool reads; the table is part of the
+    archive's bytes, so its hash covers it as it covers the headers."""
+    rows: list[list[Any]] = []
+    with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:") as tar:
+        for m in tar.getmembers():
+            if m.isdir():
+                rows.append([m.name, m.mode])
+            elif m.isfile():
+                rows.append([m.name, m.mode, m.offset_data, m.size])
+            else:
+                raise PortableError(f"the worker's venv archive has {m.name}, which is neither a file nor a folder")
+    table = json.dumps({"format": TABLE_FORMAT, "schema": 1, "members": rows}, separators=(",", ":")).encode()
+    info = tarfile.TarInfo(TABLE)
+    info.mtime, info.mode, info.size = 0, 0o644, len(table)
+    head = info.tobuf(tarfile.PAX_FORMAT, tarfile.ENCODING, "surrogateescape")
+    return head + table + bytes(-len(table) % tarfile.BLOCKSIZE) + tar_bytes
 
 
 def archive_for(store: Store, set_key: str, set_bytes: bytes, env: str, python_version: str, uv_platform: str,
@@ -279,14 +306,37 @@ def unpack(entries: Iterable[tuple[str, bytes | memoryview | None, int]], dest: 
 
 
 def tar_entries(blob: bytes) -> Iterable[tuple[str, bytes | memoryview | None, int]]:
-    """The entries of a venv archive (a tar, gzip'd or not): regular files and folders, anything else refused."""
+    """The entries of a venv archive (a tar, gzip'd or not): regular files and folders, anything else
+    refused. An archive whose first member is the member table (``build`` writes one) is read from
+    the table alone; one without is read a header at a time."""
     import gzip as _gzip
     import io as _io
+    import json as _json
     import tarfile as _tarfile
 
     raw = _gzip.decompress(blob) if blob[:2] == b"\x1f\x8b" else blob
     view = memoryview(raw)
     with _tarfile.open(fileobj=_io.BytesIO(raw), mode="r:") as tar:
+        first = tar.next()  # read when the tar was opened: no second read
+        if first is not None and first.name == ".jupyter-portable-members.json" and first.isfile():
+            base = first.offset_data + first.size + (-first.size % 512)
+            doc = _json.loads(bytes(view[first.offset_data:first.offset_data + first.size]))
+            rows = doc.get("members") if isinstance(doc, dict) and doc.get("format") == "jupyter-portable.venvmembers" \
+                and doc.get("schema") == 1 else None
+            if not isinstance(rows, list):
+                raise ValueError("the archive's member table is not one this version reads")
+            for row in rows:
+                if not isinstance(row, list) or len(row) not in (2, 4) or not isinstance(row[0], str) \
+                        or not all(type(v) is int and v >= 0 for v in row[1:]) or row[1] > 0o7777:
+                    raise ValueError(f"the archive's member table has a malformed row {row!r:.200}")
+                if len(row) == 2:
+                    yield row[0], None, row[1]
+                    continue
+                start = base + row[2]
+                if start + row[3] > len(raw):
+                    raise ValueError(f"the archive's member table places {row[0]!r} past the archive's end")
+                yield row[0], view[start:start + row[3]], row[1]
+            return
         for m in tar.getmembers():
             if m.isdir():
                 yield m.name, None, m.mode
@@ -308,5 +358,5 @@ def zip_entries(path: str) -> Iterable[tuple[str, bytes | memoryview | None, int
                 yield info.filename, zf.read(info), (info.external_attr >> 16) & 0o777
 
 
-__all__ = ["FILENAME", "FORMAT", "Archive", "TooLarge", "archive_for", "build", "doc_key", "tar_entries", "unpack",
-           "zip_entries"]
+__all__ = ["FILENAME", "FORMAT", "TABLE", "TABLE_FORMAT", "Archive", "TooLarge", "archive_for", "build", "doc_key",
+           "tar_entries", "unpack", "zip_entries"]
