@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -43,6 +44,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+import freshfs
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the twins are test infrastructure
@@ -93,14 +96,22 @@ def big_lockfile() -> tuple[bytes, int]:
     return ("\n".join(lines) + "\n").encode(), len(lines)
 
 
+MOUNTS: freshfs.Mounts | None = None  # --fs fresh: each machine's disk a new filesystem, mounted under DISKS
+DISKS = Path()
+
+
 def one_run(tmp: Path, store: Path, name: str, lock: bytes, *, archive: bool = True) -> dict[str, Any]:
     """Seconds from Continue to the first cell's answer on a fresh machine, and where they went."""
     from jupyter_client import BlockingKernelClient
     from jupyter_e2e import make_workspace
+    from twins.machines import put_disks_in
     from userenv import publish_lockfile
 
     from jupyter_portable.orchestration.orchestrator import Orchestrator
 
+    if MOUNTS is not None:  # a new machine has a new filesystem, not one where the last machine was deleted
+        (DISKS / name).mkdir()
+        put_disks_in(MOUNTS.make(DISKS / name, 8 << 30, 400_000))
     ws = make_workspace(tmp / name, store)
     publish_lockfile(ws, lock)
     marks: dict[str, float] = {}
@@ -127,8 +138,7 @@ def one_run(tmp: Path, store: Path, name: str, lock: bytes, *, archive: bool = T
         boot = client.record.allocation.details.get("bootstrap") or {}
         info = client.start_kernel("k-" + re.sub(r"[^A-Za-z0-9]", "", name))
         kc = BlockingKernelClient()
-        kc.load_connection_info({**info, **{p: client.forward(int(info[p])) for p in
-                                            ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")},
+        kc.load_connection_info({**info, **client.forward_kernel(info),
                                  "ip": "127.0.0.1"})
         # heartbeats cross an SSH port forward: on a loaded machine a late one is not a dead kernel
         kc.hb_channel.time_to_dead = 30.0
@@ -187,13 +197,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5, help="warm runs per kind of machine (default 5)")
     parser.add_argument("--offline", action="store_true",
                         help="cold runs fetch from .wheelhouse, not the index (no 150-package row)")
+    parser.add_argument("--fs", choices=("fresh", "same"), default="fresh" if freshfs.available() else "same",
+                        help="fresh: each machine's disk on a new loop-mounted ext4 (as root); same: all under /tmp")
     parser.add_argument("--python", action="append", choices=PYTHONS,
                         help=f"only machines of this Python (default: {', '.join(PYTHONS)})")
     args = parser.parse_args()
-    from twins.machines import PYTHONS as MACHINE_PYTHONS
     from twins.machines import python_missing, unavailable
-    from twins.runpod import RunPodTwin
-    from userenv import user_lockfile
 
     if unavailable():
         print(f"cannot run: {unavailable()}")
@@ -203,6 +212,26 @@ def main() -> int:
     if missing:
         print(f"cannot run: {python_missing(missing[0])}")
         return 2
+    global MOUNTS, DISKS
+    if args.fs == "fresh" and not freshfs.available():
+        print("cannot run: --fs fresh needs root, mkfs.ext4 and mount")
+        return 2
+    if args.fs == "fresh":
+        MOUNTS, DISKS = freshfs.Mounts(), Path(tempfile.mkdtemp(prefix="jp-bench-boot-disks-"))
+        DISKS.chmod(0o711)  # a login user that is not root passes through to its disk
+    try:
+        return _main(args, pythons)
+    finally:
+        if MOUNTS is not None:
+            MOUNTS.release_all()
+            shutil.rmtree(DISKS, ignore_errors=True)
+
+
+def _main(args: argparse.Namespace, pythons: tuple[str, ...]) -> int:
+    from twins.machines import PYTHONS as MACHINE_PYTHONS
+    from twins.runpod import RunPodTwin
+    from userenv import user_lockfile
+
     lines: list[str] = []
     met: list[bool] = []
     with tempfile.TemporaryDirectory(prefix="jp-bench-boot-") as tmp_name:

@@ -224,8 +224,7 @@ def run_cell(client: Any, code: str) -> list[str]:
 
     info = client.start_kernel("k-test")
     kc = BlockingKernelClient()
-    kc.load_connection_info({**info, **{p: client.forward(int(info[p])) for p in
-                                        ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")},
+    kc.load_connection_info({**info, **client.forward_kernel(info),
                              "ip": "127.0.0.1"})
     # heartbeats cross an SSH port forward: on a loaded machine one can be late by more than
     # the client's default second, which it would take for a dead kernel

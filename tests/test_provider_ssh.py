@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import kill_worker_group
 from fakegpu import H100, install_fake_nvidia_smi
@@ -269,6 +270,23 @@ def test_the_ssh_provider_starts_a_worker_on_a_real_sshd_on_loopback(provider: S
         with pytest.raises(OSError):
             urllib.request.urlopen(f"http://127.0.0.1:{local_port}/hello.txt", timeout=2)
 
+        # a kernel's ports: several forwards through one connection (one ssh process), in order
+        def tunnels() -> int:
+            return sum(1 for c in psutil.Process().children() if c.name() == "ssh" and "-N" in c.cmdline())
+
+        before = tunnels()
+        ports, close = provider.forward_ports(alloc, [remote_port, remote_port, remote_port])
+        assert len(set(ports)) == 3 and remote_port not in ports and tunnels() == before + 1
+        for port in ports:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/hello.txt", timeout=5) as answer:
+                assert answer.read() == b"hello from the host"
+        close()
+        for port in ports:
+            with pytest.raises(OSError):
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/hello.txt", timeout=2)
+        with pytest.raises(UsageError, match="not within"):
+            provider.forward_ports(alloc, [remote_port, 70000])
+
         # another process takes the free port before ssh binds it (a kernel started at the same
         # moment picks ports the same way): that process's socket answers a connection, but the
         # tunnel is not there; ssh cannot bind, exits, and another port is tried
@@ -278,13 +296,21 @@ def test_the_ssh_provider_starts_a_worker_on_a_real_sshd_on_loopback(provider: S
             squatter.bind(("127.0.0.1", 0))
             squatter.listen()
             taken = squatter.getsockname()[1]
-            ports = iter([taken])
             real_free_port = ssh_module._free_port
-            monkeypatch.setattr(ssh_module, "_free_port", lambda: next(ports, None) or real_free_port())
+            picks = iter([taken])
+            monkeypatch.setattr(ssh_module, "_free_port", lambda: next(picks, None) or real_free_port())
             local_port, close = provider.forward_port(alloc, remote_port)
             assert local_port != taken
             with urllib.request.urlopen(f"http://127.0.0.1:{local_port}/hello.txt", timeout=5) as answer:
                 assert answer.read() == b"hello from the host"
+            close()
+            # the same when only one port of several is taken: all are picked again
+            picks = iter([real_free_port(), taken])
+            ports, close = provider.forward_ports(alloc, [remote_port, remote_port])
+            assert taken not in ports
+            for port in ports:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/hello.txt", timeout=5) as answer:
+                    assert answer.read() == b"hello from the host"
             close()
     finally:
         provider.run(alloc, ["kill", server_pid])

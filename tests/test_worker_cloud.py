@@ -81,8 +81,7 @@ def test_a_bare_cloud_machine_gets_the_worker_by_bootstrap(machine: TwinMachine,
         assert Path(st["workdir"], "train.py").read_text() == "print('training')\n"
         info_ = client.start_kernel("k-cloud")
         kc = BlockingKernelClient()
-        kc.load_connection_info({**info_, **{p: client.forward(int(info_[p])) for p in
-                                             ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")},
+        kc.load_connection_info({**info_, **client.forward_kernel(info_),
                                  "ip": "127.0.0.1"})
         # heartbeats cross an SSH port forward: on a loaded machine one can be late by more than
         # the client's default second, which it would take for a dead kernel

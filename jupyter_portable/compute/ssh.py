@@ -26,7 +26,8 @@ Connection sharing: a provider made with ``multiplex=True`` (a rented cloud mach
 the probe, the bootstrap and the worker's start pay for one handshake instead of one each. The
 socket is in a private per-user folder, named by the machine's endpoint, user, key and pinned
 ``known_hosts`` file, so a new machine on a reused IP:port never rides an old machine's
-connection. Port forwards keep their own connection: a tunnel's life is its process's.
+connection. Port forwards keep their own connection: a tunnel's life is its process's (one
+connection carries all of a kernel's ports, :meth:`SshProvider.forward_ports`).
 
 Nothing secret is logged or put in argv: the key is only named to ``ssh -i``, and ``env``
 for the worker travels inside the script on ssh's stdin.
@@ -47,7 +48,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -375,27 +376,41 @@ class SshProvider(Provider):
                      timeout: float | None = None) -> tuple[int, Callable[[], None]]:
         """Forward a fresh port on local 127.0.0.1 to ``remote_host:remote_port`` as seen from the host:
         ``(local port, closer)``. The closer is idempotent; :meth:`terminate` also calls it."""
+        ports, close = self.forward_ports(allocation, [remote_port], remote_host=remote_host, timeout=timeout)
+        return ports[0], close
+
+    def forward_ports(self, allocation: Allocation, remote_ports: Sequence[int], *, remote_host: str = "127.0.0.1",
+                      timeout: float | None = None) -> tuple[list[int], Callable[[], None]]:
+        """Forward a fresh local port to each of ``remote_ports`` through one SSH connection (a
+        kernel's five ports pay for one handshake, not five): ``(local ports in that order, closer)``."""
         host = self._host(allocation.offer_id)
-        if not 1 <= remote_port <= 65535:
-            raise UsageError(f"remote port {remote_port} is not within 1..65535")
+        if not remote_ports:
+            raise UsageError("no remote port to forward")
+        for remote_port in remote_ports:
+            if not 1 <= remote_port <= 65535:
+                raise UsageError(f"remote port {remote_port} is not within 1..65535")
         target = f"[{remote_host}]" if ":" in remote_host else remote_host
         deadline = time.monotonic() + (timeout or self.connect_timeout + 5)
         last = ""
-        for _attempt in range(3):  # another process may take the free port before ssh binds it
-            port = _free_port()
+        for _attempt in range(3):  # another process may take a free port before ssh binds it
+            ports: list[int] = []
+            while len(ports) < len(remote_ports):
+                if (port := _free_port()) not in ports:
+                    ports.append(port)
             argv = self._argv(host, "-N", "-o", "ExitOnForwardFailure=yes",
-                              "-L", f"127.0.0.1:{port}:{target}:{remote_port}")
+                              *(arg for port, remote_port in zip(ports, remote_ports, strict=True)
+                                for arg in ("-L", f"127.0.0.1:{port}:{target}:{remote_port}")))
             # A file, not a pipe: nobody reads a long-lived tunnel's complaints, and a full pipe would stall it.
             errors = tempfile.TemporaryFile()
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors)
             close = _closer(proc, errors)
             while proc.poll() is None and time.monotonic() < deadline:
-                if _forward_listening(proc.pid, port):
+                if _forward_listening(proc.pid, ports):
                     break
                 time.sleep(0.05)
             if proc.poll() is None and time.monotonic() < deadline:
                 self._forwards.setdefault(allocation.allocation_id, []).append(close)
-                return port, close
+                return ports, close
             if proc.poll() is None:
                 close()
                 raise ProviderUnavailable(f"ssh host {host.name}: the port forward did not come up in time",
@@ -555,22 +570,27 @@ def _agent_source() -> str:
         return fh.read()
 
 
-def _forward_listening(pid: int, port: int) -> bool:
-    """Whether ssh (``pid``) itself listens on local ``port`` now. Another process may bind the free
-    port first (a kernel started at the same moment picks ports the same way); a connection test
-    alone then passes on that process's socket, and the tunnel's traffic would go to it. Where the
-    system does not show another process's sockets, a connection that opens is taken as the
-    forward, as before."""
+def _forward_listening(pid: int, ports: Iterable[int]) -> bool:
+    """Whether ssh (``pid``) itself listens on every local port of ``ports`` now. Another process
+    may bind a free port first (a kernel started at the same moment picks ports the same way); a
+    connection test alone then passes on that process's socket, and the tunnel's traffic would go
+    to it. Where the system does not show another process's sockets, connections that open are
+    taken as the forwards, as before."""
+    wanted = set(ports)
     try:
         proc = psutil.Process(pid)
         conns = [c for p in (proc, *proc.children(recursive=True)) for c in p.net_connections(kind="tcp4")]
     except psutil.NoSuchProcess:
         return False
     except psutil.AccessDenied:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-        return False
-    return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns)
+        for port in wanted:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    pass
+            except OSError:
+                return False
+        return True
+    return wanted <= {c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN and c.laddr}
 
 
 def _free_port() -> int:

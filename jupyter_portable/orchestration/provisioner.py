@@ -45,14 +45,14 @@ from jupyter_portable.core import state_words
 from jupyter_portable.core.envconfig import PortableRun
 from jupyter_portable.core.envconfig import first_machine_mode as check_first_machine
 from jupyter_portable.core.errors import ConflictError, PortableError, UsageError
-from jupyter_portable.worker.client import AgentClient, AgentRecord
+from jupyter_portable.worker.client import KERNEL_PORTS, AgentClient, AgentRecord
 
 WORKSPACE_ENV = "JUPYTER_PORTABLE_WORKSPACE"
 NO_MACHINE_ENV = "JUPYTER_PORTABLE_NO_MACHINE"  # what the placeholder kernel tells each cell (JSON)
 FIRST_MACHINE_ENV = "JUPYTER_PORTABLE_FIRST_MACHINE"  # "first-cell" (default) or "open"
 SERVER_PID_ENV = "JUPYTER_PORTABLE_SERVER_PID"  # the placeholder kernel ends with this process
 PLACEHOLDER_MODULE = "jupyter_portable.interfaces.kernel.placeholder"
-_PORTS = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
+_PORTS = KERNEL_PORTS
 
 
 def _workspace_for(cwd: str | None) -> Any:
@@ -228,7 +228,7 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         self._client = AgentClient(self._record, provider)
         for _attempt in range(3):
             info = self._client.start_kernel(kernel_id)
-            local = {name: self._client.forward(int(info[name])) for name in _PORTS}
+            local = self._client.forward_kernel(info)
             ports = tuple(local[p] for p in _PORTS)
             # fresh ports on every relaunch: that is what makes jupyter_server rebuild its channels
             if not set(ports) & set(self._last_ports):

@@ -16,7 +16,7 @@ import selectors
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,7 +213,7 @@ def _bootstrap(ssh: Any, target: Allocation, host: Any, allocation: Allocation, 
 def ssh_route(provider: Provider | None, allocation: Allocation) -> tuple[Any, Allocation]:
     """The SSH provider that reaches ``allocation``, and the allocation as it knows it: the ``ssh``
     provider itself for its hosts, an endpoint-only one for a cloud machine."""
-    if provider is not None and callable(getattr(provider, "forward_port", None)) \
+    if provider is not None and callable(getattr(provider, "forward_ports", None)) \
             and isinstance(allocation.details.get("remote_dir"), str):
         return provider, allocation
     from jupyter_portable.compute.acquire import cloud_ssh
@@ -258,6 +258,9 @@ def _start_local(config: str, *, env: dict[str, str], cwd: str, timeout: float, 
 
 # -- talking to it -----------------------------------------------------------------------------
 
+KERNEL_PORTS = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
+
+
 class AgentClient:
     """HTTP to one agent, through a port forward where the machine is remote."""
 
@@ -283,6 +286,23 @@ class AgentClient:
         port, close = ssh.forward_port(target, remote_port)
         self._closers.append(close)
         return int(port)
+
+    def forward_kernel(self, info: dict[str, Any]) -> dict[str, int]:
+        """The local ports of a kernel's connection ``info`` (:data:`KERNEL_PORTS`), all through one
+        SSH connection where the machine is remote."""
+        return dict(zip(KERNEL_PORTS, self.forward_many([int(info[p]) for p in KERNEL_PORTS]), strict=True))
+
+    def forward_many(self, remote_ports: Sequence[int]) -> list[int]:
+        """Local ports that reach ``remote_ports`` on the machine's loopback, in that order, through
+        one SSH connection (a kernel's five ports: one handshake)."""
+        if self.record.allocation.ssh is None:
+            return list(remote_ports)
+        if self._ssh is None:
+            self._ssh = ssh_route(self.provider, self.record.allocation)
+        ssh, target = self._ssh
+        ports, close = ssh.forward_ports(target, list(remote_ports))
+        self._closers.append(close)
+        return [int(p) for p in ports]
 
     def close(self) -> None:
         self._http.close()
@@ -387,5 +407,5 @@ class AgentClient:
             self.request("POST", "/shutdown", timeout=5)
 
 
-__all__ = ["AgentClient", "AgentRecord", "allocation_from_json", "forget_record", "load_allocation", "load_record",
-           "save_allocation", "save_record", "start_agent"]
+__all__ = ["KERNEL_PORTS", "AgentClient", "AgentRecord", "allocation_from_json", "forget_record", "load_allocation",
+           "load_record", "save_allocation", "save_record", "start_agent"]

@@ -111,6 +111,15 @@ def machines_dir() -> Path:
         return _disks
 
 
+def put_disks_in(folder: Path) -> None:
+    """Make machines started from now on keep their disks in ``folder`` (a benchmark gives each
+    machine a new filesystem); the interpreter copies made so far stay where they are."""
+    global _disks
+    folder.chmod(0o711)
+    with _lock:
+        _disks = folder
+
+
 def _open_to_others(path: Path) -> bool:
     """Whether a user that is neither the owner nor in the group can run ``path``."""
     if not path.exists() or not path.stat().st_mode & 0o001:
