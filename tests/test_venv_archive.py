@@ -10,6 +10,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import tarfile
 from collections.abc import Callable, Iterator
@@ -134,6 +135,29 @@ def test_a_swapped_archive_is_refused_before_anything_runs(machines: Callable[[s
     with pytest.raises(IntegrityError, match="corrupt"):
         bootstrap(second, store)
     assert not (_workdir(second) / "wheels").exists() and not (_workdir(second) / "venvs").exists()
+
+
+def test_what_an_earlier_bootstrap_left_on_the_machine_is_hashed_again_before_use(
+        machines: Callable[[str], Exec], tmp_path: Path) -> None:
+    from jupyter_portable.worker.bootstrap import bootstrap
+
+    store = Store.open(f"file://{tmp_path / 'store'}")
+    machine = machines("m1")
+    first = bootstrap(machine, store)
+    wheels = _workdir(machine) / "wheels"
+    archive = next(wheels.glob("worker-venv-*.tar.gz"))
+    shutil.rmtree(_workdir(machine) / "venvs")  # the venv gone, the wheels kept: the next one unpacks again
+    # kept files are not sent again, so the machine checks them itself (what just arrived was checked
+    # as it arrived, and the archive is unpacked from those bytes)
+    again = bootstrap(machine, store)
+    assert again.sent == 0 and again.installed_from == "archive" and again.python == first.python
+    assert _run(machine, again.python, "import jupyter_portable.worker.agent; print(1)") == "1"
+
+    shutil.rmtree(_workdir(machine) / "venvs")
+    archive.write_bytes(archive.read_bytes()[:-1] + b"\0")  # changed where it lies, its .sha256 beside it kept
+    with pytest.raises(LaunchFailed, match=rf"{re.escape(archive.name)} on the machine does not match"):
+        bootstrap(machine, store)
+    assert not (_workdir(machine) / "venvs").exists()
 
 
 def test_the_machine_refuses_an_archive_that_is_not_the_one_named_over_ssh(

@@ -442,6 +442,7 @@ root = os.path.expanduser(P["workdir"])
 wheels = os.path.join(root, "wheels")
 os.makedirs(wheels, exist_ok=True)
 want = P["wheels"]  # filename -> sha256
+arrived = {}  # what came now, checked as it came: not hashed again from the disk; the archive's bytes kept
 with tarfile.open(fileobj=sys.stdin.buffer, mode="r|") as tar:
     for member in tar:
         name = member.name
@@ -456,6 +457,7 @@ with tarfile.open(fileobj=sys.stdin.buffer, mode="r|") as tar:
         os.replace(tmp, os.path.join(wheels, name))
         with open(os.path.join(wheels, name + ".sha256"), "w") as fh:
             fh.write(want[name])
+        arrived[name] = data if name == P.get("archive") else None
 def sha256_of(path):
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -466,6 +468,8 @@ def sha256_of(path):
 # nothing runs that the user's side did not name
 for name, sha in want.items():
     path = os.path.join(wheels, name)
+    if name in arrived:
+        continue
     if not os.path.exists(path):
         sys.exit("wheel %s is missing on the machine" % name)
     if sha256_of(path) != sha:
@@ -479,12 +483,13 @@ with zipfile.ZipFile(os.path.join(wheels, P["uv_wheel"])) as zf:
     if not inner:
         sys.exit("the uv wheel has no uv binary")
     member = hashlib.sha256()
-    with zf.open(inner[0]) as src:
+    with zf.open(inner[0]) as src, open(uvbin + ".part", "wb") as dst:  # one pass: hashed as it is written
         for chunk in iter(lambda: src.read(1 << 20), b""):
             member.update(chunk)
-    if not os.path.exists(uvbin) or sha256_of(uvbin) != member.hexdigest():  # the binary is the checked wheel's
-        with zf.open(inner[0]) as src, open(uvbin + ".part", "wb") as dst:
-            shutil.copyfileobj(src, dst)
+            dst.write(chunk)
+    if os.path.exists(uvbin) and sha256_of(uvbin) == member.hexdigest():  # the binary is the checked wheel's
+        os.remove(uvbin + ".part")
+    else:
         os.chmod(uvbin + ".part", 0o755)
         os.replace(uvbin + ".part", uvbin)
 venv = os.path.join(root, "venvs", P["set"])
@@ -498,12 +503,14 @@ def run(args):
 run([uvbin, "venv", "--quiet", "--system-site-packages", "--python", sys.executable, venv])
 done("venv_s")
 if P.get("archive"):
-    # the venv laid out on the user's side, one archive: unpacked in one pass, its bytes checked again
-    # here so what is unpacked is what was hashed; then this package's own wheel (pure Python, no scripts)
-    with open(os.path.join(wheels, P["archive"]), "rb") as fh:
-        blob = fh.read()
-    if hashlib.sha256(blob).hexdigest() != want[P["archive"]]:
-        sys.exit("the venv archive changed on the machine")
+    # the venv laid out on the user's side, one archive: unpacked in one pass from the bytes that were
+    # hashed (as they arrived, or read again); then this package's own wheel (pure Python, no scripts)
+    blob = arrived.get(P["archive"])
+    if blob is None:  # kept from an earlier bootstrap: read once, and what is unpacked is what is hashed
+        with open(os.path.join(wheels, P["archive"]), "rb") as fh:
+            blob = fh.read()
+        if hashlib.sha256(blob).hexdigest() != want[P["archive"]]:
+            sys.exit("the venv archive changed on the machine")
     try:
         unpack(tar_entries(blob), venv)
         done("unpack_s")
