@@ -62,3 +62,42 @@ def test_a_helper_ends_when_the_process_that_made_it_is_killed() -> None:
         select.select([fd], [], [])  # readable once the helper has ended (pytest's timeout bounds the wait)
     finally:
         os.close(fd)
+
+
+UNGUARDED = """
+import os
+from concurrent.futures.process import BrokenProcessPool
+from jupyter_portable.engine.hashproc import helper_pool
+# no `if __name__ == "__main__":` here: each spawned helper imports this file, runs this again and fails
+pool = helper_pool(most=1, spare_one=False)
+if pool is not None:
+    try:
+        print("helped by", pool.submit(os.getpid).result(), flush=True)
+    except BrokenProcessPool:
+        print("went on here", flush=True)
+    pool.shutdown(wait=True)
+    pool.shutdown(wait=True)
+"""
+
+
+def test_helpers_that_break_are_told_once_with_the_usual_cause(tmp_path: Path) -> None:
+    script = tmp_path / "analysis.py"
+    script.write_text(UNGUARDED)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if not proc.stdout:
+        pytest.skip("no helper process can be started here")
+    assert proc.stdout.strip() == "went on here", proc.stderr[-2000:]
+    told = [line for line in proc.stderr.splitlines() if line.startswith("helper processes stopped")]
+    assert len(told) == 1, proc.stderr[-2000:]
+    assert 'if __name__ == "__main__":' in told[0] and "ran in this process" in told[0]
+
+
+def test_a_pool_that_worked_says_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    pool = helper_pool(most=1, spare_one=False)
+    if pool is None:
+        pytest.skip("no helper process can be started here")
+    with caplog.at_level("WARNING", logger="jupyter_portable.engine"):
+        assert pool.submit(abs, -3).result() == 3
+        pool.shutdown(wait=True)
+    assert not [r for r in caplog.records if "helper processes stopped" in r.getMessage()]

@@ -13,6 +13,7 @@ into packs, fills in the pack refs and writes the trees.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import stat as statmod
@@ -34,6 +35,27 @@ Item = tuple[str, int, int]  # (path under the root, size, mtime_ns) as the list
 Quick = tuple[bytes, list[tuple[str, str]]] | None  # Lister.quick of one folder
 
 
+log = logging.getLogger("jupyter_portable.engine")
+_told_broken = False
+
+
+class HelperPool(ProcessPoolExecutor):
+    """The helpers' pool. Its callers go on in this process when a helper fails (the work is
+    the same, slower); the pool says so on the log once per process as it shuts down, with the
+    usual cause: a script that calls this package at its top level, with no ``__main__`` guard,
+    which each spawned helper runs again as it starts."""
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        global _told_broken
+        broken = getattr(self, "_broken", False)  # the executor's reason, once a process failed
+        super().shutdown(wait=wait, cancel_futures=cancel_futures)
+        if broken and not _told_broken:
+            _told_broken = True
+            log.warning("helper processes stopped (%s); the rest of the work ran in this process, more slowly. A "
+                        "script that calls jupyter_portable should do so under `if __name__ == \"__main__\":`, "
+                        "since each helper starts by importing the script", str(broken)[:200])
+
+
 def helper_pool(most: int = 3, spare_one: bool = True) -> ProcessPoolExecutor | None:
     """Spawned processes (one fewer than the cores, or as many as the cores when this one
     only hands out the work: ``spare_one=False``; at most ``most``) that end with this one;
@@ -48,7 +70,7 @@ def helper_pool(most: int = 3, spare_one: bool = True) -> ProcessPoolExecutor | 
         # whichever thread submits first (a restore's writer thread, which ends before the
         # pool: the helper it killed held the pool's queue lock, and the other helper waited
         # on it for ever).
-        return ProcessPoolExecutor(min(most, cores - 1 if spare_one else cores),
+        return HelperPool(min(most, cores - 1 if spare_one else cores),
                                    mp_context=multiprocessing.get_context("spawn"),
                                    initializer=die_with, initargs=(os.getpid(),))
     except (OSError, ValueError, ImportError):
