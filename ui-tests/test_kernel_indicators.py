@@ -66,6 +66,13 @@ RECORD = """() => {
       session = msg.header.session;
       log.push({t: performance.now(), process: session});
     }
+    // each cell's request, its statuses and its reply: what a failure's record shows
+    const type = msg.header.msg_type, parent = (msg.parent_header || {}).msg_id || '';
+    if (direction === 'send' && type === 'execute_request') {
+      log.push({t: performance.now(), request: msg.header.msg_id});
+    } else if (direction === 'recv' && (type === 'execute_reply' || type === 'status') && parent) {
+      log.push({t: performance.now(), [type]: msg.content.execution_state || msg.content.status, parent});
+    }
   });
 }"""
 SETTLE_MS = 1000  # the kernel's real state shows within a second
@@ -137,7 +144,11 @@ def check_after_move(page: Any, since: int, what: str) -> None:
     assert not wrong, f"{what}: the status bar said {wrong[0]['bar']!r} after the move settled: {rest}"
     # the toolbar's indicator, now: the kernel is idle, and so is it; no cell count left open
     expect(status_bar(page)).to_have_text("Python (portable) | Idle")
-    expect(indicator(page)).to_have_attribute("data-status", "idle")
+    try:
+        expect(indicator(page)).to_have_attribute("data-status", "idle")
+    except AssertionError as exc:  # what the page saw since the move, for whoever reads the failure
+        seen = page.evaluate(f"() => window.__indicators.slice({since})")
+        raise AssertionError(f"{what}: the execution indicator is not idle; the page saw: {seen}") from exc
     tip = indicator(page).text_content() or ""
     left = [(int(a), int(b)) for a, b in re.findall(r"Executed (\d+)/(\d+) cells", tip) if a != b]
     assert not left, f"{what}: the execution indicator says {tip!r} while the kernel is idle"
