@@ -71,8 +71,8 @@ def helper_pool(most: int = 3, spare_one: bool = True) -> ProcessPoolExecutor | 
         # pool: the helper it killed held the pool's queue lock, and the other helper waited
         # on it for ever).
         return HelperPool(min(most, cores - 1 if spare_one else cores),
-                                   mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=die_with, initargs=(os.getpid(),))
+                          mp_context=multiprocessing.get_context("spawn"),
+                          initializer=die_with, initargs=(os.getpid(),))
     except (OSError, ValueError, ImportError):
         return None
 

@@ -52,7 +52,6 @@ NO_MACHINE_ENV = "JUPYTER_PORTABLE_NO_MACHINE"  # what the placeholder kernel te
 FIRST_MACHINE_ENV = "JUPYTER_PORTABLE_FIRST_MACHINE"  # "first-cell" (default) or "open"
 SERVER_PID_ENV = "JUPYTER_PORTABLE_SERVER_PID"  # the placeholder kernel ends with this process
 PLACEHOLDER_MODULE = "jupyter_portable.interfaces.kernel.placeholder"
-_PORTS = KERNEL_PORTS
 
 
 def _workspace_for(cwd: str | None) -> Any:
@@ -212,7 +211,7 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             self._placeholder = subprocess.Popen([sys.executable, "-m", PLACEHOLDER_MODULE, "-f", fname],
                                                  cwd=self._workspace_root, env=env, start_new_session=True)
         conn: dict[str, Any] = dict(cfg)
-        self._last_ports = tuple(int(conn[p]) for p in _PORTS)
+        self._last_ports = tuple(int(conn[p]) for p in KERNEL_PORTS)
         conn["key"] = str(cfg["key"]).encode()
         return conn  # type: ignore[return-value]
 
@@ -229,7 +228,7 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         for _attempt in range(3):
             info = self._client.start_kernel(kernel_id)
             local = self._client.forward_kernel(info)
-            ports = tuple(local[p] for p in _PORTS)
+            ports = tuple(local[p] for p in KERNEL_PORTS)
             # fresh ports on every relaunch: that is what makes jupyter_server rebuild its channels
             if not set(ports) & set(self._last_ports):
                 break

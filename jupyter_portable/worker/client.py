@@ -278,14 +278,7 @@ class AgentClient:
 
     def forward(self, remote_port: int) -> int:
         """A local port that reaches ``remote_port`` on the machine's loopback."""
-        if self.record.allocation.ssh is None:
-            return remote_port
-        if self._ssh is None:
-            self._ssh = ssh_route(self.provider, self.record.allocation)
-        ssh, target = self._ssh
-        port, close = ssh.forward_port(target, remote_port)
-        self._closers.append(close)
-        return int(port)
+        return self.forward_many([remote_port])[0]
 
     def forward_kernel(self, info: dict[str, Any]) -> dict[str, int]:
         """The local ports of a kernel's connection ``info`` (:data:`KERNEL_PORTS`), all through one
