@@ -198,11 +198,22 @@ def attempt_spend(provider: Provider, allocation: Allocation, price_per_hour: fl
     return settled_spend(billed, None, price_per_hour, held_s)
 
 
+# how often sshd is knocked on once the provider says running and names an endpoint: that is a
+# connection to the machine, not a request to the provider's API, so its rate limit does not apply
+SSHD_PROBE_S = 0.5
+
+
 def _wait_up(provider: Provider, allocation: Allocation, timeout_s: float, intervals: Iterator[float], *,
              clock: Callable[[], float], sleep: Callable[[float], None],
-             on_wait: Callable[[float, str], None] | None = None) -> None:
+             on_wait: Callable[[float, str], None] | None = None, sshd_probe_s: float = SSHD_PROBE_S) -> None:
     """Poll until the machine is up. For a cloud machine "up" means the provider says running,
-    an SSH endpoint exists, and sshd answers (its host key is then pinned, see :mod:`.keys`)."""
+    an SSH endpoint exists, and sshd answers (its host key is then pinned, see :mod:`.keys`).
+
+    The provider is asked at ``intervals`` (never faster than its ``min_poll_interval_s``). Between
+    two of its answers that say running at an endpoint where sshd is not up yet (a container or
+    cloud-init still starting it, often for tens of seconds), sshd itself is tried every
+    ``sshd_probe_s``, so a machine is taken the moment it answers rather than up to one backed-off
+    provider poll later."""
     # a provider's documented rate is a floor on every wait, even the last before the deadline
     floor = float(getattr(provider, "min_poll_interval_s", 0.0) or 0.0)
     started = clock()
@@ -227,7 +238,21 @@ def _wait_up(provider: Provider, allocation: Allocation, timeout_s: float, inter
                                offer=allocation.offer_id)
         if on_wait is not None:
             on_wait(now - started, waiting)
-        sleep(max(floor, min(next(intervals), deadline - now)))
+        wait = max(floor, min(next(intervals), deadline - now))
+        if not (st.state in _UP and st.ssh is not None and sshd_probe_s > 0):
+            sleep(wait)
+            continue
+        # the endpoint is known, sshd is not up: knock on it until the provider's next poll is due
+        # (the waits are summed, not read from the clock, so a clock that stands still ends this too)
+        slept = 0.0
+        while slept < wait:
+            step = min(sshd_probe_s, wait - slept)
+            sleep(step)
+            slept += step
+            if clock() >= deadline or slept >= wait:
+                break  # the provider is asked next: the deadline, or whether it still says running
+            if _ssh_ready(allocation, st) is None:
+                return
 
 
 def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], requirements: Requirements, *,
