@@ -481,3 +481,53 @@ def test_a_lockfile_of_other_bytes_naming_the_same_wheels_reuses_the_archive_lai
                           sources=sources, progress=said.append)
     assert any(line.startswith("laid out the environment") for line in said), said
     assert third.index.archive == first.archive and store.has_object(first.archive.hash)
+
+
+def test_the_modules_a_kernel_imports_are_learnt_from_a_kernel_started_here() -> None:
+    from jupyter_portable.worker.venvpack import kernel_modules
+
+    names = kernel_modules()
+    assert {"ipykernel/kernelapp.py", "ipykernel/ipkernel.py", "IPython/core/interactiveshell.py",
+            "traitlets/traitlets.py", "jupyter_client/session.py"} <= set(names)
+    assert all(n.endswith(".py") and not n.startswith("/") and ".." not in n.split("/") for n in names)
+    assert kernel_modules() is names  # learnt once per process
+
+
+def test_a_kernels_modules_travel_compiled_for_a_machine_of_this_python(wheelhouse: Path, tmp_path: Path) -> None:
+    """For a machine of this major.minor the listed modules the wheels hold are compiled here, as
+    pycs the machine's Python uses without reading their source; names outside the layout, or not
+    in it, are skipped; for another minor nothing is compiled; the bytes do not depend on where
+    the layout was made."""
+    import sys
+
+    from jupyter_portable.worker.venvpack import build, tar_entries, unpack
+
+    wheel = next(wheelhouse.glob("traitlets-*.whl"))
+    here = "{}.{}.{}".format(*sys.version_info[:3])
+    site = "lib/python{}.{}/site-packages".format(*sys.version_info[:2])
+    listed = ["traitlets/__init__.py", "traitlets/traitlets.py", "../escape.py", "/etc/hostname", "absent/x.py"]
+    blob = build([wheel], here, "x86_64-manylinux_2_28", tmp_path / "one", compress=False, precompile=listed)
+    tag = sys.implementation.cache_tag
+    pycs = sorted(name for name, _data, _mode in tar_entries(blob) if name.endswith(".pyc"))
+    assert pycs == [f"{site}/traitlets/__pycache__/{stem}.{tag}.pyc" for stem in ("__init__", "traitlets")]
+    data = {name: bytes(d) for name, d, _mode in tar_entries(blob) if d is not None}
+    header = data[pycs[0]][:16]
+    assert int.from_bytes(header[4:8], "little") == 0b01  # PEP 552: hash-based, its source never checked
+    again = build([wheel], here, "x86_64-manylinux_2_28", tmp_path / "elsewhere" / "two", compress=False,
+                  precompile=listed)
+    assert again == blob
+    other = build([wheel], "3.10.13" if sys.version_info[:2] != (3, 10) else "3.12.1", "x86_64-manylinux_2_28",
+                  tmp_path / "three", compress=False, precompile=listed)
+    assert not any(name.endswith(".pyc") or "__pycache__" in name for name, _d, _m in tar_entries(other))
+
+    venv = tmp_path / "venv"
+    venv.mkdir()  # the machine's empty venv
+    unpack(tar_entries(blob), str(venv))
+    source = venv / site / "traitlets" / "__init__.py"
+    source.write_text(source.read_text() + "\nraise SystemExit('the source was compiled on the machine')\n")
+    proc = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(venv / site)!r}); "
+                           "import traitlets; print(traitlets.__file__)"],
+                          capture_output=True, text=True, env={k: v for k, v in os.environ.items()
+                                                               if not k.startswith("PYTHON")})
+    assert proc.returncode == 0, proc.stderr  # the compiled module ran, not the changed source
+    assert proc.stdout.strip() == str(source)  # the real path, not the name it was compiled under

@@ -188,7 +188,8 @@ def layout_key(wheels: Iterable[Wheel], platform: Platform) -> str:
     versions installed there, in other bytes than the lockfile it was built from: the wheels,
     and so the archive, are the same."""
     parts = sorted((w.filename, w.hash) for w in wheels)
-    return digest(json.dumps([platform.python_version, platform.uv_platform, parts]).encode())
+    # and how this computer lays out (a layout of an older way, without compiled modules, is made again)
+    return digest(json.dumps([platform.python_version, platform.uv_platform, parts, venvpack.LAYOUT]).encode())
 
 
 def pins_of(lockfile: bytes) -> tuple[dict[str, str], list[str]]:

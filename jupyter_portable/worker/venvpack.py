@@ -62,6 +62,8 @@ _HEX64 = re.compile(r"\A[0-9a-f]{64}\Z")
 # runs the second line; Python reads lines 2-3 as one string and goes on with the script
 _RELOCATABLE = (b"#!/bin/sh\n'''exec' \"$(dirname -- \"$(realpath -- \"$0\")\")\"/'python' \"$0\" \"$@\"\n"
                 b"' '''\n")
+# how build lays a venv out: 2 compiles the modules a kernel imports (see _precompile)
+LAYOUT = 2
 _TOP = ("bin", "share", "etc", "include")  # what --target puts beside the packages, as in a venv
 # what uv writes of this install (the wheel's path here, a time): left out, so the same wheels make the
 # same archive, and no machine records a file:// URL of this computer for a package from an index
@@ -108,10 +110,16 @@ class TooLarge(PortableError):
 
 
 def build(wheels: Iterable[Path], python_version: str, uv_platform: str, dest: Path, *, compress: bool = True,
-          max_bytes: int | None = None) -> bytes:
+          max_bytes: int | None = None, precompile: Iterable[str] | None = None) -> bytes:
     """Install ``wheels`` (no dependencies, nothing fetched) for CPython ``python_version`` on
     ``uv_platform`` into ``dest``, and return it as a venv archive (a tar, gzip'd with ``compress``):
-    the same wheels make the same bytes. :class:`TooLarge` past ``max_bytes`` of installed files."""
+    the same wheels make the same bytes (on this interpreter). :class:`TooLarge` past ``max_bytes``
+    of installed files.
+
+    Where ``python_version`` is this interpreter's own major.minor, the modules a kernel imports
+    as it starts (``precompile``: paths under site-packages; default :func:`kernel_modules`) that
+    the wheels hold are compiled here too (:func:`_precompile`), so a new machine's first kernel
+    does not compile them."""
     from uv import find_uv_bin
 
     files = [str(w) for w in wheels]
@@ -123,6 +131,8 @@ def build(wheels: Iterable[Path], python_version: str, uv_platform: str, dest: P
         raise PortableError("uv could not lay out the worker's venv: "
                             + (proc.stderr.strip().splitlines() or ["no output"])[-1][:300])
     site = "lib/python{}.{}/site-packages".format(*python_version.split(".")[:2])
+    if same_minor(python_version):
+        _precompile(dest, kernel_modules() if precompile is None else precompile)
     if max_bytes is not None and (total := sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())) > max_bytes:
         raise TooLarge(f"the installed files take {total / 2**20:.0f} MiB, more than an archive is made for "
                        f"({max_bytes / 2**20:.0f} MiB)")
@@ -152,6 +162,103 @@ def build(wheels: Iterable[Path], python_version: str, uv_platform: str, dest: P
             tar.addfile(info, io.BytesIO(data))
     blob = _with_table(raw.getvalue())
     return gzip.compress(blob, compresslevel=6, mtime=0) if compress else blob
+
+
+# the modules a kernel imports as it starts: IPKernelApp initialized (sockets on loopback, no
+# history file, nothing run) and this package's kernel extension imported; written as paths
+# relative to site-packages (stdout is the kernel's banner). Run in a process of its own, with a
+# scratch IPython and runtime folder.
+_KERNEL_MODULES = r"""
+import json, os, sys
+from ipykernel.kernelapp import IPKernelApp
+app = IPKernelApp.instance()
+app.initialize(["-f", os.path.join(sys.argv[1], "kernel.json"), "--HistoryManager.enabled=False",
+                "--IPKernelApp.quiet=True"])
+import jupyter_portable.interfaces.kernel.autosnapshot, jupyter_portable.interfaces.kernel.magics
+import jupyter_portable.interfaces.kernel.cell_recorder
+found = set()
+for module in list(sys.modules.values()):
+    path = getattr(module, "__file__", None) or ""
+    for part in ("/site-packages/", "/dist-packages/"):
+        if path.endswith(".py") and part in path:
+            found.add(path.split(part, 1)[1])
+with open(os.path.join(sys.argv[1], "modules.json"), "w") as out:
+    json.dump(sorted(found), out)
+os._exit(0)
+"""
+
+# compiles the listed sources under a root into pycs that are never checked against their source
+# (PEP 552's unchecked-hash: the archive is immutable, and an unpack does not keep source mtimes),
+# in a fresh process with a fixed hash seed, each named by its path under site-packages (the
+# import system puts the real path in its code when it loads it), so the same sources make the
+# same bytes wherever they were laid out
+_COMPILE = r"""
+import json, py_compile, sys
+root, names = sys.argv[1], json.loads(sys.stdin.read())
+for name in names:
+    try:
+        py_compile.compile(f"{root}/{name}", dfile=name, doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    except py_compile.PyCompileError:
+        pass  # left for the machine's Python, which says what is wrong with it if it is ever imported
+"""
+
+_kernel_modules_cache: list[tuple[str, ...]] = []
+
+
+def same_minor(python_version: str) -> bool:
+    """Whether a pyc this CPython writes is one a CPython ``python_version`` reads (the same
+    major.minor: the same magic number and cache tag)."""
+    import sys
+
+    return (sys.implementation.name == "cpython"
+            and python_version.split(".")[:2] == [str(sys.version_info[0]), str(sys.version_info[1])])
+
+
+def kernel_modules() -> tuple[str, ...]:
+    """The modules a kernel imports as it starts here, as paths under site-packages; learnt once
+    per process from this interpreter's own packages (nothing from the wheels being laid out is
+    run). Empty when that cannot be learnt: the machine's kernel then compiles them as before."""
+    if not _kernel_modules_cache:
+        import sys
+
+        with tempfile.TemporaryDirectory(prefix="jp-kernel-modules-") as tmp:
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "IPYTHON", "PYTHON"))}
+            env.update(IPYTHONDIR=tmp, JUPYTER_RUNTIME_DIR=tmp, JUPYTER_CONFIG_DIR=tmp, JUPYTER_DATA_DIR=tmp)
+            try:
+                proc = subprocess.run([sys.executable, "-c", _KERNEL_MODULES, tmp], capture_output=True, text=True,
+                                      env=env, cwd=tmp, stdin=subprocess.DEVNULL, timeout=120)
+                names = json.loads(Path(tmp, "modules.json").read_text()) if proc.returncode == 0 else []
+            except (OSError, subprocess.TimeoutExpired, ValueError):
+                names = []
+        ok = isinstance(names, list) and all(isinstance(n, str) and n.endswith(".py") for n in names)
+        _kernel_modules_cache.append(tuple(names) if ok else ())
+    return _kernel_modules_cache[0]
+
+
+def _precompile(dest: Path, names: Iterable[str]) -> None:
+    """Compile the sources among ``names`` (paths relative to ``dest``, as uv's ``--target`` lays
+    packages out) that ``dest`` holds, each into its ``__pycache__``. A source that does not
+    compile is left for the machine, as any other; if the compiling process fails, none is kept."""
+    import sys
+
+    wanted = sorted({n for n in names if not n.startswith("/") and ".." not in n.split("/")
+                     and (dest / n).is_file() and not (dest / n).is_symlink()})
+    if not wanted:
+        return
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONHASHSEED"] = "0"
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-c", _COMPILE, str(dest)], input=json.dumps(wanted), text=True,
+                              capture_output=True, env=env, timeout=600)
+        failed = proc.returncode != 0
+    except (OSError, subprocess.TimeoutExpired):
+        failed = True
+    if failed:  # the layout goes without them (a partly written pyc must not travel)
+        from importlib.util import cache_from_source
+
+        for name in wanted:
+            Path(cache_from_source(str(dest / name))).unlink(missing_ok=True)
 
 
 def _with_table(tar_bytes: bytes) -> bytes:
