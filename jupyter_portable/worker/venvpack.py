@@ -223,7 +223,9 @@ def kernel_modules() -> tuple[str, ...]:
         import sys
 
         with tempfile.TemporaryDirectory(prefix="jp-kernel-modules-") as tmp:
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "IPYTHON", "PYTHON"))}
+            # this Python as it finds its packages (PYTHONPATH kept); none of the user's Jupyter or
+            # IPython configuration, startup files or runtime folder
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "IPYTHON"))}
             env.update(IPYTHONDIR=tmp, JUPYTER_RUNTIME_DIR=tmp, JUPYTER_CONFIG_DIR=tmp, JUPYTER_DATA_DIR=tmp)
             try:
                 proc = subprocess.run([sys.executable, "-c", _KERNEL_MODULES, tmp], capture_output=True, text=True,
