@@ -114,3 +114,28 @@ def test_a_machine_without_an_endpoint_is_not_knocked_on(ssh_state: Path) -> Non
                      clock=clock, sleep=clock.sleep, sshd_probe_s=0.5)
         assert clock.waits == [1.0, 1.0, 1.0, 1.0], state
         assert provider.polls == 5
+
+
+def test_a_slow_knock_does_not_put_off_the_providers_next_poll(ssh_state: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A knock that takes seconds (a firewall dropping packets: ssh-keyscan waits out its timeout)
+    still lets the provider be asked when its interval is up, by the clock."""
+    import jupyter_portable.compute.acquire as acquire_mod
+
+    clock = _Clock()
+    knocks: list[float] = []
+
+    def slow_knock(allocation: Allocation, st: Any) -> str:
+        knocks.append(clock.now)
+        clock.now += 3.0  # the knock itself took 3 s
+        return "running, but sshd does not answer yet"
+
+    monkeypatch.setattr(acquire_mod, "_ssh_ready", slow_knock)
+    provider = _Running(SshEndpoint(host="127.0.0.1", port=_free_port()))
+    with pytest.raises(ComputeError, match="sshd does not answer yet"):
+        _wait_up(provider, _allocation(), 20.0, poll_intervals(4.0, 4.0),  # type: ignore[arg-type]
+                 clock=clock, sleep=clock.sleep, sshd_probe_s=0.5)
+    # a poll's own knock (3 s), then one more before the 4 s are up: polls at 0, 7, 14 and 21 s; without
+    # the clock, eight knocks (28 s) would pass between two polls
+    assert provider.polls == 4
+    assert len(knocks) == 4 + 3

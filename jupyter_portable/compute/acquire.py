@@ -242,14 +242,15 @@ def _wait_up(provider: Provider, allocation: Allocation, timeout_s: float, inter
         if not (st.state in _UP and st.ssh is not None and sshd_probe_s > 0):
             sleep(wait)
             continue
-        # the endpoint is known, sshd is not up: knock on it until the provider's next poll is due
-        # (the waits are summed, not read from the clock, so a clock that stands still ends this too)
-        slept = 0.0
+        # the endpoint is known, sshd is not up: knock on it until the provider's next poll is due,
+        # by the clock (a knock on a port that drops packets takes seconds) or by the waits summed
+        # (so a clock that stands still ends it too)
+        slept, due = 0.0, now + wait
         while slept < wait:
             step = min(sshd_probe_s, wait - slept)
             sleep(step)
             slept += step
-            if clock() >= deadline or slept >= wait:
+            if slept >= wait or clock() >= min(due, deadline):
                 break  # the provider is asked next: the deadline, or whether it still says running
             if _ssh_ready(allocation, st) is None:
                 return
