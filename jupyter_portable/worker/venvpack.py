@@ -37,10 +37,12 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -203,47 +205,37 @@ for name in names:
         pass  # left for the machine's Python, which says what is wrong with it if it is ever imported
 """
 
-_kernel_modules_cache: list[tuple[str, ...]] = []
-
-
 def same_minor(python_version: str) -> bool:
     """Whether a pyc this CPython writes is one a CPython ``python_version`` reads (the same
     major.minor: the same magic number and cache tag)."""
-    import sys
-
     return (sys.implementation.name == "cpython"
             and python_version.split(".")[:2] == [str(sys.version_info[0]), str(sys.version_info[1])])
 
 
+@cache
 def kernel_modules() -> tuple[str, ...]:
     """The modules a kernel imports as it starts here, as paths under site-packages; learnt once
     per process from this interpreter's own packages (nothing from the wheels being laid out is
     run). Empty when that cannot be learnt: the machine's kernel then compiles them as before."""
-    if not _kernel_modules_cache:
-        import sys
-
-        with tempfile.TemporaryDirectory(prefix="jp-kernel-modules-") as tmp:
-            # this Python as it finds its packages (PYTHONPATH kept); none of the user's Jupyter or
-            # IPython configuration, startup files or runtime folder
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "IPYTHON"))}
-            env.update(IPYTHONDIR=tmp, JUPYTER_RUNTIME_DIR=tmp, JUPYTER_CONFIG_DIR=tmp, JUPYTER_DATA_DIR=tmp)
-            try:
-                proc = subprocess.run([sys.executable, "-c", _KERNEL_MODULES, tmp], capture_output=True, text=True,
-                                      env=env, cwd=tmp, stdin=subprocess.DEVNULL, timeout=120)
-                names = json.loads(Path(tmp, "modules.json").read_text()) if proc.returncode == 0 else []
-            except (OSError, subprocess.TimeoutExpired, ValueError):
-                names = []
-        ok = isinstance(names, list) and all(isinstance(n, str) and n.endswith(".py") for n in names)
-        _kernel_modules_cache.append(tuple(names) if ok else ())
-    return _kernel_modules_cache[0]
+    with tempfile.TemporaryDirectory(prefix="jp-kernel-modules-") as tmp:
+        # this Python as it finds its packages (PYTHONPATH kept); none of the user's Jupyter or
+        # IPython configuration, startup files or runtime folder
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "IPYTHON"))}
+        env.update(IPYTHONDIR=tmp, JUPYTER_RUNTIME_DIR=tmp, JUPYTER_CONFIG_DIR=tmp, JUPYTER_DATA_DIR=tmp)
+        try:
+            proc = subprocess.run([sys.executable, "-c", _KERNEL_MODULES, tmp], capture_output=True, text=True,
+                                  env=env, cwd=tmp, stdin=subprocess.DEVNULL, timeout=120)
+            names = json.loads(Path(tmp, "modules.json").read_text()) if proc.returncode == 0 else []
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            names = []
+    ok = isinstance(names, list) and all(isinstance(n, str) and n.endswith(".py") for n in names)
+    return tuple(names) if ok else ()
 
 
 def _precompile(dest: Path, names: Iterable[str]) -> None:
     """Compile the sources among ``names`` (paths relative to ``dest``, as uv's ``--target`` lays
     packages out) that ``dest`` holds, each into its ``__pycache__``. A source that does not
     compile is left for the machine, as any other; if the compiling process fails, none is kept."""
-    import sys
-
     wanted = sorted({n for n in names if not n.startswith("/") and ".." not in n.split("/")
                      and (dest / n).is_file() and not (dest / n).is_symlink()})
     if not wanted:
