@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTHON ?= python3
 
-.PHONY: setup demo test checks docs test-load bench bench-scale clean
+.PHONY: setup demo test checks docs test-load bench bench-scale clean lock test-latest
 
 setup: $(STAMP)
 
@@ -16,7 +16,7 @@ setup: $(STAMP)
 # only when it is (re)installed
 LAB_SOURCES := $(wildcard labextension/src/*.ts labextension/src/*.tsx labextension/src/components/*.tsx labextension/style/*.css labextension/schema/*.json labextension/package.json)
 
-$(STAMP): pyproject.toml scripts/setup.sh jupyter_portable/worker/bootstrap.py jupyter_portable/worker/resolve.py $(LAB_SOURCES)
+$(STAMP): pyproject.toml scripts/setup.sh $(wildcard requirements/*.txt) requirements/azurite/package-lock.json labextension/yarn.lock jupyter_portable/worker/bootstrap.py jupyter_portable/worker/resolve.py $(LAB_SOURCES)
 	PYTHON=$(PYTHON) scripts/setup.sh
 	touch $(STAMP)
 
@@ -54,7 +54,17 @@ bench: setup
 	$(PY) bench/bootstrap.py
 
 clean:
-	rm -rf $(VENV) demo test-output
+	rm -rf $(VENV) demo test-output .latest
+
+# refresh the lock files of the project's own environment (requirements/py3.X.txt) to the newest
+# versions pyproject.toml allows, less requirements/constraints.txt; then make test, and commit them
+lock:
+	PYTHON=$(PYTHON) scripts/lock.sh
+
+# the whole suite against the newest versions, in a separate copy of the tree (.latest/): an upstream
+# release that breaks something shows here, by name, before it reaches the lock
+test-latest:
+	PYTHON=$(PYTHON) scripts/test-latest.sh
 
 # a million-file workspace: snapshot, no change, one file changed, restore, verify (not part of make test)
 bench-scale: setup

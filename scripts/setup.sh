@@ -22,16 +22,42 @@ if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
 
-if [ ! -x .venv/bin/python ]; then
-    "$PYTHON" -m venv .venv
+VENV="${VENV:-.venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV"
 fi
-.venv/bin/python -m pip install -q --upgrade pip
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
-.venv/bin/python -m pip install -q -e ".[test,docs]"
-# Azurite (the Azure Storage emulator) from the npm registry, for the az:// store tests
-if [ ! -f .azurite/node_modules/azurite/dist/src/blob/main.js ]; then
-    mkdir -p .azurite
-    npm install --no-audit --no-fund --no-save --silent --prefix .azurite azurite@3
+# The lab extension's npm packages exactly as labextension/yarn.lock names them (the build below
+# runs `jlpm install` again; with the lock already met it changes nothing)
+jlpm_install() { (cd labextension && PATH="$CURDIR/$VENV/bin:$PATH" jlpm install "$@"); }
+CURDIR=$(pwd)
+if [ "${PORTABLE_LOCK:-locked}" = latest ]; then
+    # make test-latest: the newest versions the ranges of pyproject.toml allow (a separate tree)
+    echo "installing the NEWEST versions pyproject.toml allows (not the lock)"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q --upgrade --upgrade-strategy eager -e ".[test,docs]"
+else
+    # The project's own environment: exactly the lock of this Python, every file checked by its hash;
+    # nothing is resolved here (the build backend is in the lock too, so the build is not isolated)
+    pyver=$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    lock="requirements/py$pyver.txt"
+    if [ ! -f "$lock" ]; then
+        echo "error: no lock for Python $pyver in requirements/ (the README supports 3.10 to 3.13)" >&2
+        exit 1
+    fi
+    echo "installing from the lock $lock (pip --require-hashes, no resolution)"
+    "$VENV/bin/python" -m pip install -q --require-hashes --no-deps -r "$lock"
+    "$VENV/bin/python" -m pip check
+    jlpm_install --immutable
+    PATH="$CURDIR/$VENV/bin:$PATH" "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e .
+fi
+# Azurite (the Azure Storage emulator) from the npm registry, for the az:// store tests: exactly
+# the versions of requirements/azurite/package-lock.json (npm ci)
+if [ ! -f .azurite/node_modules/azurite/dist/src/blob/main.js ] \
+        || ! cmp -s requirements/azurite/package-lock.json .azurite/package-lock.json; then
+    rm -rf .azurite && mkdir -p .azurite
+    cp requirements/azurite/package.json requirements/azurite/package-lock.json .azurite/
+    (cd .azurite && npm ci --no-audit --no-fund --silent)
 fi
 
 # The worker's wheels, once, for this interpreter and for the Pythons the twins' machines run
@@ -42,7 +68,7 @@ if ! ls .wheelhouse/uv-*.whl >/dev/null 2>&1 || [ pyproject.toml -nt .wheelhouse
         || [ jupyter_portable/worker/bootstrap.py -nt .wheelhouse ] \
         || [ jupyter_portable/worker/resolve.py -nt .wheelhouse ]; then
     rm -rf .wheelhouse
-    .venv/bin/python -m jupyter_portable.worker.bootstrap --wheelhouse .wheelhouse \
+    "$VENV/bin/python" -m jupyter_portable.worker.bootstrap --wheelhouse .wheelhouse \
         "${WHEELHOUSE_PYTHONS[@]/#/--python=}"
 fi
-echo "set-up done: .venv"
+echo "set-up done: $VENV"

@@ -98,7 +98,9 @@ def seaweedfs_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
          f"-master.port={ports['master']}", f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
          f"-s3.port={ports['s3']}", "-master.volumeSizeLimitMB=64", "-volume.max=64", "-metricsPort=0",
          # its Iceberg and Lance servers listen on fixed ports: a second weed (a parallel test run) would clash
-         "-s3.port.iceberg=0", "-s3.port.lance=0"],
+         "-s3.port.iceberg=0", "-s3.port.lance=0",
+         # nothing leaves this machine: no anonymous statistics to telemetry.seaweedfs.com
+         "-master.telemetry=false"],
         stdout=log, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{ports['s3']}"
     try:
@@ -190,12 +192,13 @@ def azurite_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     node = shutil.which("node")
     if node is None or not AZURITE.exists():
         pytest.fail(f"Azurite is not installed at {AZURITE.parent}: run `make setup` "
-                    "(npm install --prefix .azurite azurite)")
+                    "(scripts/setup.sh installs it from requirements/azurite/package-lock.json)")
     root = tmp_path_factory.mktemp("azurite")
     port = free_port()
     log = open(root / "azurite.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen([node, str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port),
-                             "--location", str(root / "data"), "--silent", "--skipApiVersionCheck", "--loose"],
+                             "--location", str(root / "data"), "--silent", "--skipApiVersionCheck", "--loose",
+                             "--disableTelemetry"],  # nothing leaves this machine
                             stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
     try:

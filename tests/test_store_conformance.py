@@ -408,3 +408,27 @@ def test_a_blob_is_written_once_and_an_existing_one_is_no_error(backend: Backend
     backend.write_blobs(more)
     backend.write_blobs(more)
     assert [backend.read(k) for k, _b in more] == [b for _k, b in more]
+
+
+# the flag each server needs to send nothing off this machine (issue 39, item 4); moto is in-process
+_QUIET_FLAGS = {"seaweedfs": ["-master.telemetry=false"], "azurite": ["--disableTelemetry"], "fake-gcs": []}
+
+
+@pytest.mark.parametrize("kind", sorted(_QUIET_FLAGS))
+def test_every_store_server_listens_on_loopback_and_reports_nothing_outside(kind: str,
+                                                                            request: pytest.FixtureRequest) -> None:
+    """The server behind each store kind: every socket it listens on is on 127.0.0.1, and its
+    telemetry (SeaweedFS' anonymous statistics, Azurite's collection) is off on its command line."""
+    from urllib.parse import urlparse
+
+    import psutil
+
+    fixture = {"seaweedfs": "seaweedfs_endpoint", "azurite": "azurite_endpoint", "fake-gcs": "fake_gcs_endpoint"}[kind]
+    port = urlparse(request.getfixturevalue(fixture)).port
+    owners = [c.pid for c in psutil.net_connections("inet") if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+    assert len(set(owners)) == 1, f"no single process listens on the {kind} port {port}: {owners}"
+    proc = psutil.Process(owners[0])
+    listening = {c.laddr.ip for c in proc.net_connections("inet") if c.status == psutil.CONN_LISTEN}
+    assert listening and listening <= {"127.0.0.1"}, f"{kind} listens on {listening}"
+    for flag in _QUIET_FLAGS[kind]:
+        assert flag in proc.cmdline(), f"{kind} runs without {flag}: {proc.cmdline()}"

@@ -92,7 +92,11 @@ def iam_enforced(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> It
     original = access_control.IAMRequestBase.check_action_permitted
     statement_verdict = access_control.IAMPolicyStatement.is_action_permitted
 
+    evaluated: list[tuple[str, str, dict[str, str]]] = []  # (IAM action, resource, context) of each S3 request
+
     def with_session_policy(self: Any, resource: str) -> None:
+        if isinstance(self, access_control.S3IAMRequest):
+            evaluated.append((self._action, resource, _request_context(self)))
         original(self, resource)
         if not isinstance(self._access_key, access_control.AssumedRoleAccessKey):
             return
@@ -119,7 +123,7 @@ def iam_enforced(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> It
     monkeypatch.setenv("JUPYTER_PORTABLE_S3_ROLE_ARN", role_arn)
     with enable_iam_authentication():
         yield {"bucket": bucket, "key_id": key["AccessKeyId"], "secret": key["SecretAccessKey"],
-               "role_arn": role_arn}
+               "role_arn": role_arn, "evaluated": evaluated}  # type: ignore[dict-item]
 
 
 def _two_workspaces(tmp_path: Path, url: str) -> tuple[Any, Any]:
@@ -151,6 +155,37 @@ def _denied(call: Any) -> bool:
     except ClientError as exc:
         return exc.response["Error"]["Code"] in ("AccessDenied", "403")
     return False
+
+
+def test_the_workers_list_request_is_evaluated_as_s3_list_bucket_with_its_prefix(iam_enforced: dict[str, Any],
+                                                                                tmp_path: Path) -> None:
+    """Issue 39: the request the worker makes to list its own manifests (``ListObjectsV2`` with a
+    prefix inside its workspace, as ``Store.versions`` sends it) is allowed by its session policy.
+    AWS authorizes ListObjectsV2 as the IAM action ``s3:ListBucket`` on the bucket, with the
+    request's ``prefix`` as ``s3:prefix`` (the S3 User Guide's actions table); the policy allows
+    exactly that. moto 5.2.6 evaluates it as ``s3:ListObjectsV2``, an action no IAM policy can
+    name, and denies it: that release is kept out of the lock (docs/development.md)."""
+    from botocore.exceptions import ClientError
+
+    from jupyter_portable.store.credentials import issue
+
+    bucket = iam_enforced["bucket"]
+    url = f"s3://{bucket}/team"
+    a, _b = _two_workspaces(tmp_path, url)
+    creds = issue(url, a.workspace_id, session_name="al-list")
+    assert creds is not None
+    prefix = f"team/workspaces/{a.workspace_id}/manifests/"
+    iam_enforced["evaluated"].clear()
+    try:
+        listed = _s3_with(creds).list_objects_v2(Bucket=bucket, Prefix=prefix)
+    except ClientError as exc:
+        raise AssertionError(f"ListObjectsV2 Prefix={prefix} was refused ({exc}); the server evaluated "
+                             f"{iam_enforced['evaluated']}, where AWS evaluates s3:ListBucket on "
+                             f"arn:aws:s3:::{bucket} with s3:prefix {prefix!r}") from None
+    assert [k["Key"].rsplit("/", 1)[0] + "/" for k in listed["Contents"]] == [prefix]
+    action, resource, context = iam_enforced["evaluated"][-1]
+    assert (action, resource, context["s3:prefix"]) == ("s3:ListBucket", f"arn:aws:s3:::{bucket}", prefix), (
+        "the S3 server must authorize ListObjectsV2 as AWS does: s3:ListBucket on the bucket, with s3:prefix")
 
 
 def test_session_credentials_reach_their_own_workspace_and_no_other(iam_enforced: dict[str, str],
