@@ -100,3 +100,17 @@ async def test_a_dry_run_of_a_body_of_the_wrong_shape_is_a_400(jp_serverapp: Any
         with pytest.raises(HTTPClientError) as bad:
             await _post(jp_fetch, "reservations", "check", **body)
         assert bad.value.code == 400 and said in json.loads(bad.value.response.body)["error"]
+
+
+async def test_a_dry_run_or_a_booking_that_starts_in_year_1_or_past_9999_is_a_400_not_a_500(
+        jp_serverapp: Any, jp_fetch: Any, jp_root_dir: Path) -> None:
+    """Issue 40: a start of 0001-01-01T00:00Z made the charge time (2 h before it) overflow: an
+    OverflowError in core/calendar.py, a 500. A time that date arithmetic could carry out of range is
+    refused where it is read, as the wrong input it is."""
+    for start in ("0001-01-01T00:00Z", "0001-01-01T00:30+01:00", "9999-12-31T23:00Z", "9999-12-31T23:00-05:00"):
+        for path in (("reservations", "check"), ("reservations",)):
+            with pytest.raises(HTTPClientError) as bad:
+                await _post(jp_fetch, *path, offer="local/a100", start=start, hours=1, charge="before")
+            assert bad.value.code == 400, (start, path)
+            assert "out of range" in json.loads(bad.value.response.body)["error"]
+    assert await _booked(jp_fetch) == []

@@ -8,7 +8,7 @@ record written elsewhere may lack a zone (``parse_iso_or_none`` reads it as UTC)
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from jupyter_portable.core.errors import UsageError
 
@@ -40,8 +40,16 @@ def _fromiso(text: str) -> datetime:
     return datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
 
 
+# A time read from input keeps a year's margin from datetime's ends, so that any arithmetic on it
+# (a charge 2 h before, a slot 14 days long, a year ahead) stays in range instead of an OverflowError.
+MARGIN = timedelta(days=366 * 2)
+EARLIEST = datetime.min.replace(tzinfo=timezone.utc) + MARGIN
+LATEST = datetime.max.replace(tzinfo=timezone.utc) - MARGIN
+
+
 def parse_iso(value: object, what: str = "time", *, error: type[Exception] = UsageError) -> datetime:
-    """``value`` (an ISO 8601 string with a zone) in UTC; ``error`` with a one-line reason otherwise."""
+    """``value`` (an ISO 8601 string with a zone) in UTC; ``error`` with a one-line reason otherwise,
+    a time within two years of year 1 or year 9999 among them (date arithmetic on it would overflow)."""
     if not isinstance(value, str) or len(value) > 64:
         raise error(f"{what} must be an ISO 8601 time, got {value!r}")
     try:
@@ -50,7 +58,14 @@ def parse_iso(value: object, what: str = "time", *, error: type[Exception] = Usa
         raise error(f"{what} {value!r} is not an ISO 8601 time like 2026-12-01T09:00Z") from exc
     if when.tzinfo is None or when.utcoffset() is None:
         raise error(f"{what} {value!r} has no time zone: it must be timezone-aware (a trailing Z for UTC)")
-    return when.astimezone(timezone.utc)
+    try:
+        when = when.astimezone(timezone.utc)
+    except OverflowError:  # an offset that moves year 1 or 9999 out of range
+        when = EARLIEST - MARGIN if when.year < 5000 else LATEST + MARGIN
+    if not EARLIEST <= when <= LATEST:
+        raise error(f"{what} {value!r} is out of range: give a time between the years {EARLIEST.year + 1} and "
+                    f"{LATEST.year - 1}, such as 2026-12-01T09:00Z")
+    return when
 
 
 def parse_iso_or_none(value: object) -> datetime | None:

@@ -250,13 +250,14 @@ def check_booking(ws: Workspace, offer_key: str, start: str, hours: float, charg
                   max_price: float | None = None) -> dict[str, Any]:
     """What :func:`reserve` would answer at ``now``, with nothing booked or bought: ``problem``, the
     refusal it would raise (None when it would book), ``hint``, ``charge_at`` and ``price`` (None where
-    the refusal comes before they are known). Errors that are not refusals (a store or provider that
-    does not answer) are raised, as the booking would raise them."""
+    the refusal comes before they are known). Errors that are not refusals (a ``start`` that is not a
+    time between years 1 and 9999, a store or provider that does not answer) are raised, as the
+    booking would raise them."""
     providers = providers if providers is not None else enabled_providers()
     answer: dict[str, Any] = {"offer": offer_key, "start": start, "hours": hours, "charge": charge,
                               "charge_at": None, "price": None, "problem": None, "hint": None}
+    when = parse_time(start, "start")  # not a time (or past year 1..9999): the request is wrong, raised
     try:
-        when = parse_time(start, "start")
         if charge in CHARGE_POLICIES:
             answer["charge_at"] = to_iso(charge_time(when, charge, now), "auto")
         _, offer, _, _, sold = _admit(ws, offer_key, start, hours, charge, providers=providers, now=now,
