@@ -225,6 +225,7 @@ class Bench:
         self.src = work / "src"
         self.files, self.per_dir, self.tools = files, per_dir, tools
         self.with_journal, self.restore = True, True
+        self.journal_idle_s = 20.0  # how long the journal's process sits idle while its CPU is counted
         self.cells: dict[tuple[str, str], dict[str, float]] = {}  # (row, tool) -> s, rss
         self.written: dict[str, int] = {}
         self.env = dict(os.environ, RESTIC_PASSWORD="bench-scale", RESTIC_CACHE_DIR=str(work / "restic-cache"),
@@ -306,7 +307,7 @@ class Bench:
         victim.write_bytes(b"changed " + victim.read_bytes())
         self.snapshot_rows(("one file changed",))
         if "ours" in self.tools and self.with_journal:
-            self.journal_rows()
+            self.journal_rows(self.journal_idle_s)
         if self.restore:
             self.restore_rows()
         self.verify_rows()
@@ -448,9 +449,18 @@ class Bench:
             ask("journal: first cut (full walk)", "snap")
             ask("journal: no change", "snap")
             victim = self.src / "shard00001" / f"f{self.per_dir:07d}.txt"
-            victim.write_bytes(b"changed again " + victim.read_bytes())
+            data, st = victim.read_bytes(), victim.lstat()
+            victim.write_bytes(b"changed again " + data)
             ask("journal: one file changed", "snap")
             ask("watcher idle", f"idle {idle_s}")
+            # The peers last saw the tree before this change: put the file back as it was (bytes and
+            # times) and take one more snapshot, untimed, so that the restore and verify rows of every
+            # tool (rclone's check compares its copy with this tree) are of the same tree.
+            victim.write_bytes(data)
+            os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+            if not ask("journal: put back (untimed)", "snap")["changed"]:
+                raise SystemExit(f"the journal's snapshot did not see {victim} put back: ours would restore "
+                                 "another tree than restic's")
             proc.stdin.write("quit\n")
             proc.stdin.flush()
         finally:
@@ -605,6 +615,8 @@ def main() -> int:
     ap.add_argument("--json-out", type=Path, default=None, help="the cells, bytes written and targets as JSON")
     ap.add_argument("--no-journal", action="store_true", help="skip the change journal's rows (issue 32)")
     ap.add_argument("--no-restore", action="store_true", help="skip the restore and verify rows")
+    ap.add_argument("--journal-idle", type=float, default=20.0, metavar="S",
+                    help="seconds the journal's process sits idle while its CPU is counted (default: %(default)s)")
     ap.add_argument("--verify-rounds", type=int, default=1, metavar="N",
                     help="time verify N times each, interleaved (ours, restic, ours, ...); the row holds the medians")
     ap.add_argument("--restore-rounds", type=int, default=1, metavar="N",
@@ -642,6 +654,7 @@ def main() -> int:
     remove_tree(work / "src" / ".portable")
     bench = Bench(work, args.files, args.per_dir, tools)
     bench.with_journal, bench.restore = not args.no_journal, not args.no_restore
+    bench.journal_idle_s = args.journal_idle
     if args.verify_rounds < 1 or args.restore_rounds < 1:
         print("error: --verify-rounds and --restore-rounds must be 1 or more", file=sys.stderr)
         return 2
