@@ -112,3 +112,50 @@ def test_a_deeply_nested_body_is_a_400_not_a_500(agent: tuple[httpx.Client, Path
     assert resp.status_code == 400, resp.text
     assert "nested too deeply" in resp.json()["error"]
     assert client.get("/status").json()["phase"] == "ready"  # the worker still serves
+
+
+def _raw_put(port: int, token: str, body: bytes) -> tuple[bytes, bool]:
+    """``PUT /files`` with ``body`` over a plain socket: the status line the agent answers, and
+    whether it closed the connection before the whole body was sent."""
+    import socket
+
+    head = (f"PUT /files HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: token {token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        cut = False
+        try:
+            sock.sendall(head + body)
+        except (BrokenPipeError, ConnectionResetError):
+            cut = True
+        answer = b""
+        try:
+            while b"\r\n" not in answer:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                answer += chunk
+        except ConnectionResetError:
+            pass
+    return answer.split(b"\r\n", 1)[0], cut
+
+
+def test_a_body_past_the_workers_64_mib_limit_is_refused_before_it_is_read(
+        agent: tuple[httpx.Client, Path]) -> None:
+    """Issue 40: the agent's 64 MiB limit was set where tornado ignores it (the application's
+    settings), so the 100 MB default held and a 70 MiB edit was written. Now the server refuses it
+    from its Content-Length, and nothing reaches the worker's copy."""
+    from jupyter_portable.worker.api import MAX_BODY
+
+    client, work = agent
+    port, token = int(str(client.base_url).rsplit(":", 1)[1].rstrip("/")), client.headers["Authorization"].split()[1]
+    content = b"#" * (MAX_BODY * 3 // 4 + 2**20)  # base64 makes it past the limit, and under tornado's 100 MB
+    body = json.dumps({"path": "big.py", "content": base64.b64encode(content).decode(), "base": None}).encode()
+    assert MAX_BODY < len(body) < 100 * 10**6
+    status, _ = _raw_put(port, token, body)
+    assert status.startswith(b"HTTP/1.1 400"), status
+    assert not (work / "big.py").exists()
+    # an edit under the limit is still taken
+    resp = client.put("/files", json={"path": "small.py", "content": base64.b64encode(b"#" * 2**20).decode(),
+                                      "base": None})
+    assert resp.status_code == 200, resp.text
+    assert (work / "small.py").stat().st_size == 2**20

@@ -43,7 +43,7 @@ from jupyter_portable.worker.kernel import start_watched_kernel, stop_kernel
 from jupyter_portable.worker.state import AgentState
 
 _REQUEST_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR})
-_MAX_BODY = 64 * 2**20  # an edit saved in JupyterLab; large data goes through the store
+MAX_BODY = 64 * 2**20  # an edit saved in JupyterLab; large data goes through the store (daemon's HTTPServer)
 
 
 class _Handler(web.RequestHandler):
@@ -254,4 +254,4 @@ def make_app(state: AgentState) -> web.Application:
         (r"/shutdown", ShutdownHandler, args), (r"/credentials", CredentialsHandler, args),
         (r"/activity", ActivityHandler, args),
         (r"/tree", TreeHandler, {**args, "hashes": FileHashes()}), (r"/read", ReadHandler, args),
-    ], max_body_size=_MAX_BODY)
+    ])

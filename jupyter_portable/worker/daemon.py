@@ -20,7 +20,7 @@ from tornado.ioloop import IOLoop
 from jupyter_portable.workdir.files import atomic_write
 from jupyter_portable.worker.activity import start_watchers
 from jupyter_portable.worker.agent import prepare
-from jupyter_portable.worker.api import make_app, shutdown_soon
+from jupyter_portable.worker.api import MAX_BODY, make_app, shutdown_soon
 from jupyter_portable.worker.config import check_config, machine_env
 from jupyter_portable.worker.kernel import stop_kernel
 from jupyter_portable.worker.protocol import READY_PREFIX
@@ -86,7 +86,9 @@ def serve(config: dict[str, Any], ready_out: Any) -> int:
         state.credentials_expiration = str(config["credentials"]["Expiration"])
     state.workdir.mkdir(parents=True, exist_ok=True)
     asyncio.set_event_loop(asyncio.new_event_loop())
-    server = HTTPServer(make_app(state))
+    # tornado honours a body limit on the server, not the application's settings: past it a request is a
+    # 400 read no further (and never buffered whole)
+    server = HTTPServer(make_app(state), max_body_size=MAX_BODY, max_buffer_size=MAX_BODY)
     sockets = __import__("tornado.netutil", fromlist=["bind_sockets"]).bind_sockets(0, "127.0.0.1")
     server.add_sockets(sockets)
     port = sockets[0].getsockname()[1]
