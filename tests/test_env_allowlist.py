@@ -86,6 +86,46 @@ def test_a_local_workers_kernel_gets_none_of_the_users_secrets_and_what_is_passe
         release_all()
 
 
+# allowed names whose values carry the user's credentials in a URL (issue 40, item 4)
+URL_SECRETS = {"PIP_INDEX_URL": ("https://me:idx-user-pw-12@pypi.example/simple", "https://pypi.example/simple"),
+               "UV_EXTRA_INDEX_URL": ("https://a.example/simple https://me:uv-user-pw-13@b.example/simple",
+                                      "https://a.example/simple https://b.example/simple"),
+               "HTTPS_PROXY": ("http://me:proxy-user-pw-14@proxy.example:3128", "http://proxy.example:3128")}
+
+
+def test_credentials_in_an_index_url_or_a_proxy_do_not_reach_a_local_workers_kernel(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The allow-list let ``*_INDEX_URL`` and ``HTTPS_PROXY`` through whole, with the user's token in
+    their URLs: the kernel held it. They still arrive (the kernel's pip and proxy work), without their
+    ``user:password@``; a variable named in pass_env on purpose arrives as it is."""
+    dirs = portable_env(tmp_path, monkeypatch)
+    for name, (value, _) in URL_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://me:extra-on-purpose@c.example/simple")
+    monkeypatch.setenv("JUPYTER_PORTABLE_PASS_ENV", "PIP_EXTRA_INDEX_URL")
+    make_workspace(tmp_path / "ws", dirs["store"])
+    orch = Orchestrator(Workspace.find(tmp_path / "ws"))
+    try:
+        assert orch.continue_()["state"] == "ACTIVE"
+        client = orch.client()
+        client.start_kernel("k-urls")
+        rec = client.record
+        for pid, what in ((_kernel_pid(rec.pid), "the kernel"), (rec.pid, "the worker agent"),
+                          (int(rec.allocation.details["pid"]), "the machine's process")):
+            env, raw = _environ(pid)
+            for name, (value, stripped) in URL_SECRETS.items():
+                password = value.split("@")[0].rsplit(":", 1)[1]
+                assert password.encode() not in raw, f"{what} holds the password in {name}"
+                assert env[name] == stripped, (what, name)
+        # passed on purpose: over stdin to the worker, which gives it to its kernel as it is
+        kernel, _ = _environ(_kernel_pid(rec.pid))
+        assert kernel["PIP_EXTRA_INDEX_URL"] == "https://me:extra-on-purpose@c.example/simple"
+        orch.stop()
+    finally:
+        orch.close()
+        release_all()
+
+
 @pytest.fixture
 def sshd(tmp_path: Path) -> Iterator[Sshd]:
     reason = unavailable()

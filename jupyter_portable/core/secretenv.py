@@ -9,7 +9,9 @@ else (``PGPASSWORD``, ``AZURE_STORAGE_ACCOUNT_KEY``, ``DATABASE_URL``, a name no
 stays behind: on the user's side when the machine's process is started from there (the local
 market), and on the machine itself for the machine's own environment (the worker clears its
 own before the kernel starts). Even an allowed name is dropped when it is shaped like a secret
-(``NVIDIA_API_KEY``, ``UV_INDEX_X_PASSWORD``).
+(``NVIDIA_API_KEY``, ``UV_INDEX_X_PASSWORD``), and an allowed value that is a URL with
+credentials in it (``PIP_INDEX_URL=https://me:token@host/simple``, ``HTTPS_PROXY``) arrives
+without its ``user:password@``.
 
 A variable the notebook needs on purpose is named in ``c.Portable.pass_env`` (or
 ``JUPYTER_PORTABLE_PASS_ENV``, names separated by commas or spaces): its value on the user's
@@ -105,11 +107,22 @@ def pass_names(value: str | Iterable[str] | None, what: str = PASS_ENV) -> tuple
     return tuple(dict.fromkeys(n for n in items if n))
 
 
+# the user:password@ of a URL (https://me:token@pypi.example/simple, http://me:pw@proxy:3128)
+_URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def without_credentials(value: str) -> str:
+    """``value`` with the ``user:password@`` of every URL in it taken out: an allowed setting
+    (``PIP_INDEX_URL``, ``HTTPS_PROXY``) may carry a secret in its value."""
+    return _URL_CREDENTIALS.sub("", value)
+
+
 def scrubbed(environ: Mapping[str, str], passed: Iterable[str] = ()) -> dict[str, str]:
-    """``environ`` with only what :func:`is_allowed`, plus the names ``passed`` on purpose: the
-    base of every worker's and kernel's environment."""
+    """``environ`` with only what :func:`is_allowed`, credentials taken out of their URLs
+    (:func:`without_credentials`), plus the names ``passed`` on purpose, as they are: the base of
+    every worker's and kernel's environment."""
     keep = set(passed)
-    return {k: v for k, v in environ.items() if is_allowed(k) or k in keep}
+    return {k: v if k in keep else without_credentials(v) for k, v in environ.items() if is_allowed(k) or k in keep}
 
 
 def passed_values(environ: Mapping[str, str], names: Iterable[str]) -> dict[str, str]:
@@ -118,4 +131,4 @@ def passed_values(environ: Mapping[str, str], names: Iterable[str]) -> dict[str,
 
 
 __all__ = ["ALLOWED_NAMES", "ALLOWED_PREFIXES", "PASS_ENV", "SECRET_NAMES", "SECRET_SUFFIXES", "is_allowed",
-           "is_secret", "pass_names", "passed_values", "scrubbed"]
+           "is_secret", "pass_names", "passed_values", "scrubbed", "without_credentials"]

@@ -66,13 +66,14 @@ def _scrub_environment(config: dict[str, Any], state_dir: Path) -> None:
     """This process's environment, which the kernel inherits: :func:`.config.machine_env`, the values the
     user's side sent (the store's settings, the names passed on purpose), and the store credentials
     only as a 0600 file botocore reads."""
-    from jupyter_portable.core.secretenv import is_allowed
+    from jupyter_portable.core.secretenv import is_allowed, without_credentials
     from jupyter_portable.store.credentials import SessionCredentials, install
 
     keep, sent = machine_env(config)
     os.environ.clear()
     os.environ.update(keep)
-    os.environ.update({k: v for k, v in (config.get("env") or {}).items() if is_allowed(k) or k in sent})
+    os.environ.update({k: v if k in sent else without_credentials(v) for k, v in (config.get("env") or {}).items()
+                       if is_allowed(k) or k in sent})
     if config.get("credentials") is not None:
         os.environ.update(install(state_dir / "aws", SessionCredentials.from_json(config["credentials"])))
 
