@@ -16,8 +16,10 @@ The change journal (issue 32): one long-lived process, as the kernel's auto-snap
 keeps a journal (``engine/journal``) of the tree and snapshots in-process: a no-change full
 walk there first (the same process, no journal), then the journal's first cut (a full
 walk), a no-change snapshot and a one-file change with the journal; then it sits idle
-while its CPU time is counted. Its rows are printed beside the walk-based ones, and its
-targets as ratios against the `lstat` walk of the same run.
+while its CPU time is counted (`--journal-idle S`, 20 s), and last puts the changed file back
+as it was and snapshots it, untimed, so restore and verify find the tree every tool last saw.
+Its rows are printed beside the walk-based ones, and its targets as ratios against the `lstat`
+walk of the same run.
 
 What each tool does for each row:
 
