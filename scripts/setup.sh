@@ -8,7 +8,7 @@ PYTHON="${PYTHON:-python3}"
 # Debian packages the test suite needs: a real sshd on loopback for the ssh provider, Chromium
 # for the browser tests (Playwright drives Debian's Chromium; it downloads no browser), and sudo
 # (the twins' Lambda, AWS and GCP machines log in as ubuntu with sudo, as those images do).
-APT_PACKAGES=(openssh-server openssh-client chromium sudo)
+APT_PACKAGES=(openssh-server openssh-client chromium sudo slurm-wlm munge)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
