@@ -27,16 +27,27 @@ def test_a_row_sees_every_change_of_size_mtime_ctime_or_inode(tmp_path: Path) ->
     assert changed("target", os.lstat(f)), "a symlink's row is never a file's"
 
 
-def test_a_file_read_is_compared_by_size_and_mtime(tmp_path: Path) -> None:
+def test_a_file_read_is_compared_by_size_mtime_ctime_and_inode(tmp_path: Path) -> None:
     f = tmp_path / "a.txt"
     f.write_text("hello")
     st = os.lstat(f)
-    seen = (st.st_size, st.st_mtime_ns)
+    seen = stat_key(st)
     with open(f, "rb") as fh:
         assert not changed(seen, os.fstat(fh.fileno()))
     f.write_text("hello, longer")
     with open(f, "rb") as fh:
         assert changed(seen, os.fstat(fh.fileno()))
+    seen = stat_key(os.lstat(f))
+    before = os.lstat(f).st_ctime_ns
+    with open(f, "r+b") as fh:  # the same size, the mtime put back: only the ctime tells
+        while os.fstat(fh.fileno()).st_ctime_ns == before:  # a ctime tick may be coarse: wait for it to move
+            fh.seek(0)
+            fh.write(b"HELLO, LONGER")
+            fh.flush()
+            os.utime(f, ns=(st.st_atime_ns, seen[1]))
+        after = os.fstat(fh.fileno())
+    assert (after.st_size, after.st_mtime_ns) == seen[:2]
+    assert changed(seen, after), "a same-size rewrite with its mtime put back passed as unchanged"
 
 
 def test_a_symlink_changed_when_its_target_did() -> None:

@@ -31,7 +31,7 @@ from jupyter_portable.workdir.statcache import Row, changed, file_row, settled, 
 _RDONLY = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 
 Check = tuple[str, int, str, int]  # (path under the root, size, hash, mode) of a regular file
-Item = tuple[str, int, int]  # (path under the root, size, mtime_ns) as the listing saw it
+Item = tuple[str, int, int, int, int]  # (path under the root, size, mtime_ns, ctime_ns, inode) as listed
 Quick = tuple[bytes, list[tuple[str, str]]] | None  # Lister.quick of one folder
 
 
@@ -92,20 +92,22 @@ Read = tuple[str, bytes] | None  # a small file's (hash, bytes); None: gone, or 
 PERMS = 0o777  # setuid, setgid and sticky bits are never recorded or restored
 
 
-def _read_one(path: str, size: int, mtime_ns: int) -> Read:
+def _read_one(path: str, size: int, mtime_ns: int, ctime_ns: int, ino: int) -> Read:
     try:
         data, st = read_whole(path, size)
     except FileNotFoundError:
         return None
-    if len(data) != size or changed((size, mtime_ns), st):
+    # statcache.changed: a same-size rewrite that puts the mtime back still moves the ctime
+    if len(data) != size or changed((size, mtime_ns, ctime_ns, ino), st):
         return None
     return digest(data), data
 
 
 def read_small(root: str, items: list[Item]) -> list[Read]:
     """Each file's ``(hash, bytes)``, or None when it is gone or no longer what the listing saw
-    (another size or mtime: changed while read). Any other error is raised, as in the walk."""
-    return [_read_one(os.path.join(root, rel), size, mtime_ns) for rel, size, mtime_ns in items]
+    (another size, mtime, ctime or inode: changed while read). Any other error is raised, as
+    in the walk."""
+    return [_read_one(os.path.join(root, rel), *key) for rel, *key in items]
 
 
 class Fragment(NamedTuple):
@@ -154,7 +156,7 @@ def list_and_pack(root: str, salt: bytes, rel: str, most: int, small_max: int,
             rest.append(t)
             continue
         try:
-            read = _read_one(os.path.join(folder, name), size, mtime_ns)
+            read = _read_one(os.path.join(folder, name), size, mtime_ns, ctime_ns, ino)
         except OSError:
             rest.append(t)
             continue

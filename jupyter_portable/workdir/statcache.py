@@ -417,22 +417,19 @@ def stat_key(st: StatLike) -> tuple[int, int, int, int]:
     return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
-Seen = tuple[int, int]  # (size, mtime_ns): what a listing saw of a file about to be read
+def changed(was: Key, now: StatLike | str) -> bool:
+    """Did this file change? The one answer the snapshot (and its helper processes) asks for:
+    size, mtime, ctime and inode (DESIGN invariant 13).
 
-
-def changed(was: Key | Seen, now: StatLike | str) -> bool:
-    """Did this file change? The one answer the snapshot (and its helper processes) asks for.
-
-    ``was`` is what is known of the file: its stat cache row (size, mtime, ctime, inode) against
-    a fresh ``lstat``; the (size, mtime) its listing saw against the ``fstat`` taken after it was
-    read (changed while read: it is left for the next snapshot); or a symlink's recorded target
+    ``was`` is what is known of the file: its stat cache row against a fresh ``lstat`` (changed
+    since the last version); the ``stat_key`` its listing saw against the ``fstat`` taken after
+    it was read (changed while read: a same-size rewrite that puts the mtime back still moves
+    the ctime; it is read again, then left for the next snapshot); or a symlink's recorded target
     against its target now. An unknown row (None) has always changed."""
     if isinstance(now, str) or isinstance(was, str):
         return was != now
     if was is None:
         return True
-    if len(was) == 2:
-        return was[0] != now.st_size or was[1] != now.st_mtime_ns
     return was != (now.st_size, now.st_mtime_ns, now.st_ctime_ns, now.st_ino)
 
 

@@ -10,6 +10,7 @@ them, in other processes (``hashproc``). A folder's jobs are futures on its
 from __future__ import annotations
 
 import os
+import stat as statmod
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -25,7 +26,9 @@ from jupyter_portable.engine.snapshot.context import Context
 from jupyter_portable.engine.snapshot.folder import Entry, Folder
 from jupyter_portable.engine.snapshot.uploader import Frag, Uploader
 from jupyter_portable.store.repo import digest
-from jupyter_portable.workdir.statcache import changed
+from jupyter_portable.workdir.statcache import changed, stat_key
+
+RETRIES = 2  # reads again of a file that changed while it was read, before it is left for the next snapshot
 
 
 class _Unstable(Exception):
@@ -38,7 +41,7 @@ def _pack_json(ref: PackRef) -> dict[str, Any]:
 
 def _hash_small(root: str, f: Found, up: Uploader, prev: FileEntry | None) -> dict[str, Any]:
     data, fst = read_whole(os.path.join(root, f.path), f.st.st_size)
-    if len(data) != f.st.st_size or changed((f.st.st_size, f.st.st_mtime_ns), fst):
+    if len(data) != f.st.st_size or changed(stat_key(f.st), fst):
         raise _Unstable(f.path)
     return _small_entry(f, digest(data), data, up, prev)
 
@@ -75,8 +78,7 @@ def _hash_large(root: str, f: Found, up: Uploader, prev: FileEntry | None, part_
             parts.append([h, len(data)])
             up.add_part(h, data, known_parts)
             up.progress.add(nbytes=len(data))
-        seen = (f.st.st_size, f.st.st_mtime_ns)
-        if sum(n for _, n in parts) != f.st.st_size or changed(seen, os.fstat(fh.fileno())):
+        if sum(n for _, n in parts) != f.st.st_size or changed(stat_key(f.st), os.fstat(fh.fileno())):
             raise _Unstable(f.path)
     return {"path": f.path, "type": "file", "size": f.st.st_size, "mode": f.st.st_mode & PERMS,
             "hash": whole.hexdigest(), "mtime_ns": f.st.st_mtime_ns, "parts": parts}
@@ -127,17 +129,36 @@ class FileSaver:
         out: list[tuple[Found, Entry | None]] = []
         ctx = self.ctx
         for f, prev in batch:
-            try:
-                if f.st.st_size < ctx.opts.small_max:
-                    e = _hash_small(ctx.root, f, ctx.up, prev)
-                    self.progress.add(files=1, nbytes=f.st.st_size)
-                else:
-                    e = _hash_large(ctx.root, f, ctx.up, prev, ctx.opts.part_size)
-                    self.progress.add(files=1)
-                out.append((f, e))
-            except (_Unstable, FileNotFoundError):
-                out.append((f, None))
+            for attempt in range(RETRIES + 1):
+                try:
+                    if f.st.st_size < ctx.opts.small_max:
+                        e = _hash_small(ctx.root, f, ctx.up, prev)
+                        self.progress.add(files=1, nbytes=f.st.st_size)
+                    else:
+                        e = _hash_large(ctx.root, f, ctx.up, prev, ctx.opts.part_size)
+                        self.progress.add(files=1)
+                    out.append((f, e))
+                    break
+                except FileNotFoundError:
+                    out.append((f, None))
+                    break
+                except _Unstable:
+                    again = self._again(f) if attempt < RETRIES else None
+                    if again is None:
+                        out.append((f, None))  # left for the next snapshot: reported as skipped
+                        break
+                    f = again
         return out
+
+    def _again(self, f: Found) -> Found | None:
+        """The file as it is now, to be read again (None: gone, or no longer a regular file)."""
+        try:
+            st = os.lstat(os.path.join(self.ctx.root, f.path))
+        except OSError:
+            return None
+        if not statmod.S_ISREG(st.st_mode):
+            return None
+        return Found(f.path, st)
 
     def submit(self, fr: Folder, todo: list[Found], nodes: dict[str, Node] | None,
                 reads: dict[str, Read] | None = None) -> None:
@@ -168,8 +189,7 @@ class FileSaver:
             batch = small[i:i + step]
             if procs is not None:
                 try:
-                    sent = procs.submit(read_small, self.ctx.root,
-                                        [(f.path, f.st.st_size, f.st.st_mtime_ns) for f, _p in batch])
+                    sent = procs.submit(read_small, self.ctx.root, [(f.path, *stat_key(f.st)) for f, _p in batch])
                 except (BrokenProcessPool, RuntimeError, OSError):
                     procs = None
                     self.procs_failed = True
@@ -203,8 +223,9 @@ class FileSaver:
         nbytes = 0
         up = self.ctx.up
         for (f, prev), read in zip(batch, got, strict=True):
-            if read is None:
-                out.append((f, None))
+            if read is None:  # gone, or changed while read elsewhere: read again here
+                again = self._again(f)
+                out += self._hash_batch([(again, prev)]) if again is not None else [(f, None)]
             else:
                 out.append((f, _small_entry(f, read[0], read[1], up, prev)))
                 nbytes += len(read[1])
