@@ -15,14 +15,26 @@ why), and the snapshot walks the whole tree as it would without a journal:
 - the kernel's event queue overflowed (``IN_Q_OVERFLOW``);
 - a folder could not be watched: the watch limit (``fs.inotify.max_user_watches``) was
   reached, or the folder could not be read;
-- the ignore rules (``.portableignore``) changed, or the workspace folder itself moved;
+- the ignore rules (``.portableignore``) changed, or the workspace folder itself moved (the
+  rules are read again at each cut, so a ``.portableignore`` that is a symlink, or a hard
+  link, whose target is edited elsewhere is seen too);
+- a file system was mounted or unmounted under the workspace (``/proc/self/mountinfo`` is
+  compared at each cut; ``IN_UNMOUNT``), or one folder is visible at two paths (a bind mount);
+- two folders were exchanged (``renameat2(RENAME_EXCHANGE)``) or one was renamed over another;
+- a regular file with other hard links was created, renamed in or written (its other names
+  may lie in folders the journal says nothing about), a file was created and removed before
+  the journal could look at it (it may have been such a name), or a name was written after
+  it was removed (through a file held open: perhaps another name's);
 - more than ``max_paths`` paths changed (a walk is then as cheap, and memory stays bounded);
 - the reader thread failed;
 - a full walk is due (every ``full_every_s`` seconds; 0: never on a schedule).
 
 What inotify never reports (writes through a memory map, writes through a hard link that
 lives outside the workspace, changes made by another machine on a network mount) only a
-full walk finds: on the schedule, and before the final version of a stop.
+full walk finds: on the schedule, and before the final version of a stop. Every full walk
+heals the journal too (:meth:`ChangeJournal.rearm`): a folder it walked that has no watch,
+or whose watch is on another folder than the one now at its path (a mount over it), is
+watched again, reported, and walked whole by the next snapshot.
 """
 
 from __future__ import annotations
@@ -30,8 +42,10 @@ from __future__ import annotations
 import errno
 import os
 import select
+import stat as statmod
 import threading
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +84,13 @@ class Cut:
     paths: frozenset[str] = field(default_factory=frozenset)
     trees: frozenset[str] = field(default_factory=frozenset)
     reason: str | None = None
+    # A journal snapshot that finds a changed file with other hard links walks instead: ``links``
+    # says why where the journal already knows (a name created with links, or a file written
+    # after its name was removed), since by the time the snapshot plans the other name may be gone.
+    links: str | None = None
+    # After a full walk, the snapshot hands the folders it walked back to the journal that
+    # took this cut: it watches any that lost their watch, and answers how many (``rearm``).
+    rearm: Callable[[Iterable[str]], int] | None = field(default=None, compare=False, repr=False)
 
     @property
     def valid(self) -> bool:
@@ -82,6 +103,7 @@ class _Node:
     name: str
     kids: dict[str, int] = field(default_factory=dict)
     detached: bool = False  # moved away; its MOVED_TO has not been read yet
+    ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the folder when it was watched
 
 
 class ChangeJournal:
@@ -109,6 +131,12 @@ class ChangeJournal:
         self._closed = False
         self._wake_r, self._wake_w = -1, -1
         self._match = Lister(Path(self.root), warn=False).match  # the ignore rules, read again at each resync
+        self._rules: bytes | None = None  # the ignore file's bytes when the rules were read
+        self._mounts: frozenset[str] = frozenset()  # mount points at or under the root then
+        self._links: str | None = None  # why this period's journal snapshot must walk (hard links)
+        self._unsure: set[str] = set()  # files created and gone before they were looked at
+        self._unsure_moves: dict[int, str] = {}  # cookie -> such a file renamed, until its MOVED_TO
+        self._written_gone: set[str] = set()  # names written and gone, no DELETE after the write yet
         self.events = 0  # events read, for the benchmark
 
     # -- life ------------------------------------------------------------------------------
@@ -163,6 +191,7 @@ class ChangeJournal:
         with self._lock:
             self._drain()
             self._settle_moves()
+            self._check_outside_events()
             self._seq += 1
             token = f"{self._id}:{self._seq}"
             prev, self._last = self._last, token
@@ -174,12 +203,76 @@ class ChangeJournal:
                 reason = f"a full walk is due (every {self.full_every_s:g} s)"
             paths, trees = self._paths, self._trees
             self._paths, self._trees = set(), set()
+            links = self._links
+            unsure = self._unsure | set(self._unsure_moves.values())
+            if links is None and unsure:
+                links = (f"{sorted(unsure)[0]} was created and removed before the journal looked at it "
+                         "(it may have been another of a file's hard links)")
+            if links is None and self._written_gone:
+                links = (f"{sorted(self._written_gone)[0]} was written after it was removed (through a file "
+                         "held open: it may have other hard links)")
+            self._links = None
+            self._unsure.clear()
+            self._unsure_moves.clear()
+            self._written_gone.clear()
             if reason is not None:
                 self._last_full = now
                 if not self._valid and not self._closed:
                     self._resync()  # watches afresh: the next period can be trusted again
-                return Cut(token, None, reason=reason)
-            return Cut(token, prev, frozenset(paths), frozenset(trees))
+                return Cut(token, None, reason=reason, rearm=self.rearm)
+            return Cut(token, prev, frozenset(paths), frozenset(trees), links=links, rearm=self.rearm)
+
+    def rearm(self, folders: Iterable[str]) -> int:
+        """After a full walk of ``folders`` (paths from the root, '' for it): watch each that
+        has no watch, or whose watch is on another folder than the one at its path now (a file
+        system mounted over it, a folder exchanged behind the journal's back). Each one re-armed
+        is walked whole by the next snapshot (what changed in it before its watch is unknown).
+        Returns how many were re-armed."""
+        with self._lock:
+            if self._ino is None or not self._valid or self._closed:
+                return 0  # the next cut watches everything afresh anyway
+            self._drain()
+            live: dict[str, int] = {}
+            for wd in list(self._nodes):
+                rel = self._path(wd)
+                if rel is not None:
+                    live[rel] = wd
+            done = 0
+            covered: list[str] = []
+            for rel in sorted(folders, key=lambda p: (p.count("/") if p else -1, p)):
+                if (rel.split("/")[0] == META) or (rel and self._match(rel + "/")):
+                    continue
+                if any(rel == c or rel.startswith(c + "/") for c in covered):
+                    continue
+                full = os.path.join(self.root, rel) if rel else self.root
+                try:
+                    st = os.lstat(full)
+                except OSError:
+                    continue  # gone since the walk: its folder above reported it
+                if not statmod.S_ISDIR(st.st_mode):
+                    continue
+                at = live.get(rel)
+                node = self._nodes.get(at) if at is not None else None
+                if node is not None and node.ident in (None, (st.st_dev, st.st_ino)):
+                    continue
+                parent_rel = rel.rpartition("/")[0] if rel else None
+                parent = live.get(parent_rel) if parent_rel is not None else None
+                if rel and parent is None:
+                    continue  # its folder above could not be watched: that made the cut invalid
+                if node is not None and at is not None:
+                    self._unhook(at)
+                self._watch_tree(full, parent, rel.rpartition("/")[2] if rel else "")
+                if not self._valid:
+                    return done
+                covered.append(rel)
+                done += 1
+                self._trees.add(rel)
+                self._paths.add(rel)
+                for w in list(self._nodes):
+                    p = self._path(w)
+                    if p is not None:
+                        live[p] = w
+            return done
 
     # -- watching --------------------------------------------------------------------------
 
@@ -203,6 +296,12 @@ class ChangeJournal:
         self._trees.clear()
         self._valid, self._reason = True, None
         self._root_wd = None
+        self._links = None
+        self._unsure.clear()
+        self._unsure_moves.clear()
+        self._written_gone.clear()
+        self._rules = _read_rules(self.root)
+        self._mounts = _mounts_under(self.root)
         self._match = Lister(Path(self.root), warn=False).match  # the rules may have changed: that is one reason
         try:
             self._ino = inotify_simple.INotify()
@@ -218,8 +317,10 @@ class ChangeJournal:
     def _mask(self) -> int:
         from inotify_simple import flags as f
 
+        # No IN_EXCL_UNLINK: a write through a file held open after its name was removed is news
+        # (the file may be another name of one kept elsewhere in the workspace).
         return int(f.MODIFY | f.ATTRIB | f.CLOSE_WRITE | f.MOVED_FROM | f.MOVED_TO | f.CREATE | f.DELETE
-                   | f.DELETE_SELF | f.MOVE_SELF | f.ONLYDIR | f.DONT_FOLLOW | f.EXCL_UNLINK)
+                   | f.DELETE_SELF | f.MOVE_SELF | f.ONLYDIR | f.DONT_FOLLOW)
 
     def _watch_tree(self, abs_dir: str, parent: int | None, name: str) -> None:
         """Watch ``abs_dir`` (named ``name`` in folder ``parent``) and every folder under it that
@@ -229,6 +330,7 @@ class ChangeJournal:
         while stack and self._valid:
             path, up, nm = stack.pop()
             try:
+                st = os.lstat(path)
                 wd = self._ino.add_watch(path, mask)
             except OSError as exc:
                 if exc.errno in (errno.ENOENT, errno.ENOTDIR):
@@ -238,10 +340,19 @@ class ChangeJournal:
                 else:
                     self._invalidate(f"cannot watch {path}: {exc.strerror or exc}")
                 return
+            ident = (st.st_dev, st.st_ino)
             node = self._nodes.get(wd)
+            if node is not None and not node.detached:
+                was = self._path(wd)
+                if was is not None and was != self._rel_of(up, nm) and _ident(self._abs(was)) == ident:
+                    # one folder at two paths (a bind mount): an event names one of them only
+                    self._invalidate(f"folder {was or '.'} is also at {self._rel_of(up, nm) or '.'} "
+                                     "(a bind mount?): the journal cannot tell which path changed")
+                    return
             if node is not None and node.parent is not None and node.parent in self._nodes:
-                self._nodes[node.parent].kids.pop(node.name, None)  # the same folder, met again
-            self._nodes[wd] = _Node(up, nm, node.kids if node is not None else {})
+                if self._nodes[node.parent].kids.get(node.name) == wd:
+                    del self._nodes[node.parent].kids[node.name]  # the same folder, met again
+            self._nodes[wd] = _Node(up, nm, node.kids if node is not None else {}, ident=ident)
             if up is None:
                 self._root_wd = wd
             else:
@@ -262,6 +373,31 @@ class ChangeJournal:
                 if (not rel and sub == META) or self._match(sub_rel + "/"):
                     continue
                 stack.append((sub_path, wd, sub))
+
+    def _rel_of(self, parent: int | None, name: str) -> str | None:
+        if parent is None:
+            return ""
+        base = self._path(parent)
+        return None if base is None else (f"{base}/{name}" if base else name)
+
+    def _abs(self, rel: str) -> str:
+        return os.path.join(self.root, rel) if rel else self.root
+
+    def _unhook(self, wd: int) -> None:
+        """Take a watched folder out of its folder above (it is watched again where it is)."""
+        node = self._nodes.get(wd)
+        if node is not None and node.parent is not None and node.parent in self._nodes:
+            if self._nodes[node.parent].kids.get(node.name) == wd:
+                del self._nodes[node.parent].kids[node.name]
+
+    def _check_outside_events(self) -> None:
+        """What no event reports: the ignore rules edited through a link, a mount or unmount."""
+        if not self._valid:
+            return
+        if _read_rules(self.root) != self._rules:
+            self._invalidate(f"the ignore rules ({IGNORE_FILE}) changed")
+        elif _mounts_under(self.root) != self._mounts:
+            self._invalidate("a file system was mounted or unmounted under the workspace")
 
     def _path(self, wd: int) -> str | None:
         """The folder's path from the root; None where it (or a folder above) moved away."""
@@ -286,10 +422,12 @@ class ChangeJournal:
                 stack += node.kids.values()
 
     def _settle_moves(self) -> None:
-        """Folders moved away whose MOVED_TO never came: moved out of the workspace."""
+        """Folders moved away whose MOVED_TO never came: moved out of the workspace. One that
+        came back (moved in again, or renamed back from an ignored name) was watched again
+        under the same watch, and is not detached any more: it keeps its watches."""
         for wd in self._moving.values():
             node = self._nodes.get(wd)
-            if node is None:
+            if node is None or not node.detached:
                 continue
             ids = []
             stack = [wd]
@@ -356,6 +494,9 @@ class ChangeJournal:
         if wd == self._root_wd and mask & (f.DELETE_SELF | f.MOVE_SELF | f.UNMOUNT):
             self._invalidate("the workspace folder itself was moved, deleted or unmounted")
             return
+        if mask & f.UNMOUNT:
+            self._invalidate("a file system under the workspace was unmounted (IN_UNMOUNT)")
+            return
         if not name:
             return  # an event of a watched folder itself: its folder above reports it by name
         node = self._nodes.get(wd)
@@ -383,10 +524,13 @@ class ChangeJournal:
                 kid = self._moving.pop(cookie, None)
                 moved = self._nodes.get(kid) if kid is not None else None
                 if moved is not None and not self._match(rel + "/"):
-                    moved.parent, moved.name, moved.detached = wd, name, False
                     old = node.kids.get(name)
                     if old is not None and old != kid:
-                        self._forget(old)
+                        # renamed over a folder (which must have been empty), or exchanged with it
+                        # (renameat2 RENAME_EXCHANGE): the events alone cannot tell which
+                        self._invalidate(f"folder {rel} was exchanged with another, or renamed over one")
+                        return
+                    moved.parent, moved.name, moved.detached = wd, name, False
                     node.kids[name] = kid  # type: ignore[assignment]
                 else:
                     if kid is not None:
@@ -398,14 +542,83 @@ class ChangeJournal:
                 kid = node.kids.pop(name, None)
                 if kid is not None:
                     self._forget(kid)
+        else:
+            self._file_event(mask, cookie, rel)
         self._paths.add(rel)
         if len(self._paths) + len(self._trees) > self.max_paths:
             self._invalidate(f"more than {self.max_paths} paths changed")
+
+    def _file_event(self, mask: int, cookie: int, rel: str) -> None:
+        """Hard links decided at the event: a name created or moved in with other links, a name
+        created and gone before it was looked at (unless it was renamed: its new name is looked
+        at), a name written after it was removed (no DELETE of it follows the write)."""
+        from inotify_simple import flags as f
+
+        if mask & (f.DELETE | f.MOVED_FROM):
+            self._written_gone.discard(rel)
+            if mask & f.MOVED_FROM and rel in self._unsure:
+                self._unsure.discard(rel)
+                self._unsure_moves[cookie] = rel
+            return
+        try:
+            st = os.lstat(self._abs(rel))
+        except OSError:
+            if mask & f.CREATE:
+                self._unsure.add(rel)
+            elif mask & f.MOVED_TO:
+                if self._unsure_moves.pop(cookie, None) is not None:
+                    self._unsure.add(rel)
+            elif mask & (f.MODIFY | f.CLOSE_WRITE):
+                self._written_gone.add(rel)
+            return
+        if mask & f.MOVED_TO:
+            self._unsure_moves.pop(cookie, None)
+        if statmod.S_ISREG(st.st_mode) and st.st_nlink > 1 and self._links is None:
+            self._links = f"{rel} has other hard links"
 
     def _watch_new(self, parent: int, name: str, rel: str) -> None:
         if self._match(rel + "/"):
             return
         self._watch_tree(os.path.join(self.root, rel), parent, name)
+
+
+def _ident(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _read_rules(root: str) -> bytes | None:
+    """The ignore file's bytes as the lister reads them (through a symlink too)."""
+    try:
+        with open(os.path.join(root, IGNORE_FILE), "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _unescape(field: str) -> str:
+    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+def _mounts_under(root: str) -> frozenset[str]:
+    """Mount points at or under ``root`` (from ``/proc/self/mountinfo``), with their device."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return frozenset()
+    out = set()
+    for line in lines:
+        parts = line.split(" ")
+        if len(parts) < 5:
+            continue
+        point = _unescape(parts[4])
+        if point == root or point.startswith(root.rstrip("/") + "/"):
+            out.add(f"{parts[2]} {point}")
+    return frozenset(out)
 
 
 __all__ = ["MAX_PATHS", "ChangeJournal", "Cut", "available"]

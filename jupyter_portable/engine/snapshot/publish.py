@@ -47,6 +47,16 @@ class SnapshotResult:
     # the whole tree was walked, for ``walk_reason`` where a journal was given
     walk: str = "full"
     walk_reason: str | None = None
+    rewatched: int = 0  # folders a full walk found without a (right) watch, and watched again
+    folders: int = 0  # folders looked at (a full walk: every folder the ignore rules keep)
+
+    @property
+    def walk_note(self) -> str:
+        """How this snapshot walked, in words: "journal", or "full (why); re-watched 3 folders"."""
+        text = self.walk if self.walk_reason is None else f"{self.walk} ({self.walk_reason})"
+        if self.rewatched:
+            text += f"; re-watched {self.rewatched} folder{'s' if self.rewatched != 1 else ''}"
+        return text
 
     def to_json(self) -> dict[str, Any]:
         """``skipped`` lists every path not recorded as it is now: changed while read, or not
@@ -155,6 +165,10 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
             raise
         skipped, special = walk.trees.skipped, walk.scanner.special
         walk_kind = "journal" if plan is not None else "full"
+        # Every full walk heals the journal that took the cut: folders without a watch get one.
+        rewatched = (journal.rearm(walk.scanner.looked)
+                     if walk_kind == "full" and journal is not None and journal.rearm is not None else 0)
+        looked = len(walk.scanner.looked)
         # Folders holding symlinks: those of the folders looked at, and the rest as they were.
         cache.set_link_folders(walk.scanner.link_dirs | ((old_links or set()) - walk.scanner.looked))
         token = journal.token if journal is not None else None
@@ -168,7 +182,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
             cache.commit()
             progress.done(f"no changes since version {base_version} ({top.files} files, {human_bytes(top.bytes)})")
             return SnapshotResult(ws, base_version, top.files, top.bytes, 0, False, [], 0, special,
-                                  walk=walk_kind, walk_reason=walk_reason)
+                                  walk=walk_kind, walk_reason=walk_reason, rewatched=rewatched, folders=looked)
         progress.set_stage("uploading")
         up.finish()
         cache.add_blobs(up.take_formed())
@@ -199,7 +213,8 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
             cache.commit()
             progress.done(f"no changes since version {base_version} ({files} files, {human_bytes(total)})")
             return SnapshotResult(ws, base_version, files, total, up.new_bytes, False, sorted(skipped),
-                                  walk.files.hashed, special, walk=walk_kind, walk_reason=walk_reason)
+                                  walk.files.hashed, special, walk=walk_kind, walk_reason=walk_reason,
+                                  rewatched=rewatched, folders=looked)
 
         head, _ = store.read_head(ws)
         parent = None
@@ -242,7 +257,8 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
                      if skipped else "")
                   + (f"; {len(special)} not backed up (see the warnings)" if special else ""))
     result = SnapshotResult(ws, manifest.version, files, total, up.new_bytes, True, sorted(skipped),
-                            walk.files.hashed, special, walk=walk_kind, walk_reason=walk_reason)
+                            walk.files.hashed, special, walk=walk_kind, walk_reason=walk_reason, rewatched=rewatched,
+                            folders=looked)
     result.tree_bytes = up.tree_bytes
     return result
 

@@ -67,6 +67,8 @@ def journal_plan(root: str, cut: Cut | None, cache: StatCache, usable: bool, for
         return None, "the stat cache was not written by the snapshot that took the journal's previous cut"
     if pending:
         return None, "files of a lazy restore are still arriving"
+    if cut.links is not None:
+        return None, cut.links
     links = cache.link_folders()
     if links is None:
         return None, "the folders holding symlinks are not known yet"

@@ -22,6 +22,7 @@ from jupyter_portable.interfaces.kernel.lock import OPERATION_LOCK
 
 if TYPE_CHECKING:
     from jupyter_portable.engine.journal import ChangeJournal, Cut
+    from jupyter_portable.engine.snapshot import SnapshotResult
 
 DEFAULT_MINUTES = 10.0
 DEFAULT_FULL_WALK_MINUTES = 60.0
@@ -40,7 +41,8 @@ class _State:
         self.runs = 0
         self.journal: ChangeJournal | None = None
         self.journal_off: str | None = None  # why there is no journal
-        self.last_walk: str | None = None  # "journal", or "full" and why
+        self.last_walk: str | None = None  # how the last snapshot (auto or by hand) walked: SnapshotResult.walk_note
+        self.folders: int | None = None  # folders the last full walk found (watched ones are counted against it)
 
 
 STATE = _State()
@@ -83,6 +85,14 @@ def journal_cut() -> Cut | None:
     return None if journal is None else journal.cut(now=time.monotonic())
 
 
+def record_walk(result: SnapshotResult, state: _State | None = None) -> None:
+    """Remember how a snapshot that took a journal cut walked (every snapshot of this kernel)."""
+    state = state or STATE
+    state.last_walk = result.walk_note
+    if result.walk == "full" and result.folders:
+        state.folders = result.folders
+
+
 def _loop(state: _State, stop: threading.Event) -> None:
     from jupyter_portable.engine.workspace import Workspace
 
@@ -101,7 +111,7 @@ def _loop(state: _State, stop: threading.Event) -> None:
                 result = Workspace.find(state.root or ".").snapshot("auto-snapshot", progress=None,
                                                                     journal=journal_cut())
             state.last_version = result.version
-            state.last_walk = result.walk if result.walk_reason is None else f"{result.walk} ({result.walk_reason})"
+            record_walk(result, state)
             state.last_error = None
         except Exception as exc:  # noqa: BLE001 - shown in status; the kernel must go on
             state.last_error = f"{type(exc).__name__}: {exc}"
@@ -147,15 +157,17 @@ def describe() -> str:
     if STATE.last_error:
         text += f"; last attempt failed: {STATE.last_error}"
     if STATE.journal is not None:
-        text += f"; change journal on ({STATE.journal.watches} folders watched)"
-        if STATE.last_walk:
-            text += f", last walk: {STATE.last_walk}"
+        of = f" of {STATE.folders} found by the last full walk" if STATE.folders is not None else ""
+        text += f"; change journal on ({STATE.journal.watches} folders watched{of})"
     elif STATE.journal_off:
         text += f"; change journal off: {STATE.journal_off}"
+    if STATE.last_walk:
+        text += f"; last walk: {STATE.last_walk}"
     return text
 
 
 def info() -> dict[str, Any]:
     return {"minutes": STATE.minutes if STATE.thread is not None else 0, "runs": STATE.runs,
             "last_version": STATE.last_version, "last_error": STATE.last_error,
-            "journal": STATE.journal is not None, "journal_off": STATE.journal_off, "last_walk": STATE.last_walk}
+            "journal": STATE.journal is not None, "journal_off": STATE.journal_off, "last_walk": STATE.last_walk,
+            "watched": STATE.journal.watches if STATE.journal is not None else None, "folders": STATE.folders}

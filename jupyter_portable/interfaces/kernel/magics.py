@@ -137,7 +137,8 @@ class WorkspaceMagics(Magics):
             return None
         if args.verb == "snapshot":
             res = ws.snapshot(args.message, progress=None, sink=CellProgress(), journal=autosnapshot.journal_cut())
-            return None if res is None else None
+            autosnapshot.record_walk(res)  # `%workspace autosnapshot` shows how the last snapshot walked
+            return None
         if args.verb == "checkpoint":
             path = Path(args.path)
             quiet = 2.0 if args.settle is None else args.settle

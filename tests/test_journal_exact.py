@@ -1,0 +1,216 @@
+"""Issue 41: every way a change could reach no journal and no stat. Each test changes the
+workspace the way the adversary did, publishes, restores the version elsewhere and compares
+its bytes with the folder's: the journal either stays exact or makes the snapshot walk."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from pathlib import Path
+
+import pytest
+
+from jupyter_portable import Workspace
+from jupyter_portable.engine.journal import ChangeJournal, available
+from jupyter_portable.engine.snapshot import SnapshotResult
+
+pytestmark = pytest.mark.skipif(available() is not None, reason=f"no change journal here: {available()}")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _snap(ws: Workspace, journal: ChangeJournal, clock: Clock, *, force: bool = False) -> SnapshotResult:
+    return ws.snapshot(progress=None, journal=journal.cut(now=clock()), force=force)
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not (Path(dirpath) == root and d == ".portable")]
+        for n in filenames:
+            p = Path(dirpath) / n
+            out[str(p.relative_to(root))] = p.read_bytes()
+    return out
+
+
+def _same_elsewhere(ws: Workspace, src: Path, tmp: Path) -> None:
+    """The latest version, restored into a fresh folder, holds exactly the folder's bytes."""
+    dest = tmp / f"restored{len(list(tmp.glob('restored*')))}"
+    Workspace.restore(ws.store.url, ws.workspace_id, dest, progress=None)
+    got, want = _tree(dest), _tree(src)
+    assert got == want, f"restored {sorted(got)} differs from the folder's {sorted(want)}"
+
+
+@pytest.fixture
+def workspace(tmp_path: Path):  # type: ignore[no-untyped-def]
+    src = tmp_path / "src"
+    (src / "a" / "b").mkdir(parents=True)
+    (src / "a" / "b" / "x.txt").write_text("x")
+    (src / "c").mkdir()
+    (src / "c" / "y.txt").write_text("y")
+    ws = Workspace.init(src, str(tmp_path / "store"))
+    with ChangeJournal(src) as journal:
+        clock = Clock()
+        assert _snap(ws, journal, clock).walk == "full"
+        yield src, ws, journal, clock, tmp_path
+
+
+def test_a_folder_moved_out_and_back_is_still_watched(workspace) -> None:  # type: ignore[no-untyped-def]
+    src, ws, journal, clock, tmp = workspace
+    out = tmp / "away"
+    os.rename(src / "a", out)
+    os.rename(out, src / "a")  # back before the next cut: the same folder, the same watch
+    res = _snap(ws, journal, clock)
+    assert res.walk == "journal"
+    watched = journal.watches
+    (src / "a" / "b" / "x.txt").write_text("edited after it came back")
+    (src / "a" / "new.txt").write_text("new")
+    (src / "a" / "sub").mkdir()
+    (src / "a" / "sub" / "z.txt").write_text("z")
+    res = _snap(ws, journal, clock)
+    assert res.walk == "journal" and res.changed, "edits in a folder moved out and back were missed"
+    assert journal.watches == watched + 1
+    _same_elsewhere(ws, src, tmp)
+
+
+def test_a_folder_moved_out_across_a_cut_and_back_is_watched_again(workspace) -> None:  # type: ignore[no-untyped-def]
+    src, ws, journal, clock, tmp = workspace
+    os.rename(src / "a", tmp / "away")
+    assert _snap(ws, journal, clock).walk == "journal"
+    os.rename(tmp / "away", src / "a")
+    assert _snap(ws, journal, clock).changed
+    (src / "a" / "b" / "x.txt").write_text("edited")
+    res = _snap(ws, journal, clock)
+    assert res.walk == "journal" and res.changed
+    _same_elsewhere(ws, src, tmp)
+
+
+def test_a_folder_renamed_through_an_ignored_name_is_still_watched(workspace) -> None:  # type: ignore[no-untyped-def]
+    src, ws, journal, clock, tmp = workspace
+    (src / ".portableignore").write_text("node_modules/\n")
+    assert _snap(ws, journal, clock).walk == "full"
+    os.rename(src / "c", src / "node_modules")
+    os.rename(src / "node_modules", src / "c")
+    _snap(ws, journal, clock)
+    (src / "c" / "y.txt").write_text("edited after the round trip")
+    res = _snap(ws, journal, clock)
+    assert res.changed, "an edit in a folder renamed to an ignored name and back was missed"
+    _same_elsewhere(ws, src, tmp)
+
+
+def _exchange(a: Path, b: Path) -> None:
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    at_fdcwd, rename_exchange = -100, 2
+    if libc.renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) != 0:
+        err = ctypes.get_errno()
+        pytest.skip(f"renameat2(RENAME_EXCHANGE) is not supported here: {os.strerror(err)}")
+
+
+def test_two_folders_exchanged_stay_exact(workspace) -> None:  # type: ignore[no-untyped-def]
+    src, ws, journal, clock, tmp = workspace
+    _exchange(src / "a", src / "c")
+    assert _snap(ws, journal, clock).changed
+    (src / "a" / "y.txt").write_text("edited in the folder that was c")
+    (src / "c" / "b" / "x.txt").write_text("edited in the folder that was a")
+    res = _snap(ws, journal, clock)
+    assert res.changed
+    _same_elsewhere(ws, src, tmp)
+    (src / "c" / "b" / "x.txt").write_text("edited again")
+    _snap(ws, journal, clock)
+    _same_elsewhere(ws, src, tmp)
+
+
+def test_a_full_walk_rewatches_a_folder_that_lost_its_watch(workspace) -> None:  # type: ignore[no-untyped-def]
+    src, ws, journal, clock, tmp = workspace
+    with journal._lock:  # the watch is gone, as the adversary's moves left it
+        wd = next(w for w, n in journal._nodes.items() if n.name == "b")
+        journal._ino.rm_watch(wd)
+    (src / "a" / "b" / "x.txt").write_text("unseen by the journal")
+    res = _snap(ws, journal, clock, force=True)  # a full walk (forced, scheduled or final)
+    assert res.walk == "full" and res.rewatched == 1
+    assert "re-watched 1 folder" in (res.walk_note or "")
+    (src / "a" / "b" / "x.txt").write_text("seen again")
+    res = _snap(ws, journal, clock)
+    assert res.changed and res.rewatched == 0
+    _same_elsewhere(ws, src, tmp)
+
+
+def test_an_edited_symlinked_ignore_file_makes_the_next_snapshot_walk(workspace) -> None:  # type: ignore[no-untyped-def]
+    src, ws, journal, clock, tmp = workspace
+    rules = tmp / "rules"
+    rules.write_text("c/\n")
+    (src / ".portableignore").symlink_to(rules)
+    _snap(ws, journal, clock)
+    rules.write_text("")  # c/ is kept again, though no event in the workspace says so
+    res = _snap(ws, journal, clock)
+    assert res.walk == "full" and "ignore rules" in (res.walk_reason or "")
+    (src / "c" / "y.txt").write_text("edited in the folder no longer ignored")
+    res = _snap(ws, journal, clock)
+    assert res.changed
+    (src / ".portableignore").unlink()  # the restore compares the folder's own files only
+    _snap(ws, journal, clock)
+    _same_elsewhere(ws, src, tmp)
+
+
+def test_a_write_through_another_name_removed_before_the_snapshot_is_published(workspace) -> None:  # type: ignore[no-untyped-def]
+    src, ws, journal, clock, tmp = workspace
+    os.link(src / "c" / "y.txt", src / "a" / "g")
+    with open(src / "a" / "g", "ab") as fh:
+        fh.write(b" written through the other name")
+    os.unlink(src / "a" / "g")
+    res = _snap(ws, journal, clock)
+    assert res.changed
+    _same_elsewhere(ws, src, tmp)
+
+
+def test_a_write_through_an_open_fd_of_a_removed_link_is_published(workspace) -> None:  # type: ignore[no-untyped-def]
+    src, ws, journal, clock, tmp = workspace
+    os.link(src / "c" / "y.txt", src / "a" / "g")
+    with open(src / "a" / "g", "ab") as fh:
+        os.unlink(src / "a" / "g")
+        _snap(ws, journal, clock)
+        fh.write(b" written after the other name went")
+    res = _snap(ws, journal, clock)
+    assert res.changed
+    _same_elsewhere(ws, src, tmp)
+
+
+def test_a_file_rewritten_in_place_while_read_is_never_published_torn(  # type: ignore[no-untyped-def]
+        workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A same-size rewrite that puts the mtime back moves only the ctime: the read is retried."""
+    from jupyter_portable.engine import hashproc
+
+    src, ws, journal, clock, tmp = workspace
+    f = src / "c" / "y.txt"
+    f.write_bytes(b"A" * 64)
+    real = hashproc.read_whole
+    calls = []
+
+    def rewritten_midway(path: str, size: int):  # type: ignore[no-untyped-def]
+        if not path.endswith("y.txt") or calls:
+            return real(path, size)
+        calls.append(path)
+        st = os.stat(path)
+        with open(path, "rb", buffering=0) as fh:
+            head = fh.read(32)
+            with open(path, "r+b") as w:
+                w.write(b"B" * 64)
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+            tail = fh.read()
+            return head + tail, os.fstat(fh.fileno())
+
+    monkeypatch.setattr(hashproc, "read_whole", rewritten_midway)
+    from jupyter_portable.engine.snapshot import file_saver
+    monkeypatch.setattr(file_saver, "read_whole", rewritten_midway)
+    _snap(ws, journal, clock)
+    assert calls, "the rewrite never ran"
+    got = ws.manifest().by_path()["c/y.txt"]
+    assert got.size == 64
+    _same_elsewhere(ws, src, tmp)
