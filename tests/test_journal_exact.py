@@ -214,3 +214,56 @@ def test_a_file_rewritten_in_place_while_read_is_never_published_torn(  # type: 
     got = ws.manifest().by_path()["c/y.txt"]
     assert got.size == 64
     _same_elsewhere(ws, src, tmp)
+
+
+def _mount(*args: str) -> None:
+    import subprocess
+
+    got = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if got.returncode != 0:
+        pytest.skip(f"cannot mount here: {got.stderr.strip()}")
+
+
+def _umount(path: Path) -> None:
+    import subprocess
+
+    subprocess.run(["umount", str(path)], check=True)
+
+
+def test_a_file_system_mounted_over_a_watched_folder_and_unmounted_is_walked(workspace) -> None:  # type: ignore[no-untyped-def]
+    src, ws, journal, clock, tmp = workspace
+    _mount("-t", "tmpfs", "none", str(src / "c"))
+    try:
+        (src / "c" / "on_tmpfs.txt").write_text("written on the tmpfs")
+        res = _snap(ws, journal, clock)
+        assert res.walk == "full" and "mounted" in (res.walk_reason or "")
+        (src / "c" / "on_tmpfs.txt").write_text("edited on the tmpfs")
+        res = _snap(ws, journal, clock)
+        assert res.changed
+        _same_elsewhere(ws, src, tmp)
+    finally:
+        _umount(src / "c")
+    res = _snap(ws, journal, clock)  # c/y.txt is back: the unmount is news
+    assert res.walk == "full" and res.changed
+    (src / "c" / "y.txt").write_text("edited after the unmount")
+    assert _snap(ws, journal, clock).changed
+    _same_elsewhere(ws, src, tmp)
+
+
+def test_one_folder_at_two_paths_makes_snapshots_walk(workspace) -> None:  # type: ignore[no-untyped-def]
+    src, ws, journal, clock, tmp = workspace
+    (src / "d").mkdir()
+    _mount("--bind", str(src / "a" / "b"), str(src / "d"))
+    try:
+        res = _snap(ws, journal, clock)
+        assert res.walk == "full"
+        (src / "d" / "x.txt").write_text("written through the second path")
+        res = _snap(ws, journal, clock)
+        assert res.walk == "full" and "two paths" in (res.walk_reason or "") and res.changed
+        _same_elsewhere(ws, src, tmp)
+    finally:
+        _umount(src / "d")
+    _snap(ws, journal, clock)
+    (src / "a" / "b" / "x.txt").write_text("after the bind mount went")
+    assert _snap(ws, journal, clock).changed
+    _same_elsewhere(ws, src, tmp)

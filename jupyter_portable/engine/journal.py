@@ -346,8 +346,8 @@ class ChangeJournal:
                 was = self._path(wd)
                 if was is not None and was != self._rel_of(up, nm) and _ident(self._abs(was)) == ident:
                     # one folder at two paths (a bind mount): an event names one of them only
-                    self._invalidate(f"folder {was or '.'} is also at {self._rel_of(up, nm) or '.'} "
-                                     "(a bind mount?): the journal cannot tell which path changed")
+                    self._invalidate(f"folder {was or '.'} is also at {self._rel_of(up, nm) or '.'}: one folder at "
+                                     "two paths (a bind mount?), and an event names only one of them")
                     return
             if node is not None and node.parent is not None and node.parent in self._nodes:
                 if self._nodes[node.parent].kids.get(node.name) == wd:
