@@ -108,6 +108,11 @@ QUIET = frozenset({(IDLE, ROUTING), (LOST, ROUTING), (RELEASED, ROUTING), (FAILE
                    (ROUTING, ACQUIRING), (ACQUIRING, PROBING), (PROBING, MATERIALIZING),
                    (MATERIALIZING, VERIFYING), (VERIFYING, READY), (READY, ACTIVE),
                    (DRAINING, SEALED), (SEALED, RELEASED)})
+# The steps of a Continue as the sidebar shows them, and the state each runs in (state.json
+# ContinueStep and StateStep, generated for the sidebar; progress/v1 events name the same steps).
+CONTINUE_STEPS = ("acquire", "probe", "materialize", "verify", "reconnect")
+STATE_STEP: Mapping[str, str] = MappingProxyType({ACQUIRING: "acquire", PROBING: "probe", MATERIALIZING: "materialize",
+                                                  VERIFYING: "verify", READY: "reconnect"})
 # A Continue begins from these; entering ROUTING from them clears the last Continue's attempts.
 CONTINUE_FROM = frozenset({IDLE, LOST, RELEASED, FAILED})
 VERIFIED_STATES = frozenset({READY, ACTIVE, DRAINING, SEALED})
@@ -537,8 +542,9 @@ def recover(lc: Lifecycle, *, at: str) -> tuple[Lifecycle, str]:
 
 
 __all__ = [
-    "ACQUIRING", "ACTIVE", "ALLOCATION_STATES", "CONTINUE_STATES", "DRAINING", "FAILED", "IDLE", "LOST",
-    "MATERIALIZING", "PROBING", "READ_BACK_CHECKS", "READY", "RELEASED", "ROUTING", "SEALED", "STATES",
+    "ACQUIRING", "ACTIVE", "ALLOCATION_STATES", "CONTINUE_STATES", "CONTINUE_STEPS", "DRAINING", "FAILED", "IDLE",
+    "LOST",
+    "MATERIALIZING", "PROBING", "READ_BACK_CHECKS", "READY", "RELEASED", "ROUTING", "SEALED", "STATES", "STATE_STEP",
     "TRANSITIONS", "VERIFYING", "Event", "IllegalTransition", "Lifecycle", "allowed_targets", "check_at",
     "recover", "transition",
 ]

@@ -37,6 +37,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from jupyter_portable.core.errors import UsageError
@@ -57,6 +58,15 @@ from jupyter_portable.core.risk import duration as _duration
 from jupyter_portable.core.spend import money
 
 LOCAL_PROVIDER = "local"  # the local market: workers are processes on this machine
+# What kind of thing each reason key of a blocked route is: a cap the user set, a requirement the
+# offer does not meet (offers.unmet), or the offer not available now (the four checks). The
+# sidebar groups and orders a route's reasons by it (routes.json ReasonCategory, generated).
+REASON_CATEGORY: Mapping[str, str] = MappingProxyType({
+    "price_cap": "cap", "price": "cap", "budget": "cap",
+    "gpu": "admission", "gpu_count": "admission", "gpu_memory": "admission", "driver": "admission",
+    "cuda": "admission", "image": "admission", "region": "admission",
+    "listed": "capacity", "permitted": "capacity", "capacity": "capacity", "launched": "capacity",
+})
 HOURS_PER_MONTH = 730.0  # storage is priced per GB-month; 8760 h / 12
 DEFAULT_QUEUE_S = 300.0  # expected wait when the provider does not say whether it has capacity
 QUEUE_PRICE_FACTOR = 1.0  # an hour waited is an hour of planned work not done, at the GPU's own rate
@@ -504,6 +514,7 @@ def _name(route: Route) -> str:
 
 
 __all__ = [
+    "REASON_CATEGORY",
     "BOOT_SAMPLES",
     "BEST_MARGIN",
     "BOOT_WINDOW_S",

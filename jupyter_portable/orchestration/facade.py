@@ -128,10 +128,7 @@ class PortableFacade:
                           providers=self.service.orchestrator().providers, now=self.service.now(),
                           max_price=max_price)
         self.service.documents_changed("reservations")  # a booking holds money back: the state's budget changes
-        from jupyter_portable.core.calendar import GUARANTEE_TEXT
-
-        # what was recorded, in the words the calendar promised it with
-        return {**booking.to_json(), "guarantee_text": GUARANTEE_TEXT[booking.guarantee]}
+        return _booking_answer(booking)
 
     def check_booking(self, offer: str, start: str, hours: float, charge: str = "before",
                       max_price: float | None = None) -> dict[str, Any]:
@@ -152,7 +149,7 @@ class PortableFacade:
         booking = cancel_reservation(ws, reservation_id, providers=self.service.orchestrator().providers,
                                      now=self.service.now())
         self.service.documents_changed("reservations")
-        return booking.to_json()
+        return _booking_answer(booking)
 
     # -- settings --------------------------------------------------------------------------------------
 
@@ -187,4 +184,13 @@ class PortableFacade:
         return self.orphans_sweep.terminate(target)
 
 
+def _booking_answer(booking: Any) -> dict[str, Any]:
+    """A booking as POST and DELETE answer it: what was recorded, in the words the calendar
+    promised it with (the sidebar keeps no copy of those words)."""
+    from jupyter_portable.core.calendar import GUARANTEE_TEXT
+
+    return {**booking.to_json(), "guarantee_text": GUARANTEE_TEXT[booking.guarantee]}
+
+
 __all__ = ["PortableFacade"]
+

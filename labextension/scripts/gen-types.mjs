@@ -97,7 +97,8 @@ export async function generate() {
 /**
  * The values the sidebar needs at run time, not only as types: each event schema's ``$id``
  * (``PROGRESS_SCHEMA``, ...), and every definition that names an ``x-constant``: the list of
- * its ``enum`` (``CONTINUE_FROM``, ...) or its ``const`` (``CHARGE_LEAD_HOURS``).
+ * its ``enum`` (``CONTINUE_FROM``, ...) or its ``const``: a number or a string (``CHARGE_LEAD_HOURS``),
+ * or an object of them (``STATE_STEP``).
  */
 function constants(files) {
   const quote = v => `'${String(v).replace(/\\/g, '\\\\').replace(/'/g, "\\'")}'`;
@@ -117,12 +118,18 @@ function constants(files) {
       if (!constant) {
         continue;
       }
-      const value = (v) => (typeof v === 'number' ? String(v) : quote(v));
+      const value = v =>
+        typeof v === 'number'
+          ? String(v)
+          : typeof v === 'object' && v !== null
+            ? `{ ${Object.entries(v).map(([k, x]) => `${quote(k)}: ${value(x)}`).join(', ')} }`
+            : quote(v);
       lines.push(`/** ${def.description ?? constant} */`);
       if (Array.isArray(def.enum)) {
         lines.push(`export const ${constant} = [${def.enum.map(value).join(', ')}] as const;`);
       } else if ('const' in def) {
-        lines.push(`export const ${constant} = ${value(def.const)};`);
+        const asConst = typeof def.const === 'object' ? ' as const' : '';
+        lines.push(`export const ${constant} = ${value(def.const)}${asConst};`);
       } else {
         throw new Error(`gen-types: ${name}: x-constant ${constant} names no enum or const`);
       }

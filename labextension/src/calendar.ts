@@ -276,16 +276,6 @@ export function bookingVerdict(request: IBookingRequest | null, checked: IChecke
   return { problem: null, chargeAt: charge_at, price, canBook: true };
 }
 
-/** What a guarantee means to the user, one sentence each. */
-export const GUARANTEE_TEXT: { [K in Guarantee]: string } = {
-  provider:
-    'Provider-backed: the provider sold this capacity; it cannot be cancelled once bought.',
-  'capacity-checked':
-    'Capacity-checked: the market holds one machine of this offer for the slot.',
-  'best-effort':
-    'Best effort: acquiring starts ahead of the slot; no capacity is held.'
-};
-
 /** Bookings to list: active ones by start, then cancelled ones, newest first. */
 export function listBookings(bookings: readonly IBooking[]): IBooking[] {
   const active = bookings

@@ -24,21 +24,29 @@ import { PortableApiError, PortableClient } from './api';
 import { firstMachineQuestion } from './format';
 import { NOTICE_SCHEMA, PROGRESS_SCHEMA, STATE_SCHEMA } from './events';
 import { askImplementation } from './kernelInfo';
-import { IPortableState, LifecycleState } from './types';
+import {
+  CONTINUE_FROM,
+  CONTINUE_STATES,
+  FIRST_MACHINE_MSG,
+  IPortableState,
+  LifecycleState,
+  RESUME_TAG,
+  TAG_MIME
+} from './types';
+
+// the kernel's protocol names (generated from state.json: interfaces/kernel's)
+export { RESUME_TAG, TAG_MIME };
 
 /** Every state's words, as the server sends them with the state. */
 export type StateWordsTable = NonNullable<IPortableState['states']>;
 
-export const RESUME_TAG = 'portable-resume';
-export const TAG_MIME = 'application/vnd.jupyter-portable.resume-tag+json';
 const PLACEHOLDER = 'portable-placeholder';
-/** The control message the placeholder kernel answers: {asker} (this notebook asks the user) or
- * {answer: 'cancel' | 'failed', reason} (end the held first cell). */
-const FIRST_MACHINE_MSG = 'portable_first_machine_request';
-const NO_MACHINE = ['LOST', 'RELEASED', 'FAILED', 'IDLE'];
+/** The states with no machine (a Continue may begin from them) and those of a move, as the server's
+ * core/lifecycle.py says (generated into types.ts). */
+const NO_MACHINE: readonly string[] = CONTINUE_FROM;
 /** How long after a move the notebook waits for its kernel to answer from the new machine. */
 const RECONNECT_TIMEOUT_MS = 120000;
-const MOVING = ['ROUTING', 'ACQUIRING', 'PROBING', 'MATERIALIZING', 'VERIFYING', 'READY'];
+const MOVING: readonly string[] = CONTINUE_STATES;
 
 /** What the notebook's kernel status says for a workspace state ('' when it has a machine);
  * ``words``: the server's words for the states (core/state_words.py), once known. */

@@ -6,18 +6,20 @@
  */
 
 import { IProgressEvent } from './events';
-import { CONTINUE_FROM as CONTINUE_FROM_STATES, ILifecycle, ILifecycleEvent, LifecycleState } from './types';
+import {
+  CONTINUE_FROM as CONTINUE_FROM_STATES,
+  CONTINUE_STEPS,
+  ILifecycle,
+  ILifecycleEvent,
+  LifecycleState,
+  STATE_STEP as STATE_STEPS
+} from './types';
 
 /** The states a Continue may begin from (generated from state.json: core/lifecycle.py's). */
 export const CONTINUE_FROM: ReadonlySet<string> = new Set<string>(CONTINUE_FROM_STATES);
 
-export const STEPS = [
-  'acquire',
-  'probe',
-  'materialize',
-  'verify',
-  'reconnect'
-] as const;
+/** The steps of a Continue, in order (generated from state.json: core/lifecycle.py's). */
+export const STEPS = CONTINUE_STEPS;
 export type ContinueStep = (typeof STEPS)[number];
 
 export const STEP_LABEL: { [K in ContinueStep]: string } = {
@@ -28,14 +30,8 @@ export const STEP_LABEL: { [K in ContinueStep]: string } = {
   reconnect: 'Reconnect the kernel'
 };
 
-// The lifecycle state in which each step runs.
-const STATE_STEP: { [state: string]: ContinueStep } = {
-  ACQUIRING: 'acquire',
-  PROBING: 'probe',
-  MATERIALIZING: 'materialize',
-  VERIFYING: 'verify',
-  READY: 'reconnect'
-};
+// The step that runs in each lifecycle state (generated: core/lifecycle.py STATE_STEP).
+const STATE_STEP: { readonly [state: string]: ContinueStep } = STATE_STEPS;
 
 export type StepStatus = 'pending' | 'running' | 'done' | 'failed';
 

@@ -9,14 +9,15 @@
  * can always be put back.
  */
 
-import { IChecks, ICost, IRoute, IRoutesAnswer } from './types';
+import { CHECK_NAMES, ICost, IRoute, IRoutesAnswer, REASON_CATEGORY } from './types';
 
 /** The cost terms, in dollars, in the order the table and the chart show them. */
 export const COST_TERMS = ['gpu', 'egress', 'storage', 'queue', 'risk'] as const satisfies readonly (keyof ICost)[];
 export type CostTerm = (typeof COST_TERMS)[number];
 
 /** The four separate checks: true or false when done, null when not done. */
-export const CHECK_NAMES = ['listed', 'permitted', 'capacity', 'launched'] as const satisfies readonly (keyof IChecks)[];
+// The four checks, in the order the server makes them (generated: core/offers.py Checks).
+export { CHECK_NAMES };
 export type CheckName = (typeof CHECK_NAMES)[number];
 
 export type SortKey = 'rank' | 'total' | 'ready' | 'price' | CostTerm;
@@ -105,23 +106,8 @@ export function keepSelection(
 /** What kind of thing blocks a route. */
 export type BlockCategory = 'cap' | 'admission' | 'capacity' | 'other';
 
-// The reason keys of jupyter_portable/core/routing.py and core/offers.py ``unmet``.
-const CATEGORY: { [key: string]: BlockCategory } = {
-  price_cap: 'cap',
-  price: 'cap',
-  budget: 'cap',
-  gpu: 'admission',
-  gpu_count: 'admission',
-  gpu_memory: 'admission',
-  driver: 'admission',
-  cuda: 'admission',
-  image: 'admission',
-  region: 'admission',
-  listed: 'capacity',
-  permitted: 'capacity',
-  capacity: 'capacity',
-  launched: 'capacity'
-};
+// What kind of thing each reason key is: the server's (core/routing.py REASON_CATEGORY, generated).
+const CATEGORY: { readonly [key: string]: BlockCategory } = REASON_CATEGORY;
 
 export const CATEGORY_LABEL: { [K in BlockCategory]: string } = {
   cap: 'over a cap',

@@ -295,7 +295,7 @@ export interface IBooking {
   /**
    * What the guarantee holds, in the calendar's words (jupyter_portable/core/calendar.py GUARANTEE_TEXT); sent by the server with every booking it answers.
    */
-  guarantee_text?: string;
+  guarantee_text: string;
   /**
    * Whether the user may cancel it now, as the server's rules decide (sent in the reservations listing).
    */
@@ -1023,6 +1023,22 @@ export const PROGRESS_SCHEMA = 'https://events.jupyter-portable.org/progress/v1'
 export const STATE_SCHEMA = 'https://events.jupyter-portable.org/state/v1';
 /** How many hours before its start a booking charged "before" is charged (jupyter_portable/core/calendar.py CHARGE_LEAD). */
 export const CHARGE_LEAD_HOURS = 2;
+/** The four separate checks of an offer, in the order they are made and shown (jupyter_portable/core/offers.py Checks). */
+export const CHECK_NAMES = ['listed', 'permitted', 'capacity', 'launched'] as const;
+/** What kind of thing each reason key of a blocked route is: a cap, a requirement the offer does not meet, or the offer not available now (jupyter_portable/core/routing.py REASON_CATEGORY). */
+export const REASON_CATEGORY = { 'price_cap': 'cap', 'price': 'cap', 'budget': 'cap', 'gpu': 'admission', 'gpu_count': 'admission', 'gpu_memory': 'admission', 'driver': 'admission', 'cuda': 'admission', 'image': 'admission', 'region': 'admission', 'listed': 'capacity', 'permitted': 'capacity', 'capacity': 'capacity', 'launched': 'capacity' } as const;
+/** The idle stop of a workspace that sets none, in minutes (jupyter_portable/core/idle.py DEFAULT_IDLE_MINUTES). */
+export const DEFAULT_IDLE_MINUTES = 30;
+/** The control message the placeholder kernel answers: {asker}, or {answer, reason} (jupyter_portable/interfaces/kernel/placeholder.py FIRST_MACHINE_MSG). */
+export const FIRST_MACHINE_MSG = 'portable_first_machine_request';
+/** The MIME type the %workspace resume magic displays to ask the notebook to tag its cell (jupyter_portable/interfaces/kernel/resume.py TAG_MIME). */
+export const TAG_MIME = 'application/vnd.jupyter-portable.resume-tag+json';
+/** The cell tag that marks a notebook's resume cell (jupyter_portable/interfaces/kernel/resume.py RESUME_TAG). */
+export const RESUME_TAG = 'portable-resume';
+/** The step of a Continue that runs in each of its states (jupyter_portable/core/lifecycle.py STATE_STEP). */
+export const STATE_STEP = { 'ACQUIRING': 'acquire', 'PROBING': 'probe', 'MATERIALIZING': 'materialize', 'VERIFYING': 'verify', 'READY': 'reconnect' } as const;
+/** The steps of a Continue as the sidebar shows them, in order (jupyter_portable/core/lifecycle.py CONTINUE_STEPS). */
+export const CONTINUE_STEPS = ['acquire', 'probe', 'materialize', 'verify', 'reconnect'] as const;
 /** The states a Continue may begin from (jupyter_portable/core/lifecycle.py CONTINUE_FROM). */
 export const CONTINUE_FROM = ['IDLE', 'LOST', 'RELEASED', 'FAILED'] as const;
 /** The states of a Continue in flight, in order (jupyter_portable/core/lifecycle.py CONTINUE_STATES). */

@@ -11,7 +11,7 @@
  */
 
 import { DEFAULT_SETTINGS, IPortableSettings } from './settings';
-import { ISettingsBody, IWorkspaceSettings } from './types';
+import { DEFAULT_IDLE_MINUTES, ISettingsBody, IWorkspaceSettings } from './types';
 
 /** The registry fields kept with the workspace. */
 export const WORKSPACE_KEYS = [
@@ -53,8 +53,8 @@ export function changedKeys(a: IWorkspaceFields, b: IWorkspaceFields): Workspace
   return WORKSPACE_KEYS.filter(key => !same(a[key], b[key]));
 }
 
-/** The server's idle stop when none is set (core/idle.py DEFAULT_IDLE_MINUTES). */
-export const DEFAULT_IDLE_MINUTES = 30;
+// The server's idle stop when none is set: generated from settings.json (core/idle.py's).
+export { DEFAULT_IDLE_MINUTES };
 
 function same(a: unknown, b: unknown): boolean {
   return Array.isArray(a) || Array.isArray(b) ? JSON.stringify(a) === JSON.stringify(b) : a === b;

@@ -178,6 +178,7 @@ describe('listing bookings', () => {
     hours: 2,
     charge: 'before',
     guarantee: 'capacity-checked',
+    guarantee_text: 'Capacity-checked: (the server\'s words)',
     price: 3.78,
     status: 'booked',
     created: '2026-12-01T09:00:00Z',

@@ -51,6 +51,7 @@ export function calendar(
     out.offers[key] = {
       capacity: spec.capacity,
       guarantee: spec.capacity === null ? 'best-effort' : 'capacity-checked',
+      guarantee_text: spec.capacity === null ? 'Best effort: (the server\'s words)' : 'Capacity-checked: (the server\'s words)',
       slots
     };
   }

@@ -6,7 +6,6 @@ import {
   bookingRequest,
   bookingVerdict,
   calendarGrid,
-  GUARANTEE_TEXT,
   IChecked,
   gridCells,
   ICell,
@@ -306,7 +305,7 @@ export function ReservationsPanel(props: {
                 <span className="jp-Portable-tag">{b.status}</span>
               </div>
               <div className="jp-Portable-hint">
-                {b.guarantee_text ?? GUARANTEE_TEXT[b.guarantee]}{' '}
+                {b.guarantee_text}{' '}
                 {b.status === 'cancelled'
                   ? b.refund
                     ? `Refunded ${fmt.money(b.refund)}.`

@@ -1,6 +1,6 @@
 import React from 'react';
 
-import { IStateWords } from '../types';
+import { IStateWords, LifecycleState } from '../types';
 
 const COLLAPSED_KEY = 'jupyter-portable:collapsed';
 
@@ -95,7 +95,8 @@ export function Facts(props: {
   );
 }
 
-const STATE_TONE: { [state: string]: string } = {
+// every state's colour: a state the schema adds fails to compile until it has one
+const STATE_TONE: { [K in LifecycleState]: string } = {
   ACTIVE: 'good',
   READY: 'good',
   LOST: 'bad',
@@ -114,7 +115,7 @@ const STATE_TONE: { [state: string]: string } = {
 /** The lifecycle state as a coloured badge (the text says it too); ``words``: the server's
  * words for it (core/state_words.py), said on hover and to screen readers. */
 export function StateBadge(props: { state: string; words?: IStateWords }): JSX.Element {
-  const tone = STATE_TONE[props.state] ?? 'neutral';
+  const tone = STATE_TONE[props.state as LifecycleState] ?? 'neutral';
   const meaning = props.words ? `: ${props.words.meaning}` : '';
   return (
     <span
