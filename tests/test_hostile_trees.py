@@ -140,6 +140,21 @@ def test_folders_1024_levels_deep_snapshot_restore_and_verify(deep_tmp: Path, fi
     assert cli.json("fsck", "--store", file_store, "--read-data")["ok"]
 
 
+def test_verify_and_the_tree_count_agree_on_a_one_file_copy_1024_levels_deep(  # issue 41
+        deep_tmp: Path, file_store: str, cli: Any) -> None:
+    """``verify`` counted the root among the folders, ``trees.check_count`` did not: a valid
+    copy of one file 1,024 levels down was refused by one and restored by the other."""
+    src = deep_tmp / "src"
+    _nest(src, MAX_DEPTH)
+    cli("init", "--store", file_store, cwd=src)
+    cli("snapshot", "-q", cwd=src)
+    wsid = json.loads((src / ".portable" / "workspace.json").read_text())["workspace_id"]
+    dest = deep_tmp / "dest"
+    cli("restore", "-q", "--store", file_store, "--workspace", wsid, str(dest))
+    assert cli.json("verify", cwd=dest)["ok"]
+    assert _files(dest) == _files(src) and len(_files(dest)) == 1
+
+
 def test_a_folder_deeper_than_the_limit_is_refused_in_one_line(deep_tmp: Path, file_store: str, cli: Any) -> None:
     src = deep_tmp / "src"
     _nest(src, MAX_DEPTH + 1)

@@ -58,6 +58,7 @@ def test_what_the_copy_keeps_is_its_table_under_the_names_on_disk(tmp_path: Path
     conflicts.add_conflict(copy, "a.txt", "2026-01-01T00:00:00Z", "a.conflict.txt")
     follow_record.write_agreed(copy, "alloc-1", {"a.txt": "h"})
     next_action.update_next_action(copy, text="train")
+    copy.write_inbound_allow([".venv/"])
     copy.write_runtime(b"{}")
     copy.write_intent(1, "ab" * 32)
     copy.write_restoring("ws-owner")

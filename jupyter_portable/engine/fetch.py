@@ -9,6 +9,7 @@ import os
 import secrets
 import stat as statmod
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -50,10 +51,12 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
 
 
 class Placer:
-    """Writes verified bytes into one destination root, refusing every way out of it."""
+    """Writes verified bytes into one destination root, refusing every way out of it, and every
+    path that ``refuse`` (the inbound gate's rules, engine/gate.py) gives a reason for."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, refuse: Callable[[str], str | None] | None = None) -> None:
         self.root = root
+        self.refuse = refuse
         self.real_root = os.path.realpath(root)
         self.tmp = WorkspaceCopy(root).tmp_dir
         self.tmp.mkdir(parents=True, exist_ok=True)
@@ -110,6 +113,9 @@ class Placer:
 
     def target(self, rel: str) -> str:
         check_relpath(rel)
+        why = self.refuse(rel) if self.refuse is not None else None
+        if why is not None:
+            raise UnsafePath(f"{rel}: not written: {why}")
         self._ensure_dirs(rel.rpartition("/")[0])
         return os.path.join(self.root, rel)
 

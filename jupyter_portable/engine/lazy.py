@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from jupyter_portable.core.errors import UsageError
-from jupyter_portable.engine.fetch import Placer, already_there, fetch_large
+from jupyter_portable.engine.fetch import already_there, fetch_large
+from jupyter_portable.engine.gate import InboundGate
 from jupyter_portable.engine.progress import Progress
 from jupyter_portable.store.repo import Store
 from jupyter_portable.workdir.pending import read_pending, write_pending
@@ -27,8 +28,10 @@ def pending_paths(copy: WorkspaceCopy) -> list[str]:
     return [e.path for e in read_pending(copy)[1]]
 
 
-def fetch_pending(copy: WorkspaceCopy, path: str | None = None, progress: Progress | None = None) -> str | None:
-    """Fetch one pending file (``path``, or the smallest left); return its path or None."""
+def fetch_pending(copy: WorkspaceCopy, path: str | None = None, progress: Progress | None = None,
+                  inbound: InboundGate | None = None) -> str | None:
+    """Fetch one pending file (``path``, or the smallest left); return its path or None. It is
+    written through ``inbound`` (by default the user's side's gate, its rules as they stand now)."""
     _, entries = read_pending(copy)
     if path is not None:
         chosen = [e for e in entries if e.path == path]
@@ -46,7 +49,7 @@ def fetch_pending(copy: WorkspaceCopy, path: str | None = None, progress: Progre
         if entry.path not in {e.path for e in entries}:
             return entry.path  # another process placed it while we waited
         if not already_there(copy.root, entry):
-            fetch_large(store, Placer(copy.root), entry, progress)
+            fetch_large(store, (inbound or InboundGate.for_copy(copy.root)).placer(), entry, progress)
         with copy.pending_lock():
             version, entries = read_pending(copy)
             rest = [e for e in entries if e.path != entry.path]
@@ -63,10 +66,11 @@ def fetch_pending(copy: WorkspaceCopy, path: str | None = None, progress: Progre
     return entry.path
 
 
-def ensure(copy: WorkspaceCopy, path: str, progress: Progress | None = None) -> None:
-    """Make sure ``path`` is materialized, fetching it now if it is still pending."""
+def ensure(copy: WorkspaceCopy, path: str, progress: Progress | None = None,
+           inbound: InboundGate | None = None) -> None:
+    """Make sure ``path`` is materialized, fetching it now if it is still pending (through ``inbound``)."""
     if path in pending_paths(copy):
-        fetch_pending(copy, path, progress)
+        fetch_pending(copy, path, progress, inbound)
     elif not (copy.root / path).exists():
         raise UsageError(f"{path!r} is neither in this copy nor pending")
 

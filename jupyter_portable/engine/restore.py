@@ -1,5 +1,8 @@
 """Restore: materialize a manifest version into a directory, hashing every file before
-it is renamed into place (invariant 4) and writing nothing outside it (invariant 8)."""
+it is renamed into place (invariant 4), writing nothing outside it (invariant 8), and nothing
+the inbound gate refuses (invariant 11, engine/gate.py): on the user's side a path that runs or
+configures code, the copy's own ignore rules, or a path its ignore rules keep out is not
+written, not moved aside, not deleted, and listed in ``RestoreResult.refused`` with its reason."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from jupyter_portable.core.errors import UsageError
 from jupyter_portable.core.manifest import FileEntry, Manifest
 from jupyter_portable.core.tree import SubTree
 from jupyter_portable.engine.fetch import Placer, already_there, fetch_large
+from jupyter_portable.engine.gate import InboundGate
 from jupyter_portable.engine.hashproc import StatKey, helper_pool, place_files
 from jupyter_portable.engine.lazy import start_background_fetch
 from jupyter_portable.engine.progress import Progress, human_bytes
@@ -44,11 +48,12 @@ class RestoreResult:
     fetched_bytes: int = 0
     removed: list[str] = field(default_factory=list)
     kept: dict[str, str] = field(default_factory=dict)  # path -> where the file it replaced was kept
+    refused: list[dict[str, str]] = field(default_factory=list)  # {path, reason}: not written (the inbound gate)
 
     def to_json(self) -> dict[str, Any]:
         return {"workspace_id": self.workspace_id, "version": self.version, "files": self.files,
                 "bytes": self.bytes, "pending": self.pending, "fetched_bytes": self.fetched_bytes,
-                "removed": self.removed, "kept": self.kept}
+                "removed": self.removed, "kept": self.kept, "refused": self.refused}
 
 
 PLACE_CHUNK = 64  # small files written by one task
@@ -205,8 +210,9 @@ def materialize(store: Store, manifest: Manifest, root: Path, entries: Iterable[
     """Fetch ``entries`` of ``manifest`` into ``root``: small files first, then large ones.
     With ``links_out``, symlinks are left there for the caller to make once every file is in place.
     With ``procs``, small files are written by those helper processes; with ``keys_out``, the
-    stat key of each file written from a pack is put there."""
-    placer = placer or Placer(root)
+    stat key of each file written from a pack is put there. Without ``placer``, the user's
+    copy's: each path passes the inbound gate (engine/gate.py) as it is written."""
+    placer = placer or InboundGate.for_copy(root).placer()
     by_pack: dict[str, list[FileEntry]] = {}
     large: list[FileEntry] = []
     links: list[FileEntry] = []
@@ -344,8 +350,12 @@ def _collector_paused() -> Iterator[None]:
 def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None = None,
             lazy: bool = False, lazy_threshold: int = LAZY_THRESHOLD, delete: bool = False,
             progress: Progress | None = None, start_fetcher: bool = True,
-            eager: Iterable[str] = (), force: bool = False, now: datetime | None = None) -> RestoreResult:
+            eager: Iterable[str] = (), force: bool = False, now: datetime | None = None,
+            inbound: InboundGate | None = None) -> RestoreResult:
     """Make ``dest`` a copy of ``workspace_id`` at ``version`` (default: the latest).
+
+    ``inbound``: the gate every path passes; by default the user's side's, with the rules
+    ``dest`` holds before anything is written (a worker's own copy passes its machine-side gate).
 
     With ``lazy``, files of ``lazy_threshold`` bytes or more are left to a background
     fetcher, except those at or under a path in ``eager`` (a worker's checkpoints).
@@ -354,6 +364,7 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
     progress = progress or Progress("restore")
     store.check_store()  # a store of unknown format is refused before anything is written
     dest = dest.resolve()
+    gate = inbound or InboundGate.for_copy(dest)  # the user's rules as they stand, before the version's arrive
     copy = WorkspaceCopy(dest)
     foreign = False
     if copy.exists():
@@ -376,7 +387,8 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
     head, _ = store.read_head(workspace_id)
     manifest = store.read_manifest(workspace_id, version)
     check_trees(store, manifest)
-    kept = keep_differing(dest, manifest.files, now) if foreign and now is not None else {}
+    kept = keep_differing(dest, [e for e in manifest.files if gate.reason(e.path) is None], now) \
+        if foreign and now is not None else {}
     if not copy.exists():
         copy.write_restoring(workspace_id)  # after the files in the way were kept: a rerun keeps the rest
 
@@ -389,7 +401,8 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
     progress.bytes_total = manifest.total_bytes
     progress.set_stage("fetching")
     pending: list[FileEntry] = []
-    placer = Placer(dest)
+    placer = gate.placer()
+    refused: set[str] = set()
     links: list[FileEntry] = []
     fetched = 0
     removed: list[str] = []
@@ -443,14 +456,17 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
             writing.append((batch, writer.submit(write, batch)))
 
         # Folder by folder in path order, a batch at a time: memory is the batch plus depth x width.
-        open_dirs: list[list[Any]] = [["", manifest.tree, 0, 0]]  # path, tree, files, bytes
+        # A folder with a refused file is not the version's tree here: the cache does not say it is.
+        open_dirs: list[list[Any]] = [["", manifest.tree, 0, 0, False]]  # path, tree, files, bytes, refused
 
         def close_to(path: str) -> None:
             while len(open_dirs) > 1 and not path.startswith(open_dirs[-1][0] + "/"):
-                folder, tree, n, b = open_dirs.pop()
-                cache.set_folder(folder_id(folder), tree, n, b)
+                folder, tree, n, b, short = open_dirs.pop()
+                if not short:
+                    cache.set_folder(folder_id(folder), tree, n, b)
                 open_dirs[-1][2] += n
                 open_dirs[-1][3] += b
+                open_dirs[-1][4] |= short
 
         batch: list[FileEntry] = []
         nodes = store.iter_nodes(manifest.tree) if manifest.tree is not None else ((0, e) for e in manifest.files)
@@ -461,9 +477,18 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
             for _depth, node in nodes:
                 close_to(node.path)
                 if isinstance(node, SubTree):
-                    open_dirs.append([node.path, node.tree, 0, 0])
+                    open_dirs.append([node.path, node.tree, 0, 0, False])
                     continue
                 e = node
+                if gate.reason(e.path) is not None:
+                    # the same bytes already here (the copy's own .portableignore) are no news;
+                    # a file the user ignores is not even read to be compared
+                    if gate.ignored(e.path) or not already_there(dest, e):
+                        gate.admit(e.path)
+                    refused.add(e.path)
+                    open_dirs[-1][4] = True
+                    progress.add(files=1)
+                    continue
                 open_dirs[-1][2] += 1
                 open_dirs[-1][3] += e.size
                 if (lazy and e.target is None and e.size >= lazy_threshold and not wanted_now(e.path)
@@ -486,7 +511,7 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
             if procs is not None:
                 procs.shutdown(wait=True, cancel_futures=True)
         close_to("")
-        if manifest.tree is not None:
+        if manifest.tree is not None and not open_dirs[0][4]:
             cache.set_folder(ROOT, manifest.tree, open_dirs[0][2], open_dirs[0][3])
         for e in links:
             placer.link(e)
@@ -497,7 +522,7 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
         if delete:
             # in a folder that was not a copy of this workspace, what --delete takes away is kept
             # as NAME.orig-TIME, as what the version replaced is: none of it is ours to destroy
-            removed = _remove_others(dest, cache, set(kept.values()), kept if foreign else None, now)
+            removed = _remove_others(dest, cache, set(kept.values()) | refused, kept if foreign else None, now)
 
         cache.set_version(manifest.version)
         copy.write_config(CopyConfig(workspace_id, store.url, manifest.version, head.epoch))
@@ -520,9 +545,10 @@ def restore(store: Store, workspace_id: str, dest: Path, *, version: int | None 
     progress.done(f"restored version {manifest.version} of {workspace_id} into {dest}: "
                   f"{manifest.file_count} files, {human_bytes(total)}"
                   + (f"; {len(pending)} large file(s) fetching in the background" if pending else "")
-                  + (f"; {len(kept)} differing file(s) kept beside them as NAME.orig-TIME" if kept else ""))
+                  + (f"; {len(kept)} differing file(s) kept beside them as NAME.orig-TIME" if kept else "")
+                  + (f"; {len(gate.refused)} file(s) refused by the inbound gate" if gate.refused else ""))
     return RestoreResult(workspace_id, manifest.version, manifest.file_count, total,
-                         sorted(pending_paths), fetched, removed, kept)
+                         sorted(pending_paths), fetched, removed, kept, [r.to_json() for r in gate.refused])
 
 
 def _remove_others(dest: Path, cache: StatCache, keep: set[str], aside: dict[str, str] | None = None,

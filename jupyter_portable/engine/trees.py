@@ -126,6 +126,13 @@ def count_trees(store: Store, root: str, memo: dict[str, TreeCount] | None = Non
         add(stack[-1], count)
 
 
+def most_folders(files: int) -> int:
+    """The most folders below the root (the root is not counted) a version of ``files`` files
+    can hold: a writer records no empty folder, and no file lies more than MAX_DEPTH down.
+    ``check_count`` and ``verify``'s walk both hold versions to it."""
+    return max(1, files) * MAX_DEPTH
+
+
 def check_count(manifest: Manifest, count: TreeCount) -> None:
     """Refuse a version whose trees do not hold what its manifest says, or that name far more
     folders than its files could need (a writer records no empty folder, and no file lies more
@@ -135,7 +142,7 @@ def check_count(manifest: Manifest, count: TreeCount) -> None:
         raise ManifestError(f"version {manifest.version} says {manifest.file_count} files and "
                             f"{manifest.total_bytes} bytes, but its trees hold {_many(count.files)} files and "
                             f"{_many(count.bytes)} bytes", hint="run `jupyter portable fsck`; restore another version")
-    if count.folders > max(1, count.files) * MAX_DEPTH:
+    if count.folders > most_folders(count.files):
         raise ManifestError(f"version {manifest.version} has {count.files} files in {_many(count.folders)} "
                             f"folders, more than {MAX_DEPTH} a file: its trees name subtrees over and over",
                             hint="run `jupyter portable fsck`; restore another version")

@@ -14,11 +14,11 @@ from typing import Any
 
 from jupyter_portable.core.errors import ManifestError, StoreError
 from jupyter_portable.core.manifest import FileEntry, Manifest
-from jupyter_portable.core.tree import MAX_DEPTH, Node, SubTree, show_path
+from jupyter_portable.core.tree import Node, SubTree, show_path
 from jupyter_portable.engine.fsck import FsckResult, fsck, parse_subset  # noqa: F401 - re-exported
 from jupyter_portable.engine.hashproc import check_file, check_files, helper_pool
 from jupyter_portable.engine.scan import Lister
-from jupyter_portable.engine.trees import node_name
+from jupyter_portable.engine.trees import most_folders, node_name
 from jupyter_portable.store.repo import (
     Store,
     check_depth,
@@ -317,9 +317,11 @@ class _Bound:
         self.manifest = manifest
         self.files = 0
         self.folders = 0
-        self.most_folders = max(1, manifest.file_count) * MAX_DEPTH
+        self.most_folders = most_folders(manifest.file_count)
 
     def folder(self, rel: str) -> None:
+        if not rel:
+            return  # the root: not one of the folders below it that trees.most_folders bounds
         self.folders += 1
         if self.folders > self.most_folders:
             self._refuse(f"more than {self.most_folders} folders (at {show_path(rel)})")

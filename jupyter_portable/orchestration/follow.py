@@ -9,8 +9,11 @@ forwarded save, or else the version the worker started from). Then:
 
 - the user's copy equals the base (or lacks the file): the worker's bytes replace it;
 - the worker equals the base: the user edited it; the next save forwards it, nothing moves;
-- both changed: both are kept, as for a save (monitor.post_save): the worker's version at the
-  name, the user's as ``NAME.conflict-lab-TIME`` in both copies, recorded and announced.
+- no base (a file the user's side never shared with this worker) and the user's copy has its
+  own: it is *new on the machine*: kept there and offered (announced), the user's stays as it is;
+- both changed: both are kept, on the side where the conflict is seen (this one): the
+  worker's version at the name, the user's moved to ``NAME.conflict-lab-TIME`` here, recorded
+  and announced. Nothing of the user's is sent to the machine by a tick.
 
 A file the worker deleted is deleted here only if this copy received it from the worker
 and still holds the bytes it received: never a file the user's side had on its own, even with
@@ -19,7 +22,12 @@ the same content. Bytes are hashed before they are renamed into place (invariant
 The worker is not trusted (docs/security.md): every path in its listing passes the check a
 manifest's paths pass (relative, normalised, not under ``.portable/``), and a path that leads
 through a symlink on the user's side to a folder outside the copy is neither read, written
-nor deleted (invariant 8). A refused path is an error of the tick, naming it.
+nor deleted (invariant 8). A malformed path is an error of the tick, naming it. Every path
+then passes the inbound gate (engine/gate.py, invariant 11) with the user's rules as they stand
+at the tick: a path that runs or configures code, the copy's ``.portableignore``, or a path the
+user's ignore rules keep out is not read from the worker nor written here (a file the user
+ignores is not even read here); it is listed in ``TickResult.refused`` and announced once per
+change on the worker.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -39,6 +48,7 @@ from jupyter_portable.core.errors import IntegrityError, PortableError, UnsafePa
 from jupyter_portable.core.paths import check_relpath
 from jupyter_portable.core.times import to_iso
 from jupyter_portable.core.validate import HASH_RE, short_repr
+from jupyter_portable.engine.gate import InboundGate
 from jupyter_portable.orchestration.hosting import ContentsManager, Timer
 from jupyter_portable.store.repo import digest, hash_file
 from jupyter_portable.workdir.conflicts import add_conflict
@@ -63,6 +73,8 @@ class TickResult:
     removed: list[str] = field(default_factory=list)
     conflicts: list[dict[str, str]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    refused: list[dict[str, str]] = field(default_factory=list)  # {path, reason}: the inbound gate's
+    offered: list[str] = field(default_factory=list)  # new on the machine: kept there, the user's stays
 
 
 class Follower:
@@ -91,6 +103,7 @@ class Follower:
         self.saving: dict[str, datetime] = {}  # path -> when a save of it began (JupyterLab writes it now)
         self._start_hashes: dict[str, str] | None = None
         self._local: dict[str, tuple[tuple[int, int, int, int], str]] = {}
+        self._gate = InboundGate.for_copy(self.root)  # made again at each tick: the user's rules as they stand
         self.timer: Timer | None = None  # the server's PeriodicCallback (start_following)
         self.paused = False  # tests that need the copy to hold still while they edit both sides
 
@@ -137,15 +150,25 @@ class Follower:
         for line in refused:
             log.warning("jupyter-portable: the worker's listing was refused in part: %s", line)
         self.worker_version = res.worker_version
+        self._gate = gate = InboundGate.for_copy(self.root)
         changed = False
         for path, w in sorted(worker.items()):
             if w is None or path in pending or self.seen.get(path) == w or self._is_saving(path, now):
                 continue
             try:
+                why = gate.reason(path)
+                if why is not None:
+                    self._refuse(path, w, why, res)
+                    continue
                 changed |= self._follow(orch, path, w, now, res)
             except (PortableError, OSError) as exc:
                 res.errors.append(f"{path}: {exc}")
                 log.warning("jupyter-portable: %s was not pulled from the worker: %s", path, exc)
+        if res.refused:
+            shown = "; ".join(f"{r['path']} ({r['reason']})" for r in res.refused[:5])
+            more = f" and {len(res.refused) - 5} more" if len(res.refused) > 5 else ""
+            self.notice("refused", f"{len(res.refused)} file(s) from the worker were not written into your copy: "
+                                   f"{shown}{more}")
         # gone from the worker since the last listing (not a file this tick wrote there itself)
         gone = [p for p in self.listed if p not in worker and p not in pending
                 and (p in self.agreed or p in self.received)]
@@ -232,6 +255,16 @@ class Follower:
         self._local[path] = (key, h)
         return h
 
+    def _refuse(self, path: str, w: str, why: str, res: TickResult) -> None:
+        """The gate refused ``path``: listed once per hash the worker gives it, never read from the
+        worker. A file the user ignores is not read here either; another that is already the
+        same here (the copy's own ``.portableignore``) is not news."""
+        self.seen[path] = w
+        if not self._gate.ignored(path) and self._local_hash(path) == w:
+            return
+        res.refused.append({"path": path, "reason": why})
+        log.warning("jupyter-portable: %s from the worker was not written into the copy: %s", path, why)
+
     def _follow(self, orch: Any, path: str, w: str, now: datetime, res: TickResult) -> bool:
         """Decide one file the worker changed; True when what was agreed changed."""
         local = self._local_hash(path)
@@ -242,6 +275,13 @@ class Follower:
         if local is not None and local != base and w == base:
             self.seen[path] = w  # the user's edit; a save forwards it
             return False
+        if base is None and local is not None and local != "not-a-file":
+            # never shared: the machine's is new there, not a conflict; the user's stays, unsent
+            self.seen[path] = w
+            res.offered.append(path)
+            self.notice("offered", f"{path} is new on the worker and differs from yours: yours stays here as it "
+                                   "is; the worker's is kept there")
+            return False
         data, h = orch.client().read(path)
         if digest(data) != h:
             raise IntegrityError(f"{path}: the bytes from the worker do not match their hash; nothing was written")
@@ -249,7 +289,7 @@ class Follower:
             if self._is_saving(path, now) or self._local_hash(path) != local:
                 return False  # a save got there first: the next tick decides again
             if local is not None and local != base and local != "not-a-file":
-                res.conflicts.append(self._keep_both(orch, path, now))
+                res.conflicts.append(self._keep_both(path, now))
             self._place(path, data)
             res.pulled.append(path)
             self.seen[path] = h
@@ -264,43 +304,24 @@ class Follower:
         self.agreed[path] = h
         return True
 
-    def _keep_both(self, orch: Any, path: str, now: datetime) -> dict[str, str]:
-        """Both changed: the user's bytes go to NAME.conflict-lab-TIME here and on the worker."""
+    def _keep_both(self, path: str, now: datetime) -> dict[str, str]:
+        """Both changed: the user's file moves to NAME.conflict-lab-TIME here, on the side where the
+        conflict is seen; nothing of it is sent to the worker (a save of it would forward it)."""
         kept = f"{path}.conflict-lab-{now.strftime('%Y%m%d-%H%M%S')}"
-        data = self._local_path(path).read_bytes()
-        self._place(kept, data)
-        with contextlib.suppress(PortableError):
-            orch.client().put_file(kept, data, None)
-            self.seen[kept] = digest(data)
-            self._agree(kept, digest(data))
+        os.rename(self._local_path(path), self._local_path(kept))
+        self._local.pop(path, None)
         add_conflict(self.ws.copy, path, to_iso(now, "seconds"), kept)
         self.notice("conflict", f"{path} changed on the worker too: the worker's version was kept, yours "
-                                f"is saved there as {kept}")
+                                f"is saved here as {kept}")
         return {"path": path, "kept": kept}
 
     def _place(self, path: str, data: bytes) -> None:
-        from jupyter_portable.engine.fetch import Placer
-
-        placer = Placer(self.root)
-        target = placer.target(path)
-        tmp = placer.temp_path()
+        """The worker's bytes at ``path``, through the inbound gate's writer (it asks the gate again)."""
+        placer = self._gate.placer()
         mode = 0o644
         with contextlib.suppress(OSError):
-            mode = os.stat(target).st_mode & 0o777
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fchmod(fd, mode)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            os.unlink(tmp)
-            raise
+            mode = os.stat(placer.target(path)).st_mode & 0o777
+        placer.place(path, len(data), digest(data), mode, time.time_ns(), data)
         self._local.pop(path, None)
 
     def _persist(self) -> None:

@@ -25,6 +25,7 @@ from jupyter_portable.core import lifecycle as L
 from jupyter_portable.core.envconfig import PortableRun
 from jupyter_portable.core.errors import ConflictError, PortableError
 from jupyter_portable.core.times import now_iso
+from jupyter_portable.engine.gate import outbound_reason
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.orchestration.hosting import ServerApp, ServerLoop
 from jupyter_portable.orchestration.idle import IdleWatch
@@ -445,6 +446,10 @@ class PortableService:
         except ValueError:
             return  # not in the workspace
         if rel.startswith(".portable/") or rel.startswith(".ipynb_checkpoints/") or "/.ipynb_checkpoints/" in rel:
+            return
+        why = outbound_reason(root, rel)  # the outbound gate: a file the user keeps out is never read to be sent
+        if why is not None:
+            log.info("jupyter-portable: %s was not forwarded to the worker: %s", rel, why)
             return
         orch = self.orchestrator()
         if orch.lifecycle().state != L.ACTIVE:

@@ -49,6 +49,8 @@ CONFLICTS_LOCK = "conflicts.lock"
 FOLLOW_NAME = "follow.json"
 NEXT_ACTION_NAME = "next_action.json"
 RUNTIME_NAME = "runtime.json"
+INBOUND_ALLOW_NAME = "inbound-allow"
+INBOUND_ALLOW_MAX = 64 * 1024  # a few patterns typed by a person
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ KEPT_FILES: tuple[KeptFile, ...] = (
     KeptFile(FOLLOW_NAME, "write_follow"),
     KeptFile(NEXT_ACTION_NAME, "write_next_action"),
     KeptFile(RUNTIME_NAME, "write_runtime"),
+    KeptFile(INBOUND_ALLOW_NAME, "write_inbound_allow (or the user, by hand: never a machine or a store)"),
 )
 
 
@@ -428,3 +431,23 @@ class WorkspaceCopy:
 
     def write_runtime(self, data: bytes) -> None:
         self._write(RUNTIME_NAME, data)
+
+    # -- the user's opt-ins past the inbound gate's deny-list (``engine/gate.py``) ------------------
+
+    def inbound_allow_lines(self) -> list[str]:
+        """The patterns (gitignore syntax) of deny-listed paths the user lets a machine or a store write here."""
+        data = self._read(INBOUND_ALLOW_NAME)
+        if data is None:
+            return []
+        if len(data) > INBOUND_ALLOW_MAX:
+            raise UsageError(f"{self._meta / INBOUND_ALLOW_NAME} is over {INBOUND_ALLOW_MAX} bytes",
+                             hint="keep one gitignore-style pattern a line there")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{self._meta / INBOUND_ALLOW_NAME} is not UTF-8 text: {exc}",
+                             hint="keep one gitignore-style pattern a line there") from None
+        return [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+    def write_inbound_allow(self, lines: list[str]) -> None:
+        self._write(INBOUND_ALLOW_NAME, "".join(f"{line}\n" for line in lines).encode("utf-8"))

@@ -50,6 +50,7 @@ _MAX_DEPTH = 256  # folders in an edited file's path; deeper is a mistake (and p
 
 def materialize(state: AgentState) -> None:
     from jupyter_portable.engine.checkpoint.registry import records
+    from jupyter_portable.engine.gate import InboundGate
     from jupyter_portable.engine.restore import restore
 
     state.phase = "materializing"
@@ -57,21 +58,23 @@ def materialize(state: AgentState) -> None:
     manifest = store.read_manifest(state.workspace_id, state.version)
     eager = [r.path for r in records(manifest) if r.verified]
     started = time.monotonic()
+    # the machine's own copy is the version whole: the path rules only (the user's side has its own gate)
     restore(store, state.workspace_id, state.workdir, version=state.version, lazy=True,
             lazy_threshold=state.lazy_threshold, eager=eager, progress=progress_sink(state, "materialize"),
-            start_fetcher=False)
+            start_fetcher=False, inbound=InboundGate.machine_side(state.workdir))
     state.timings["materialize_s"] = round(time.monotonic() - started, 3)
 
 
 def fetch_in_background(state: AgentState) -> None:
     """Large files, smallest first, in this process: they stop when the machine's agent does.
     A file asked for (``/fetch``) jumps the queue: the fetcher and the request share per-file locks."""
+    from jupyter_portable.engine.gate import InboundGate
     from jupyter_portable.engine.lazy import fetch_pending
 
     copy = WorkspaceCopy(state.workdir)
     started = time.monotonic()
     try:
-        while fetch_pending(copy) is not None:
+        while fetch_pending(copy, inbound=InboundGate.machine_side(state.workdir)) is not None:
             pass
         state.timings["background_s"] = round(time.monotonic() - started, 3)
     except Exception as exc:  # the files stay pending; /fetch and a later Continue try again
@@ -267,10 +270,10 @@ def put_file(state: AgentState, rel: str, content: bytes, base: str | None) -> d
 
 
 def _write_edit(state: AgentState, rel: str, content: bytes, base: str | None, new: str) -> dict[str, Any]:
-    from jupyter_portable.engine.fetch import Placer
+    from jupyter_portable.engine.gate import InboundGate
 
     with state.writes:
-        placer = Placer(state.workdir)
+        placer = InboundGate.machine_side(state.workdir).placer()
         target = Path(placer.target(rel))
         current = hash_file(target) if target.is_file() else None
         if current is not None and current != new and current != base:

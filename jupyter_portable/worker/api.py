@@ -177,8 +177,11 @@ class FetchHandler(_Handler):
         if not isinstance(rel, str):
             raise web.HTTPError(400, reason="path must be text")
         def fetch() -> dict[str, Any]:
+            from jupyter_portable.engine.gate import InboundGate
+
             check_fits(self.state.workdir, check_relpath(rel))
-            ensure(WorkspaceCopy(self.state.workdir), rel)
+            # the machine's own copy: the path rules only (the user's side has its own gate)
+            ensure(WorkspaceCopy(self.state.workdir), rel, inbound=InboundGate.machine_side(self.state.workdir))
             return {"path": rel}
 
         await self.run(fetch)

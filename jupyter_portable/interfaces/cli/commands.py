@@ -229,6 +229,8 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
                                      delete=args.delete, progress=_stream(args), force=args.force,
                                      now=utcnow())  # the one clock read: it names kept files
         text = "\n".join(f"kept {path} as {aside}" for path, aside in sorted(restored.kept.items()))
+        for r in restored.refused:  # on stderr in both modes: --json readers get them in the object too
+            print(f"refused {terminal_safe(r['path'], one_line=True)}: {r['reason']}", file=sys.stderr)
         return restored.to_json(), text, 0
     if args.verb == "fsck":
         from jupyter_portable.engine.verify import parse_subset
