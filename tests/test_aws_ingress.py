@@ -103,15 +103,43 @@ def test_the_ingress_follows_the_user_to_a_new_address(twin: AwsTwin, tmp_path: 
     twin.move_user(CAFE)
     assert ssh(key, status, known, "true").returncode == 255
     assert provider.admit_caller(alloc) is True
-    assert cidrs(ssh_group(ec2)) == [f"{HOME}/32", f"{CAFE}/32"]  # added; the old one kept
+    # replaced, not added: the machine is reached from the new address now, and no one uses the old
+    assert cidrs(ssh_group(ec2)) == [f"{CAFE}/32"]
     assert ssh(key, status, known, "true").returncode == 0
     assert provider.admit_caller(alloc) is False
 
-    # the next launch asks checkip again: the user's address now, not the first one it learnt
+    # the next launch asks checkip again: the user's address now, not the first one it learnt; the
+    # first machine, still running, keeps the address it is reached from
     twin.move_user("192.0.2.77")
     later = provider.launch(OFFER, allocation_id="al-follow2", ssh_public_key=key.with_suffix(".pub").read_text())
-    assert "192.0.2.77/32" in cidrs(ssh_group(ec2))
+    assert cidrs(ssh_group(ec2)) == ["192.0.2.77/32", f"{CAFE}/32"]
     provider.terminate(alloc)
+    provider.terminate(later)
+
+
+def test_the_ssh_rules_never_pile_up_as_the_user_moves(twin: AwsTwin, tmp_path: Path) -> None:
+    """Issue 42, item 4: each move used to leave a /32 open on port 22 for good, until the group's
+    rule quota made every launch fail. The group holds the user's address now and those running
+    machines come from; a rule the user wrote by hand is left alone."""
+    key = keygen(tmp_path / "user")
+    provider = AwsProvider(caller_address=twin.checkip)
+    alloc = provider.launch(OFFER, allocation_id="al-moves1", ssh_public_key=key.with_suffix(".pub").read_text(),
+                            host_key=host_key_pair())
+    status = wait_reachable(provider, alloc)
+    ec2 = boto3.client("ec2")
+    group_id = ssh_group(ec2)["GroupId"]
+    ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[
+        {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "10.9.0.0/16"}]}])
+    for n in range(1, 8):  # seven networks in a row: a café, a train, home again...
+        twin.move_user(f"203.0.113.{n}")
+        assert provider.admit_caller(alloc) is True
+        assert cidrs(ssh_group(ec2)) == ["10.9.0.0/16", f"203.0.113.{n}/32"]
+    assert status and twin.admits(alloc.ref) is True
+    provider.terminate(alloc)
+    # with no machine running, the next launch opens the address it comes from alone
+    twin.move_user(HOME)
+    later = provider.launch(OFFER, allocation_id="al-moves2", ssh_public_key=key.with_suffix(".pub").read_text())
+    assert cidrs(ssh_group(ec2)) == ["10.9.0.0/16", f"{HOME}/32"]
     provider.terminate(later)
 
 

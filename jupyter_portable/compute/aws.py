@@ -104,6 +104,10 @@ PURPOSE_TAG = "jupyter-portable:purpose"
 # its hours), which DescribeInstances does not say; `machines` prices the instance at it
 BLOCK_RATE_TAG = "jupyter-portable:block-price-per-hour"
 SSH_GROUP_NAME = "jupyter-portable-ssh"
+# on each instance: the address (CIDR) its SSH comes from; the group keeps a rule only for those of
+# running instances and the user's address now, so rules are replaced, never accumulated
+SSH_FROM_TAG = "jupyter-portable:ssh-from"
+_RULE_DESCRIPTION = "jupyter-portable user"  # the rules this provider wrote (the user's own are left alone)
 KEY_PAIR_PREFIX = "jupyter-portable-"
 CHECKIP_URL = "https://checkip.amazonaws.com"
 
@@ -175,9 +179,8 @@ class AwsProvider(Provider):
         # the user's setting: SSH comes from there, whatever checkip says
         self._ssh_cidr = settings.ssh_cidr or None
         self._caller_address = caller_address
-        # what exists already, learnt once per provider: key name by key, group by (VPC, CIDR)
+        # what exists already, learnt once per provider: key pair name by key
         self._key_pairs: dict[str, str] = {}
-        self._groups: dict[tuple[str, str], str] = {}
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -312,12 +315,17 @@ class AwsProvider(Provider):
         key_name, groups = self.key_name, self.security_group_ids
         # with the user's own key pair named, our key can only travel in the user data
         user_data_key = ssh_public_key if self.key_name else None
+        ssh_from = None
         if ssh_public_key:
             with self._boundary("prepare SSH access", offer.id, default=LaunchFailed):
                 key_name = key_name or self._ensure_key_pair(ssh_public_key)
-                groups = groups or (self._ensure_ssh_group(zone),)
+                if not groups:
+                    ssh_from = self._ssh_source()
+                    groups = (self._ensure_ssh_group(zone, ssh_from),)
         params = self._run_params(offer, allocation_id=allocation_id, image=image, user_data_key=user_data_key,
                                   env=env, host_key=host_key, key_name=key_name, groups=groups)
+        if ssh_from:
+            params["TagSpecifications"][0]["Tags"].append({"Key": SSH_FROM_TAG, "Value": ssh_from})
         # idempotent: the same launch sent again (its answer lost) starts no second instance
         params["ClientToken"] = allocation_id
         try:
@@ -445,29 +453,53 @@ class AwsProvider(Provider):
                              hint="set JUPYTER_PORTABLE_SSH_CIDR like 203.0.113.7/32") from None
 
     def admit_caller(self, allocation: Allocation) -> bool:
-        """Let SSH in to ``allocation`` from this computer's address as checkip sees it now: the rule is
-        added to this provider's group (``jupyter-portable-ssh``) when none covers the address yet.
-        True when one was added. Nothing changes where JUPYTER_PORTABLE_SSH_CIDR fixes the source or
-        the groups are the user's own (``security_group_ids``)."""
-        from botocore.exceptions import ClientError
-
+        """Let SSH in to ``allocation`` from this computer's address as checkip sees it now: the
+        instance's ``jupyter-portable:ssh-from`` becomes that address, and this provider's group
+        (``jupyter-portable-ssh``) gets a rule for it when none covers it yet, and loses its rules for
+        addresses no running instance comes from any more. True when a rule was added. Nothing
+        changes where JUPYTER_PORTABLE_SSH_CIDR fixes the source or the groups are the user's own
+        (``security_group_ids``)."""
         groups = [str(g) for g in allocation.details.get("security_group_ids") or []]
         if self._ssh_cidr is not None or self.security_group_ids or not groups:
             return False
         cidr = self._ssh_source()
         added = False
         with self._boundary("let SSH in from this computer's new address", allocation.offer_id):
+            self.client.create_tags(Resources=[allocation.ref], Tags=[{"Key": SSH_FROM_TAG, "Value": cidr}])
             for group in self.client.describe_security_groups(GroupIds=groups)["SecurityGroups"]:
-                if group.get("GroupName") != SSH_GROUP_NAME or _opens_ssh_to(group, cidr):
-                    continue
-                try:
-                    self.client.authorize_security_group_ingress(
-                        GroupId=group["GroupId"], IpPermissions=[_ssh_permission(cidr)])
-                    added = True
-                except ClientError as exc:
-                    if _code(exc) != "InvalidPermission.Duplicate":
-                        raise
+                if group.get("GroupName") == SSH_GROUP_NAME:
+                    added = self._replace_ssh_rules(group, cidr) or added
         return added
+
+    def _replace_ssh_rules(self, group: Mapping[str, Any], cidr: str) -> bool:
+        """Make ``group``'s own rules (those this provider wrote) open tcp/22 to ``cidr`` and to the
+        address each of its running instances comes from, and to nothing else: a rule for an address
+        no one uses any more is revoked, so rules never pile up to the group's quota. True when the
+        rule for ``cidr`` was added."""
+        from botocore.exceptions import ClientError
+
+        group_id = str(group["GroupId"])
+        running = self.client.describe_instances(Filters=[
+            {"Name": "instance.group-id", "Values": [group_id]},
+            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}])
+        keep = {cidr} | {str(tag["Value"]) for page in running.get("Reservations") or []
+                         for inst in page.get("Instances") or [] for tag in inst.get("Tags") or []
+                         if tag.get("Key") == SSH_FROM_TAG}
+        for old in sorted(_own_ssh_rules(group) - keep):
+            try:
+                self.client.revoke_security_group_ingress(GroupId=group_id, IpPermissions=[_ssh_permission(old)])
+            except ClientError as exc:
+                if _code(exc) != "InvalidPermission.NotFound":  # another launch revoked it meanwhile
+                    raise
+        if _opens_ssh_to(group, cidr):
+            return False
+        try:
+            self.client.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[_ssh_permission(cidr)])
+        except ClientError as exc:
+            if _code(exc) != "InvalidPermission.Duplicate":
+                raise
+            return False
+        return True
 
     def _vpc_for(self, zone: str) -> str:
         if zone in self.subnets:
@@ -479,15 +511,13 @@ class AwsProvider(Provider):
                              hint="pass subnets={zone: subnet id} or security_group_ids= to AwsProvider")
         return str(vpcs[0]["VpcId"])
 
-    def _ensure_ssh_group(self, zone: str) -> str:
-        """The id of this provider's security group in the zone's VPC, made the first time,
-        with 22/tcp open to :meth:`_ssh_source`."""
+    def _ensure_ssh_group(self, zone: str, cidr: str) -> str:
+        """The id of this provider's security group in the zone's VPC, made the first time, with
+        22/tcp open to ``cidr`` (:meth:`_ssh_source`) and to the addresses of its running instances
+        only (:meth:`_replace_ssh_rules`)."""
         from botocore.exceptions import ClientError
 
-        cidr = self._ssh_source()
         vpc = self._vpc_for(zone)
-        if (vpc, cidr) in self._groups:
-            return self._groups[vpc, cidr]
         filters = [{"Name": "group-name", "Values": [SSH_GROUP_NAME]}, {"Name": "vpc-id", "Values": [vpc]}]
         found = self.client.describe_security_groups(Filters=filters)["SecurityGroups"]
         if found:
@@ -504,13 +534,7 @@ class AwsProvider(Provider):
                     raise
             group = self.client.describe_security_groups(Filters=filters)["SecurityGroups"][0]
         group_id = str(group["GroupId"])
-        if not _opens_ssh_to(group, cidr):
-            try:
-                self.client.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[_ssh_permission(cidr)])
-            except ClientError as exc:
-                if _code(exc) != "InvalidPermission.Duplicate":
-                    raise
-        self._groups[vpc, cidr] = group_id
+        self._replace_ssh_rules(group, cidr)  # at each launch: the machines that ended since leave no rule
         return group_id
 
     # -- afterwards -------------------------------------------------------------------
@@ -800,10 +824,21 @@ def _opens_ssh_to(group: Mapping[str, Any], cidr: str) -> bool:
     return False
 
 
+def _own_ssh_rules(group: Mapping[str, Any]) -> set[str]:
+    """The CIDRs of ``group``'s tcp/22 rules that this provider wrote (by their description)."""
+    out = set()
+    for rule in group.get("IpPermissions") or []:
+        if rule.get("IpProtocol") == "tcp" and rule.get("FromPort") == 22 and rule.get("ToPort") == 22:
+            out |= {str(r.get("CidrIp") or r.get("CidrIpv6")) for r in
+                    [*(rule.get("IpRanges") or []), *(rule.get("Ipv6Ranges") or [])]
+                    if r.get("Description") == _RULE_DESCRIPTION}
+    return out
+
+
 def _ssh_permission(cidr: str) -> dict[str, Any]:
     """The ingress rule for tcp/22 from ``cidr``."""
-    ranges = ({"Ipv6Ranges": [{"CidrIpv6": cidr, "Description": "jupyter-portable user"}]} if ":" in cidr
-              else {"IpRanges": [{"CidrIp": cidr, "Description": "jupyter-portable user"}]})
+    ranges = ({"Ipv6Ranges": [{"CidrIpv6": cidr, "Description": _RULE_DESCRIPTION}]} if ":" in cidr
+              else {"IpRanges": [{"CidrIp": cidr, "Description": _RULE_DESCRIPTION}]})
     return {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, **ranges}
 
 
