@@ -449,6 +449,17 @@ def test_vast_status_cases(api: respx.MockRouter, name: str, state: str, ssh: Ss
     assert (status.state, status.ssh) == (state, ssh)
 
 
+@pytest.mark.parametrize("actual", ["unknown", "offline"])
+def test_vast_unknown_or_offline_mid_session_is_unknown_not_lost(api: respx.MockRouter, actual: str) -> None:
+    # Vast's docs: "unknown" is no recent heartbeat from the host; "offline" is computed from it. Neither is
+    # evidence that the instance is gone (issue 42): core.reachability decides, as for every provider
+    running = {**body("vastai", "showInstance.200.exited.json")}
+    running["instances"] = {**running["instances"], "actual_status": actual, "intended_status": "running"}
+    api.get(f"{VAST}/api/v0/instances/7654321/").mock(return_value=httpx.Response(200, json=running))
+    status = vast().status(allocation("vastai", "7654321"))
+    assert status.state == "unknown" and "no recent heartbeat" in (status.reason or "")
+
+
 def test_vast_an_ask_gone_from_search_is_no_capacity(api: respx.MockRouter) -> None:
     api.post(f"{VAST}/api/v0/bundles/").mock(side_effect=[
         reply("vastai", "searchOffers.200.json"), reply("vastai", "searchOffers.200.empty.json")])

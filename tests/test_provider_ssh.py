@@ -193,7 +193,7 @@ def test_a_changed_host_key_is_refused(provider: SshProvider, sshd: Sshd, tmp_pa
     assert str(provider.known_hosts) in (info.value.hint or "")
 
 
-def test_a_port_with_nothing_listening_is_unavailable_and_its_allocation_lost(
+def test_a_port_with_nothing_listening_is_unavailable_and_its_allocation_unknown_not_lost(
         sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
@@ -209,7 +209,8 @@ def test_a_port_with_nothing_listening_is_unavailable_and_its_allocation_lost(
     gone = Allocation("a1", "ssh", "box", "box:1", "2024-01-01T00:00:00+00:00",
                       ssh=SshEndpoint("127.0.0.1", closed), details={"pid": 1, "remote_dir": str(tmp_path)})
     status = provider.status(gone)
-    assert status.state == "lost" and "cannot be reached" in (status.reason or "")
+    # an SSH error says nothing of the worker: core.reachability decides when silence is a loss (issue 42)
+    assert status.state == "unknown" and "cannot be reached" in (status.reason or "")
     code, _out, err = ssh_runner(provider, gone)(["nvidia-smi"])  # a Runner answers, never raises
     assert code == 255 and "cannot be reached" in err
 
@@ -335,7 +336,7 @@ def test_a_worker_killed_by_hand_is_lost_and_can_still_be_terminated(provider: S
     assert provider.check_capacity(offer) == 1
 
 
-def test_a_stale_heartbeat_is_lost_and_a_frozen_worker_is_killed(provider: SshProvider) -> None:
+def test_a_stale_heartbeat_of_a_live_worker_is_running_and_a_frozen_worker_is_killed(provider: SshProvider) -> None:
     [offer] = provider.offers()
     alloc = provider.launch(offer, allocation_id="alloc-s")
     pid = alloc.details["pid"]
@@ -343,7 +344,8 @@ def test_a_stale_heartbeat_is_lost_and_a_frozen_worker_is_killed(provider: SshPr
     os.kill(pid, signal.SIGSTOP)
     time.sleep(provider.stale_after + 1)
     status = provider.status(alloc)
-    assert status.state == "lost" and "heartbeat" in (status.reason or "")
+    # its process lives: the heartbeat path decides (core.reachability), not this one look
+    assert status.state == "running" and "heartbeat" in (status.reason or "")
     provider.terminate(alloc, grace=0.5)
     assert _wait(lambda: not _alive(pid), 2)
 

@@ -229,7 +229,8 @@ def _wait_up(provider: Provider, allocation: Allocation, timeout_s: float, inter
                     allocation.ssh = st.ssh
                 return
             waiting = pending
-        if st.state in _DOWN:
+        if st.state in _DOWN or st.state == "unknown":
+            # unknown while booting (Vast's unknown/offline host) does not reach running: its docs
             raise LaunchFailed(f"the machine was {st.state} while booting" + (f": {st.reason}" if st.reason else ""),
                                provider=provider.name, offer=allocation.offer_id)
         now = clock()

@@ -20,7 +20,10 @@ from jupyter_portable.core.offers import Offer, Requirements
 from jupyter_portable.core.spend import SPEND_SOURCES  # noqa: F401 (the sources a figure names)
 from jupyter_portable.core.times import parse_iso_or_none
 
-STATES = ("pending", "running", "reachable", "stopped", "lost", "terminated")
+# "unknown": the provider answered but cannot say whether the machine runs (Vast's ``unknown`` and
+# ``offline``: no recent heartbeat from its host), or the host itself did not answer (an SSH host): not
+# evidence of a loss (core.reachability decides, the same for every provider)
+STATES = ("pending", "running", "reachable", "stopped", "lost", "terminated", "unknown")
 
 # How every rented machine is found again: its provider name (RunPod pod name, Vast label,
 # Lambda name, GCP/AWS "Name") is ``jupyter-portable.<allocation>.<workspace>``, and where the
@@ -210,7 +213,9 @@ class Provider:
         raise NotImplementedError
 
     def status(self, allocation: Allocation) -> AllocationStatus:
-        """Where the allocation stands now; ``lost`` when the provider took it back."""
+        """Where the allocation stands now; ``lost`` when the provider took it back (evidence: gone,
+        preempted, restarted without its GPUs), ``unknown`` when it cannot say (never ``lost`` for
+        that: :mod:`jupyter_portable.core.reachability` decides when silence becomes a loss)."""
         raise NotImplementedError
 
     def terminate(self, allocation: Allocation) -> None:

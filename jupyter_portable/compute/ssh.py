@@ -292,7 +292,9 @@ class SshProvider(Provider):
 
     def status(self, allocation: Allocation) -> AllocationStatus:
         """``reachable`` while the worker is alive and its heartbeat is under ``stale_after`` seconds
-        old (by the host's clock); ``lost`` when it is gone, stale, or the host does not answer."""
+        old (by the host's clock); ``lost`` when the host answers that the worker is gone or writes no
+        heartbeat; ``running`` when its process lives but its heartbeat is stale; ``unknown`` when the
+        host does not answer (an SSH or transport error says nothing of the worker: issue 42)."""
         endpoint = allocation.ssh
         with self._state.edit() as table:
             rec = table.get(allocation.allocation_id, {})
@@ -302,7 +304,7 @@ class SshProvider(Provider):
             host = self._host(allocation.offer_id)
             out = self._python(host, "status", self._worker_args(allocation), timeout=self.connect_timeout + 10)
         except (ComputeError, UsageError) as exc:
-            return AllocationStatus("lost", ssh=endpoint, reason=exc.one_line())
+            return AllocationStatus("unknown", ssh=endpoint, reason=f"ssh host does not answer: {exc.one_line()}")
         if not out.get("alive"):
             why = "the worker stopped" if out.get("stopped") else "the worker process is gone"
             return AllocationStatus("lost", ssh=endpoint, reason=f"{why} on ssh host {host.name}")
@@ -310,7 +312,8 @@ class SshProvider(Provider):
             return AllocationStatus("lost", ssh=endpoint, reason=f"the worker on {host.name} writes no heartbeat")
         age = float(out["now"]) - float(out["heartbeat"])
         if age > self.stale_after:
-            return AllocationStatus("lost", ssh=endpoint,
+            # the process lives: the heartbeat decides (core.reachability), not this one look
+            return AllocationStatus("running", ssh=endpoint,
                                     reason=f"the worker's last heartbeat on {host.name} is {age:.0f}s old")
         return AllocationStatus("reachable", ssh=endpoint)
 

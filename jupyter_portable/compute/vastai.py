@@ -103,10 +103,14 @@ MIN_COMPUTE_CAP = {11: 350, 12: 500, 13: 750}
 RUNTIME_ERROR = re.compile(r"\berror\b|failed|unsatisfied|oci runtime|exec format|no such (?:image|file)"
                            r"|unable to|cannot|denied", re.I)
 
-# actual_status values from Vast's docs; the doc warns the last three never reach running.
+# actual_status values from Vast's docs. "exited": the container ended. "unknown" is "no recent
+# heartbeat from the host" and "offline" is computed from it: they say nothing of the instance, and
+# are "unknown" here (a loss only on core.reachability's rule); the docs' note that they never reach
+# running is about starting, where acquiring gives up on them.
 PENDING = {"loading", "created", "scheduling", "rebooting"}
 STOPPED = {"stopped", "frozen"}
-DEAD = {"exited", "unknown", "offline"}
+DEAD = {"exited"}
+SILENT = {"unknown", "offline"}
 
 
 def gpu_names(wanted: tuple[str, ...] | list[str]) -> list[str]:
@@ -354,7 +358,8 @@ class VastProvider(HttpProvider):
 
     def status(self, allocation: Allocation) -> AllocationStatus:
         """``GET /api/v0/instances/{id}/``: running with a published SSH port is reachable;
-        exited/unknown/offline, or stopped when it was meant to run, is lost. ``spend``: Vast's
+        exited, or stopped when it was meant to run, is lost; unknown/offline (the host sent no recent
+        heartbeat) is unknown. ``spend``: Vast's
         ``dph_total`` ($/h, storage included) from its ``start_date``."""
         path = f"/api/v0/instances/{quote(allocation.ref, safe='')}/"
         status, body = self._api.request("GET", path, operation="status", allow=(404,))
@@ -424,6 +429,10 @@ class VastProvider(HttpProvider):
                 return AllocationStatus("stopped", reason=message)
             return AllocationStatus("lost", reason=f"the host {actual} it while it was meant to run "
                                     "(outbid, or the host took it back)")
+        if actual in SILENT:
+            return AllocationStatus("unknown", ssh=_ssh_endpoint(inst) if actual == "unknown" else None,
+                                    reason=f"actual_status is {actual!r}: no recent heartbeat from the host"
+                                    + (f" ({message})" if message else ""))
         if actual in DEAD:
             return AllocationStatus("lost", reason=f"actual_status is {actual!r}: it will not reach running"
                                     + (f" ({message})" if message else ""))

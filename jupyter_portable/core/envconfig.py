@@ -26,6 +26,7 @@ from traitlets import Bool, Float, Int, List, TraitError, TraitType, Unicode, va
 from traitlets.config import Config, Configurable
 
 from jupyter_portable.core.errors import UsageError
+from jupyter_portable.core.reachability import DEFAULT_GRACE_S
 from jupyter_portable.core.secretenv import PASS_ENV, pass_names
 from jupyter_portable.core.validate import short_repr
 
@@ -217,6 +218,14 @@ class PortableRun(EnvConfigurable):
         {BOOT_TIMEOUT_ENV}. Example: c.Portable.boot_timeout = "runpod=600,aws=1200,900" """).tag(
         config=True, env=BOOT_TIMEOUT_ENV)
 
+    unreachable_grace = Float(DEFAULT_GRACE_S, help=f"""Seconds a rented machine may go unanswered
+        by every path (the worker's heartbeat and SSH) before it can be declared lost, and then only
+        while its provider cannot say it runs (a provider that says it is gone, stopped or preempted
+        is believed at once). Until then the state says "unreachable since HH:MM", nothing is
+        released, and the machine answering again resumes the session with nothing lost.
+        Default: {DEFAULT_GRACE_S:.0f}. Environment: JUPYTER_PORTABLE_UNREACHABLE_GRACE. Example:
+        c.Portable.unreachable_grace = 600.0""").tag(config=True, env="JUPYTER_PORTABLE_UNREACHABLE_GRACE")
+
     workspace = Unicode("", help="""The workspace the server serves: a folder in it (its root or
         below). Default: the one holding JupyterLab's root folder. Environment:
         JUPYTER_PORTABLE_WORKSPACE. Example: c.Portable.workspace = "/home/me/project" """).tag(
@@ -230,6 +239,14 @@ class PortableRun(EnvConfigurable):
                              f"got {value!r}",
                              hint="auto (the default: the recorded environment, nearest compatible versions "
                                   "where the machine's Python differs), exact, lockfile or image")
+        return value
+
+    @validate("unreachable_grace")
+    def _check_unreachable_grace(self, proposal: Any) -> float:
+        value = float(proposal["value"])
+        if not (0 <= value <= 7 * 24 * 3600):
+            raise UsageError(f"{self.where('unreachable_grace')} must be seconds from 0 to a week, got {value!r}",
+                             hint=f"a few minutes (the default is {DEFAULT_GRACE_S:.0f})")
         return value
 
     @validate("first_machine")

@@ -69,6 +69,23 @@ WORDS: Mapping[str, StateWords] = MappingProxyType({
 })
 
 
+# Not a lifecycle state: a machine ACTIVE (or READY) that no path reaches now (core/reachability.py).
+# Its lifecycle stays where it is, and nothing is released, until the machine answers or is lost on
+# evidence; every view says it in these words, with the time: "unreachable since 14:02Z".
+UNREACHABLE = "UNREACHABLE"
+UNREACHABLE_WORDS = StateWords("Unreachable", "the machine has not answered since the time shown (the network, "
+                               "or the laptop's); nothing is released while its provider may still run it, and "
+                               "the session resumes with nothing lost when it answers", True,
+                               "wait for it to answer; it is declared lost only on the provider's word or after "
+                               "c.Portable.unreachable_grace seconds while the provider cannot say it runs")
+
+
+def unreachable_line(state: str, version: int | None, since: str) -> str:
+    """The state line of an unreachable machine: "ACTIVE at version 9, unreachable since 14:02Z: ..."."""
+    at = f" at version {version}" if version else ""
+    return f"{state}{at}, unreachable since {since}: {UNREACHABLE_WORDS.meaning}"
+
+
 def words(state: str) -> StateWords:
     """The words for ``state``; KeyError names the states there are."""
     try:
@@ -90,4 +107,5 @@ def table() -> dict[str, dict[str, Any]]:
     return {state: WORDS[state].to_json() for state in L.STATES}
 
 
-__all__ = ["WORDS", "StateWords", "state_line", "table", "words"]
+__all__ = ["UNREACHABLE", "UNREACHABLE_WORDS", "WORDS", "StateWords", "state_line", "table", "unreachable_line",
+           "words"]

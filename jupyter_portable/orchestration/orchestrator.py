@@ -17,11 +17,12 @@ epoch, which fences the lost worker for good), and a release after the seal.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from jupyter_portable.compute.base import Allocation, AllocationStatus, Provider
@@ -54,11 +55,15 @@ StateSink = Callable[[dict[str, Any]], None]
 ProgressSink = Callable[[dict[str, Any]], None]
 Reconnect = Callable[[AgentRecord], None]
 
-_DOWN = ("lost", "terminated", "stopped")
+log = logging.getLogger("jupyter_portable.orchestration")
 MATERIALIZE_TIMEOUT_S = 3600.0
 # c.Portable.environment's modes, c.Portable.boot_timeout's parser: defined with their settings
 # in core.envconfig.PortableRun, named here for the code that imports them from the orchestrator
 ENVIRONMENT_ENV = "JUPYTER_PORTABLE_ENVIRONMENT"
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def _environment_detail(built: Any, runtime: Any = None) -> dict[str, Any] | None:
@@ -95,10 +100,10 @@ class Orchestrator:
     def __init__(self, ws: Workspace, *, providers: dict[str, Provider] | None = None,
                  on_state: StateSink | None = None, on_progress: ProgressSink | None = None,
                  reconnect: Reconnect | None = None, lazy_threshold: int | None = None,
-                 boot_timeout_s: float = 120, stale_after_s: float = 10.0,
+                 boot_timeout_s: float = 120, stale_after_s: float | None = None,
                  environment: dict[str, Any] | None = None, cloud_boot_timeout_s: float | None = None,
                  clock: Callable[[], float] = time.monotonic, pass_env: Iterable[str] | None = None,
-                 boot_timeout: str | None = None) -> None:
+                 boot_timeout: str | None = None, wall: Callable[[], datetime] = utcnow) -> None:
         self.ws = ws
         if pass_env is None or not environment or boot_timeout is None:
             # what the caller did not give: c.Portable's settings as this process's configuration and
@@ -119,10 +124,15 @@ class Orchestrator:
         # a rented machine may take minutes to boot: c.Portable.boot_timeout says how many seconds,
         # for every cloud ("900") or per provider ("runpod=600,aws=1200,900")
         self.cloud_boot_timeouts = boot_timeouts(boot_timeout, cloud_boot_timeout_s, "c.Portable.boot_timeout")
-        self.stale_after_s = stale_after_s
+        # how long no path may reach the active machine before it can be declared lost (and then only
+        # while its provider cannot say it runs): c.Portable.unreachable_grace, core.reachability's rule
+        self.unreachable_grace_s = (PortableRun.current().unreachable_grace if stale_after_s is None
+                                    else float(stale_after_s))
+        self.wall = wall  # the time of a loss check that is given none
         self.clock = clock  # heartbeat silence is measured on it, never on a clock read in the check
         self._cancel = threading.Event()
-        self._silent_since: float | None = None
+        # (allocation, when it stopped answering) while the active machine does not answer
+        self._unreachable: tuple[str, datetime] | None = None
         self._clients: dict[str, AgentClient] = {}
         self._expirations: dict[str, str] = {}  # allocation -> when its store credentials expire
         # what each machine's provider last said, as the loss check saw it: the state view
@@ -634,20 +644,35 @@ class Orchestrator:
 
     # -- Loss -------------------------------------------------------------------------------------
 
-    def check(self, now: float | None = None) -> dict[str, Any]:
-        """Look at the active machine once: its provider's status and the agent's heartbeat.
-        LOST (recorded, with the reason) when the provider says it is gone, or the agent has not
-        answered for ``stale_after_s`` seconds of the orchestrator's ``clock`` (``now``: its reading)."""
+    def check(self, now: datetime | float | None = None) -> dict[str, Any]:
+        """Look at the active machine once: its provider's status and the agent's heartbeat, and
+        decide by :func:`jupyter_portable.core.reachability.decide` (one rule for every provider):
+        LOST (recorded, with the reason) only when the provider says the machine is gone, or no path
+        has reached it for ``unreachable_grace_s`` while the provider cannot say it runs; until then
+        it is unreachable (``"unreachable_since"`` in the answer), shown and left alone. ``now``: the
+        time of this look (a datetime, or seconds since the epoch); None reads ``wall``."""
+        from jupyter_portable.core import reachability as R
+
+        if now is None:
+            at = self.wall()
+        elif isinstance(now, datetime):
+            at = now
+        else:
+            at = datetime.fromtimestamp(float(now), timezone.utc)
         lc = self.lifecycle()
         if lc.state not in (L.ACTIVE, L.READY):
-            return {**self.summary(lc), "alive": None}
+            self._unreachable = None
+            return {**self.summary(lc), "alive": None, "unreachable_since": None}
         rec = self.record(lc.allocation_id)
         if rec is None:
             self._lost(lc, "no record of how to reach the worker is left on this machine")
-            return {**self.summary(), "alive": False}
+            return {**self.summary(), "alive": False, "unreachable_since": None}
         status = None
-        with contextlib.suppress(PortableError):
+        asked: str | None = None
+        try:
             status = self.provider_of(rec.allocation).status(rec.allocation)
+        except PortableError as exc:
+            asked = exc.one_line()  # the provider did not answer: it cannot say
         if status is not None:
             self.observed[rec.allocation_id] = status
         if status is not None and status.state == "reachable":
@@ -663,29 +688,53 @@ class Orchestrator:
                         stale.close()
             except ComputeError as exc:
                 self._lost(lc, str(exc), spend=status.spend or 0.0)
-                return {**self.summary(), "alive": False}
-        if status is not None and status.state in _DOWN:
-            self._lost(lc, status.reason or f"the provider says the machine is {status.state}",
-                       spend=status.spend or 0.0)
-            return {**self.summary(), "alive": False}
-        try:
+                return {**self.summary(), "alive": False, "unreachable_since": None}
+        answer = R.provider_answer(status.state if status is not None else None)
+        said = (status.reason or (f"the provider says the machine is {status.state}" if answer == R.GONE else None)
+                ) if status is not None else asked
+        reached = False
+        if answer != R.GONE:
             try:
-                self.client(rec.allocation_id).status(timeout=5)
-            except PortableError:
-                # the user's address may have changed (another network): where the provider's firewall
-                # admits addresses, the new one is let in first, and the worker asked again
-                if not self._admit_caller(rec):
-                    raise
-                self.client(rec.allocation_id).status(timeout=5)
-            self._silent_since = None
-            return {**self.summary(lc), "alive": True}
-        except PortableError as exc:
-            now = self.clock() if now is None else now
-            self._silent_since = self._silent_since or now
-            if now - self._silent_since >= self.stale_after_s:
-                self._lost(lc, f"heartbeats stopped: {exc}", spend=(status.spend or 0.0) if status else 0.0)
-                return {**self.summary(), "alive": False}
-            return {**self.summary(lc), "alive": False}
+                try:
+                    self.client(rec.allocation_id).status(timeout=5)
+                except PortableError:
+                    # the user's address may have changed (another network): where the provider's firewall
+                    # admits addresses, the new one is let in first, and the worker asked again
+                    if not self._admit_caller(rec):
+                        raise
+                    self.client(rec.allocation_id).status(timeout=5)
+                reached = True
+            except PortableError as exc:
+                said = f"{said}; heartbeat: {exc.one_line()}" if said else f"heartbeat: {exc.one_line()}"
+                stale = self._clients.pop(rec.allocation_id, None)  # the next look connects afresh
+                if stale is not None:
+                    stale.close()
+        since = self._unreachable[1] if self._unreachable and self._unreachable[0] == rec.allocation_id else None
+        decision = R.decide(answer, reached=reached, since=since, now=at, grace_s=self.unreachable_grace_s,
+                            said=said)
+        if decision.verdict == R.LOST:
+            self._unreachable = None
+            self._lost(lc, decision.reason or "lost", spend=(status.spend or 0.0) if status else 0.0)
+            return {**self.summary(), "alive": False, "unreachable_since": None}
+        if decision.verdict == R.UNREACHABLE:
+            if since is None:
+                log.warning("%s: %s (%s); nothing is released while the provider may still run it",
+                            rec.allocation_id, decision.line(), decision.reason)
+            self._unreachable = (rec.allocation_id, decision.since or at)
+            return {**self.summary(lc), "alive": False, "unreachable_since": _iso(decision.since),
+                    "unreachable": decision.line(), "unreachable_reason": decision.reason}
+        if since is not None:
+            log.warning("%s answers again (%s); nothing was lost", rec.allocation_id,
+                        R.Decision(R.UNREACHABLE, since).line())
+        self._unreachable = None
+        return {**self.summary(lc), "alive": True, "unreachable_since": None}
+
+    def unreachable_since(self) -> datetime | None:
+        """When the active machine stopped answering, as the last check saw it (None: it answers)."""
+        lc = self.lifecycle()
+        if self._unreachable is None or self._unreachable[0] != lc.allocation_id:
+            return None
+        return self._unreachable[1]
 
     def _admit_caller(self, rec: AgentRecord) -> bool:
         """Whether the provider had to let SSH in from this computer's address (then the worker's
