@@ -7,8 +7,10 @@ PYTHON="${PYTHON:-python3}"
 
 # Debian packages the test suite needs: a real sshd on loopback for the ssh provider, Chromium
 # for the browser tests (Playwright drives Debian's Chromium; it downloads no browser), and sudo
-# (the twins' Lambda, AWS and GCP machines log in as ubuntu with sudo, as those images do).
-APT_PACKAGES=(openssh-server openssh-client chromium sudo slurm-wlm munge)
+# (the twins' Lambda, AWS and GCP machines log in as ubuntu with sudo, as those images do), Slurm
+# and munge (a real one-node cluster for the slurm provider), restic and rclone (the peers of the
+# small run of bench/scale.py in the suite).
+APT_PACKAGES=(openssh-server openssh-client chromium sudo slurm-wlm munge restic rclone)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
