@@ -19,6 +19,7 @@ from jupyter_portable.engine.fsck import FsckResult, fsck
 from jupyter_portable.engine.journal import Cut
 from jupyter_portable.engine.progress import Progress
 from jupyter_portable.engine.restore import RestoreResult, restore
+from jupyter_portable.engine.scrub import ScrubResult, scrub
 from jupyter_portable.engine.snapshot import Extras, SnapshotResult, snapshot
 from jupyter_portable.engine.verify import VerifyResult, verify_dir
 from jupyter_portable.store.credentials import check_store_url as check_s3_text
@@ -124,6 +125,12 @@ class Workspace:
         where it is not this process's (the worker's kernel runs in an environment of its own)."""
         return snapshot(self.copy, self.store, message=message, force=force,
                         progress=_progress("snapshot", progress, sink), extras=self.extras(python), journal=journal)
+
+    def scrub(self, budget: int) -> ScrubResult:
+        """Re-hash unchanged files, about ``budget`` bytes of them, from where the last scrub
+        stopped: a file whose bytes changed where stat could not see is named, and read again by
+        the next snapshot (``engine/scrub``)."""
+        return scrub(self.copy, self.store, budget)
 
     def log(self) -> list[dict[str, Any]]:
         """Every version, newest first."""

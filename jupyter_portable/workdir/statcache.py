@@ -358,6 +358,44 @@ class StatCache:
         out.sort(key=lambda pf: pf[0].split("/"))
         return out
 
+    # -- the scrub's rotating order (engine/scrub) ---------------------------------------
+
+    def set_meta(self, k: str, v: str | None) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, v))
+
+    def rows_after(self, after: tuple[int, str], limit: int) -> list[tuple[int, str, Key]]:
+        """Up to ``limit`` files after ``(folder id, name)`` in the table's own order."""
+        return [(d, name, _key(*rest)) for d, name, *rest in self._db.execute(
+            "SELECT dir, name, size, mtime, ctime, ino, target FROM files WHERE (dir, name) > (?, ?) "
+            "ORDER BY dir, name LIMIT ?", (after[0], after[1], limit))]
+
+    def path_of(self, dir_id: int) -> str | None:
+        """A folder's path from the root ('' for it); None where it has no root above."""
+        parts: list[str] = []
+        at = dir_id
+        for _ in range(4096):
+            if at == ROOT:
+                return "/".join(reversed(parts))
+            row = self._db.execute("SELECT parent, name FROM dirs WHERE id=?", (at,)).fetchone()
+            if row is None:
+                return None
+            parts.append(row[1])
+            at = row[0]
+        return None
+
+    def forget_files(self, dir_id: int) -> None:
+        """Make the next snapshot read every file of a folder again, and list the folders above
+        it (journal snapshot or not): their rows unknown, their trees no longer the cached ones."""
+        names = [r[0] for r in self._db.execute("SELECT name FROM files WHERE dir=?", (dir_id,))]
+        self.replace_rows(dir_id, [(n, None) for n in names])
+        at: int | None = dir_id
+        for _ in range(4096):
+            if at is None or at == 0:
+                break
+            self._db.execute("UPDATE dirs SET tree=NULL, sig=NULL WHERE id=?", (at,))
+            row = self._db.execute("SELECT parent FROM dirs WHERE id=?", (at,)).fetchone()
+            at = None if row is None else row[0]
+
     def count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM files").fetchone()[0])
 

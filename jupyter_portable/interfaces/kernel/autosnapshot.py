@@ -43,6 +43,7 @@ class _State:
         self.journal_off: str | None = None  # why there is no journal
         self.last_walk: str | None = None  # how the last snapshot (auto or by hand) walked: SnapshotResult.walk_note
         self.folders: int | None = None  # folders the last full walk found (watched ones are counted against it)
+        self.last_scrub: str | None = None  # what the scrub after the last auto-snapshot read and found
 
 
 STATE = _State()
@@ -54,6 +55,18 @@ def default_minutes() -> float:
         return max(0.0, float(raw)) if raw else DEFAULT_MINUTES
     except ValueError:
         return DEFAULT_MINUTES
+
+
+def scrub_least_bytes() -> int:
+    """``JUPYTER_PORTABLE_SCRUB_MB``: what the scrub after each auto-snapshot reads at least
+    (more where a day of runs would not read every file once; 0 turns the scrub off)."""
+    from jupyter_portable.engine.scrub import DEFAULT_BUDGET
+
+    raw = os.environ.get("JUPYTER_PORTABLE_SCRUB_MB", "")
+    try:
+        return max(0, int(float(raw) * 1024 * 1024)) if raw else DEFAULT_BUDGET
+    except ValueError:
+        return DEFAULT_BUDGET
 
 
 def full_walk_minutes() -> float:
@@ -113,10 +126,30 @@ def _loop(state: _State, stop: threading.Event) -> None:
             state.last_version = result.version
             record_walk(result, state)
             state.last_error = None
+            _scrub(state, result.bytes)
         except Exception as exc:  # noqa: BLE001 - shown in status; the kernel must go on
             state.last_error = f"{type(exc).__name__}: {exc}"
         state.last_time = time.time()
         state.runs += 1
+
+
+def _scrub(state: _State, total_bytes: int) -> None:
+    """Re-hash a rotating sample of unchanged files (engine/scrub): each at least once a day."""
+    import sys
+
+    from jupyter_portable.engine.scrub import budget_for
+    from jupyter_portable.engine.workspace import Workspace
+
+    least = scrub_least_bytes()
+    if least <= 0:
+        return
+    with OPERATION_LOCK:
+        got = Workspace.find(state.root or ".").scrub(budget_for(total_bytes, state.minutes * 60, least))
+    state.last_scrub = f"re-read {got.files} unchanged files"
+    for text in got.warnings():
+        print(f"warning: {text}", file=sys.stderr)
+    if got.mismatched:
+        state.last_scrub += f", {len(got.mismatched)} changed unseen by stat: {', '.join(got.mismatched[:3])}"
 
 
 def start(shell: Any, minutes: float) -> None:
@@ -163,6 +196,8 @@ def describe() -> str:
         text += f"; change journal off: {STATE.journal_off}"
     if STATE.last_walk:
         text += f"; last walk: {STATE.last_walk}"
+    if STATE.last_scrub:
+        text += f"; scrub: {STATE.last_scrub}"
     return text
 
 
