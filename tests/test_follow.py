@@ -151,3 +151,30 @@ def test_status_and_checkpoints_describe_the_head_and_name_the_copys_version(cli
     assert [c["path"] for c in cps["checkpoints"]] == ["step7.safetensors"]
     text = cli("checkpoints", cwd=mine).stdout
     assert text.startswith("workspace version 2 (head); this copy is on version 1\n") and "#" in text
+
+
+async def test_what_the_gate_refuses_is_announced_to_the_sidebar_not_written(
+        jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any, jp_root_dir: Path, env: dict[str, Path]) -> None:
+    follower, kernel, worker = await _setup(jp_serverapp, jp_fetch, jp_ws_fetch, env)
+    heard: list[dict[str, Any]] = []
+
+    async def listen(logger: Any, schema_id: str, data: dict[str, Any]) -> None:
+        heard.append(dict(data))
+
+    jp_serverapp.event_logger.add_listener(schema_id="https://events.jupyter-portable.org/notice/v1",
+                                           listener=listen)
+    status, out = await kernel.run(
+        "import os; os.makedirs('.venv/lib/python3.11/site-packages', exist_ok=True)\n"
+        "open('.portableignore','a').write('\\n!.venv/\\n')\n"
+        "open('.venv/lib/python3.11/site-packages/x.pth','w').write('import os\\n')")
+    assert status == "ok", out
+    res = await _tick(follower, T0)
+    assert ".venv/lib/python3.11/site-packages/x.pth" in {r["path"] for r in res.refused}, res
+    assert not (jp_root_dir / ".venv" / "lib").exists()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while not any(e.get("kind") == "refused" for e in heard):
+        assert loop.time() < deadline, heard
+        await asyncio.sleep(0.05)
+    [notice] = [e for e in heard if e["kind"] == "refused"]
+    assert "x.pth" in notice["message"] and "runs or configures code" in notice["message"]

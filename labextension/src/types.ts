@@ -988,12 +988,13 @@ export interface IChangedEvent {
   [k: string]: unknown;
 }
 /**
- * What to tell the user once: lost, ready, failed, conflict, budget, idle (a countdown began, or an idle machine was released), moved (the notebook's kernels now run on the new machine: "Now on GPU (provider, region). Workspace version N verified.").
+ * What to tell the user once: lost, ready, failed, conflict, budget, idle (a countdown began, or an idle machine was released), moved (the notebook's kernels now run on the new machine: "Now on GPU (provider, region). Workspace version N verified."), refused (files from the machine the inbound gate did not write into the user's copy, each with its reason: docs/security.md), offered (a file new on the machine that differs from the user's own: the user's stays, the machine's is kept there).
  *
  */
 export interface INoticeEvent {
   workspace_id: string;
-  kind: 'lost' | 'ready' | 'failed' | 'conflict' | 'budget' | 'idle' | 'moved';
+  kind:
+    'lost' | 'ready' | 'failed' | 'conflict' | 'budget' | 'idle' | 'moved' | 'refused' | 'offered';
   message: string;
   [k: string]: unknown;
 }
