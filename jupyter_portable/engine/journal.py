@@ -29,9 +29,10 @@ why), and the snapshot walks the whole tree as it would without a journal:
 - the reader thread failed;
 - a full walk is due (every ``full_every_s`` seconds; 0: never on a schedule).
 
-What inotify never reports (writes through a memory map, writes through a hard link that
-lives outside the workspace, changes made by another machine on a network mount) only a
-full walk finds: on the schedule, and before the final version of a stop. Every full walk
+What inotify never reports (writes through a hard link that lives outside the workspace,
+changes made by another machine on a network mount) only a full walk finds: on the schedule,
+and before the final version of a stop. A write through a memory map to a page still dirty
+moves no stat field either: only a re-read finds it (``engine/scrub``, ``verify``). Every full walk
 heals the journal too (:meth:`ChangeJournal.rearm`): a folder it walked that has no watch,
 or whose watch is on another folder than the one now at its path (a mount over it), is
 watched again, reported, and walked whole by the next snapshot.
