@@ -4,7 +4,8 @@ Every version in a workspace's history (the head, then ``parent`` links) is chec
 a restore would read it: its manifest, every tree (each distinct tree read once), every object
 its files and its runtime record name. A problem in one of those is an **error**: ``ok``
 means every version in every history can be restored. Manifests that no history reaches
-(a writer that lost a race, a snapshot stopped before it moved the head) are **warnings**, and
+(a writer that lost a race, a snapshot killed before it moved the head: fsck says which where
+the store can tell, and "either" where it cannot) are **warnings**, and
 so is anything only they need; objects no version reaches are reported with their bytes.
 
 With ``read_data`` every object is read back too: it must hash to its name, a part must be
@@ -155,8 +156,13 @@ class _Check:
             self.errors.append(f"workspace {ws}: its manifests cannot be listed: {exc.one_line()}")
             keys = []
         in_history = set()
+        by_version: dict[int, str] = {}
         for key, manifest in self.history(ws, head):
             in_history.add(key)
+            try:
+                by_version[parse_manifest_key(key)[0]] = key
+            except PortableError:
+                pass
             self.manifests += 1
             if manifest is not None:
                 self.version(f"version {manifest.version} of {ws}", manifest)
@@ -169,12 +175,27 @@ class _Check:
             except PortableError as exc:
                 self.warnings.append(f"{key}: {exc.one_line()}; not a manifest of the history, never read")
                 continue
-            why = ("a snapshot stopped before it moved the head" if version > head.version
-                   else "a writer that lost a race")
+            why = self.orphan_cause(key, version, head.version, by_version)
             self.warnings.append(f"{key}: an orphan manifest, in no history of {ws} ({why}); never restored, "
                                  "harmless")
             orphans.append((ws, key))
         return orphans
+
+    def orphan_cause(self, key: str, version: int, head_version: int, by_version: dict[int, str]) -> str:
+        """Why a manifest is in no history, as far as the store can tell. Past the head: a
+        snapshot stopped (killed) before it moved the head. Following a version that is itself in
+        no history: a writer that lost a race (its base had lost one already). Otherwise a killed
+        writer's leftover and a lost race leave the same manifest behind: fsck says either."""
+        if version > head_version:
+            return "a snapshot stopped before it moved the head"
+        try:
+            parent = self.store.read_manifest_link(key)[1].parent
+        except PortableError:
+            parent = None
+        if parent is not None and parent.version in by_version and \
+                parse_manifest_key(by_version[parent.version])[1] != parent.manifest:
+            return "a writer that lost a race: the version it followed is in no history either"
+        return "either a writer killed before it moved the head or one that lost a race: the store cannot tell which"
 
     def history(self, ws: str, head: Head) -> Iterable[tuple[str, Manifest | None]]:
         """The manifests of the head's history, newest first (None: one whose link to its parent
