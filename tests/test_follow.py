@@ -178,3 +178,16 @@ async def test_what_the_gate_refuses_is_announced_to_the_sidebar_not_written(
         await asyncio.sleep(0.05)
     [notice] = [e for e in heard if e["kind"] == "refused"]
     assert "x.pth" in notice["message"] and "runs or configures code" in notice["message"]
+
+
+async def test_a_save_of_a_file_the_user_ignores_is_never_sent_to_the_machine(
+        jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any, jp_root_dir: Path, env: dict[str, Path]) -> None:
+    follower, kernel, worker = await _setup(jp_serverapp, jp_fetch, jp_ws_fetch, env)
+    with open(jp_root_dir / ".portableignore", "a") as fh:
+        fh.write("\nsecrets.txt\n")  # (JupyterLab saves no hidden file such as .env unless told to)
+    for name, text in (("secrets.txt", "OPENAI_API_KEY=sk-user-secret\n"), ("shared.txt", "shared\n")):
+        await jp_fetch("api", "contents", name, method="PUT", body=json.dumps(
+            {"type": "file", "format": "text", "content": text}))
+    assert (worker / "shared.txt").read_text() == "shared\n"  # a save is forwarded...
+    assert not (worker / "secrets.txt").exists()  # ...but not one of a file the user keeps out
+    assert not any(b"sk-user-secret" in p.read_bytes() for p in worker.rglob("*") if p.is_file())
