@@ -178,12 +178,13 @@ def test_a_listing_whose_helper_died_is_made_by_the_walk(tmp_path: Path) -> None
 def test_read_small_returns_nothing_for_a_file_that_moved_on(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_bytes(b"hello")
     st = os.lstat(tmp_path / "a.txt")
-    got = read_small(str(tmp_path), [("a.txt", 5, st.st_mtime_ns), ("a.txt", 4, st.st_mtime_ns),
-                                     ("a.txt", 5, st.st_mtime_ns + 1), ("gone.txt", 3, 0)])
-    assert got == [(digest(b"hello"), b"hello"), None, None, None]
+    m, c, i = st.st_mtime_ns, st.st_ctime_ns, st.st_ino
+    got = read_small(str(tmp_path), [("a.txt", 5, m, c, i), ("a.txt", 4, m, c, i), ("a.txt", 5, m + 1, c, i),
+                                     ("a.txt", 5, m, c + 1, i), ("a.txt", 5, m, c, i + 1), ("gone.txt", 3, 0, 0, 0)])
+    assert got == [(digest(b"hello"), b"hello"), None, None, None, None, None], "size, mtime, ctime, inode"
     (tmp_path / "a.txt").write_bytes(b"hello, longer now")
     os.utime(tmp_path / "a.txt", ns=(st.st_mtime_ns, st.st_mtime_ns))
-    assert read_small(str(tmp_path), [("a.txt", 5, st.st_mtime_ns)]) == [None], "a file that grew is seen"
+    assert read_small(str(tmp_path), [("a.txt", 5, m, c, i)]) == [None], "a file that grew is seen"
 
 
 def test_a_dead_helper_process_leaves_the_batch_to_the_threads(tmp_path: Path) -> None:
