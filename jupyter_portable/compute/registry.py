@@ -22,6 +22,7 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "lambda": ("jupyter_portable.compute.lambdalabs", "LambdaProvider"),
     "aws": ("jupyter_portable.compute.aws", "AwsProvider"),
     "gcp": ("jupyter_portable.compute.gcp", "GcpProvider"),
+    "slurm": ("jupyter_portable.compute.slurm", "SlurmProvider"),
 }
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from traitlets import Bool, Float, List, Unicode, default, validate
+from traitlets import Bool, Float, Int, List, Unicode, default, validate
 from traitlets.config import Configurable
 
 from jupyter_portable.core.envconfig import EnvConfigurable
@@ -24,7 +24,7 @@ from jupyter_portable.core.errors import UsageError
 from jupyter_portable.core.validate import short_repr
 
 # which providers exist (compute.registry maps each to its class)
-PROVIDER_NAMES = ("local", "ssh", "runpod", "vastai", "lambda", "aws", "gcp")
+PROVIDER_NAMES = ("local", "ssh", "runpod", "vastai", "lambda", "aws", "gcp", "slurm")
 PROVIDERS_ENV = "JUPYTER_PORTABLE_PROVIDERS"
 
 # the providers' own defaults: where their APIs are, which image, which login
@@ -232,6 +232,37 @@ class PortableGcp(EnvConfigurable):
         return _user(self, "ssh_user", proposal["value"])
 
 
+class PortableSlurm(EnvConfigurable):
+    """A Slurm cluster ("slurm"), reached through its login node over SSH (docs/slurm.md)."""
+
+    login_host = Unicode("", help="""The login node as ssh reaches it (a Host from ~/.ssh/config
+        works). Environment: JUPYTER_PORTABLE_SLURM_LOGIN. Example:
+        c.PortableSlurm.login_host = "login.hpc.example.edu" """).tag(config=True, env="JUPYTER_PORTABLE_SLURM_LOGIN")
+
+    login_user = Unicode("", help="""The login there. Default: ssh's (this user, or ~/.ssh/config's).
+        Environment: JUPYTER_PORTABLE_SLURM_USER.""").tag(config=True, env="JUPYTER_PORTABLE_SLURM_USER")
+
+    gpu_hour_rate = Float(0.0, help="""The cluster's internal price per GPU-hour in $; 0 means free.
+        Spend and budget count GPU-hours at this rate. Environment: JUPYTER_PORTABLE_SLURM_GPU_HOUR_RATE.
+        Example: c.PortableSlurm.gpu_hour_rate = 0.5""").tag(
+        config=True, env="JUPYTER_PORTABLE_SLURM_GPU_HOUR_RATE")
+
+    signal_lead_s = Float(300.0, help="""Seconds before the walltime at which the job is warned
+        (sbatch --signal=B:USR1@<lead>).""").tag(config=True)
+
+    partitions = List(Unicode(), help="""Only these partitions (default: every partition with GPUs).
+        Example: c.PortableSlurm.partitions = ["gpu", "gpu-long"]""").tag(config=True)
+
+    node_ssh_port = Int(22, help="""sshd's port on the compute nodes.""").tag(config=True)
+
+    @validate("gpu_hour_rate", "signal_lead_s")
+    def _check_rate(self, proposal: Any) -> float:
+        value = proposal["value"]
+        if not 0 <= value < float("inf"):
+            raise UsageError(f"{self.where(proposal['trait'].name)} must be 0 or more, got {short_repr(value)}")
+        return float(value)
+
+
 # each provider's section, and how its traits become its class's keyword arguments
 SECTIONS: dict[str, tuple[type[EnvConfigurable], dict[str, str]]] = {
     "local": (PortableLocal, {"catalog": "catalog_path", "market_dir": "state_dir"}),
@@ -242,6 +273,9 @@ SECTIONS: dict[str, tuple[type[EnvConfigurable], dict[str, str]]] = {
     "lambda": (PortableLambda, {"api_url": "base_url", "ssh_user": "ssh_user", "ssh_key_names": "ssh_key_names"}),
     "aws": (PortableAws, {"ssh_user": "ssh_user", "ssh_cidr": "ssh_cidr", "image": "image"}),
     "gcp": (PortableGcp, {"project": "project", "endpoint": "endpoint", "ssh_user": "ssh_user", "image": "image"}),
+    "slurm": (PortableSlurm, {"login_host": "login_host", "login_user": "login_user", "gpu_hour_rate": "gpu_hour_rate",
+                              "signal_lead_s": "signal_lead_s", "partitions": "partitions",
+                              "node_ssh_port": "node_ssh_port"}),
 }
 SETTINGS_CLASSES: tuple[type[EnvConfigurable], ...] = tuple(cls for cls, _ in SECTIONS.values())
 
@@ -289,5 +323,6 @@ def env_provider_names() -> list[str]:
 
 
 __all__ = ["PROVIDER_NAMES", "SECTIONS", "SETTINGS_CLASSES", "EnvConfigurable", "PortableAws", "PortableGcp",
-           "PortableLambda", "PortableLocal", "PortableRunPod", "PortableSsh", "PortableVast", "ProviderChoice",
-           "default_provider_names", "env_provider_names", "provider_kwargs", "provider_names", "spot_bid_fraction"]
+           "PortableLambda", "PortableLocal", "PortableRunPod", "PortableSlurm", "PortableSsh", "PortableVast",
+           "ProviderChoice", "default_provider_names", "env_provider_names", "provider_kwargs", "provider_names",
+           "spot_bid_fraction"]

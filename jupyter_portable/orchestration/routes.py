@@ -178,6 +178,14 @@ def signals_from_history(ws: Workspace, *, now: datetime) -> Signals:
                    boot_seconds=boots, boot_excess=excess)
 
 
+def with_forecast_waits(signals: Signals, offers: list[Offer]) -> Signals:
+    """``signals`` with the queue wait a scheduler forecasts for an offer (Slurm's ``sbatch --test-only``,
+    in ``offer.extra["queue_s"]``) in place of an observed one."""
+    forecast = {o.key: float(o.extra["queue_s"]) for o in offers
+                if isinstance(o.extra.get("queue_s"), (int, float)) and o.extra["queue_s"] >= 0}
+    return replace(signals, queue_seconds={**signals.queue_seconds, **forecast}) if forecast else signals
+
+
 def compute_routes(ws: Workspace, *, hours: float | None = None, providers: dict[str, Provider] | None = None,
                    gpu: str | None = None, now: datetime | None = None, calendar_now: datetime | None = None,
                    figure: SpendFigure | None = None) -> tuple[list[Route], dict[str, str]]:
@@ -205,7 +213,8 @@ def compute_routes(ws: Workspace, *, hours: float | None = None, providers: dict
     checks = {o.key: Checks(listed=True) for o in offers}
     routes = rank_routes(workspace_facts(ws, providers), offers, settings.requirements,
                          hours=hours if hours is not None else settings.hours, caps=caps,
-                         signals=signals_from_history(ws, now=now), checks=checks, prepaid=prepaid)
+                         signals=with_forecast_waits(signals_from_history(ws, now=now), offers), checks=checks,
+                         prepaid=prepaid)
     return routes, errors
 
 

@@ -1,0 +1,509 @@
+"""The ``slurm`` provider: a cluster's GPUs, asked for the way a user asks, with the Slurm commands
+on its login node over SSH (the user's own SSH config and keys; the login node may be this computer).
+No admin rights and no slurmrestd are needed.
+
+- **Offers** come from ``sinfo``: one a partition, GRES GPU type and count (1 and a whole node's),
+  for partitions that are up and have a node that is not down or drained; the time limit is the
+  partition's. The price is the cluster's: ``$0``, or ``gpu_hour_rate`` x GPUs when the user sets an
+  internal rate. The **queue wait** is Slurm's own forecast, ``sbatch --test-only``'s expected start,
+  kept in ``offer.extra["queue_s"]``; routing prices it beside a cloud's "now" (an offer Slurm
+  cannot place is listed with capacity 0 and Slurm's reason).
+- **Launch** submits a batch job named ``jupyter-portable.<allocation>.<workspace>`` (so that
+  ``squeue`` finds every one of ours) with ``--no-requeue`` and ``--signal=B:USR1@<lead>``. The job
+  holds the GPUs on its compute node and keeps a heartbeat under
+  ``<workdir>/allocations/<allocation>/``; at the warning signal it writes ``walltime-warning`` there.
+  Once it runs, the allocation's SSH endpoint is its node (the address Slurm has for it, port
+  ``node_ssh_port``), reached as every rented machine is: its host key pinned on first contact for
+  this allocation, the worker installed by the same bootstrap (:mod:`jupyter_portable.worker.bootstrap`).
+- **Status and losses** are Slurm's own states (``squeue --json``): PENDING is pending (Slurm's
+  reason said), RUNNING is running; TIMEOUT is lost "time limit reached", PREEMPTED is lost
+  "preempted by partition <the partition whose job took the node>", NODE_FAIL "node failure",
+  CANCELLED by anyone but us "cancelled outside jupyter-portable (an admin or scancel)", a running
+  job that went back to the queue "requeued". A job Slurm no longer lists is lost too.
+- **Terminate** marks the job (its comment) and ``scancel``\\ s it; a job already ended is fine.
+
+Every answer of the commands is checked on the way in: output that is not what Slurm writes is
+refused with ProviderUnavailable naming the command, never guessed at.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import math
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from jupyter_portable.compute.base import (
+    WORKSPACE_ENV,
+    Allocation,
+    AllocationStatus,
+    MachineInfo,
+    Provider,
+    SshEndpoint,
+    machine_name,
+    parse_machine_name,
+    spend_since,
+)
+from jupyter_portable.compute.hosts import Host
+from jupyter_portable.core.errors import LaunchFailed, NoCapacity, NotSupported, ProviderUnavailable, UsageError
+from jupyter_portable.core.offers import Offer, Requirements
+from jupyter_portable.core.times import now_iso
+
+LOGIN = "login"  # the login node's name as the inner SSH provider knows it
+TERMINATED_COMMENT = "jupyter-portable:terminated"
+_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+_ALLOCATION_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+_JOB_ID = re.compile(r"\A[0-9]{1,12}\Z")
+_WORKDIR = re.compile(r"\A(~/|/)[A-Za-z0-9._/+-]{0,500}\Z")
+_TEST_ONLY = re.compile(r"Job (\d+) to start at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d) using")
+_CLOCK = re.compile(r"\Anow (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\Z")
+_GRES_GPU = re.compile(r"\Agpu(?::([A-Za-z0-9._-]+))?:(\d+)(?:\(.*\))?\Z")
+_UP_NODES = {"idle", "mixed", "allocated", "completing", "planned"}
+_SUFFIXES = "*~#!%$@^-+"  # sinfo's marks after a state (not responding, powered down, ...)
+
+# GPU memory by GRES type, where the cluster names its GPUs the usual way; set gpu_memory to add.
+GPU_MEMORY_GB: dict[str, float] = {"a100": 80.0, "a100-40gb": 40.0, "a100-80gb": 80.0, "h100": 80.0, "h200": 141.0,
+                                   "v100": 32.0, "a40": 48.0, "a10": 24.0, "l40": 48.0, "l40s": 48.0, "l4": 24.0,
+                                   "t4": 16.0, "rtx6000": 24.0, "rtx8000": 48.0, "a6000": 48.0}
+
+# Slurm's final states, and how each is said to the user
+_ENDED = {"TIMEOUT": "time limit reached", "NODE_FAIL": "node failure", "BOOT_FAIL": "the node failed to boot",
+          "DEADLINE": "deadline reached", "OUT_OF_MEMORY": "out of memory", "FAILED": "the job failed",
+          "COMPLETED": "the job ended", "SPECIAL_EXIT": "the job ended (special exit)"}
+_RUNNING = {"RUNNING", "CONFIGURING", "RESIZING", "SIGNALING", "STAGE_OUT"}
+_PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "STOPPED"}
+
+
+def _bad(command: str, what: str, text: str = "") -> ProviderUnavailable:
+    shown = text.strip().splitlines()[0][:200] if text.strip() else ""
+    return ProviderUnavailable(f"slurm: `{command}` answered {what}" + (f": {shown!r}" if shown else ""),
+                               provider="slurm", hint="check that the login node runs Slurm's own commands "
+                                                      "(sinfo, sbatch, squeue) and nothing wraps their output")
+
+
+def parse_time_limit(text: str) -> int | None:
+    """Seconds of a Slurm time (``[days-]hours:minutes:seconds``, ``minutes:seconds``, ``minutes``);
+    None for ``infinite``/``UNLIMITED``. ValueError for anything else."""
+    text = text.strip()
+    if text.lower() in ("infinite", "unlimited"):
+        return None
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
+    if not m:
+        raise ValueError(f"not a Slurm time: {text!r}")
+    days, a, b, c = m.groups()
+    if days is not None:  # days-hours[:minutes[:seconds]]
+        return int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
+    if c is not None:
+        return int(a) * 3600 + int(b) * 60 + int(c)
+    if b is not None:
+        return int(a) * 60 + int(b)
+    return int(a) * 60
+
+
+def slurm_minutes(seconds: int) -> str:
+    """``--time`` as Slurm takes it: whole minutes, at least one."""
+    return str(max(1, math.ceil(seconds / 60)))
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One partition's GPUs as sinfo lists them: GRES type -> the most GPUs of it on one usable node."""
+
+    name: str
+    up: bool
+    time_limit_s: int | None
+    gpus: dict[str, int]
+    usable_nodes: int
+    nodes: int
+
+
+def parse_sinfo(text: str) -> list[Partition]:
+    """``sinfo -h -N -o '%R|%a|%l|%T|%G|%N'`` (a line a node and partition) as partitions."""
+    parts: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = line.strip().split("|")
+        if len(fields) != 6 or not _ID.match(fields[0]):
+            raise _bad("sinfo", "a line that is not partition|avail|timelimit|state|gres|node", line)
+        name, avail, limit, state, gres, _node = fields
+        try:
+            limit_s = parse_time_limit(limit)
+        except ValueError:
+            raise _bad("sinfo", "a time limit that is not a Slurm time", line) from None
+        p = parts.setdefault(name, {"up": avail == "up", "limit": limit_s, "gpus": {}, "usable": 0, "nodes": 0})
+        p["nodes"] += 1
+        if state.rstrip(_SUFFIXES).lower() not in _UP_NODES or state.endswith(("*", "~", "#", "!", "%")):
+            continue  # down, drained, not responding, powered off: no job starts there now
+        p["usable"] += 1
+        for item in (gres.split(",") if gres not in ("", "(null)") else []):
+            m = _GRES_GPU.match(item.strip())
+            if item.strip().startswith("gpu") and not m:
+                raise _bad("sinfo", "a GPU GRES that is not gpu[:type]:count", line)
+            if m:
+                kind = m.group(1) or "gpu"
+                p["gpus"][kind] = max(p["gpus"].get(kind, 0), int(m.group(2)))
+    return [Partition(name, p["up"], p["limit"], p["gpus"], p["usable"], p["nodes"]) for name, p in parts.items()]
+
+
+def parse_test_only(text: str, now_line: str) -> float:
+    """Seconds until ``sbatch --test-only``'s expected start, by the cluster's own clock (``now_line``:
+    ``now <its local time>``, taken in the same command, so no time zone is guessed). ValueError if
+    either is not what Slurm and ``date`` write."""
+    m, clock = _TEST_ONLY.search(text), _CLOCK.match(now_line.strip())
+    if not m or not clock:
+        raise ValueError(text.strip()[:200] or "no answer")
+    start = datetime.fromisoformat(m.group(2))
+    now = datetime.fromisoformat(clock.group(1))
+    return max(0.0, (start - now).total_seconds())
+
+
+def loss_reason(job: dict[str, Any], *, preemptor: str | None = None) -> str | None:
+    """What ended ``job`` (one of ``squeue --json``'s jobs) in the user's words; None while it
+    pends or runs. ``preemptor``: the partition whose job took its node."""
+    state = job["job_state"]
+    if state == "PREEMPTED":
+        return f"preempted by partition {preemptor}" if preemptor else "preempted by a higher-priority partition"
+    if state == "CANCELLED":
+        return "cancelled outside jupyter-portable (by an admin, or scancel)"
+    if state in _ENDED:
+        words = _ENDED[state]
+        code = job.get("exit_code")
+        return f"{words} (exit {code})" if state in ("FAILED", "COMPLETED") and code not in (None, 0) else words
+    if state in _PENDING and int(job.get("restart_cnt") or 0) > 0:
+        return f"requeued by Slurm (restart {job['restart_cnt']}): the job went back to the queue"
+    return None
+
+
+def check_job(obj: object, job_id: str) -> dict[str, Any]:
+    """The one job ``job_id`` of ``squeue --json``'s answer ``obj``, its fields checked; ProviderUnavailable
+    if the answer is not squeue's."""
+    jobs = obj.get("jobs") if isinstance(obj, dict) else None
+    if not isinstance(jobs, list):
+        raise _bad("squeue --json", "no jobs list")
+    for job in jobs:
+        if not isinstance(job, dict) or str(job.get("job_id")) != job_id:
+            continue
+        if not isinstance(job.get("job_state"), str) or not isinstance(job.get("name"), str) \
+                or not isinstance(job.get("partition"), str):
+            raise _bad("squeue --json", f"job {job_id} without its state, name or partition")
+        for key in ("start_time", "end_time", "preempt_time", "restart_cnt"):
+            if not isinstance(job.get(key, 0), int) or isinstance(job.get(key), bool):
+                raise _bad("squeue --json", f"job {job_id}'s {key} that is not a number")
+        return job
+    raise KeyError(job_id)
+
+
+class SlurmProvider(Provider):
+    """A Slurm cluster reached through its login node. See the module docstring for the rules."""
+
+    name = "slurm"
+
+    def __init__(self, login_host: str = "", *, login_port: int = 22, login_user: str = "",
+                 key: Path | str | None = None, gpu_hour_rate: float = 0.0, signal_lead_s: float = 300,
+                 time_limit_s: int | None = None, partitions: Sequence[str] = (), node_ssh_port: int = 22,
+                 workdir: str = "~/.jupyter-portable", gpu_memory: dict[str, float] | None = None,
+                 state_dir: Path | str | None = None, ssh: str = "ssh", connect_timeout: float = 10.0,
+                 command_timeout: float = 60.0) -> None:
+        """``login_host``: the login node as ssh reaches it (a name from ~/.ssh/config works).
+        ``gpu_hour_rate``: the cluster's internal $ per GPU-hour (0: free). ``signal_lead_s``: seconds
+        of warning before the walltime. ``time_limit_s``: the walltime asked for (None: the partition's).
+        ``partitions``: only these (empty: all). ``node_ssh_port``: sshd's port on compute nodes."""
+        from jupyter_portable.compute.ssh import SshProvider
+
+        if not login_host:
+            raise UsageError("slurm: no login node is set",
+                             hint="set c.PortableSlurm.login_host (or JUPYTER_PORTABLE_SLURM_LOGIN) to its login node")
+        if not (gpu_hour_rate >= 0) or math.isinf(gpu_hour_rate):
+            raise UsageError(f"slurm: gpu_hour_rate must be a price of 0 or more, got {gpu_hour_rate!r}")
+        if signal_lead_s < 0 or (time_limit_s is not None and time_limit_s <= 0):
+            raise UsageError("slurm: signal_lead_s must be 0 or more and time_limit_s more than 0")
+        if not _WORKDIR.match(workdir) or ".." in workdir.split("/"):
+            raise UsageError(f"slurm: workdir {workdir!r} must be ~/... or an absolute path of plain characters")
+        self.login = Host(name=LOGIN, host=login_host, port=login_port, user=login_user or getpass.getuser(),
+                          key=Path(key).expanduser() if key else None, workdir=workdir)
+        self.gpu_hour_rate = float(gpu_hour_rate)
+        self.signal_lead_s = int(signal_lead_s)
+        self.time_limit_s = time_limit_s
+        self.partitions = tuple(partitions)
+        self.node_ssh_port = int(node_ssh_port)
+        self.workdir = workdir
+        self.gpu_memory = {**GPU_MEMORY_GB, **{k.lower(): float(v) for k, v in (gpu_memory or {}).items()}}
+        state = Path(state_dir).expanduser() if state_dir is not None else None
+        self._ssh = SshProvider(hosts=[self.login], state_dir=state, ssh=ssh, connect_timeout=connect_timeout,
+                                command_timeout=command_timeout)
+
+    # -- talking to the login node -------------------------------------------------------------
+
+    def _command(self, script: str, what: str, *, input: str | None = None,
+                 timeout: float | None = None) -> tuple[int, str, str]:
+        """Run a shell script on the login node: ``(status, stdout, stderr)``; SSH's own failures raise."""
+        return self._ssh.run(LOGIN, ["sh", "-c", script], input=input, timeout=timeout)  # type: ignore[no-any-return]
+
+    def _checked(self, script: str, what: str, **kw: Any) -> str:
+        code, out, err = self._command(script, what, **kw)
+        if code != 0:
+            raise ProviderUnavailable(f"slurm: `{what}` failed on the login node ({code}): "
+                                      f"{(err.strip() or out.strip() or 'no output').splitlines()[0][:300]}",
+                                      provider=self.name, hint="check that the Slurm commands run there for you")
+        return out
+
+    # -- the Provider contract -----------------------------------------------------------------
+
+    def offers(self, requirements: Requirements | None = None) -> list[Offer]:
+        """One offer a partition, GPU type and count, with Slurm's expected start as its queue wait."""
+        parts = parse_sinfo(self._checked("sinfo -h -N -o '%R|%a|%l|%T|%G|%N'", "sinfo"))
+        shapes: list[tuple[str, Partition, str, int]] = []
+        for p in parts:
+            if not p.up or (self.partitions and p.name not in self.partitions):
+                continue
+            for kind, most in sorted(p.gpus.items()):
+                for count in sorted({1, most}):
+                    shapes.append((f"{p.name}.{kind}x{count}", p, kind, count))
+        if not shapes:
+            return []
+        waits = self._test_only([(oid, p, kind, count) for oid, p, kind, count in shapes])
+        offers = []
+        for oid, p, kind, count in shapes:
+            wait, why = waits[oid]
+            offers.append(Offer(
+                provider=self.name, id=oid, gpu=kind.upper() if len(kind) <= 6 else kind, gpu_count=count,
+                gpu_memory_gb=self.gpu_memory.get(kind.lower(), 0.0),
+                price_per_hour=self.gpu_hour_rate * count, region=p.name,
+                # a job Slurm can place is not refused for capacity: it queues, its wait priced
+                capacity=None if wait is not None else 0, boot_seconds=15.0, reliability=0.95,
+                extra={"partition": p.name, "gres": f"gpu:{kind}:{count}" if kind != "gpu" else f"gpu:{count}",
+                       "time_limit_s": self._walltime(p), **({"queue_s": wait} if wait is not None else {}),
+                       **({"queue_note": why} if why else {})}))
+        return offers
+
+    def _walltime(self, p: Partition) -> int | None:
+        if self.time_limit_s is None:
+            return p.time_limit_s
+        return self.time_limit_s if p.time_limit_s is None else min(self.time_limit_s, p.time_limit_s)
+
+    def _test_only(self, shapes: list[tuple[str, Partition, str, int]]) -> dict[str, tuple[float | None, str]]:
+        """Every shape's wait from one login: ``sbatch --test-only`` each, with the cluster's clock."""
+        lines = ["printf 'now %s\\n' \"$(date +%Y-%m-%dT%H:%M:%S)\""]
+        for oid, p, kind, count in shapes:
+            args = self._sbatch_args(p.name, f"gpu:{kind}:{count}" if kind != "gpu" else f"gpu:{count}",
+                                     self._walltime(p))
+            lines.append(f"printf '@@ %s\\n' {shlex.quote(oid)}; sbatch --test-only {shlex.join(args)} "
+                         "--wrap=true 2>&1; printf '@@rc %s\\n' $?")
+        out = self._checked("\n".join(lines), "sbatch --test-only")
+        first, _, rest = out.partition("\n")
+        answers: dict[str, tuple[float | None, str]] = {}
+        for block in rest.split("@@ ")[1:]:
+            oid, _, body = block.partition("\n")
+            text, _, rc = body.rpartition("@@rc ")
+            if rc.strip() != "0":
+                answers[oid.strip()] = (None, "Slurm cannot place it: " + (text.strip().splitlines() or ["?"])[-1]
+                                        .removeprefix("sbatch: error: ")[:200])
+                continue
+            try:
+                answers[oid.strip()] = (parse_test_only(text, first), "")
+            except ValueError:
+                raise _bad("sbatch --test-only", "no expected start time", text) from None
+        missing = [s[0] for s in shapes if s[0] not in answers]
+        if missing:
+            raise _bad("sbatch --test-only", f"nothing for {', '.join(missing)}", out)
+        return answers
+
+    def _sbatch_args(self, partition: str, gres: str, walltime: int | None) -> list[str]:
+        return ["-p", partition, f"--gres={gres}", *(["--time", slurm_minutes(walltime)] if walltime else [])]
+
+    def check_permission(self, offer: Offer) -> None:
+        """Log in to the login node and ask sinfo for the partition: AuthError when SSH refuses."""
+        self._checked(f"sinfo -h -p {shlex.quote(self._partition(offer))} -o %P", "sinfo -p")
+
+    def check_capacity(self, offer: Offer) -> int | None:
+        """None (a job queues; Slurm's expected start prices the wait), or NoCapacity when Slurm
+        cannot place this shape at all."""
+        for fresh in self.offers():
+            if fresh.id == offer.id:
+                if fresh.capacity == 0:
+                    raise NoCapacity(f"slurm partition {self._partition(offer)}: {fresh.extra.get('queue_note')}",
+                                     provider=self.name, offer=offer.id)
+                return None
+        raise NoCapacity(f"slurm: {offer.id} is no longer offered (partition down or no usable node)",
+                         provider=self.name, offer=offer.id)
+
+    def _partition(self, offer: Offer) -> str:
+        partition = offer.extra.get("partition") or offer.region
+        if not isinstance(partition, str) or not _ID.match(partition):
+            raise UsageError(f"slurm offer {offer.id} names no partition")
+        return partition
+
+    def job_dir(self, allocation_id: str) -> str:
+        """The allocation's folder on the cluster, as a shell word (``~/`` is the remote home)."""
+        path = f"{self.workdir.rstrip('/')}/allocations/{allocation_id}"
+        return '"$HOME"/' + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
+
+    def launch(self, offer: Offer, *, allocation_id: str, image: str | None = None,
+               ssh_public_key: str | None = None, env: dict[str, str] | None = None) -> Allocation:
+        """Submit the allocation's batch job; returns once Slurm took it (it may queue). ``env``
+        gives the workspace id for the job's name; nothing of it goes to the job."""
+        if image:
+            raise NotSupported("a Slurm job runs the cluster's own environment; images are not supported",
+                               provider=self.name, offer=offer.id, hint="drop the image requirement for slurm")
+        if not _ALLOCATION_ID.match(allocation_id):
+            raise UsageError(f"allocation id {allocation_id!r} is not letters, digits, '.', '_' or '-'")
+        gres = offer.extra.get("gres")
+        if not isinstance(gres, str) or not _GRES_GPU.match(gres):
+            raise UsageError(f"slurm offer {offer.id} names no GPU GRES")
+        walltime = offer.extra.get("time_limit_s")
+        walltime = walltime if isinstance(walltime, int) and walltime > 0 else self.time_limit_s
+        lead = self.signal_lead_s if walltime is None else min(self.signal_lead_s, max(0, walltime // 2))
+        name = machine_name(allocation_id, (env or {}).get(WORKSPACE_ENV))
+        folder = self.job_dir(allocation_id)
+        args = ["--parsable", "-J", name, *self._sbatch_args(self._partition(offer), gres, walltime),
+                "--no-requeue", "--signal", f"B:USR1@{lead}"]
+        script = _JOB_SCRIPT.replace("@DIR@", folder)
+        # the job's own log goes to its folder, made first: sbatch does not make it
+        submit = (f"mkdir -p {folder} && cd {folder} && exec sbatch {shlex.join(args)} "
+                  f"-o slurm-%j.out -D \"$PWD\"")
+        code, out, err = self._command(submit, "sbatch", input=script)
+        if code != 0:
+            reason = (err.strip() or out.strip() or "no output").splitlines()[-1].removeprefix("sbatch: error: ")
+            error = NoCapacity if "not available" in reason or "Requested node configuration" in reason \
+                else LaunchFailed
+            raise error(f"slurm: sbatch refused the job: {reason[:300]}", provider=self.name, offer=offer.id)
+        job_id = out.strip().split(";")[0]
+        if not _JOB_ID.match(job_id):
+            raise _bad("sbatch --parsable", "no job id", out)
+        return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id, ref=job_id,
+                          started=now_iso("seconds"),
+                          details={"job_id": job_id, "partition": self._partition(offer), "name": name,
+                                   "walltime_s": walltime, "signal_lead_s": lead,
+                                   "price_per_hour": offer.price_per_hour})
+
+    def _job(self, job_id: str) -> dict[str, Any] | None:
+        # Slurm 22.05's squeue --json lists every job whatever -j says, hence check_job picks ours out
+        if not _JOB_ID.match(job_id):
+            raise UsageError(f"slurm: {job_id!r} is not a job id")
+        code, out, err = self._command(f"squeue --json -t all -j {job_id}", "squeue --json")
+        if code != 0:
+            if "Invalid job id" in err:
+                return None  # ended long enough ago that Slurm forgot it
+            raise _bad("squeue --json", f"status {code}", err)
+        try:
+            return check_job(json.loads(out), job_id)
+        except ValueError:
+            raise _bad("squeue --json", "no JSON", out) from None
+        except KeyError:
+            return None
+
+    def _preemptor(self, job: dict[str, Any]) -> str | None:
+        """The partition of the job that started on ``job``'s node when it was preempted."""
+        nodes, at = job.get("nodes"), job.get("preempt_time") or job.get("end_time") or 0
+        if not isinstance(nodes, str) or not re.fullmatch(r"[A-Za-z0-9._,\[\]-]{1,500}", nodes):
+            return None
+        out = self._checked(f"squeue -h -t all -w {shlex.quote(nodes)} -o '%i|%P|%S'", "squeue -w")
+        for line in out.splitlines():
+            fields = line.strip().split("|")
+            if len(fields) != 3 or fields[0] == str(job["job_id"]) or fields[1] == job["partition"]:
+                continue
+            try:
+                started = datetime.fromisoformat(fields[2]).timestamp()
+            except ValueError:
+                continue
+            if abs(started - at) <= 30:
+                return fields[1]
+        return None
+
+    def status(self, allocation: Allocation) -> AllocationStatus:
+        """Slurm's state of the allocation's job, with the reason of a loss in the user's words."""
+        job = self._job(allocation.ref)
+        if job is None:
+            return AllocationStatus("lost", reason=f"Slurm no longer lists job {allocation.ref}")
+        state = job["job_state"]
+        spend = self._spend(allocation, job)
+        if job.get("comment") == TERMINATED_COMMENT:  # we asked it to end: ending or ended, it is released
+            return AllocationStatus("terminated", spend=spend, spend_source="provider-rate")
+        reason = loss_reason(job, preemptor=self._preemptor(job) if state == "PREEMPTED" else None)
+        if reason is not None:
+            return AllocationStatus("lost", reason=f"job {allocation.ref}: {reason}", spend=spend,
+                                    spend_source="provider-rate")
+        if state in _RUNNING:
+            return AllocationStatus("running", ssh=self._endpoint(job), spend=spend, spend_source="provider-rate")
+        if state in _PENDING or state == "COMPLETING":
+            why = job.get("state_reason")
+            return AllocationStatus("pending", reason=f"queued in {job['partition']}" +
+                                    (f" ({why})" if isinstance(why, str) and why != "None" else ""),
+                                    spend=0.0, spend_source="provider-rate")
+        raise _bad("squeue --json", f"a job state this provider does not know ({state})")
+
+    def _endpoint(self, job: dict[str, Any]) -> SshEndpoint | None:
+        node = job.get("batch_host") or job.get("nodes")
+        if not isinstance(node, str) or not _ID.match(node):
+            return None
+        out = self._checked(f"sinfo -h -N -n {shlex.quote(node)} -o '%o'", "sinfo -o %o").split()
+        address = out[0] if out else node
+        if not re.fullmatch(r"[A-Za-z0-9_.:%-]{1,253}", address):
+            raise _bad("sinfo", "a node address that is not a host name or address", address)
+        return SshEndpoint(host=address, port=self.node_ssh_port, user=self.login.user)
+
+    def _spend(self, allocation: Allocation, job: dict[str, Any]) -> float | None:
+        start, end = int(job.get("start_time") or 0), int(job.get("end_time") or 0)
+        if start <= 0 or job["job_state"] in _PENDING:
+            return 0.0
+        now = datetime.now(timezone.utc)
+        stop = datetime.fromtimestamp(end, timezone.utc) if 0 < end and job["job_state"] not in _RUNNING else now
+        price = allocation.details.get("price_per_hour")
+        _, dollars = spend_since(float(price) if isinstance(price, (int, float)) else None,
+                                 datetime.fromtimestamp(start, timezone.utc), min(stop, now))
+        return dollars
+
+    def terminate(self, allocation: Allocation) -> None:
+        """Mark the job as ours to end (its comment) and scancel it; gone already is fine."""
+        job_id = allocation.ref
+        if not _JOB_ID.match(job_id):
+            raise UsageError(f"slurm: {job_id!r} is not a job id")
+        self._command(f"scontrol update JobId={job_id} Comment={TERMINATED_COMMENT} 2>/dev/null; "
+                      f"scancel {job_id}", "scancel")
+
+    def list_machines(self) -> list[MachineInfo]:
+        """Every job of this user on the cluster that carries our name."""
+        out = self._checked("squeue --json --me", "squeue --json --me")
+        try:
+            jobs = json.loads(out).get("jobs")
+        except (ValueError, AttributeError):
+            raise _bad("squeue --json --me", "no JSON", out) from None
+        if not isinstance(jobs, list):
+            raise _bad("squeue --json --me", "no jobs list")
+        found = []
+        for job in jobs:
+            ids = parse_machine_name(job.get("name")) if isinstance(job, dict) else None
+            if ids is None or job.get("user_name") not in (None, self.login.user):
+                continue
+            state = job.get("job_state")
+            found.append(MachineInfo(provider=self.name, ref=str(job.get("job_id")), allocation_id=ids[0],
+                                     workspace_id=ids[1], name=str(job.get("name")),
+                                     state="running" if state in _RUNNING else "pending" if state in _PENDING
+                                     else "lost", details={"partition": job.get("partition")}))
+        return found
+
+
+# The batch job: it holds the node's GPUs for the allocation, beats a heartbeat, and notes the
+# walltime warning (--signal=B:USR1@lead reaches this shell only). `sleep & wait` lets a signal in.
+_JOB_SCRIPT = """#!/bin/sh
+dir=@DIR@
+mkdir -p "$dir"
+echo "$SLURM_JOB_ID" > "$dir/job"
+hostname > "$dir/node"
+trap 'date +%s > "$dir/walltime-warning"' USR1
+trap 'exit 0' TERM
+while :; do
+  date +%s > "$dir/heartbeat.tmp" && mv "$dir/heartbeat.tmp" "$dir/heartbeat"
+  sleep 1 & wait $!
+done
+"""
+
+__all__ = ["GPU_MEMORY_GB", "Partition", "SlurmProvider", "check_job", "loss_reason", "parse_sinfo",
+           "parse_test_only", "parse_time_limit", "slurm_minutes"]

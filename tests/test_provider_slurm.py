@@ -1,0 +1,318 @@
+"""The ``slurm`` provider against a real one-node Slurm cluster (tests/slurm_cluster.py), reached as a
+user reaches one: the Slurm commands on a login node over SSH (a real sshd on loopback whose sessions
+see the cluster). The node is this machine, so the compute node's sshd is the login node's too."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from slurm_cluster import SlurmCluster, running_cluster
+from slurm_cluster import unavailable as slurm_unavailable
+from sshd import Sshd, start_sshd
+from sshd import unavailable as sshd_unavailable
+
+from jupyter_portable.compute.base import WORKSPACE_ENV, Allocation, parse_machine_name
+from jupyter_portable.compute.slurm import (
+    SlurmProvider,
+    check_job,
+    loss_reason,
+    parse_sinfo,
+    parse_test_only,
+    parse_time_limit,
+)
+from jupyter_portable.core.errors import NotSupported, ProviderUnavailable, UsageError
+
+_NOW = datetime(2026, 12, 6, 12, 0, tzinfo=timezone.utc)  # history is read as of a time the test gives
+
+# -- what the provider reads, checked without a cluster ----------------------------------------
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("2:00:00", 7200), ("1-00:00:00", 86400), ("1-2", 93600),
+                                               ("30:00", 1800), ("5", 300), ("infinite", None), ("UNLIMITED", None)])
+def test_slurm_times_are_read_as_slurm_writes_them(text: str, seconds: int | None) -> None:
+    assert parse_time_limit(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "2h", "-1", "1:2:3:4", "soon"])
+def test_a_time_that_is_not_slurms_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_time_limit(text)
+
+
+def test_sinfo_lines_become_partitions_and_down_nodes_do_not_count() -> None:
+    parts = parse_sinfo("gpu|up|2:00:00|idle|gpu:a100:4(S:0-1)|n1\ngpu|up|2:00:00|down*|gpu:a100:8|n2\n"
+                        "cpu|up|infinite|idle|(null)|n3\nold|down|1:00:00|idle|gpu:2|n4\n")
+    by = {p.name: p for p in parts}
+    assert by["gpu"].gpus == {"a100": 4} and by["gpu"].usable_nodes == 1 and by["gpu"].nodes == 2
+    assert by["cpu"].gpus == {} and by["cpu"].time_limit_s is None
+    assert by["old"].up is False and by["old"].gpus == {"gpu": 2}
+
+
+@pytest.mark.parametrize("text", ["gpu|up|2:00:00|idle|gpu:a100:4", "gpu|up|two hours|idle|gpu:1|n1",
+                                  "gpu|up|1:00|idle|gpu:a100:many|n1", "<html>|||||"])
+def test_sinfo_output_that_is_not_sinfos_is_refused_with_the_command_named(text: str) -> None:
+    with pytest.raises(ProviderUnavailable, match="sinfo"):
+        parse_sinfo(text)
+
+
+def test_the_queue_wait_is_slurms_expected_start_by_the_clusters_own_clock() -> None:
+    text = "sbatch: Job 3 to start at 2026-12-06T17:41:20 using 1 processors on nodes n1 in partition batch"
+    assert parse_test_only(text, "now 2026-12-06T15:41:20") == 7200
+    assert parse_test_only(text, "now 2026-12-06T18:00:00") == 0  # started already: no wait
+    for bad_text, now in [("sbatch: error: Batch job submission failed", "now 2026-12-06T15:41:20"),
+                          (text, "Sun Dec  6 15:41:20 UTC 2026")]:
+        with pytest.raises(ValueError):
+            parse_test_only(bad_text, now)
+
+
+@pytest.mark.parametrize(("job", "words"), [
+    ({"job_state": "TIMEOUT"}, "time limit reached"),
+    ({"job_state": "PREEMPTED"}, "preempted by partition urgent"),
+    ({"job_state": "NODE_FAIL"}, "node failure"),
+    ({"job_state": "CANCELLED"}, "cancelled outside jupyter-portable (by an admin, or scancel)"),
+    ({"job_state": "PENDING", "restart_cnt": 1}, "requeued by Slurm (restart 1): the job went back to the queue"),
+    ({"job_state": "RUNNING"}, None), ({"job_state": "PENDING", "restart_cnt": 0}, None)])
+def test_each_end_of_a_job_is_said_in_the_users_words(job: dict, words: str | None) -> None:
+    assert loss_reason(job, preemptor="urgent") == words
+
+
+def test_a_squeue_answer_that_is_not_squeues_is_refused() -> None:
+    good = {"job_id": 7, "job_state": "RUNNING", "name": "x", "partition": "batch", "start_time": 1}
+    assert check_job({"jobs": [good]}, "7")["job_state"] == "RUNNING"
+    for bad in [{"jobs": "none"}, [], {"jobs": [{**good, "job_state": None}]},
+                {"jobs": [{**good, "start_time": "noon"}]}]:
+        with pytest.raises(ProviderUnavailable, match="squeue"):
+            check_job(bad, "7")
+
+
+def test_a_provider_without_a_login_node_or_with_a_bad_rate_is_refused() -> None:
+    with pytest.raises(UsageError, match="login node"):
+        SlurmProvider("")
+    with pytest.raises(UsageError, match="gpu_hour_rate"):
+        SlurmProvider("login", gpu_hour_rate=-1)
+    with pytest.raises(UsageError, match="workdir"):
+        SlurmProvider("login", workdir="~/a;rm -rf ~")
+
+
+# -- a real cluster -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    reason = slurm_unavailable() or sshd_unavailable()
+    if reason:
+        pytest.skip(reason)
+    with running_cluster(tmp_path_factory.mktemp("slurm")) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def login(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    """The login node: a real sshd whose sessions reach the cluster (SLURM_CONF, as a site's profile sets it)."""
+    sshd = start_sshd(tmp_path_factory.mktemp("login"), env=cluster.env)
+    yield sshd
+    sshd.stop()
+
+
+@pytest.fixture
+def make_provider(cluster: SlurmCluster, login: Sshd, tmp_path: Path) -> Iterator[Callable[..., SlurmProvider]]:
+    def make(**kw: object) -> SlurmProvider:
+        return SlurmProvider("127.0.0.1", login_port=login.port, login_user=login.user, key=login.client_key,
+                             node_ssh_port=login.port, workdir=str(tmp_path / "cluster-home"),
+                             state_dir=tmp_path / "state", **kw)  # type: ignore[arg-type]
+
+    yield make
+    cluster.run("scancel", "-u", "root", check=False)  # nothing of one test is left to the next
+    _until(lambda: not cluster.run("squeue", "-h", "-t", "PD,R,CG", check=False).stdout.strip(), "the queue empties")
+
+
+def _until(predicate: Callable[[], object], what: str, tries: int = 240, pause: float = 0.5) -> object:
+    """Wait for a condition by polling (the test reads no clock): its first true value."""
+    for _ in range(tries):
+        value = predicate()
+        if value:
+            return value
+        time.sleep(pause)
+    raise AssertionError(f"never happened: {what}")
+
+
+def _offer(provider: SlurmProvider, offer_id: str):  # type: ignore[no-untyped-def]
+    return {o.id: o for o in provider.offers()}[offer_id]
+
+
+def _job(cluster: SlurmCluster, job_id: str) -> dict:
+    """The job as the admin sees it (``squeue --json`` of Slurm 22.05 lists every job, whatever -j says)."""
+    return check_job(json.loads(cluster.run("squeue", "--json", "-t", "all").stdout), job_id)
+
+
+def _blocker(cluster: SlurmCluster, minutes: int = 10) -> str:
+    """Another user's job holding both GPUs of the batch partition."""
+    out = cluster.run("sbatch", "--parsable", "-p", "batch", "--gres=gpu:a100:2", f"--time={minutes}",
+                      "-o", "/dev/null", "--wrap=sleep 3000").stdout.strip()
+    _until(lambda: "RUNNING" in cluster.run("squeue", "-h", "-j", out, "-o", "%T").stdout, "the blocker runs")
+    return out
+
+
+def test_offers_are_the_clusters_partitions_free_and_ready_now(make_provider: Callable[..., SlurmProvider]) -> None:
+    offers = {o.id: o for o in make_provider().offers()}
+    assert set(offers) == {"batch.a100x1", "batch.a100x2", "urgent.a100x1", "urgent.a100x2"}
+    two = offers["batch.a100x2"]
+    assert (two.gpu, two.gpu_count, two.gpu_memory_gb, two.price_per_hour, two.region) == ("A100", 2, 80.0, 0.0,
+                                                                                            "batch")
+    assert two.extra["queue_s"] == 0 and two.extra["time_limit_s"] == 7200 and two.capacity is None
+    rated = {o.id: o for o in make_provider(gpu_hour_rate=0.5, partitions=["urgent"]).offers()}
+    assert set(rated) == {"urgent.a100x1", "urgent.a100x2"}
+    assert rated["urgent.a100x2"].price_per_hour == 1.0
+
+
+def test_routes_put_the_clusters_queue_wait_beside_another_providers_gpu_now(
+        make_provider: Callable[..., SlurmProvider], cluster: SlurmCluster, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import write_tree
+
+    from jupyter_portable import Workspace
+    from jupyter_portable.demo.market import LocalMarket
+    from jupyter_portable.orchestration.routes import compute_routes
+
+    _blocker(cluster, minutes=120)
+    slurm = make_provider()
+    offers = {o.id: o for o in slurm.offers()}
+    # Slurm's forecast: the batch GPUs free when the blocker's two hours end; urgent preempts, so now
+    assert 7100 <= offers["batch.a100x1"].extra["queue_s"] <= 7200
+    assert offers["urgent.a100x1"].extra["queue_s"] <= 5
+
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text('version = 1\n[store]\nregion = "near"\negress_per_gb = 0.09\n'
+                       '[[offer]]\nid = "cloud-a100"\ngpu = "NVIDIA A100"\ngpu_count = 1\ngpu_memory_gb = 80\n'
+                       'price_per_hour = 2.0\nregion = "near"\ncapacity = 1\nboot_seconds = 60\ndriver = "550.54.15"\n'
+                       'cuda = "12.4"\nlaunch_failure_rate = 0.0\nreliability = 1.0\nbandwidth_mbps = 10000\n')
+    root = tmp_path / "w"
+    write_tree(root, {"a.txt": "a"})
+    ws = Workspace.init(root, f"file://{tmp_path}/store")
+    ws.snapshot(progress=None)
+    routes, errors = compute_routes(ws, hours=1.0, providers={
+        "slurm": slurm, "local": LocalMarket(catalog, tmp_path / "market")})
+    assert errors == {}
+    by = {r.offer.key: r for r in routes}
+    assert {"slurm/batch.a100x1", "slurm/urgent.a100x1", "local/cloud-a100"} <= set(by)
+    queued, now, cloud = by["slurm/batch.a100x1"], by["slurm/urgent.a100x1"], by["local/cloud-a100"]
+    assert 7100 <= queued.queue_s <= 7200 and now.queue_s <= 5 and cloud.queue_s == 0
+    assert queued.cost.gpu == 0 and cloud.cost.gpu == 2.0
+    assert queued.words["queue"].startswith("Queue: about") and cloud.words["queue"].startswith("Queue: no wait")
+    assert queued.predicted()["time_to_ready_s"] >= 7100 + offers["batch.a100x1"].boot_seconds
+
+    # ranked in the same whole-route terms: the 2 h wait priced at what the researcher's time is worth
+    from jupyter_portable.core.routing import rank_routes
+    from jupyter_portable.orchestration.routes import signals_from_history, with_forecast_waits, workspace_facts
+
+    batch_and_cloud = [offers["batch.a100x1"], cloud.offer]
+    signals = with_forecast_waits(signals_from_history(ws, now=_NOW), batch_and_cloud)
+
+    def first(value_of_time: float) -> str:
+        ranked = rank_routes(workspace_facts(ws, {"slurm": slurm}), batch_and_cloud, hours=1.0, signals=signals,
+                             value_of_time_per_hour=value_of_time)
+        return ranked[0].offer.key
+
+    assert first(0.5) == "slurm/batch.a100x1"  # waiting 2 h is worth $1: the free GPU later
+    assert first(5.0) == "local/cloud-a100"  # waiting 2 h is worth $10: the $2 GPU now
+
+
+def test_a_launch_is_a_batch_job_that_runs_on_the_node_and_is_reached_over_ssh(
+        make_provider: Callable[..., SlurmProvider], cluster: SlurmCluster, login: Sshd, tmp_path: Path) -> None:
+    provider = make_provider()
+    offer = _offer(provider, "batch.a100x1")
+    with pytest.raises(NotSupported):
+        provider.launch(offer, allocation_id="a-img", image="ubuntu:24.04")
+    alloc = provider.launch(offer, allocation_id="a-1", env={WORKSPACE_ENV: "ws-1"})
+    st = _until(lambda: (s := provider.status(alloc)).state == "running" and s, "the job runs")
+    assert st.ssh is not None and (st.ssh.host, st.ssh.port) == ("127.0.0.1", login.port)  # type: ignore[union-attr]
+    job = _job(cluster, alloc.ref)
+    assert parse_machine_name(job["name"]) == ("a-1", "ws-1")
+    assert job["requeue"] is False and job["tres_per_node"] == "gres:gpu:a100:1"
+    folder = tmp_path / "cluster-home" / "allocations" / "a-1"
+    _until(lambda: (folder / "heartbeat").exists(), "the job beats on the node")
+    assert (folder / "job").read_text().strip() == alloc.ref
+    assert [m.allocation_id for m in provider.list_machines()] == ["a-1"]
+    provider.terminate(alloc)
+    assert _until(lambda: (s := provider.status(alloc)).state == "terminated" and s, "terminated")
+    provider.terminate(alloc)  # gone already is fine
+
+
+def test_a_job_preempted_by_the_urgent_partition_is_lost_with_that_reason(
+        make_provider: Callable[..., SlurmProvider], cluster: SlurmCluster) -> None:
+    provider = make_provider()
+    alloc = provider.launch(_offer(provider, "batch.a100x2"), allocation_id="a-pre")
+    _until(lambda: provider.status(alloc).state == "running", "the job runs")
+    urgent = cluster.run("sbatch", "--parsable", "-p", "urgent", "--gres=gpu:a100:1", "--time=5", "-o", "/dev/null",
+                         "--wrap=sleep 300").stdout.strip()
+    st = _until(lambda: (s := provider.status(alloc)).state == "lost" and s, "the job is preempted")
+    assert st.reason == f"job {alloc.ref}: preempted by partition urgent"  # type: ignore[union-attr]
+    assert "RUNNING" in cluster.run("squeue", "-h", "-j", urgent, "-o", "%T").stdout
+
+
+def test_a_job_cancelled_by_an_admin_is_lost_not_terminated(make_provider: Callable[..., SlurmProvider],
+                                                           cluster: SlurmCluster) -> None:
+    provider = make_provider()
+    alloc = provider.launch(_offer(provider, "batch.a100x1"), allocation_id="a-adm")
+    _until(lambda: provider.status(alloc).state == "running", "the job runs")
+    cluster.run("scancel", alloc.ref)
+    st = _until(lambda: (s := provider.status(alloc)).state == "lost" and s, "the job is cancelled")
+    assert "cancelled outside jupyter-portable" in st.reason  # type: ignore[union-attr]
+
+
+def test_a_job_that_waits_in_the_queue_is_pending_with_slurms_reason(
+        make_provider: Callable[..., SlurmProvider], cluster: SlurmCluster) -> None:
+    _blocker(cluster)
+    provider = make_provider()
+    alloc = provider.launch(_offer(provider, "batch.a100x1"), allocation_id="a-wait")
+    st = _until(lambda: (s := provider.status(alloc)).state == "pending" and s, "the job is queued")
+    assert st.reason is not None and st.reason.startswith("queued in batch")  # type: ignore[union-attr]
+    assert st.spend == 0.0  # type: ignore[union-attr]
+
+
+def test_the_walltime_warns_the_job_then_ends_it_as_time_limit_reached(
+        make_provider: Callable[..., SlurmProvider], cluster: SlurmCluster, tmp_path: Path) -> None:
+    provider = make_provider(time_limit_s=60, signal_lead_s=40)
+    offer = _offer(provider, "batch.a100x1")
+    assert offer.extra["time_limit_s"] == 60
+    alloc = provider.launch(offer, allocation_id="a-wall")
+    assert alloc.details["walltime_s"] == 60 and alloc.details["signal_lead_s"] == 30  # at most half the walltime
+    assert _job(cluster, alloc.ref)["time_limit"] == 1
+    folder = tmp_path / "cluster-home" / "allocations" / "a-wall"
+    _until(lambda: (folder / "walltime-warning").exists(), "the warning signal reaches the job", tries=400)
+    assert provider.status(alloc).state == "running"  # warned, still running
+    st = _until(lambda: (s := provider.status(alloc)).state == "lost" and s, "the walltime ends the job", tries=400)
+    assert st.reason == f"job {alloc.ref}: time limit reached"  # type: ignore[union-attr]
+
+
+def test_malformed_answers_from_the_login_node_are_refused(make_provider: Callable[..., SlurmProvider],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    provider = make_provider()
+    alloc = Allocation("a-x", "slurm", "batch.a100x1", "12", "2026-01-01T00:00:00Z")
+    monkeypatch.setattr(provider, "_command", lambda script, what, **kw: (0, "Welcome to the cluster!\n", ""))
+    with pytest.raises(ProviderUnavailable, match="sinfo"):
+        provider.offers()
+    with pytest.raises(ProviderUnavailable, match="squeue --json"):
+        provider.status(alloc)
+    monkeypatch.setattr(provider, "_command", lambda script, what, **kw: (0, "Submitted batch job 12\n", ""))
+    with pytest.raises(ProviderUnavailable, match="sbatch --parsable"):
+        provider.launch(_offer_of("batch.a100x1"), allocation_id="a-x")
+
+
+def _offer_of(offer_id: str):  # type: ignore[no-untyped-def]
+    from jupyter_portable.core.offers import Offer
+
+    return Offer(provider="slurm", id=offer_id, gpu="A100", gpu_count=1, gpu_memory_gb=80, price_per_hour=0,
+                 region="batch", extra={"partition": "batch", "gres": "gpu:a100:1", "time_limit_s": 600})
+
+
+def test_the_slurm_provider_keeps_the_contract(make_provider: Callable[..., SlurmProvider]) -> None:
+    from test_providers_contract import _lifecycle
+
+    provider = make_provider()
+    _lifecycle(provider, _offer(provider, "urgent.a100x1"))
