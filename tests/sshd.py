@@ -91,6 +91,46 @@ class Sshd:
                 self.proc.wait()
 
 
+def sshd_processes(sshd: Sshd) -> list[int]:
+    """The server's own processes: its listener and every sshd below it (one or two per connection,
+    each holding that connection's forwards), never the commands its sessions run."""
+    children: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            stat = (entry / "stat").read_text()
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+            names[int(entry.name)] = name
+    out, todo = [], [sshd.pid]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(c for c in children.get(pid, []) if names.get(c, "").startswith("sshd"))
+    return out
+
+
+@contextlib.contextmanager
+def partitioned(sshd: Sshd) -> Iterator[list[int]]:
+    """A network partition of this server, for real: its listener and every connection it holds are
+    frozen (SIGSTOP), so a new connection hangs before the banner and an open one (a port forward)
+    carries nothing, as when the packets are dropped; on the way out they go on (SIGCONT) and the
+    connections that did not time out carry on where they were. What the sessions run is left alone."""
+    pids = sshd_processes(sshd)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pids
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
 def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))

@@ -371,7 +371,9 @@ def _orchestrate(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str
         if args.verb == "stop":
             out = orch.stop()
             return out, f"sealed version {out['sealed_version']} and released the machine", 0
-        from jupyter_portable.core.state_words import state_line
+        from jupyter_portable.core.reachability import since_text
+        from jupyter_portable.core.state_words import state_line, unreachable_line
+        from jupyter_portable.core.times import parse_iso_or_none
 
         out = orch.check()
         alive = {True: "answering", False: "not answering", None: "no machine"}[out["alive"]]
@@ -379,7 +381,9 @@ def _orchestrate(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str
         aid = out["allocation_id"]
         machine = (alive if not aid else f"{aid}, {alive}" if out["alive"] is not None
                    else f"{alive}; the last was {aid}")
-        text = f"{state_line(out['state'], out['version'])} ({machine})"
+        since = parse_iso_or_none(out.get("unreachable_since"))
+        text = (f"{unreachable_line(out['state'], out['version'], since_text(since))} ({machine})" if since
+                else f"{state_line(out['state'], out['version'])} ({machine})")
         if args.events:
             events = orch.lifecycle().events
             out["events"] = [e.to_json() for e in events]

@@ -1,0 +1,120 @@
+"""A partition is not a loss (issue 42, item 1), end to end on a real sshd: the machine's SSH is
+partitioned for real (its sshd and every connection it holds frozen, as when packets are dropped),
+the loss check looks at it over 90 s of the time it is given, and the workspace stays ACTIVE,
+"unreachable since HH:MM" in the check and in ``jupyter portable state``, with its worker left
+running; when the network comes back the same worker answers and the session seals normally."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakegpu import H100, install_fake_nvidia_smi
+from jupyter_e2e import make_workspace
+from sshd import Sshd, partitioned, running_sshd, unavailable
+
+from jupyter_portable.compute.hosts import ENV_HOSTS
+from jupyter_portable.compute.ssh import ENV_STATE
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")]
+
+HOST = """
+[[host]]
+name = "box"
+host = "127.0.0.1"
+port = {port}
+user = "{user}"
+key = "{key}"
+python = "{python}"
+workdir = "{workdir}"
+
+[host.labels]
+gpu = "NVIDIA H100 80GB HBM3"
+gpu_count = 1
+gpu_memory_gb = 80
+driver = "550.54.15"
+cuda = "12.4"
+region = "loopback"
+price_per_hour = 1.0
+"""
+T0 = datetime(2026, 12, 6, 14, 2, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[Sshd]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    install_fake_nvidia_smi(bin_dir, [H100], driver="550.54.15", cuda="12.4")
+    with running_sshd(tmp_path / "server", path_prefix=[bin_dir]) as server:
+        yield server
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sshd: Sshd) -> Iterator[dict[str, str]]:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(HOST.format(port=sshd.port, user=sshd.user, key=sshd.client_key, python=sys.executable,
+                                 workdir=tmp_path / "remote"))
+    values = {ENV_HOSTS: str(hosts), ENV_STATE: str(tmp_path / "ssh-state"), "JUPYTER_PORTABLE_PROVIDERS": "ssh",
+              "JUPYTER_PORTABLE_MARKET_DIR": str(tmp_path / "market"), "JUPYTER_PORTABLE_ENVIRONMENT": "image",
+              "JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES": "0"}
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("JUPYTER_PORTABLE_UNREACHABLE_GRACE", raising=False)  # the default grace
+    yield values
+    from jupyter_e2e import release_all
+
+    release_all(("ssh",))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
+        tmp_path: Path, env: dict[str, str], sshd: Sshd, cli: Any) -> None:
+    from jupyter_portable.compute.ssh import SshProvider
+    from jupyter_portable.core import lifecycle as L
+    from jupyter_portable.orchestration.orchestrator import Orchestrator
+
+    ws = make_workspace(tmp_path / "ws", tmp_path / "store")
+    provider = SshProvider(connect_timeout=2)
+
+    def wall() -> datetime:
+        raise AssertionError("the loss check read the wall clock although it was given now")
+
+    orch = Orchestrator(ws, providers={"ssh": provider}, wall=wall)
+    try:
+        assert orch.continue_()["state"] == L.ACTIVE
+        rec = orch.record()
+        assert rec is not None
+        pid = int(rec.allocation.details["pid"])
+        assert orch.check(now=T0)["alive"] is True
+        with partitioned(sshd):
+            looks = [orch.check(now=T0 + timedelta(seconds=s)) for s in (5, 50, 95)]
+            assert [(a["state"], a["alive"]) for a in looks] == [(L.ACTIVE, False)] * 3, looks
+            # the silence began at the first look that found no path, and every look says so
+            assert {a["unreachable_since"] for a in looks} == {"2026-12-06T14:02:05Z"}
+            assert looks[-1]["unreachable"] == "unreachable since 14:02Z"
+            # the CLI (another process: the wall's time) says it in the words every view uses
+            said = cli("state", cwd=ws.root, timeout=120)
+            assert "ACTIVE" in said.stdout and "unreachable since" in said.stdout, said.stdout
+            assert _alive(pid)  # nothing was terminated: the worker runs on
+            assert orch.lifecycle().state == L.ACTIVE
+        back = orch.check(now=T0 + timedelta(seconds=100))
+        assert (back["state"], back["alive"], back["unreachable_since"]) == (L.ACTIVE, True, None), back
+        assert orch.record() is not None and orch.record().allocation_id == rec.allocation_id  # type: ignore[union-attr]
+        assert [e.state for e in orch.lifecycle().events if e.state == L.LOST] == []
+        # the same worker answers: the session seals and releases as if nothing had happened
+        stopped = orch.stop()
+        assert orch.lifecycle().state == L.RELEASED, stopped
+    finally:
+        orch.close()
