@@ -268,7 +268,9 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
     """The first admitted allocation, and every attempt given up on the way.
 
     Raises NoCapacity("every route failed: ...") naming each route's reason when none is
-    admitted (``exc.context["attempts"]`` holds them). Events, one dict each, go to
+    admitted (``exc.context["attempts"]`` holds them). A launch whose answer was lost and whose
+    machine could not be confirmed absent (``may_be_running``) ends it there, with that error: no
+    other route is launched while a machine may run unseen. Events, one dict each, go to
     ``on_event``: ``{"state": "ACQUIRING" | "PROBING" | "REFUSED" | "FAILED" | "ACQUIRED",
     "offer": key, "reason": ..., "checks": {...}, ...}``. While a machine boots its status is
     polled every ``poll_interval_s``, backing off to ``poll_max_s`` (never faster than the
@@ -364,6 +366,13 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
             attempts.append(attempt)
             emit("REFUSED" if fault else "FAILED", offer, checks, reason=reason, stage=stage, error=attempt.error,
                  environment_fault=fault, allocation_id=attempt.allocation_id, released=released)
+            if stage == "launch" and allocation is None and exc.context.get("may_be_running"):
+                # a launch whose answer was lost, and whose machine could not be confirmed absent: it may
+                # be running and billed. Nothing else is launched until it is known (issue 42 item 3)
+                exc.context["attempts"] = attempts
+                exc.hint = exc.hint or ("look for it with `jupyter portable machines` and terminate it there, "
+                                        "then Continue again")
+                raise exc
             continue
         except BaseException:
             # a bug or an interrupt must not leave a rented machine running

@@ -76,6 +76,50 @@ def delete_until_confirmed(delete: Callable[[], None], *, attempts: int, sleep: 
             wait = min(30.0, wait * 2)
 
 
+# How long a launch whose answer was lost (a 5xx, a timeout) is looked for by its name before the
+# machine counts as never made: a provider's listing may lag its launch by tens of seconds (issue 42)
+LOOKUP_BUDGET_S = 180.0
+
+
+class _NotYet(Exception):
+    """The listing answered without the machine: ask again until the budget is spent."""
+
+
+def look_up_until_known(find: Callable[[], list[MachineInfo]], *, budget_s: float = LOOKUP_BUDGET_S,
+                        clock: Callable[[], float], sleep: Callable[[float], None], first_wait_s: float = 2.0,
+                        max_wait_s: float = 20.0) -> MachineInfo | None:
+    """The machine a launch with a lost answer made, looked up with ``find`` (its name, label or tags)
+    until it is known: found (returned at once), or confirmed absent (None: every listing for
+    ``budget_s`` seconds of ``clock`` answered without it, the last one included). A listing that fails
+    is asked again; one failing at the end raises its error, with ``may_be_running`` in its context:
+    the machine may exist, and nothing else may be launched until someone looks. Waits start at
+    ``first_wait_s`` and double up to ``max_wait_s``, on ``sleep`` (tenacity)."""
+    import tenacity
+
+    from jupyter_portable.core.errors import ComputeError
+
+    started = clock()
+
+    def once() -> MachineInfo:
+        found = [m for m in find() if m.state != "terminated"]
+        if not found:
+            raise _NotYet()
+        return found[0]
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type((_NotYet, ComputeError)),
+        wait=tenacity.wait_exponential(multiplier=first_wait_s, min=first_wait_s, max=max_wait_s),
+        stop=lambda rs: clock() - started + (rs.upcoming_sleep or 0.0) > budget_s,
+        sleep=sleep, reraise=True)
+    try:
+        return retrying(once)
+    except _NotYet:
+        return None
+    except ComputeError as exc:
+        exc.context.update(may_be_running=True)
+        raise
+
+
 def spend_since(price_per_hour: float | None, started: object, now: datetime) -> tuple[float | None, float | None]:
     """``(uptime seconds, dollars)`` at ``price_per_hour`` from ``started`` (an ISO time or a
     datetime) to ``now``; ``(None, None)`` when either is unknown."""

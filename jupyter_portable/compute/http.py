@@ -41,7 +41,14 @@ from typing import Any
 import httpx
 import tenacity
 
-from jupyter_portable.compute.base import Allocation, MachineInfo, Provider, spend_since  # noqa: F401 (re-exported)
+from jupyter_portable.compute.base import (  # noqa: F401 (re-exported)
+    LOOKUP_BUDGET_S,
+    Allocation,
+    MachineInfo,
+    Provider,
+    look_up_until_known,
+    spend_since,
+)
 from jupyter_portable.core.errors import AuthError, ComputeError, LaunchFailed, ProviderUnavailable, UsageError
 from jupyter_portable.core.offers import Offer
 
@@ -447,6 +454,8 @@ class HttpProvider(Provider):
     # the least time between two status polls of one machine (see acquire's polling): the
     # providers rate-limit per key, Lambda documents one request per second
     min_poll_interval_s: float = 1.0
+    # how long a launch whose answer was lost is looked for by its name (base.LOOKUP_BUDGET_S)
+    lookup_budget_s: float = LOOKUP_BUDGET_S
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_url={self._api.base_url!r}, key={self._api._key!r})"
@@ -480,13 +489,18 @@ class HttpProvider(Provider):
     def _found_after_lost_answer(self, exc: ComputeError, allocation_id: str) -> MachineInfo | None:
         """After a launch whose answer never came, or came as a 5xx (a timeout, a dropped connection,
         a gateway's error page: the provider may have acted on it), the machine that launch made,
-        looked up by its name, else None. A rate limit, or any other answer, was never acted on."""
+        looked up by its name with backoff until it is known (:func:`~.base.look_up_until_known`:
+        a listing may lag the launch), else None once it is confirmed absent. A rate limit, or any
+        other answer, was never acted on."""
         status = exc.context.get("status")
         if not isinstance(exc, ProviderUnavailable) or exc.context.get("rate_limited") \
                 or (status is not None and not (isinstance(status, int) and status >= 500)):
             return None
         try:
-            found = [m for m in self.find_machines(allocation_id=allocation_id) if m.state != "terminated"]
+            machine = look_up_until_known(lambda: self.find_machines(allocation_id=allocation_id),
+                                          budget_s=self.lookup_budget_s, clock=self._api.clock,
+                                          sleep=self._api.sleep)
+            found = [machine] if machine is not None else []
         except ComputeError as again:
             exc.args = (f"{exc}; looking the launch up by its name failed too ({again}): machine "
                         f"{allocation_id} may be running",)

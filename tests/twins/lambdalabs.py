@@ -252,7 +252,7 @@ class LambdaTwin(Twin):
         return Reply(200, {"data": {"instance_ids": [rental.ref]}})
 
     def op_listInstances(self, params: dict[str, str], body: Any) -> Reply:
-        return Reply(200, {"data": [self._instance(r) for r in self.rentals.values() if not r.deleted]})
+        return Reply(200, {"data": [self._instance(r) for r in self.listed()]})
 
     def op_getInstance(self, params: dict[str, str], body: Any) -> Reply:
         rental = self.rentals.get(params["id"])

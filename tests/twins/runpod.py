@@ -259,7 +259,7 @@ class RunPodTwin(Twin):
         return Reply(200, self._pod(self._rental(params["id"])))
 
     def op_listPods(self, params: dict[str, str], query: dict[str, Any], body: Any) -> Reply:
-        return Reply(200, {"pods": [self._pod(r) for r in self.rentals.values() if not r.deleted]})
+        return Reply(200, {"pods": [self._pod(r) for r in self.listed()]})
 
     def op_deletePod(self, params: dict[str, str], query: dict[str, Any], body: Any) -> Reply:
         rental = self._rental(params["id"])

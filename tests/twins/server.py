@@ -143,7 +143,8 @@ class Twin:
                  boot_delay_s: float = 1.0, clock: Callable[[], float] = time.monotonic, rate: float | None = None,
                  fail_first_delete: Iterable[str] | bool = (), api_key: str | None = None,
                  lose_answers: int = 0, gateway_errors: int = 0, images: dict[str, str] | None = None,
-                 wall: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+                 wall: Callable[[], datetime] = lambda: datetime.now(timezone.utc), gateway_status: int = 503,
+                 listing_lag_s: float = 0.0) -> None:
         self.root = Path(root)
         self.wall = wall  # the provider's calendar: what its records and bills are dated by
         self.images = dict(images or {})  # image name -> the bare interpreter its machines have
@@ -159,6 +160,9 @@ class Twin:
         self.lose_answers = lose_answers
         # this many successful launches are carried out, then a gateway in front answers 503 instead
         self.gateway_errors = gateway_errors
+        self.gateway_status = gateway_status  # what that gateway answers: 503, or the API's own 500
+        # a new machine is listed only this long (on ``clock``) after its launch: a listing lags (issue 42)
+        self.listing_lag_s = listing_lag_s
         self.requests: list[dict[str, Any]] = []
         self.violations: list[str] = []
         self.bugs: list[str] = []
@@ -346,6 +350,12 @@ class Twin:
             if rental.machine is not None:
                 rental.machine.authorize(rental.keys)
 
+    def listed(self) -> list[Rental]:
+        """The rentals a listing shows: not deleted, and launched at least ``listing_lag_s`` ago."""
+        with self.lock:
+            return [r for r in self.rentals.values()
+                    if not r.deleted and self.clock() - r.created >= self.listing_lag_s]
+
     def phase(self, rental: Rental) -> str:
         """deleted | killed | failed | booting (within the boot delay) | starting (booted, sshd not
         yet listening) | up."""
@@ -464,8 +474,9 @@ class Twin:
             http.close_connection = True
             return
         if gateway:  # done, but what reaches the caller is the gateway's error page
-            entry.update(lost=True, status=503)
-            reply, data, headers = Reply(503), b"<html><body>503 Service Temporarily Unavailable</body></html>", {
+            code = self.gateway_status
+            entry.update(lost=True, status=code)
+            reply, data, headers = Reply(code), f"<html><body>{code} Server Error</body></html>".encode(), {
                 "Content-Type": "text/html"}
         http.send_response(reply.status)
         if data:

@@ -203,7 +203,7 @@ class VastTwin(Twin):
         return Reply(200, {"instances": self._instance(rental) if rental else None})
 
     def op_showInstances(self, params: dict[str, str], body: Any) -> Reply:
-        found = [i for i in (self._instance(r) for r in self.rentals.values()) if i is not None]
+        found = [i for i in (self._instance(r) for r in self.listed()) if i is not None]
         return Reply(200, {"success": True, "instances_found": len(found), "total_instances": len(found),
                            "next_token": None, "instances": found})
 
