@@ -142,6 +142,28 @@ def test_a_full_walk_rewatches_a_folder_that_lost_its_watch(workspace) -> None: 
     _same_elsewhere(ws, src, tmp)
 
 
+def test_many_folders_without_watches_are_watched_afresh_by_the_next_cut(workspace) -> None:  # type: ignore[no-untyped-def]
+    from jupyter_portable.engine.journal import REARM_MOST
+
+    src, ws, journal, clock, tmp = workspace
+    for i in range(REARM_MOST + 1):
+        (src / "many" / f"d{i}").mkdir(parents=True)
+    _snap(ws, journal, clock)
+    with journal._lock:
+        for w, n in list(journal._nodes.items()):
+            if n.name.startswith("d"):
+                journal._ino.rm_watch(w)
+    (src / "many" / "d3" / "f").write_text("unseen by the journal")
+    res = _snap(ws, journal, clock, force=True)
+    assert res.rewatched == REARM_MOST + 1
+    res = _snap(ws, journal, clock)
+    assert res.walk == "full" and "lost their watches" in (res.walk_reason or "")
+    (src / "many" / "d60" / "g").write_text("seen again")
+    res = _snap(ws, journal, clock)
+    assert res.walk == "journal" and res.changed
+    _same_elsewhere(ws, src, tmp)
+
+
 def test_an_edited_symlinked_ignore_file_makes_the_next_snapshot_walk(workspace) -> None:  # type: ignore[no-untyped-def]
     src, ws, journal, clock, tmp = workspace
     rules = tmp / "rules"

@@ -54,6 +54,7 @@ from typing import Any
 from jupyter_portable.engine.scan import IGNORE_FILE, Lister
 
 MAX_PATHS = 100_000  # changed paths kept before a cut is given up as invalid (a walk costs as much)
+REARM_MOST = 64  # folders a full walk watches again one by one; past that the next cut watches all afresh
 META = ".portable"  # the copy's own folder: never watched
 
 
@@ -238,31 +239,35 @@ class ChangeJournal:
                 rel = self._path(wd)
                 if rel is not None:
                     live[rel] = wd
-            done = 0
-            covered: list[str] = []
+            lost: list[tuple[str, int | None, os.stat_result]] = []  # (folder, its stale watch, its lstat)
             for rel in sorted(folders, key=lambda p: (p.count("/") if p else -1, p)):
                 if (rel.split("/")[0] == META) or (rel and self._match(rel + "/")):
                     continue
-                if any(rel == c or rel.startswith(c + "/") for c in covered):
-                    continue
-                full = os.path.join(self.root, rel) if rel else self.root
                 try:
-                    st = os.lstat(full)
+                    st = os.lstat(self._abs(rel))
                 except OSError:
                     continue  # gone since the walk: its folder above reported it
                 if not statmod.S_ISDIR(st.st_mode):
                     continue
                 at = live.get(rel)
                 node = self._nodes.get(at) if at is not None else None
-                if node is not None and node.ident in (None, (st.st_dev, st.st_ino)):
-                    continue
-                parent_rel = rel.rpartition("/")[0] if rel else None
-                parent = live.get(parent_rel) if parent_rel is not None else None
+                if node is None or node.ident not in (None, (st.st_dev, st.st_ino)):
+                    lost.append((rel, at if node is not None else None, st))
+            if len(lost) > REARM_MOST:
+                # as costly as watching everything afresh, which the next cut does
+                self._invalidate(f"{len(lost)} folders had lost their watches")
+                return len(lost)
+            done = 0
+            covered: list[str] = []
+            for rel, stale, _st in lost:
+                if any(rel == c or rel.startswith(c + "/") for c in covered):
+                    continue  # watched with the folder above it, just now
+                parent = live.get(rel.rpartition("/")[0]) if rel else None
                 if rel and parent is None:
                     continue  # its folder above could not be watched: that made the cut invalid
-                if node is not None and at is not None:
-                    self._unhook(at)
-                self._watch_tree(full, parent, rel.rpartition("/")[2] if rel else "")
+                if stale is not None:
+                    self._unhook(stale)
+                self._watch_tree(self._abs(rel), parent, rel.rpartition("/")[2] if rel else "")
                 if not self._valid:
                     return done
                 covered.append(rel)
@@ -564,7 +569,7 @@ class ChangeJournal:
         try:
             st = os.lstat(self._abs(rel))
         except OSError:
-            if mask & f.CREATE:
+            if mask & f.CREATE and not self._match(rel):  # an ignored name is never read: not a question
                 self._unsure.add(rel)
             elif mask & f.MOVED_TO:
                 if self._unsure_moves.pop(cookie, None) is not None:
