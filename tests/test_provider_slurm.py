@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from slurm_cluster import SlurmCluster, running_cluster
@@ -114,7 +115,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
 @pytest.fixture(scope="session")
 def login(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     """The login node: a real sshd whose sessions reach the cluster (SLURM_CONF, as a site's profile sets it)."""
-    sshd = start_sshd(tmp_path_factory.mktemp("login"), env=cluster.env)
+    from fakegpu import install_fake_nvidia_smi
+
+    # the node's GPUs as its driver shows them (the node is this machine: one sshd serves login and node)
+    bin_dir = tmp_path_factory.mktemp("node-bin")
+    install_fake_nvidia_smi(bin_dir, [{"name": "NVIDIA A100-SXM4-80GB", "memory_mb": 81920}] * 2, "550.54.15", "12.4")
+    sshd = start_sshd(tmp_path_factory.mktemp("login"), env=cluster.env, path_prefix=[bin_dir])
     yield sshd
     sshd.stop()
 
@@ -316,3 +322,37 @@ def test_the_slurm_provider_keeps_the_contract(make_provider: Callable[..., Slur
 
     provider = make_provider()
     _lifecycle(provider, _offer(provider, "urgent.a100x1"))
+
+
+def test_continue_puts_the_workspace_on_a_slurm_job_and_a_preemption_loses_it_with_its_reason(
+        cluster: SlurmCluster, login: Sshd, tmp_path: Path, wheelhouse: Path, cli: Any) -> None:
+    """The whole way, by the CLI: routes list the partitions, Continue submits the job, pins the node's
+    host key, bootstraps the worker there from the store and reads the workspace back (READY, ACTIVE);
+    the urgent partition then takes the node, and the state says so in Slurm's words."""
+    from jupyter_e2e import make_workspace
+
+    root = tmp_path / "ws"
+    make_workspace(root, tmp_path / "store")
+    env = {"JUPYTER_PORTABLE_PROVIDERS": "slurm", "JUPYTER_PORTABLE_SLURM_LOGIN": "127.0.0.1",
+           "JUPYTER_PORTABLE_SLURM_PORT": str(login.port), "JUPYTER_PORTABLE_SLURM_USER": login.user,
+           "JUPYTER_PORTABLE_SLURM_NODE_SSH_PORT": str(login.port), "JUPYTER_PORTABLE_SSH_KEY": str(login.client_key),
+           "JUPYTER_PORTABLE_SSH_STATE": str(tmp_path / "ssh"), "JUPYTER_PORTABLE_REMOTE_WORKDIR": str(tmp_path / "node"),
+           "JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES": "0", "JUPYTER_PORTABLE_ENVIRONMENT": "image",
+           "JUPYTER_PORTABLE_WHEEL_FIND_LINKS": str(wheelhouse), "JUPYTER_PORTABLE_NO_INDEX": "1"}
+    try:
+        routes = cli.json("routes", cwd=root, extra_env=env, timeout=120)
+        keys = [f"{r['provider']}/{r['offer']}" for r in routes["routes"]]
+        assert "slurm/batch.a100x2" in keys and "slurm/urgent.a100x1" in keys, keys
+        out = cli.json("continue", "--route", next(r["id"] for r in routes["routes"]
+                                                   if r["offer"] == "batch.a100x2"),
+                       cwd=root, extra_env=env, timeout=300)
+        assert out["state"] == "ACTIVE" and out["provider"] == "slurm", out
+        state = cli.json("state", cwd=root, extra_env=env)
+        assert state["machine"]["ssh"]["port"] == login.port and state["machine"]["host_key_source"] == "first use"
+        cluster.run("sbatch", "-p", "urgent", "--gres=gpu:a100:1", "--time=5", "-o", "/dev/null", "--wrap=sleep 300")
+        lost = _until(lambda: (s := cli.json("state", "--events", cwd=root, extra_env=env))["state"] == "LOST" and s,
+                      "the preemption is seen", tries=120)
+        [event] = [e for e in lost["events"] if e["state"] == "LOST"]  # type: ignore[index]
+        assert event["reason"].endswith("preempted by partition urgent"), event
+    finally:
+        cluster.run("scancel", "-u", "root", check=False)

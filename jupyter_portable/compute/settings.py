@@ -239,6 +239,9 @@ class PortableSlurm(EnvConfigurable):
         works). Environment: JUPYTER_PORTABLE_SLURM_LOGIN. Example:
         c.PortableSlurm.login_host = "login.hpc.example.edu" """).tag(config=True, env="JUPYTER_PORTABLE_SLURM_LOGIN")
 
+    login_port = Int(22, help="""sshd's port on the login node. Environment:
+        JUPYTER_PORTABLE_SLURM_PORT.""").tag(config=True, env="JUPYTER_PORTABLE_SLURM_PORT")
+
     login_user = Unicode("", help="""The login there. Default: ssh's (this user, or ~/.ssh/config's).
         Environment: JUPYTER_PORTABLE_SLURM_USER.""").tag(config=True, env="JUPYTER_PORTABLE_SLURM_USER")
 
@@ -253,7 +256,8 @@ class PortableSlurm(EnvConfigurable):
     partitions = List(Unicode(), help="""Only these partitions (default: every partition with GPUs).
         Example: c.PortableSlurm.partitions = ["gpu", "gpu-long"]""").tag(config=True)
 
-    node_ssh_port = Int(22, help="""sshd's port on the compute nodes.""").tag(config=True)
+    node_ssh_port = Int(22, help="""sshd's port on the compute nodes. Environment:
+        JUPYTER_PORTABLE_SLURM_NODE_SSH_PORT.""").tag(config=True, env="JUPYTER_PORTABLE_SLURM_NODE_SSH_PORT")
 
     @validate("gpu_hour_rate", "signal_lead_s")
     def _check_rate(self, proposal: Any) -> float:
@@ -273,7 +277,8 @@ SECTIONS: dict[str, tuple[type[EnvConfigurable], dict[str, str]]] = {
     "lambda": (PortableLambda, {"api_url": "base_url", "ssh_user": "ssh_user", "ssh_key_names": "ssh_key_names"}),
     "aws": (PortableAws, {"ssh_user": "ssh_user", "ssh_cidr": "ssh_cidr", "image": "image"}),
     "gcp": (PortableGcp, {"project": "project", "endpoint": "endpoint", "ssh_user": "ssh_user", "image": "image"}),
-    "slurm": (PortableSlurm, {"login_host": "login_host", "login_user": "login_user", "gpu_hour_rate": "gpu_hour_rate",
+    "slurm": (PortableSlurm, {"login_host": "login_host", "login_port": "login_port", "login_user": "login_user",
+                              "gpu_hour_rate": "gpu_hour_rate",
                               "signal_lead_s": "signal_lead_s", "partitions": "partitions",
                               "node_ssh_port": "node_ssh_port"}),
 }

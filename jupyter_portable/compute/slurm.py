@@ -208,14 +208,21 @@ class SlurmProvider(Provider):
     def __init__(self, login_host: str = "", *, login_port: int = 22, login_user: str = "",
                  key: Path | str | None = None, gpu_hour_rate: float = 0.0, signal_lead_s: float = 300,
                  time_limit_s: int | None = None, partitions: Sequence[str] = (), node_ssh_port: int = 22,
-                 workdir: str = "~/.jupyter-portable", gpu_memory: dict[str, float] | None = None,
+                 workdir: str | None = None, gpu_memory: dict[str, float] | None = None,
                  state_dir: Path | str | None = None, ssh: str = "ssh", connect_timeout: float = 10.0,
                  command_timeout: float = 60.0) -> None:
         """``login_host``: the login node as ssh reaches it (a name from ~/.ssh/config works).
         ``gpu_hour_rate``: the cluster's internal $ per GPU-hour (0: free). ``signal_lead_s``: seconds
         of warning before the walltime. ``time_limit_s``: the walltime asked for (None: the partition's).
-        ``partitions``: only these (empty: all). ``node_ssh_port``: sshd's port on compute nodes."""
+        ``partitions``: only these (empty: all). ``node_ssh_port``: sshd's port on compute nodes.
+        ``key`` and ``workdir`` default to ``c.PortableRemote``'s (the key rented machines are reached
+        with, where one is named; else ssh's own keys and config)."""
         from jupyter_portable.compute.ssh import SshProvider
+        from jupyter_portable.core.envconfig import PortableRemote
+
+        remote = PortableRemote.current()
+        key = key if key is not None else (remote.ssh_key or None)
+        workdir = workdir if workdir is not None else remote.workdir
 
         if not login_host:
             raise UsageError("slurm: no login node is set",
