@@ -336,7 +336,8 @@ def test_continue_puts_the_workspace_on_a_slurm_job_and_a_preemption_loses_it_wi
     env = {"JUPYTER_PORTABLE_PROVIDERS": "slurm", "JUPYTER_PORTABLE_SLURM_LOGIN": "127.0.0.1",
            "JUPYTER_PORTABLE_SLURM_PORT": str(login.port), "JUPYTER_PORTABLE_SLURM_USER": login.user,
            "JUPYTER_PORTABLE_SLURM_NODE_SSH_PORT": str(login.port), "JUPYTER_PORTABLE_SSH_KEY": str(login.client_key),
-           "JUPYTER_PORTABLE_SSH_STATE": str(tmp_path / "ssh"), "JUPYTER_PORTABLE_REMOTE_WORKDIR": str(tmp_path / "node"),
+           "JUPYTER_PORTABLE_SSH_STATE": str(tmp_path / "ssh"),
+           "JUPYTER_PORTABLE_REMOTE_WORKDIR": str(tmp_path / "node"),
            "JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES": "0", "JUPYTER_PORTABLE_ENVIRONMENT": "image",
            "JUPYTER_PORTABLE_WHEEL_FIND_LINKS": str(wheelhouse), "JUPYTER_PORTABLE_NO_INDEX": "1"}
     try:
