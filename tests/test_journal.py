@@ -256,11 +256,16 @@ def test_the_kernels_auto_snapshots_keep_a_journal(tmp_path: Path) -> None:
         k.run("open('notes.txt', 'w').write('one cell later')")
         second = k.run(wait.format(v=2)).stdout
         assert "version 2" in second and "last walk: journal" in second, second
+        assert "2 folders watched of 2 found by the last full walk" in second, second
         k.run("open('data/old.txt', 'w').write('new')")
         assert k.run('%workspace snapshot -m "by hand"').error is None
+        assert k.run("%workspace autosnapshot 600").error is None  # a fresh watcher, no auto-snapshot for long
+        assert k.run('%workspace snapshot -m "by hand too"').error is None
+        shown = k.run("%workspace autosnapshot").stdout
+        assert "last walk: full" in shown, f"a snapshot by hand is not shown: {shown}"
     finally:
         k.close()
-    latest = ws.manifest()
+    latest = ws.manifest(3)
     assert latest.message == "by hand" and latest.by_path()["data/old.txt"].size == 3
     assert "notes.txt" in latest.by_path()
 

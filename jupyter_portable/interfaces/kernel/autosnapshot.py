@@ -123,14 +123,20 @@ def _loop(state: _State, stop: threading.Event) -> None:
             with OPERATION_LOCK:
                 result = Workspace.find(state.root or ".").snapshot("auto-snapshot", progress=None,
                                                                     journal=journal_cut())
-            state.last_version = result.version
             record_walk(result, state)
             state.last_error = None
-            _scrub(state, result.bytes)
+            state.last_time = time.time()
+            state.last_version = result.version  # last: what waits for a version sees the rest
         except Exception as exc:  # noqa: BLE001 - shown in status; the kernel must go on
             state.last_error = f"{type(exc).__name__}: {exc}"
-        state.last_time = time.time()
+            state.last_time = time.time()
+            result = None
         state.runs += 1
+        if result is not None:
+            try:
+                _scrub(state, result.bytes)
+            except Exception as exc:  # noqa: BLE001 - shown in status; the next run scrubs on
+                state.last_scrub = f"failed: {type(exc).__name__}: {exc}"
 
 
 def _scrub(state: _State, total_bytes: int) -> None:
