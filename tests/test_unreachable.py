@@ -118,3 +118,56 @@ def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
         assert orch.lifecycle().state == L.RELEASED, stopped
     finally:
         orch.close()
+
+
+@pytest.fixture
+def vast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wheelhouse: Path) -> Iterator[Any]:
+    from twins.machines import require_python
+    from twins.vastai import VastTwin
+
+    offer = {"gpu": "NVIDIA H100 80GB HBM3", "model": "H100 SXM", "memory_mb": 81559, "count": 1, "price": 2.69,
+             "driver": "550.90.07", "cuda": "12.4", "stock": 2, "region": "US-TX-3",
+             "python": require_python("3.11.2")}  # the work's Python (3.11), as Debian has it
+    with VastTwin(tmp_path / "twin", offers=[offer], boot_delay_s=0.5) as twin:
+        for key, value in {**twin.env(), "JUPYTER_PORTABLE_PROVIDERS": "vastai",
+                           "JUPYTER_PORTABLE_SSH_STATE": str(tmp_path / "ssh-state"),
+                           "JUPYTER_PORTABLE_MARKET_DIR": str(tmp_path / "market"),
+                           "JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES": "0",
+                           "JUPYTER_PORTABLE_ENVIRONMENT": "image"}.items():
+            monkeypatch.setenv(key, value)
+        for name in ("JUPYTER_PORTABLE_REMOTE_PYTHON", "JUPYTER_PORTABLE_SSH_KEY",
+                     "JUPYTER_PORTABLE_UNREACHABLE_GRACE"):
+            monkeypatch.delenv(name, raising=False)
+        yield twin
+
+
+def test_vast_unknown_for_a_while_mid_session_is_unreachable_not_lost(tmp_path: Path, vast: Any) -> None:
+    from jupyter_portable.core import lifecycle as L
+    from jupyter_portable.orchestration.orchestrator import Orchestrator
+
+    ws = make_workspace(tmp_path / "ws", tmp_path / "store")
+
+    def wall() -> datetime:
+        raise AssertionError("the loss check read the wall clock although it was given now")
+
+    orch = Orchestrator(ws, wall=wall)
+    try:
+        assert orch.continue_()["state"] == L.ACTIVE
+        [ref] = vast.running()
+        assert orch.check(now=T0)["alive"] is True
+        with vast.host_silent(ref):
+            looks = [orch.check(now=T0 + timedelta(seconds=s)) for s in (5, 35, 65)]
+            assert [(a["state"], a["alive"]) for a in looks] == [(L.ACTIVE, False)] * 3, looks
+            assert looks[-1]["unreachable"] == "unreachable since 14:02Z"
+            assert "no recent heartbeat" in (looks[-1]["unreachable_reason"] or "")
+            assert orch.observed[looks[-1]["allocation_id"]].state == "unknown"  # what Vast said, as shown
+        back = orch.check(now=T0 + timedelta(seconds=70))
+        assert (back["state"], back["alive"], back["unreachable_since"]) == (L.ACTIVE, True, None), back
+        # nothing was destroyed while Vast could not say, and the same instance serves on
+        assert vast.running() == [ref]
+        assert [r for r in vast.requests if r["op"] == "destroyInstance"] == []
+        assert [e.state for e in orch.lifecycle().events if e.state == L.LOST] == []
+        orch.stop()
+        assert orch.lifecycle().state == L.RELEASED and vast.running() == []
+    finally:
+        orch.close()

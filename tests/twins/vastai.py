@@ -12,7 +12,10 @@ Instances report ``actual_status`` loading, then created, then running; ``public
 Docker-style ``ports["22/tcp"]`` appear only once sshd listens, and a host-side restart
 (:meth:`~twins.server.Twin.restart`) maps another port. On a host whose container runtime cannot
 start the container (``broken_hosts``, by model) it stays ``created`` with the runtime's error in
-``status_msg`` and never runs. A killed instance goes ``offline`` with the reason in ``status_msg``.
+``status_msg`` and never runs. A killed instance goes ``exited`` with the reason in ``status_msg``
+(the container ended: evidence of a loss). A host that stops sending heartbeats for a while
+(:meth:`VastTwin.host_silent`) makes its instance ``unknown`` meanwhile, as Vast's docs describe it,
+with the machine's SSH partitioned too; then ``running`` again, nothing lost (issue 42).
 
 Charges are per instance: GPU time from when it first ran (nothing before), disk for the same
 time, and bandwidth per GB each way (:meth:`VastTwin.transfer`), rounded to 3 decimals.
@@ -20,7 +23,9 @@ time, and bandwidth per GB each way (:meth:`VastTwin.transfer`), rounded to 3 de
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -139,7 +144,13 @@ class VastTwin(Twin):
             "gpu_totalram": offer.memory_mb * offer.count, "geolocation": offer.region, "dph_total": offer.price,
             "is_bid": False, "direct_port_count": 40}
         if phase == "killed":
-            inst.update(actual_status="offline", cur_state="running", status_msg=rental.killed)
+            inst.update(actual_status="exited", cur_state="stopped", status_msg=rental.killed)
+        elif rental.extra.get("silent"):
+            # Vast's docs: "unknown" is no recent heartbeat from the host; the instance keeps its ports
+            inst.update(actual_status="unknown", cur_state="running", status_msg=None)
+            if rental.machine is not None:
+                inst.update(public_ipaddr=rental.machine.host,
+                            ports={"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(rental.machine.port)}]})
         elif phase == "failed":
             # the container exists but its runtime refused to start it: it stays "created"
             inst.update(actual_status="created", cur_state="running",
@@ -155,6 +166,23 @@ class VastTwin(Twin):
                 inst.update(public_ipaddr=rental.machine.host,
                             ports={"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(rental.machine.port)}]})
         return inst
+
+    @contextlib.contextmanager
+    def host_silent(self, ref: str) -> Iterator[None]:
+        """While inside, the instance's host sends no heartbeat: the API says ``unknown`` and the
+        machine's SSH is partitioned for real (tests/sshd.py ``partitioned``); afterwards it runs on."""
+        from sshd import partitioned
+
+        rental = self.rentals[ref]
+        assert rental.machine is not None, "the instance has no machine yet"
+        with self.lock:
+            rental.extra["silent"] = True
+        try:
+            with partitioned(rental.machine.sshd):
+                yield
+        finally:
+            with self.lock:
+                rental.extra.pop("silent", None)
 
     def _rental(self, ref: str) -> Rental | None:
         rental = self.rentals.get(ref)
