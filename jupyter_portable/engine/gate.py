@@ -59,6 +59,10 @@ RULES = (f"the copy's {IGNORE_FILE}: what you share is yours to change, a machin
          "to take it, add it to .portable/inbound-allow")
 
 
+class Refused(UnsafePath):
+    """A path the inbound gate does not let into the user's copy, named with the reason."""
+
+
 @dataclass(frozen=True)
 class Refusal:
     """A path the gate refused, and why."""
@@ -142,4 +146,4 @@ def outbound_reason(root: Path, path: str) -> str | None:
     return None
 
 
-__all__ = ["RUNS_CODE", "InboundGate", "Refusal", "outbound_reason"]
+__all__ = ["RUNS_CODE", "InboundGate", "Refusal", "Refused", "outbound_reason"]

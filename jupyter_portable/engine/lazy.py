@@ -16,7 +16,7 @@ from pathlib import Path
 
 from jupyter_portable.core.errors import UsageError
 from jupyter_portable.engine.fetch import already_there, fetch_large
-from jupyter_portable.engine.gate import InboundGate
+from jupyter_portable.engine.gate import InboundGate, Refused
 from jupyter_portable.engine.progress import Progress
 from jupyter_portable.store.repo import Store
 from jupyter_portable.workdir.pending import read_pending, write_pending
@@ -42,6 +42,13 @@ def fetch_pending(copy: WorkspaceCopy, path: str | None = None, progress: Progre
         if not chosen:
             return None
     entry = chosen[0]
+    gate = inbound or InboundGate.for_copy(copy.root)
+    why = gate.reason(entry.path)
+    if why is not None:
+        # left pending by a restore before the gate, or the user's rules changed since: never
+        # written, no longer pending, and said (the background fetcher goes on with the rest)
+        _drop_pending(copy, entry.path)
+        raise Refused(f"{entry.path}: not fetched: {why}")
     cfg = copy.read_config()
     store = Store.open(cfg.store)
     with copy.fetch_lock(entry.hash):
@@ -49,7 +56,7 @@ def fetch_pending(copy: WorkspaceCopy, path: str | None = None, progress: Progre
         if entry.path not in {e.path for e in entries}:
             return entry.path  # another process placed it while we waited
         if not already_there(copy.root, entry):
-            fetch_large(store, (inbound or InboundGate.for_copy(copy.root)).placer(), entry, progress)
+            fetch_large(store, gate.placer(), entry, progress)
         with copy.pending_lock():
             version, entries = read_pending(copy)
             rest = [e for e in entries if e.path != entry.path]
@@ -64,6 +71,16 @@ def fetch_pending(copy: WorkspaceCopy, path: str | None = None, progress: Progre
             except sqlite3.Error:
                 pass  # only a cache (a snapshot may hold it): the next snapshot reads the file again
     return entry.path
+
+
+def _drop_pending(copy: WorkspaceCopy, path: str) -> None:
+    with copy.pending_lock():
+        version, entries = read_pending(copy)
+        rest = [e for e in entries if e.path != path]
+        if rest:
+            write_pending(copy, version, rest)
+        else:
+            copy.clear_pending()
 
 
 def ensure(copy: WorkspaceCopy, path: str, progress: Progress | None = None,
@@ -89,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     copy = WorkspaceCopy(Path(args[0]))
     with copy.fetcher_lock():  # one background fetcher per copy
         while True:
-            done = fetch_pending(copy)
+            try:
+                done = fetch_pending(copy)
+            except Refused as exc:  # refused by the inbound gate: dropped from the queue, said here
+                print(f"refused {exc}", flush=True)
+                continue
             if done is None:
                 return 0
             print(f"fetched {done}", flush=True)
