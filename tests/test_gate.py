@@ -78,7 +78,8 @@ def test_the_gates_writer_asks_the_gate_for_every_path(tmp_path: Path) -> None:
     ".venv/bin/python", "venv/lib/python3.12/site-packages/a.py", "src/lib/site-packages/b.py", "__pycache__/u.pyc",
     "pkg/__pycache__/u.cpython-311.pyc", "x.pth", "deep/y.pth", ".git/hooks/pre-commit", ".git/config",
     ".ipython/profile_default/startup/00.py", ".bashrc", "home/.zshrc", ".profile", ".envrc", "sitecustomize.py",
-    "jupyter_server_config.py"])
+    "jupyter_server_config.py", ".VENV/LIB/SITE-PACKAGES/evil.py", "__PYCACHE__/UTIL.CPYTHON-311.PYC", "X.PTH",
+    ".Git/Hooks/pre-commit"])
 def test_the_deny_list_refuses_what_runs_or_configures_code_unless_the_user_opted_it_in(
         tmp_path: Path, path: str) -> None:
     assert InboundGate.for_copy(tmp_path).reason(path) is not None, path
@@ -97,6 +98,7 @@ def test_the_users_ignore_rules_as_they_stand_here_decide_never_the_incoming_one
     write_tree(tmp_path, {".portableignore": ""})  # changed after the gate was made: the gate's rules stay
     assert gate.reason(".env") is not None and gate.reason("secrets/k.txt") is not None
     assert gate.reason(".portableignore") is not None  # the copy has rules of its own: a machine's are not applied
+    assert gate.reason(".PortableIgnore") is not None and gate.reason(".PORTABLE/workspace.json") is not None
     assert gate.reason("notes.md") is None
     # opting in never overrides the user's ignore rules
     WorkspaceCopy(tmp_path).write_inbound_allow([".env"])

@@ -108,10 +108,15 @@ class InboundGate:
             return str(exc)
         if self.ignore is None:
             return None
+        # a case-insensitive filesystem (macOS, Windows) takes .VENV/ for .venv/: the deny-list and
+        # the reserved names are matched on the lower-case path too
+        low = path.lower()
+        if low.split("/")[0] == ".portable":
+            return f"{path!r} is the copy's own .portable folder, on a filesystem that ignores case"
         allowed = self.allow is not None and self.allow.match_file(path)
-        if path == IGNORE_FILE and self.own_rules and not allowed:
+        if low == IGNORE_FILE and self.own_rules and not allowed:
             return RULES
-        if _RUNS_CODE.match_file(path) and not allowed:
+        if (_RUNS_CODE.match_file(path) or _RUNS_CODE.match_file(low)) and not allowed:
             return RUNS
         if self.ignore.match_file(path):
             return IGNORED
