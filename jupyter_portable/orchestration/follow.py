@@ -103,7 +103,7 @@ class Follower:
         self.saving: dict[str, datetime] = {}  # path -> when a save of it began (JupyterLab writes it now)
         self._start_hashes: dict[str, str] | None = None
         self._local: dict[str, tuple[tuple[int, int, int, int], str]] = {}
-        self._gate = InboundGate.for_copy(self.root)  # made again at each tick: the user's rules as they stand
+        self._gate: InboundGate | None = None  # made at each tick: the user's rules as they stand
         self.timer: Timer | None = None  # the server's PeriodicCallback (start_following)
         self.paused = False  # tests that need the copy to hold still while they edit both sides
 
@@ -260,6 +260,7 @@ class Follower:
         worker. A file the user ignores is not read here either; another that is already the
         same here (the copy's own ``.portableignore``) is not news."""
         self.seen[path] = w
+        assert self._gate is not None
         if not self._gate.ignored(path) and self._local_hash(path) == w:
             return
         res.refused.append({"path": path, "reason": why})
@@ -317,6 +318,7 @@ class Follower:
 
     def _place(self, path: str, data: bytes) -> None:
         """The worker's bytes at ``path``, through the inbound gate's writer (it asks the gate again)."""
+        assert self._gate is not None  # a tick made it
         placer = self._gate.placer()
         mode = 0o644
         with contextlib.suppress(OSError):
