@@ -1,6 +1,7 @@
-"""The environment comes back warm: the first worker builds the kernel's venv from the
-recorded lockfile with a package index and caches the wheels in the store; the next worker
-builds the same venv from the store alone, with the index gone."""
+"""The environment comes back warm: the user's side fetches the recorded lockfile's wheels with a
+package index, stores them with a wheel index and records its digest (worker/trust); the worker
+builds the kernel's venv from the store, checked against that digest; the next worker builds the
+same venv from the store alone, with the package index gone."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def test_lockfile_environment_cold_then_warm(env: dict[str, Path], tmp_path: Pat
     first = orch.continue_()
     status = orch.client().status()
     built = status["environment"]
-    assert built["mode"] == "lockfile" and built["kind"] == "cold" and built["wheels"] == 1
+    # prepared on the user's side, local market or not (issue 40): the worker built from the store
+    assert built["mode"] == "lockfile" and built["kind"] == "warm" and built["wheels"] == 1
     assert built["skipped"] == ["localpkg"]
     assert status["python"].startswith(str(env["market"]))  # the kernel runs in the venv on the machine
     lose_allocation(env["market"], first["allocation_id"])

@@ -122,7 +122,10 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
     it instead), with ``progress`` lines on the way. An ``s3://`` store's worker gets ``credentials``
     (by default fresh STS session credentials scoped to the workspace), over stdin; no other
     store's worker gets any, and no worker gets the user's own keys or a provider's. ``pass_env``
-    names variables passed on purpose (core.secretenv): the user's values go over stdin too."""
+    names variables passed on purpose (core.secretenv): the user's values go over stdin too.
+    On every path (the local market, an ssh host, an image's Python, a bootstrapped machine) an
+    environment built from the lockfile is pinned here (:func:`_pin_environment`): the worker
+    uses a wheel index from the store only when its digest is the one this side sends."""
     details = allocation.details
     if credentials is None:
         credentials = issue_credentials(store, workspace_id, session_name=allocation.allocation_id)
@@ -139,6 +142,9 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
     if details.get("local"):
         config.update(workdir=str(details["work"]), state_dir=str(Path(details["dir"]) / "agent"),
                       machine_pid=int(details["pid"]))
+        # the local machine runs this Python (_start_local): its environment is pinned here like any other
+        _pin_environment(config, _local_machine, store=store, workspace_id=workspace_id, version=version,
+                         allocation=allocation, progress=progress)
         env = scrubbed(os.environ)  # the user's keys and the providers' stay on the user's side
         env["PATH"] = f"{details['bin']}{os.pathsep}{env.get('PATH', '')}"
         pkg_root = str(Path(__file__).resolve().parents[2])
@@ -153,6 +159,7 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
         # an ssh host (the stub runs in remote_dir) or a cloud machine (the machine is the allocation)
         ssh, target = ssh_route(provider, allocation)
         host = ssh._host(target.offer_id)
+        pinned = False
         if isinstance(details.get("remote_dir"), str):
             remote = details["remote_dir"]
             config.update(workdir=f"{remote}/work", state_dir=f"{remote}/agent", machine_pid=int(details["pid"]))
@@ -161,12 +168,16 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
             config.update(workdir=f"{remote}/work", state_dir=f"{remote}/agent")
             if not allocation.details.get("python") and not PortableRemote.current().python:
                 host, machine = _bootstrap(ssh, target, host, allocation, store, progress)
-                from jupyter_portable.worker.envprep import prepare_environment
-
-                config["environment"] = prepare_environment(
-                    config["environment"], machine, store=store, workspace_id=workspace_id, version=version,
-                    allocation=allocation, progress=progress)
+                _pin_environment(config, lambda: machine, store=store, workspace_id=workspace_id, version=version,
+                                 allocation=allocation, progress=progress, bootstrapped=True)
+                pinned = True
         from jupyter_portable.compute.ssh import remote_python
+
+        if not pinned:
+            # an ssh host's Python, or an image's (JUPYTER_PORTABLE_REMOTE_PYTHON): asked what it is, and
+            # its environment pinned here as a bootstrapped machine's is
+            _pin_environment(config, lambda: _ssh_machine(ssh, target, remote_python(host), timeout), store=store,
+                             workspace_id=workspace_id, version=version, allocation=allocation, progress=progress)
 
         # remote_python quotes the interpreter and lets a leading ~/ be the remote home
         code, raw_out, raw_err = ssh.exec_bytes(target, f"{remote_python(host)} -m jupyter_portable.worker --detach",
@@ -188,6 +199,43 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
                            provider=allocation.provider, offer=allocation.offer_id)
     info = json.loads(ready[-1][len(READY_PREFIX):])
     return AgentRecord(allocation, int(info["port"]), int(info["pid"]), str(info["token"]), str(config["workdir"]))
+
+
+def _pin_environment(config: dict[str, Any], machine: Callable[[], Any], *, store: str, workspace_id: str,
+                     version: int, allocation: Allocation, progress: Callable[[str], None] | None,
+                     bootstrapped: bool = False) -> None:
+    """The environment the worker gets, pinned from this side (invariant 9): where it builds a venv
+    from the recorded lockfile, the wheel index is prepared (or checked and recorded) here for
+    ``machine()`` (the machine's interpreter, asked only when needed) and its digest sent, so the
+    worker uses no index from the store that this side did not record (``envprep``)."""
+    if config["environment"].get("mode", "image") == "image":
+        return
+    from jupyter_portable.worker.envprep import prepare_environment
+
+    config["environment"] = prepare_environment(config["environment"], machine(), store=store,
+                                                workspace_id=workspace_id, version=version, allocation=allocation,
+                                                progress=progress, pins_decide=not bootstrapped)
+
+
+def _local_machine() -> Any:
+    from jupyter_portable.worker.bootstrap import local_target
+
+    return local_target()
+
+
+def _ssh_machine(ssh: Any, target: Allocation, python: str, timeout: float) -> Any:
+    """The machine's interpreter ``python`` (shell words), as the bootstrap's probe describes it."""
+    from jupyter_portable.worker.bootstrap import probe_python, remote_command
+
+    def run_python(script: str) -> str:
+        code, out, err = ssh.exec_bytes(target, remote_command(python, script, {}), None, timeout)
+        if code != 0:
+            raise LaunchFailed(f"{target.allocation_id}: the machine's Python did not describe itself: "
+                               f"{(err.decode(errors='replace').strip().splitlines() or ['no output'])[-1][:300]}",
+                               provider=target.provider, offer=target.offer_id)
+        return out.decode(errors="replace")  # type: ignore[no-any-return]
+
+    return probe_python(run_python)
 
 
 def _bootstrap(ssh: Any, target: Allocation, host: Any, allocation: Allocation, store: str,

@@ -105,8 +105,10 @@ def image_will_do(state: AgentState) -> bool:
 def build_environment(state: AgentState, *, image: bool | None = None) -> None:
     """The kernel's Python: this one when :func:`image_will_do` (``image``: what it said, when the
     caller asked it already), else a venv from the recorded lockfile (``lockfile``, ``exact``, or
-    ``auto`` when this Python lacks a recorded package), its wheels from the store when a worker
-    built it before, else from the package index."""
+    ``auto`` when this Python lacks a recorded package), its wheels from the store when the user's
+    side prepared them and sent the index's digest, else from the package index: a store's index
+    with no digest from the user's side is never used, and this machine's own build is never
+    published for another machine to use."""
     from jupyter_portable.core.envplan import EnvChange
     from jupyter_portable.worker.envcache import build_env
     from jupyter_portable.worker.localwheels import LocalWheel
@@ -127,7 +129,7 @@ def build_environment(state: AgentState, *, image: bool | None = None) -> None:
     skipped = [n for n in skipped if n not in {w.name for w in local}]
     built = build_env(store, lockfile, venv, find_links=state.environment.get("find_links"),
                       index_url=state.environment.get("index_url"), local=local, notes=notes,
-                      expect=_digest_or_none(state.environment.get("index_digest")),
+                      expect=_digest_or_none(state.environment.get("index_digest")), pinned_only=True,
                       progress=lambda line: state.progress.update(step="environment", message=line))
     link_worker(built.python)
     state.kernel_python = str(built.python)

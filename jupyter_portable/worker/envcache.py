@@ -332,7 +332,7 @@ class EnvBuild:
 
 def build_env(store: Store, lockfile: bytes, venv: Path, *, find_links: list[str] | None = None,
               index_url: str | None = None, python: str = sys.executable, local: Iterable[LocalWheel] = (),
-              notes: Iterable[EnvChange] = (), expect: str | None = None,
+              notes: Iterable[EnvChange] = (), expect: str | None = None, pinned_only: bool = False,
               progress: Progress | None = None) -> EnvBuild:
     """Build a virtual environment at ``venv`` from ``lockfile``, with its wheels cached in ``store``.
 
@@ -342,6 +342,9 @@ def build_env(store: Store, lockfile: bytes, venv: Path, *, find_links: list[str
     ``local``: wheels built on the user's side (editable, path and git installs), installed last;
     ``notes``: what the user's side already knows is left out, carried into the record.
     ``expect``: the digest of the index the user's side prepared; the store's must match it.
+    ``pinned_only`` (a worker on a machine): without ``expect`` the store's index is not read (anyone
+    who can write the store may have planted it) and the cold build publishes none (no machine may
+    trust a machine's build; the user's side prepares and records indexes, ``envprep``).
     """
     started = time.monotonic()
     say: Progress = progress or (lambda _line: None)
@@ -352,7 +355,7 @@ def build_env(store: Store, lockfile: bytes, venv: Path, *, find_links: list[str
                          hint="build the environment into a new folder, or remove that one")
     lockhash = digest(lockfile)
     env = env_tag(python)
-    index = read_index(store, lockhash, env, expect=expect)
+    index = None if pinned_only and expect is None else read_index(store, lockhash, env, expect=expect)
     if expect is not None and index is None:
         raise ObjectMissing(f"{index_key(lockhash, env)}, which your side prepared for this machine, is not in "
                             f"{redact(store.url)}", hint="Continue again: your side prepares it anew")
@@ -430,7 +433,7 @@ def build_env(store: Store, lockfile: bytes, venv: Path, *, find_links: list[str
             if local:
                 _install_local(py, fetch_local(store, local, Path(tmp) / "local"), say)
                 done("local_s")
-            if index is None:
+            if index is None and not pinned_only:
                 _publish(store, WheelIndex(lockhash, env, wheels), say)
     except BaseException as exc:
         if owned:

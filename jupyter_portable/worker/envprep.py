@@ -213,11 +213,15 @@ def _not_exact(diffs: Iterable[EnvChange], env: str) -> NotExact:
 
 
 def prepare_environment(environment: dict[str, Any], machine: Any, *, store: str, workspace_id: str, version: int,
-                        allocation: Allocation, progress: Callable[[str], None] | None) -> dict[str, Any]:
+                        allocation: Allocation, progress: Callable[[str], None] | None,
+                        pins_decide: bool = False) -> dict[str, Any]:
     """The notebook's environment for a bootstrapped machine, made ready on the user's side: its
     lockfile resolved for the machine's interpreter (``machine``, the bootstrap's probe) and every
     wheel put in the store, so the machine builds it warm without a package index. In ``exact``
-    mode a difference refuses the machine. Returns the environment the worker gets."""
+    mode a difference refuses the machine. Returns the environment the worker gets.
+    ``pins_decide``: a machine whose Python the worker already runs (the local market, an ssh host,
+    an image's): in ``auto`` mode its Python is used when it has every pinned version, as the
+    worker's own check (``envbuild.image_will_do``) decides, whatever was installed from a path."""
     mode = environment.get("mode", "auto")
     if mode == "image" or machine is None:
         return environment
@@ -238,7 +242,7 @@ def prepare_environment(environment: dict[str, Any], machine: Any, *, store: str
     unpinned = [n for n in unpinned if n != "jupyter-portable"]
     image = dict(machine.packages)
     pins, _ = pins_of(lockfile)
-    if mode == "auto" and not unpinned and all(image.get(n) == v for n, v in pins.items()):
+    if mode == "auto" and (pins_decide or not unpinned) and all(image.get(n) == v for n, v in pins.items()):
         return environment  # the machine's Python already has the recorded versions: the worker uses it
     lines = parse_lockfile(raw)
     built, not_built = build_local({n: lines[n] for n in unpinned}, st,
