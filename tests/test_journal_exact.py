@@ -289,3 +289,40 @@ def test_one_folder_at_two_paths_makes_snapshots_walk(workspace) -> None:  # typ
     (src / "a" / "b" / "x.txt").write_text("after the bind mount went")
     assert _snap(ws, journal, clock).changed
     _same_elsewhere(ws, src, tmp)
+
+
+def test_a_file_that_keeps_changing_while_read_is_skipped_and_its_last_version_kept(  # type: ignore[no-untyped-def]
+        workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_portable.engine.snapshot import file_saver
+
+    src, ws, journal, clock, tmp = workspace
+    f = src / "c" / "y.txt"
+    real = file_saver.read_whole
+    reads = []
+
+    def always_rewritten(path: str, size: int):  # type: ignore[no-untyped-def]
+        if not path.endswith("y.txt"):
+            return real(path, size)
+        reads.append(path)
+        st = os.stat(path)
+        data, _ = real(path, size)
+        before = os.stat(path).st_ctime_ns
+        while os.stat(path).st_ctime_ns == before:  # a ctime tick may be coarse: until it moves
+            with open(path, "r+b") as w:
+                w.write(data[::-1] or b"z")
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return data, os.fstat(fd)
+        finally:
+            os.close(fd)
+
+    f.write_bytes(b"0123456789")
+    monkeypatch.setattr(file_saver, "read_whole", always_rewritten)
+    res = _snap(ws, journal, clock)
+    assert len(reads) == file_saver.RETRIES + 1 and res.skipped == ["c/y.txt"]
+    assert ws.manifest().by_path()["c/y.txt"].size == 1, "the version before it stays"
+    monkeypatch.undo()
+    res = _snap(ws, journal, clock)
+    assert res.changed and res.skipped == []
+    _same_elsewhere(ws, src, tmp)
