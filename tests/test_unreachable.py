@@ -43,6 +43,23 @@ region = "loopback"
 price_per_hour = 1.0
 """
 T0 = datetime(2026, 12, 6, 14, 2, tzinfo=timezone.utc)
+SCHEMAS = Path(__file__).resolve().parents[1] / "jupyter_portable" / "interfaces" / "serverext" / "schemas"
+
+
+def sidebar_state(ws: Any, orch: Any) -> dict[str, Any]:
+    """The sidebar's state (``GET /portable/api/state``, built by StateView), checked against state.json."""
+    import json
+
+    import jsonschema
+    from referencing import Registry, Resource
+
+    from jupyter_portable.orchestration.state_view import StateView
+
+    state = StateView(ws, lambda: orch, clock=lambda: T0).state(continuing=False, conflicts=[])
+    registry = Registry().with_resources(  # type: ignore[call-arg]
+        (p.name, Resource.from_contents(json.loads(p.read_text()))) for p in SCHEMAS.glob("*.json"))
+    jsonschema.validate(state, json.loads((SCHEMAS / "state.json").read_text()), registry=registry)
+    return state
 
 
 @pytest.fixture
@@ -104,6 +121,11 @@ def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
             # the silence began at the first look that found no path, and every look says so
             assert {a["unreachable_since"] for a in looks} == {"2026-12-06T14:02:05Z"}
             assert looks[-1]["unreachable"] == "unreachable since 14:02Z"
+            # the sidebar's state says it in the same words, with the machine still held
+            shown = sidebar_state(ws, orch)
+            assert shown["lifecycle"]["state"] == L.ACTIVE and shown["allocation"] is not None
+            assert shown["unreachable"]["line"] == "unreachable since 14:02Z", shown["unreachable"]
+            assert shown["unreachable"]["since"] == "2026-12-06T14:02:05Z"
             # the CLI (another process: the wall's time) says it in the words every view uses
             said = cli("state", cwd=ws.root, timeout=120)
             assert "ACTIVE" in said.stdout and "unreachable since" in said.stdout, said.stdout
@@ -111,6 +133,7 @@ def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
             assert orch.lifecycle().state == L.ACTIVE
         back = orch.check(now=T0 + timedelta(seconds=100))
         assert (back["state"], back["alive"], back["unreachable_since"]) == (L.ACTIVE, True, None), back
+        assert sidebar_state(ws, orch)["unreachable"] is None  # and then the machine again
         assert orch.record() is not None and orch.record().allocation_id == rec.allocation_id  # type: ignore[union-attr]
         assert [e.state for e in orch.lifecycle().events if e.state == L.LOST] == []
         # the same worker answers: the session seals and releases as if nothing had happened
@@ -171,3 +194,28 @@ def test_vast_unknown_for_a_while_mid_session_is_unreachable_not_lost(tmp_path: 
         assert orch.lifecycle().state == L.RELEASED and vast.running() == []
     finally:
         orch.close()
+
+
+def test_the_server_tells_once_when_the_machine_stops_answering_and_when_it_answers_again() -> None:
+    from types import SimpleNamespace
+
+    from jupyter_portable.orchestration.monitor import PortableService
+
+    told: list[tuple[str, str]] = []
+    service = PortableService.__new__(PortableService)  # only what _tell_reachability reads
+    service.ws = SimpleNamespace(workspace_id="ws-1")  # type: ignore[assignment]
+    service.notice = lambda kind, message: told.append((kind, message))  # type: ignore[method-assign]
+    lc = SimpleNamespace(state="ACTIVE", allocation_id="al-1")
+    service.orchestrator = lambda: SimpleNamespace(lifecycle=lambda: lc)  # type: ignore[method-assign]
+    silent = {"allocation_id": "al-1", "since": "2026-12-06T14:02:05Z", "line": "unreachable since 14:02Z",
+              "reason": "ssh host does not answer"}
+    service._tell_reachability(None, None)
+    service._tell_reachability(None, silent)
+    service._tell_reachability(silent, silent)  # still silent: told once
+    service._tell_reachability(silent, None)
+    assert [k for k, _ in told] == ["unreachable", "reachable"]
+    assert "unreachable since 14:02Z" in told[0][1] and "nothing is released" in told[0][1]
+    assert "answers again" in told[1][1] and "nothing was lost" in told[1][1]
+    lc.state = "LOST"  # lost meanwhile: no "answers again"
+    service._tell_reachability(silent, None)
+    assert len(told) == 2

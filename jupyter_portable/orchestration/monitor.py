@@ -381,7 +381,9 @@ class PortableService:
                 lc = orch.lifecycle()
                 self._tell_changes_made_elsewhere(lc)
                 if lc.state in (L.ACTIVE, L.READY):
+                    was = orch.unreachable()
                     orch.check()
+                    self._tell_reachability(was, orch.unreachable())
                     orch.refresh_credentials()  # the worker's store credentials, before they expire
                 if self.idle is not None and orch.lifecycle().state == L.ACTIVE:
                     self.idle.check()  # seals and releases a machine idle for the workspace's idle_minutes
@@ -400,6 +402,17 @@ class PortableService:
         self.pool.submit(check)
 
     # -- reservations: a slot's start triggers a Continue on it ----------------------------------
+
+    def _tell_reachability(self, was: dict[str, Any] | None, now: dict[str, Any] | None) -> None:
+        """A notice when the machine stops answering, and when it answers again (issue 42)."""
+        if was is None and now is not None:
+            self.notice("unreachable", f"The GPU machine is {now['line']}: nothing is released while its provider "
+                                       f"may still run it, and the session goes on when it answers"
+                                       + (f" ({now['reason']})" if now.get("reason") else ""))
+        elif was is not None and now is None and self.ws is not None:
+            lc = self.orchestrator().lifecycle()
+            if lc.state in (L.ACTIVE, L.READY) and lc.allocation_id == was.get("allocation_id"):
+                self.notice("reachable", f"The GPU machine answers again ({was['line']}); nothing was lost")
 
     def _tick_reservations(self) -> None:
         if self.ws is None or self.is_continuing():

@@ -131,8 +131,8 @@ class Orchestrator:
         self.wall = wall  # the time of a loss check that is given none
         self.clock = clock  # heartbeat silence is measured on it, never on a clock read in the check
         self._cancel = threading.Event()
-        # (allocation, when it stopped answering) while the active machine does not answer
-        self._unreachable: tuple[str, datetime] | None = None
+        # (allocation, when it stopped answering, what was last heard) while the active machine does not answer
+        self._unreachable: tuple[str, datetime, str | None] | None = None
         self._clients: dict[str, AgentClient] = {}
         self._expirations: dict[str, str] = {}  # allocation -> when its store credentials expire
         # what each machine's provider last said, as the loss check saw it: the state view
@@ -720,7 +720,7 @@ class Orchestrator:
             if since is None:
                 log.warning("%s: %s (%s); nothing is released while the provider may still run it",
                             rec.allocation_id, decision.line(), decision.reason)
-            self._unreachable = (rec.allocation_id, decision.since or at)
+            self._unreachable = (rec.allocation_id, decision.since or at, decision.reason)
             return {**self.summary(lc), "alive": False, "unreachable_since": _iso(decision.since),
                     "unreachable": decision.line(), "unreachable_reason": decision.reason}
         if since is not None:
@@ -729,12 +729,17 @@ class Orchestrator:
         self._unreachable = None
         return {**self.summary(lc), "alive": True, "unreachable_since": None}
 
-    def unreachable_since(self) -> datetime | None:
-        """When the active machine stopped answering, as the last check saw it (None: it answers)."""
+    def unreachable(self) -> dict[str, Any] | None:
+        """The active machine that no path reaches, as the last check saw it (state.json ``unreachable``):
+        ``{"allocation_id", "since", "line": "unreachable since 14:02Z", "reason"}``; None while it answers."""
+        from jupyter_portable.core.reachability import UNREACHABLE, Decision
+
+        held = self._unreachable
         lc = self.lifecycle()
-        if self._unreachable is None or self._unreachable[0] != lc.allocation_id:
+        if held is None or held[0] != lc.allocation_id or lc.state not in (L.ACTIVE, L.READY):
             return None
-        return self._unreachable[1]
+        return {"allocation_id": held[0], "since": _iso(held[1]), "line": Decision(UNREACHABLE, held[1]).line(),
+                "reason": (held[2] or "")[:1000] or None}
 
     def _admit_caller(self, rec: AgentRecord) -> bool:
         """Whether the provider had to let SSH in from this computer's address (then the worker's

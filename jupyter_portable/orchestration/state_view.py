@@ -160,7 +160,8 @@ class StateView:
         head, _ = self.ws.store.read_head(self.ws.workspace_id)
         key = (lc.state, lc.updated, lc.allocation_id, lc.version, lc.verified, lc.epoch, len(lc.events),
                head.version, head.manifest, head.epoch, continuing, len(conflicts),
-               tuple(sorted((k, v.spend) for k, v in orch.observed.items())), self.generation)
+               tuple(sorted((k, v.spend) for k, v in orch.observed.items())), self.generation,
+               json_key(orch.unreachable()))
         orphans = self.orphans() if self.orphans is not None else None
         if self._cached is not None:
             old_key, built_at, answer = self._cached
@@ -234,6 +235,8 @@ class StateView:
                           "version": lc.version, "verified": lc.verified, "epoch": lc.epoch, "updated": lc.updated,
                           "attempts": list(lc.attempts), "events": [e.to_json() for e in lc.events[-50:]]},
             "allocation": allocation, "lost": lost, "continuing": continuing,
+            # the machine no path reaches now (core/reachability.py): shown, nothing released
+            "unreachable": orch.unreachable() if lc.state in (L.ACTIVE, L.READY) else None,
             "can_continue": not continuing and lc.state in L.CONTINUE_FROM,
             "can_cancel": continuing,
             "snapshot": None if manifest is None else {"version": manifest.version, "created": manifest.created,
@@ -243,6 +246,11 @@ class StateView:
             "conflicts": list(conflicts), "machines": machines, "spend": spend_view,
             "states": state_words.table(),
         }
+
+
+def json_key(value: Any) -> Any:
+    """A hashable stand-in for a small JSON value (a cache key's part)."""
+    return None if value is None else tuple(sorted(value.items()))
 
 
 def _observed(status: Any) -> tuple[float | None, str | None] | None:

@@ -50,10 +50,27 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const showSidebar = () => app.shell.activateById('jupyter-portable-sidebar');
     // The loss stays on screen until the work is Ready again.
     let lostNotice: string | null = null;
+    // "Unreachable since 14:02Z" stays on screen until the machine answers again (or is lost).
+    let unreachableNotice: string | null = null;
+    const dismissUnreachable = () => {
+      if (unreachableNotice) {
+        Notification.dismiss(unreachableNotice);
+        unreachableNotice = null;
+      }
+    };
     const notifier: INotifier = {
       notice(kind, message) {
         switch (kind) {
+          case 'unreachable':
+            dismissUnreachable();
+            unreachableNotice = Notification.warning(message, { autoClose: false });
+            break;
+          case 'reachable':
+            dismissUnreachable();
+            Notification.success(message, { autoClose: 8000 });
+            break;
           case 'lost':
+            dismissUnreachable();
             showSidebar();
             lostNotice = Notification.error(`GPU lost: ${message}`, {
               autoClose: false,

@@ -582,6 +582,10 @@ export interface IPortableState {
    */
   lost: ILost | null;
   /**
+   * The machine no path (heartbeat, SSH) reaches now, since when, and what was last heard (jupyter_portable/core/reachability.py); null while it answers. Nothing is released meanwhile: it is LOST only on the provider's word, or after c.Portable.unreachable_grace seconds while the provider cannot say it runs.
+   */
+  unreachable?: IUnreachable | null;
+  /**
    * A Continue is running in this server.
    */
   continuing: boolean;
@@ -816,6 +820,15 @@ export interface ILost {
   at: string | null;
   allocation_id?: string | null;
 }
+export interface IUnreachable {
+  allocation_id: string;
+  since: string;
+  /**
+   * The words every view uses: "unreachable since 14:02Z" (UTC).
+   */
+  line: string;
+  reason?: string | null;
+}
 export interface ISnapshotInfo {
   version: number;
   created: string;
@@ -988,13 +1001,23 @@ export interface IChangedEvent {
   [k: string]: unknown;
 }
 /**
- * What to tell the user once: lost, ready, failed, conflict, budget, idle (a countdown began, or an idle machine was released), moved (the notebook's kernels now run on the new machine: "Now on GPU (provider, region). Workspace version N verified."), refused (files from the machine the inbound gate did not write into the user's copy, each with its reason: docs/security.md), offered (a file new on the machine that differs from the user's own: the user's stays, the machine's is kept there).
+ * What to tell the user once: lost, ready, failed, unreachable (no path reaches the machine: "unreachable since 14:02Z", nothing is released), reachable (it answers again, nothing was lost), conflict, budget, idle (a countdown began, or an idle machine was released), moved (the notebook's kernels now run on the new machine: "Now on GPU (provider, region). Workspace version N verified."), refused (files from the machine the inbound gate did not write into the user's copy, each with its reason: docs/security.md), offered (a file new on the machine that differs from the user's own: the user's stays, the machine's is kept there).
  *
  */
 export interface INoticeEvent {
   workspace_id: string;
   kind:
-    'lost' | 'ready' | 'failed' | 'conflict' | 'budget' | 'idle' | 'moved' | 'refused' | 'offered';
+    | 'lost'
+    | 'ready'
+    | 'failed'
+    | 'conflict'
+    | 'budget'
+    | 'idle'
+    | 'moved'
+    | 'refused'
+    | 'offered'
+    | 'unreachable'
+    | 'reachable';
   message: string;
   [k: string]: unknown;
 }

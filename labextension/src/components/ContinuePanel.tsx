@@ -139,7 +139,11 @@ export function ContinuePanel(props: {
           <p className="jp-Portable-grow">
             {props.state.lifecycle.state === 'ACTIVE' && props.state.allocation
               ? `Running on ${machineName(props.state.allocation)}` +
-                (readyNote ? `, ${readyNote}.` : '.')
+                (props.state.unreachable
+                  ? `, ${props.state.unreachable.line}: nothing is released while its provider may still run it.`
+                  : readyNote
+                    ? `, ${readyNote}.`
+                    : '.')
               : workspaceIs(props.state)}
           </p>
           {props.state.lifecycle.state === 'ACTIVE' ? (
