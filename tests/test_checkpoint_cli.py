@@ -128,3 +128,61 @@ def test_a_checkpoint_reached_through_a_symlink_leading_outside_is_refused_with_
     os.rename(root / "ckpt" / "inside.safetensors", root / "ckpt" / "in\x1b[2Jside.safetensors")
     assert cli.json("checkpoint", "ckpt/in\x1b[2Jside.safetensors", cwd=root)["status"] == "verified"
     assert "\x1b" not in cli("log", cwd=root).stdout
+
+
+def test_a_checkpoint_of_a_symlink_inside_the_workspace_registers_the_file_it_points_to(cli, tmp_path: Path) -> None:
+    """Issue 40: a symlink inside the workspace was recorded as a "verified" checkpoint with the hash
+    "" and published; from then on log, status and snapshot failed and fsck said FAILED. The link is
+    resolved before anything is published: the checkpoint is its target, verified by its bytes."""
+    root = tmp_path / "w"
+    write_tree(root, {"train.py": "pass\n"})
+    save_file({"w": np.ones((2, 2), dtype=np.float32)}, str(root / "step7.safetensors"))
+    Workspace.init(root, f"file://{tmp_path}/store")
+    (root / "latest.safetensors").symlink_to("step7.safetensors")
+    out = cli.json("checkpoint", "latest.safetensors", "--settle", "0.2", cwd=root)
+    assert out["status"] == "verified" and out["path"] == "step7.safetensors" and len(out["hash"]) == 64
+    ws = Workspace.find(root)
+    assert ws.latest_checkpoint().hash == out["hash"]
+    assert cli.json("log", cwd=root) and cli.json("status", cwd=root)
+    (root / "train.py").write_text("pass  # again\n")
+    cli("snapshot", cwd=root)
+    assert cli("fsck", cwd=root).returncode == 0
+    # a link to nothing is refused, and nothing is published for it
+    (root / "gone.safetensors").symlink_to("never-saved.safetensors")
+    proc = cli("checkpoint", "gone.safetensors", cwd=root, check=False)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr, proc.stderr
+
+
+def test_a_store_holding_a_symlink_checkpoint_recorded_verified_with_no_hash_stays_readable(
+        cli, tmp_path: Path) -> None:
+    """What an older version published for a symlink: a "verified" record with the hash "". The
+    manifest reads as holding a rejected checkpoint (latest verified never points at it), log, status,
+    snapshot and fsck work, and the next version carries the record as rejected."""
+    from dataclasses import replace
+
+    from jupyter_portable.core.manifest import ParentRef
+
+    root = tmp_path / "w"
+    write_tree(root, {"train.py": "pass\n", "model.pt": "weights\n"})
+    ws = Workspace.init(root, f"file://{tmp_path}/store")
+    ws.snapshot("first", progress=None)
+    store = ws.store
+    head, _ = store.read_head(ws.workspace_id)
+    base = store.read_manifest(ws.workspace_id)
+    bad = {"id": 1, "path": "latest.pt", "status": "verified", "created": "2026-12-06T10:00:00.000Z", "step": None,
+           "note": "", "reason": None, "format": "torch", "kind": "file", "hash": "", "size": 8, "files": 1,
+           "version": base.version + 1}
+    store.publish(replace(base, version=base.version + 1, parent=ParentRef(base.version, head.manifest or ""),
+                          checkpoints=(bad,), message="checkpoint latest.pt"),
+                  expected_version=base.version, epoch=head.epoch)
+    from jupyter_portable.engine.checkpoint.registry import latest, records
+
+    head_manifest = store.read_manifest(ws.workspace_id)
+    (record,) = records(head_manifest)
+    assert record.status == "rejected" and "symlink" in (record.reason or "") and latest(head_manifest) is None
+    assert cli.json("log", cwd=root) and cli.json("status", cwd=root)["latest_checkpoint"] is None
+    (root / "train.py").write_text("pass  # again\n")
+    cli("snapshot", "--force", cwd=root)
+    assert cli("fsck", cwd=root).returncode == 0
+    carried = Workspace.find(root).store.read_manifest(ws.workspace_id).checkpoints
+    assert [c["status"] for c in carried] == ["rejected"]

@@ -12,7 +12,7 @@ from typing import Any
 
 from jupyter_portable.core.errors import ManifestError, UnsafePath
 from jupyter_portable.core.paths import check_link_target, check_relpath, disk_name
-from jupyter_portable.core.records import CheckpointRecord, check_allocation, check_next_action
+from jupyter_portable.core.records import CheckpointRecord, check_allocation, check_next_action, symlink_record_read
 from jupyter_portable.core.tree import LazyFiles, TreeReader
 from jupyter_portable.core.validate import (
     HASH_RE,
@@ -320,6 +320,7 @@ class Manifest:
         for name in ("runtime", "next_action"):
             if obj[name] is not None and not isinstance(obj[name], dict):
                 raise ManifestError(f"manifest {name} must be an object or null")
+        obj["checkpoints"] = [symlink_record_read(c) for c in obj["checkpoints"]]
         ids = [CheckpointRecord.from_json(c).id for c in obj["checkpoints"]]
         if len(set(ids)) != len(ids):
             raise ManifestError("manifest checkpoints repeat an id")

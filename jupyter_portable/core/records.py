@@ -95,6 +95,21 @@ class CheckpointRecord:
             version=version)
 
 
+SYMLINK_CHECKPOINT_REASON = ("it was a symlink, published by an older jupyter-portable as verified with no hash; "
+                             "register the file it points to")
+
+
+def symlink_record_read(record: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint record as a manifest is read: a "verified" file checkpoint with the hash ``""``,
+    which an older jupyter-portable published for a symlink (issue 40), reads as rejected with its
+    reason, so the manifest stays readable and "latest verified" never points at it (and the next
+    version carries the record so); any other record as it is, for :class:`CheckpointRecord` to check."""
+    if record.get("status") == "verified" and record.get("hash") == "" and record.get("kind", "file") == "file" \
+            and record.get("reason") is None:
+        return {**record, "status": "rejected", "hash": None, "reason": SYMLINK_CHECKPOINT_REASON}
+    return record
+
+
 def latest_verified(records: list[CheckpointRecord]) -> CheckpointRecord | None:
     """The last verified checkpoint in registration order: rejected ones never count."""
     for record in reversed(records):

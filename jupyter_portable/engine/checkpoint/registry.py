@@ -115,6 +115,11 @@ class CheckpointStep:
             self.record = self._record(base, status="rejected", reason=f"read-back from the store failed: {exc}")
             return [self.record.to_json()], {self.rel}
         single = len(mine) == 1 and mine[0].path == self.rel
+        if single and not mine[0].hash:  # a symlink (prepare resolves them): no bytes were read back
+            self.record = self._record(base, status="rejected",
+                                       reason="it is stored as a symlink, with no bytes to read back; register "
+                                              "the file it points to")
+            return [self.record.to_json()], {self.rel}
         digest = mine[0].hash if single else listing_hash(mine, self.rel)
         self.record = self._record(base, status="verified", hash=digest, size=sum(e.size for e in mine),
                                    files=len(mine))
@@ -132,6 +137,7 @@ def prepare(root: Path, path: str | os.PathLike[str], *, quiet_s: float = 2.0,
     if outside is not None:
         raise UsageError(f"cannot register {rel}: {outside}, so its bytes would never reach the store",
                          hint="copy the checkpoint into the workspace folder and register the copy")
+    rel = _resolved(root, rel)
     special = not_a_file(root / rel)
     if special is not None:
         raise UsageError(f"cannot register {rel}: {special}",
@@ -140,6 +146,21 @@ def prepare(root: Path, path: str | os.PathLike[str], *, quiet_s: float = 2.0,
         return rel, check_checkpoint(root / rel, quiet_s=quiet_s, timeout_s=timeout_s)
     except OSError as exc:
         return rel, WriteCheck(False, "file", f"could not be read: {exc.strerror or exc}", ())
+
+
+def _resolved(root: Path, rel: str) -> str:
+    """``rel`` with the symlinks on its way resolved (they lead inside the workspace: ``leads_outside``
+    is asked first): a snapshot stores a symlink as its target's name, which has no bytes to verify,
+    so the checkpoint is the file or folder it points to, under the same rules."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(root / rel)
+    if real == os.path.join(real_root, rel):
+        return rel
+    target = relative_to_workspace(root, root / os.path.relpath(real, real_root))
+    if not os.path.exists(root / target):
+        raise UsageError(f"{rel} is a symlink to {target}, which does not exist: nothing to register",
+                         hint="register the file the checkpoint was saved as")
+    return target
 
 
 def records(manifest: Manifest | None) -> list[CheckpointRecord]:
