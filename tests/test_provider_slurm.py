@@ -325,10 +325,11 @@ def test_the_slurm_provider_keeps_the_contract(make_provider: Callable[..., Slur
 
 
 def test_continue_puts_the_workspace_on_a_slurm_job_and_a_preemption_loses_it_with_its_reason(
-        cluster: SlurmCluster, login: Sshd, tmp_path: Path, wheelhouse: Path, cli: Any) -> None:
+        cluster: SlurmCluster, login: Sshd, tmp_path: Path, wheelhouse: Path, cli: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole way, by the CLI: routes list the partitions, Continue submits the job, pins the node's
     host key, bootstraps the worker there from the store and reads the workspace back (READY, ACTIVE);
-    the urgent partition then takes the node, and the state says so in Slurm's words."""
+    a cell runs there; the urgent partition then takes the node, and the state says so in Slurm's words."""
     from jupyter_e2e import make_workspace
 
     root = tmp_path / "ws"
@@ -350,6 +351,23 @@ def test_continue_puts_the_workspace_on_a_slurm_job_and_a_preemption_loses_it_wi
         assert out["state"] == "ACTIVE" and out["provider"] == "slurm", out
         state = cli.json("state", cwd=root, extra_env=env)
         assert state["machine"]["ssh"]["port"] == login.port and state["machine"]["host_key_source"] == "first use"
+        # a cell runs on the job's node, in a kernel the worker there starts, on the files read back
+        from test_env_any_python import run_cell
+
+        from jupyter_portable import Workspace
+        from jupyter_portable.compute.registry import make_provider
+        from jupyter_portable.compute.settings import provider_kwargs
+        from jupyter_portable.worker.client import AgentClient, load_record
+
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        rec = load_record(Workspace.find(root).copy, out["allocation_id"])
+        assert rec is not None
+        client = AgentClient(rec, make_provider("slurm", **provider_kwargs("slurm")))
+        try:
+            assert run_cell(client, "print(open('data/small.csv').read().split()[1], 6 * 7)") == ["1,2", "42"]
+        finally:
+            client.close()
         cluster.run("sbatch", "-p", "urgent", "--gres=gpu:a100:1", "--time=5", "-o", "/dev/null", "--wrap=sleep 300")
         lost = _until(lambda: (s := cli.json("state", "--events", cwd=root, extra_env=env))["state"] == "LOST" and s,
                       "the preemption is seen", tries=120)
@@ -357,3 +375,8 @@ def test_continue_puts_the_workspace_on_a_slurm_job_and_a_preemption_loses_it_wi
         assert event["reason"].endswith("preempted by partition urgent"), event
     finally:
         cluster.run("scancel", "-u", "root", check=False)
+        # the worker was started over SSH, outside the job (no pam_slurm_adopt here): it does not end with it
+        from conftest import kill_worker_group
+
+        for agent_json in (tmp_path / "node").glob("allocations/*/agent/agent.json"):
+            kill_worker_group(agent_json)
