@@ -166,3 +166,24 @@ def test_a_lazy_fetch_passes_the_gate(tmp_path: Path) -> None:
     assert not (fresh / "deep").exists() and pending_paths(copy) == ["big.bin"]
     assert lazy_main([str(fresh)]) == 0
     assert (fresh / "big.bin").read_bytes() == big and pending_paths(copy) == []
+
+
+def test_every_file_sent_to_a_machine_passes_the_outbound_gate_first() -> None:
+    """The user's side sends a file to a worker with ``put_file`` only: each call comes after
+    ``outbound_reason`` in the same function (today: a save forwarded by monitor.post_save)."""
+    unguarded, calls = [], 0
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith("worker/"):
+            continue  # the client that defines it, and the machine's own side
+        guarded = False
+        for n, code in _code_lines(path):
+            if re.match(r"\s*(async\s+)?def ", code):
+                guarded = False
+            guarded |= "outbound_reason(" in code
+            if ".put_file(" in code:
+                calls += 1
+                if not guarded:
+                    unguarded.append(f"{rel}:{n}: {code.strip()}")
+    assert calls, "no put_file call found: the check above looks at nothing"
+    assert not unguarded, "ask engine.gate.outbound_reason before sending:\n" + "\n".join(unguarded)
