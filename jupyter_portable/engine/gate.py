@@ -8,7 +8,9 @@ fetch, lazy fetch, the environment's files, conflict copies) is admitted here or
 2. the deny-list (:data:`RUNS_CODE`): paths that run or configure code on the user's computer
    (``.venv/``, ``site-packages/``, ``__pycache__/``, ``*.pth``, ``.git/hooks/``, startup
    folders, shell profiles, ...), and the copy's own ignore rules (``.portableignore``) once the
-   copy has some: a machine never changes what the user shares;
+   copy has some: a machine never changes what the user shares (a fresh folder has none yet
+   and takes the version's). Both are matched on the lower-case path too (a filesystem that
+   ignores case takes ``.VENV/`` for ``.venv/``);
 3. the user's own ignore rules as they stand on the user's side when the gate is made (never
    the incoming version's): a path the user keeps out of the workspace is not the machine's
    to write.
@@ -18,7 +20,8 @@ line, in the copy's ``.portable/inbound-allow`` (:meth:`WorkspaceCopy.inbound_al
 file no store or machine ever reads or writes. Opting in never overrides the path rules or the
 user's ignore rules.
 
-Every write of the user's copy goes through the :class:`Placer` of :meth:`InboundGate.placer`,
+Every write of bytes from a machine or a store into the user's copy goes through the
+:class:`Placer` of :meth:`InboundGate.placer`,
 which asks the gate once more for each path it writes. What the gate refuses is kept in
 :attr:`InboundGate.refused` with its reason, for the caller to show (CLI, event, log).
 
