@@ -276,7 +276,7 @@ _NAMES = ("p", "q", "r")
 _OPS = st.tuples(
     st.sampled_from(["create", "write", "truncate", "rename", "rename_dir", "delete", "delete_dir", "chmod",
                      "symlink", "hardlink", "mkdir", "dir_to_file", "file_to_dir", "dir_link", "link_out",
-                     "out_and_back", "exchange", "same_size"]),
+                     "out_and_back", "exchange", "same_size", "link_write_unlink"]),
     st.integers(0, 50), st.integers(0, 50), st.binary(max_size=40))
 
 
@@ -363,6 +363,12 @@ def _apply(root: Path, op: tuple[str, int, int, bytes]) -> None:
             if other != folder and not str(other).startswith(str(folder) + os.sep) \
                     and not str(folder).startswith(str(other) + os.sep):
                 _exchange(folder, other)
+    elif kind == "link_write_unlink" and some is not None and some.is_file() and not some.is_symlink() \
+            and not name.exists() and not name.is_symlink():  # written through another name, gone before the cut
+        os.link(some, name)
+        with open(name, "ab") as fh:
+            fh.write(data or b"+")
+        name.unlink()
     elif kind == "same_size" and some is not None and some.is_file() and not some.is_symlink():
         st = os.lstat(some)  # a rewrite in place that puts the mtime back: only the ctime moves
         with open(some, "r+b") as fh:
