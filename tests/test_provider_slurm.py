@@ -238,6 +238,8 @@ def test_a_launch_is_a_batch_job_that_runs_on_the_node_and_is_reached_over_ssh(
     st = _until(lambda: (s := provider.status(alloc)).state == "running" and s, "the job runs")
     assert st.ssh is not None and (st.ssh.host, st.ssh.port) == ("127.0.0.1", login.port)  # type: ignore[union-attr]
     job = _job(cluster, alloc.ref)
+    assert alloc.details["ends_at"] == datetime.fromtimestamp(job["end_time"], timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%SZ") and job["end_time"] - job["start_time"] == 7200  # the partition's time limit
     assert parse_machine_name(job["name"]) == ("a-1", "ws-1")
     assert job["requeue"] is False and job["tres_per_node"] == "gres:gpu:a100:1"
     folder = tmp_path / "cluster-home" / "allocations" / "a-1"
@@ -269,6 +271,24 @@ def test_a_job_cancelled_by_an_admin_is_lost_not_terminated(make_provider: Calla
     cluster.run("scancel", alloc.ref)
     st = _until(lambda: (s := provider.status(alloc)).state == "lost" and s, "the job is cancelled")
     assert "cancelled outside jupyter-portable" in st.reason  # type: ignore[union-attr]
+
+
+def test_our_jobs_cannot_be_requeued_and_a_requeued_job_is_lost_as_requeued(
+        make_provider: Callable[..., SlurmProvider], cluster: SlurmCluster) -> None:
+    """A job of ours runs --no-requeue: the work must not start again unseen under the same allocation.
+    A job that Slurm did put back in the queue (one submitted requeueable) is a loss, said so."""
+    provider = make_provider()
+    alloc = provider.launch(_offer(provider, "batch.a100x1"), allocation_id="a-rq")
+    _until(lambda: provider.status(alloc).state == "running", "the job runs")
+    refused = cluster.run("scontrol", "requeue", alloc.ref, check=False)
+    assert refused.returncode != 0 and "disabled" in refused.stderr
+    other = cluster.run("sbatch", "--parsable", "--requeue", "-p", "batch", "--gres=gpu:a100:1", "--time=5",
+                        "-o", "/dev/null", "--wrap=sleep 300").stdout.strip()
+    _until(lambda: _job(cluster, other)["job_state"] == "RUNNING", "the requeueable job runs")
+    cluster.run("scontrol", "requeue", other)
+    theirs = Allocation("a-other", "slurm", "batch.a100x1", other, "2026-01-01T00:00:00Z")
+    st = _until(lambda: (s := provider.status(theirs)).state == "lost" and s, "the requeue is seen")
+    assert st.reason == f"job {other}: requeued by Slurm (restart 1): the job went back to the queue"  # type: ignore
 
 
 def test_a_job_that_waits_in_the_queue_is_pending_with_slurms_reason(

@@ -438,6 +438,9 @@ class SlurmProvider(Provider):
             return AllocationStatus("lost", reason=f"job {allocation.ref}: {reason}", spend=spend,
                                     spend_source="provider-rate")
         if state in _RUNNING:
+            end = int(job.get("end_time") or 0)
+            if end > 0:  # when the walltime ends the job: kept with the allocation, for a countdown
+                allocation.details["ends_at"] = datetime.fromtimestamp(end, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
             return AllocationStatus("running", ssh=self._endpoint(job), spend=spend, spend_source="provider-rate")
         if state in _PENDING or state == "COMPLETING":
             why = job.get("state_reason")
