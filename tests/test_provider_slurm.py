@@ -393,6 +393,18 @@ def test_continue_puts_the_workspace_on_a_slurm_job_and_a_preemption_loses_it_wi
                       "the preemption is seen", tries=120)
         [event] = [e for e in lost["events"] if e["state"] == "LOST"]  # type: ignore[index]
         assert event["reason"].endswith("preempted by partition urgent"), event
+        # Continue puts the work on the next route: a new job, the same files read back
+        again = cli.json("continue", cwd=root, extra_env=env, timeout=300)
+        assert again["state"] == "ACTIVE" and again["provider"] == "slurm", again
+        assert again["allocation_id"] != out["allocation_id"]
+        rec = load_record(Workspace.find(root).copy, again["allocation_id"])
+        assert rec is not None and rec.allocation.ref != out.get("ref")
+        client = AgentClient(rec, make_provider("slurm", **provider_kwargs("slurm")))
+        try:
+            assert run_cell(client, "print(open('train.py').read())") == ["print('training')"]
+        finally:
+            client.shutdown()
+            client.close()
     finally:
         cluster.run("scancel", "-u", "root", check=False)
         # the worker was started over SSH, outside the job (no pam_slurm_adopt here): it does not end with it
