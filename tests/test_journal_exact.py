@@ -350,3 +350,19 @@ def test_a_write_through_a_hard_link_outside_the_workspace_is_found_by_the_sched
         res = _snap(ws, journal, clock)
         assert res.walk == "full" and res.changed
     _same_elsewhere(ws, src, tmp_path)
+
+
+def test_a_changed_file_found_with_other_links_when_read_makes_the_next_snapshot_walk(workspace) -> None:  # type: ignore[no-untyped-def]
+    """The link count is checked again when a journal snapshot lists the file, not only at the
+    event and when the snapshot plans: its other names may lie in folders it does not look at."""
+    src, ws, journal, clock, tmp = workspace
+    os.link(src / "c" / "y.txt", tmp / "other-name")  # no event in the workspace
+    with open(tmp / "other-name", "ab") as fh:
+        fh.write(b" through the other name")
+    (src / "c" / "z.txt").write_text("a sibling's change lists the folder")
+    res = _snap(ws, journal, clock)
+    assert res.walk == "journal" and res.changed
+    res = _snap(ws, journal, clock)
+    assert res.walk == "full" and "other hard links when it was read" in (res.walk_reason or "")
+    assert _snap(ws, journal, clock).walk == "journal"
+    _same_elsewhere(ws, src, tmp)

@@ -169,6 +169,10 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
         rewatched = (journal.rearm(walk.scanner.looked)
                      if walk_kind == "full" and journal is not None and journal.rearm is not None else 0)
         looked = len(walk.scanner.looked)
+        # the hard-link count, checked again when the files were listed: a journal snapshot that
+        # found a changed file with other names makes the next snapshot walk the whole tree
+        linked = walk.scanner.linked
+        cache.set_meta("walk_next", f"{linked} had other hard links when it was read" if linked else None)
         # Folders holding symlinks: those of the folders looked at, and the rest as they were.
         cache.set_link_folders(walk.scanner.link_dirs | ((old_links or set()) - walk.scanner.looked))
         token = journal.token if journal is not None else None

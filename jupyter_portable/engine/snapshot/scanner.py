@@ -69,6 +69,9 @@ def journal_plan(root: str, cut: Cut | None, cache: StatCache, usable: bool, for
         return None, "files of a lazy restore are still arriving"
     if cut.links is not None:
         return None, cut.links
+    walk_next = cache.meta("walk_next")
+    if walk_next:
+        return None, walk_next
     links = cache.link_folders()
     if links is None:
         return None, "the folders holding symlinks are not known yet"
@@ -169,6 +172,9 @@ class Scanner:
         # taken as the stat cache has them, unlooked at.
         self.plan = plan
         self.looked: set[str] = set()  # folders looked at (listed, or vouched for by a signature)
+        # A changed file found with other hard links when a journal snapshot listed it: its other
+        # names may lie in folders this snapshot does not look at, so the next one walks the tree.
+        self.linked: str | None = None
         self.link_dirs: set[str] = set()  # those of them that hold a symlink
         self.files = files
         self.pending = pending
@@ -287,6 +293,8 @@ class Scanner:
             else:
                 fr.changed = True
                 todo.append(f)
+                if self.plan is not None and self.linked is None and getattr(f.st, "st_nlink", 1) > 1:
+                    self.linked = f.path
         if seen != rows.keys():
             fr.changed = True
         for pname, e in self.pending.get(rel, {}).items():
