@@ -251,6 +251,19 @@ def test_a_launch_is_a_batch_job_that_runs_on_the_node_and_is_reached_over_ssh(
     provider.terminate(alloc)  # gone already is fine
 
 
+def test_a_rated_cluster_counts_gpu_hours_at_its_rate_and_a_free_one_counts_none(
+        make_provider: Callable[..., SlurmProvider]) -> None:
+    rated = make_provider(gpu_hour_rate=3600.0)  # $1 a GPU-second, so a few seconds show
+    alloc = rated.launch(_offer(rated, "batch.a100x2"), allocation_id="a-rate")
+    assert alloc.details["price_per_hour"] == 7200.0
+    st = _until(lambda: (s := rated.status(alloc)).spend and s.spend >= 2 and s, "two GPUs bill a second")
+    assert st.spend_source == "provider-rate"  # type: ignore[union-attr]
+    free = make_provider()
+    other = free.launch(_offer(free, "urgent.a100x1"), allocation_id="a-free")
+    _until(lambda: free.status(other).state == "running", "the job runs")
+    assert free.status(other).spend == 0.0
+
+
 def test_a_job_preempted_by_the_urgent_partition_is_lost_with_that_reason(
         make_provider: Callable[..., SlurmProvider], cluster: SlurmCluster) -> None:
     provider = make_provider()
