@@ -304,7 +304,7 @@ class ProviderChoice(EnvConfigurable):
     is one of these), read here too by the code that is given no providers (:func:`env_provider_names`)."""
 
     providers = List(Unicode(), help="""Which providers are asked for GPUs, in order: any of
-        local, ssh, runpod, vastai, lambda, aws, gcp. Cloud providers are opt-in, so no cloud
+        local, ssh, runpod, vastai, lambda, aws, gcp, slurm. Cloud providers are opt-in, so no cloud
         API is called unless named here. Default: local, plus ssh when a hosts file exists.
         Environment: JUPYTER_PORTABLE_PROVIDERS (comma-separated). Example:
         c.Portable.providers = ["local", "runpod"]""").tag(config=True, env=PROVIDERS_ENV)
