@@ -100,6 +100,23 @@ def test_a_provider_without_a_login_node_or_with_a_bad_rate_is_refused() -> None
         SlurmProvider("login", workdir="~/a;rm -rf ~")
 
 
+def test_the_provider_is_built_from_its_settings_and_bad_ones_name_where_they_were_set(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_portable.compute.registry import make_provider
+    from jupyter_portable.compute.settings import PortableSlurm, provider_kwargs
+
+    monkeypatch.setenv("JUPYTER_PORTABLE_SLURM_LOGIN", "login.hpc.example.edu")
+    monkeypatch.setenv("JUPYTER_PORTABLE_SLURM_GPU_HOUR_RATE", "0.5")
+    kw = provider_kwargs("slurm")
+    assert (kw["login_host"], kw["gpu_hour_rate"], kw["time_limit_s"], kw["login_port"]) == (
+        "login.hpc.example.edu", 0.5, 0, 22)
+    provider = make_provider("slurm", **kw)
+    assert isinstance(provider, SlurmProvider) and provider.time_limit_s is None and provider.gpu_hour_rate == 0.5
+    monkeypatch.setenv("JUPYTER_PORTABLE_SLURM_GPU_HOUR_RATE", "-1")
+    with pytest.raises(UsageError, match="JUPYTER_PORTABLE_SLURM_GPU_HOUR_RATE"):
+        PortableSlurm()
+
+
 # -- a real cluster -------------------------------------------------------------------------------
 
 

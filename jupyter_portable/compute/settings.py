@@ -253,11 +253,21 @@ class PortableSlurm(EnvConfigurable):
     signal_lead_s = Float(300.0, help="""Seconds before the walltime at which the job is warned
         (sbatch --signal=B:USR1@<lead>).""").tag(config=True)
 
+    time_limit_s = Int(0, help="""The walltime a job asks for, in seconds (rounded up to whole
+        minutes); a shorter one may start sooner (backfill). 0: each partition's own limit.
+        Example: c.PortableSlurm.time_limit_s = 4 * 3600""").tag(config=True)
+
     partitions = List(Unicode(), help="""Only these partitions (default: every partition with GPUs).
         Example: c.PortableSlurm.partitions = ["gpu", "gpu-long"]""").tag(config=True)
 
     node_ssh_port = Int(22, help="""sshd's port on the compute nodes. Environment:
         JUPYTER_PORTABLE_SLURM_NODE_SSH_PORT.""").tag(config=True, env="JUPYTER_PORTABLE_SLURM_NODE_SSH_PORT")
+
+    @validate("time_limit_s")
+    def _check_time_limit(self, proposal: Any) -> int:
+        if proposal["value"] < 0:
+            raise UsageError(f"{self.where('time_limit_s')} must be 0 (the partition's) or more seconds")
+        return int(proposal["value"])
 
     @validate("gpu_hour_rate", "signal_lead_s")
     def _check_rate(self, proposal: Any) -> float:
@@ -279,7 +289,8 @@ SECTIONS: dict[str, tuple[type[EnvConfigurable], dict[str, str]]] = {
     "gcp": (PortableGcp, {"project": "project", "endpoint": "endpoint", "ssh_user": "ssh_user", "image": "image"}),
     "slurm": (PortableSlurm, {"login_host": "login_host", "login_port": "login_port", "login_user": "login_user",
                               "gpu_hour_rate": "gpu_hour_rate",
-                              "signal_lead_s": "signal_lead_s", "partitions": "partitions",
+                              "signal_lead_s": "signal_lead_s", "time_limit_s": "time_limit_s",
+                              "partitions": "partitions",
                               "node_ssh_port": "node_ssh_port"}),
 }
 SETTINGS_CLASSES: tuple[type[EnvConfigurable], ...] = tuple(cls for cls, _ in SECTIONS.values())

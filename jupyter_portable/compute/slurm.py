@@ -213,7 +213,7 @@ class SlurmProvider(Provider):
                  command_timeout: float = 60.0) -> None:
         """``login_host``: the login node as ssh reaches it (a name from ~/.ssh/config works).
         ``gpu_hour_rate``: the cluster's internal $ per GPU-hour (0: free). ``signal_lead_s``: seconds
-        of warning before the walltime. ``time_limit_s``: the walltime asked for (None: the partition's).
+        of warning before the walltime. ``time_limit_s``: the walltime asked for (None or 0: the partition's).
         ``partitions``: only these (empty: all). ``node_ssh_port``: sshd's port on compute nodes.
         ``key`` and ``workdir`` default to ``c.PortableRemote``'s (the key rented machines are reached
         with, where one is named; else ssh's own keys and config)."""
@@ -229,8 +229,9 @@ class SlurmProvider(Provider):
                              hint="set c.PortableSlurm.login_host (or JUPYTER_PORTABLE_SLURM_LOGIN) to its login node")
         if not (gpu_hour_rate >= 0) or math.isinf(gpu_hour_rate):
             raise UsageError(f"slurm: gpu_hour_rate must be a price of 0 or more, got {gpu_hour_rate!r}")
-        if signal_lead_s < 0 or (time_limit_s is not None and time_limit_s <= 0):
-            raise UsageError("slurm: signal_lead_s must be 0 or more and time_limit_s more than 0")
+        if signal_lead_s < 0 or (time_limit_s is not None and time_limit_s < 0):
+            raise UsageError("slurm: signal_lead_s and time_limit_s must be 0 or more")
+        time_limit_s = time_limit_s or None  # 0: the partition's own
         if not _WORKDIR.match(workdir) or ".." in workdir.split("/"):
             raise UsageError(f"slurm: workdir {workdir!r} must be ~/... or an absolute path of plain characters")
         self.login = Host(name=LOGIN, host=login_host, port=login_port, user=login_user or getpass.getuser(),
