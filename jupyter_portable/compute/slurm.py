@@ -408,21 +408,24 @@ class SlurmProvider(Provider):
             return None
 
     def _preemptor(self, job: dict[str, Any]) -> str | None:
-        """The partition of the job that started on ``job``'s node when it was preempted."""
-        nodes, at = job.get("nodes"), job.get("preempt_time") or job.get("end_time") or 0
-        if not isinstance(nodes, str) or not re.fullmatch(r"[A-Za-z0-9._,\[\]-]{1,500}", nodes):
+        """The partition of the job that started on ``job``'s node when it was preempted (times as
+        Slurm's epoch seconds, so no time zone is guessed)."""
+        nodes, at = job.get("nodes"), int(job.get("preempt_time") or job.get("end_time") or 0)
+        if not isinstance(nodes, str) or not re.fullmatch(r"[A-Za-z0-9._,\[\]-]{1,500}", nodes) or at <= 0:
             return None
-        out = self._checked(f"squeue -h -t all -w {shlex.quote(nodes)} -o '%i|%P|%S'", "squeue -w")
-        for line in out.splitlines():
-            fields = line.strip().split("|")
-            if len(fields) != 3 or fields[0] == str(job["job_id"]) or fields[1] == job["partition"]:
+        out = self._checked(f"squeue --json -t all -w {shlex.quote(nodes)}", "squeue --json -w")
+        try:
+            others = json.loads(out).get("jobs")
+        except (ValueError, AttributeError):
+            raise _bad("squeue --json -w", "no JSON", out) from None
+        for other in others if isinstance(others, list) else []:
+            if not isinstance(other, dict) or other.get("job_id") == job["job_id"] \
+                    or other.get("partition") == job["partition"] or other.get("nodes") != nodes:
                 continue
-            try:
-                started = datetime.fromisoformat(fields[2]).timestamp()
-            except ValueError:
-                continue
-            if abs(started - at) <= 30:
-                return fields[1]
+            started = other.get("start_time")
+            if isinstance(started, int) and abs(started - at) <= 30 and isinstance(other.get("partition"), str) \
+                    and _ID.match(other["partition"]):
+                return str(other["partition"])
         return None
 
     def status(self, allocation: Allocation) -> AllocationStatus:
