@@ -100,6 +100,7 @@ def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
         tmp_path: Path, env: dict[str, str], sshd: Sshd, cli: Any) -> None:
     from jupyter_portable.compute.ssh import SshProvider
     from jupyter_portable.core import lifecycle as L
+    from jupyter_portable.core.errors import PortableError
     from jupyter_portable.orchestration.orchestrator import Orchestrator
 
     ws = make_workspace(tmp_path / "ws", tmp_path / "store")
@@ -131,6 +132,11 @@ def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
             assert "ACTIVE" in said.stdout and "unreachable since" in said.stdout, said.stdout
             assert _alive(pid)  # nothing was terminated: the worker runs on
             assert orch.lifecycle().state == L.ACTIVE
+            # a Stop (the user's, idle's, the budget's) cannot seal an unreachable machine: it is not a loss
+            with pytest.raises(PortableError):
+                orch.stop()
+            assert orch.lifecycle().state == L.ACTIVE and _alive(pid)
+            assert "does not answer" in (orch.lifecycle().events[-1].reason or "")
         back = orch.check(now=T0 + timedelta(seconds=100))
         assert (back["state"], back["alive"], back["unreachable_since"]) == (L.ACTIVE, True, None), back
         assert sidebar_state(ws, orch)["unreachable"] is None  # and then the machine again

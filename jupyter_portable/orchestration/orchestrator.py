@@ -529,8 +529,13 @@ class Orchestrator:
                     raise PortableError(f"no record of how to reach the worker of {lc.allocation_id}")
                 sealed = self.client(rec.allocation_id).seal(f"sealed: {reason}")
             except ProviderUnavailable as exc:
-                # the machine went away mid-seal: the last published version is the truth
-                self._lost(lc, f"lost while sealing: {exc}")
+                # the worker did not answer: lost only on evidence (core.reachability), that is when
+                # its provider says the machine is gone; else it is unreachable, and nothing is released
+                if rec is not None and self._provider_says_gone(rec):
+                    self._lost(lc, f"lost while sealing: {exc}")
+                    raise
+                self._move(L.ACTIVE, reason=f"the seal failed, the machine does not answer (nothing was "
+                                            f"released; stop again when it answers): {exc.one_line()}")
                 raise
             except PortableError as exc:
                 self._move(L.ACTIVE, reason=f"the seal failed, writes are open again: {exc.one_line()}")
@@ -740,6 +745,17 @@ class Orchestrator:
             return None
         return {"allocation_id": held[0], "since": _iso(held[1]), "line": Decision(UNREACHABLE, held[1]).line(),
                 "reason": (held[2] or "")[:1000] or None}
+
+    def _provider_says_gone(self, rec: AgentRecord) -> bool:
+        """Whether the allocation's provider says its machine is gone (a provider that does not answer
+        cannot say so)."""
+        from jupyter_portable.core import reachability as R
+
+        try:
+            status = self.provider_of(rec.allocation).status(rec.allocation)
+        except PortableError:
+            return False
+        return R.provider_answer(status.state) == R.GONE
 
     def _admit_caller(self, rec: AgentRecord) -> bool:
         """Whether the provider had to let SSH in from this computer's address (then the worker's
