@@ -115,3 +115,42 @@ def test_workspace_documents_update_by_compare_and_swap(store_url: str, tmp_path
     assert sorted(store.read_doc("ws-docs", "reservations")) == list(range(6)), "no update was lost"
     with pytest.raises(PortableError):
         store.read_doc("ws-docs", "../HEAD")
+
+
+def _modes(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mode & 0o777 for p in root.rglob("*") if p.is_file()
+            and not p.name.endswith(".lock")}
+
+
+def test_a_private_file_snapshotted_to_a_file_store_is_not_readable_by_others_there(tmp_path: Path) -> None:
+    """Issue 40: a file:// store's objects took the process umask (0644), so a 0600 source (a key, a
+    token file) was readable by every user of the machine in the store. Now every file of a store is
+    written 0600, and 0660 (less the umask) for the group of a team's store folder (group-writable or
+    setgid)."""
+    import os
+
+    from conftest import write_tree
+
+    from jupyter_portable import Workspace
+
+    old = os.umask(0o022)
+    try:
+        src = tmp_path / "w"
+        write_tree(src, {"train.py": "pass\n", "notes.txt": "n" * 5000})
+        secret = src / "service-account.json"
+        secret.write_text('{"private_key": "p"}\n')
+        secret.chmod(0o600)
+        ws = Workspace.init(src, f"file://{tmp_path}/store")
+        ws.snapshot("with the key", progress=None)
+        modes = _modes(tmp_path / "store")
+        assert modes and all(m == 0o600 for m in modes.values()), modes
+
+        team = tmp_path / "team-store"
+        team.mkdir()
+        team.chmod(0o2770)
+        write_tree(tmp_path / "w2", {"a.py": "1\n"})
+        Workspace.init(tmp_path / "w2", f"file://{team}").snapshot("shared", progress=None)
+        modes = _modes(team)  # 0660 less the umask's 022: the group reads, others never
+        assert modes and all(m == 0o640 for m in modes.values()), modes
+    finally:
+        os.umask(old)

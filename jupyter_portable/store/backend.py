@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -116,12 +117,27 @@ class LocalBackend(Backend):
     linked into place (link fails if the name exists: an atomic create-only) and the
     folder fsynced. The head's compare-and-swap holds an ``flock`` on ``<key>.lock``,
     compares, writes a temp file, fsyncs and renames over the old one.
+
+    Every file is written 0600 (a workspace's files may be private: an object must not be readable
+    by more people than its source was), or 0660 where the store's folder is a team's (group-writable
+    or setgid), for its group: never readable by others (:meth:`file_mode`).
     """
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.url = "file://" + self.root
         self._made: set[str] = set()
+        self._file_mode: int | None = None
+
+    def file_mode(self) -> int:
+        """The mode new files are created with: 0660 in a team's folder, else 0600."""
+        if self._file_mode is None:
+            try:
+                folder = os.stat(self.root).st_mode
+            except OSError:
+                folder = 0
+            self._file_mode = 0o660 if folder & (stat.S_IWGRP | stat.S_ISGID) else 0o600
+        return self._file_mode
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *key.split("/"))
@@ -245,7 +261,7 @@ class LocalBackend(Backend):
         self._mkdirs(folder)
         tmp = os.path.join(folder, f".tmp-{secrets.token_hex(8)}")
         hooks.step(f"temp {final}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.file_mode())
         try:
             view = memoryview(data)
             if halves:
