@@ -7,7 +7,9 @@ fetches (or builds) one wheel per requirement from a package index or find-links
 every wheel is stored as an object, and a *wheel index* names them. Every later build of
 the same lockfile on the same kind of interpreter is **warm**: the wheels come from the
 store alone, each hashed on the way in, and uv installs with ``--offline --no-index`` and no
-configuration, so no package index is reached.
+configuration, so no package index is reached. On a machine the index is used only with the
+digest the user's side sent (``worker/trust``, ``envprep``: it prepares and records the index on
+every path), and a machine's own cold build publishes none (``build_env(pinned_only=True)``).
 
 Layout, beside the store's other keys::
 
