@@ -159,8 +159,8 @@ def _start(argv: list[str], *, env: dict[str, str], log: Path) -> subprocess.Pop
 
 
 def _wait(predicate: object, timeout: float, what: str, cluster: SlurmCluster | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Poll ``predicate`` every 0.2 s, at most ``timeout`` seconds' worth of tries (no clock is read)."""
+    for _ in range(max(1, round(timeout / 0.2))):
         if predicate():  # type: ignore[operator]
             return
         time.sleep(0.2)
