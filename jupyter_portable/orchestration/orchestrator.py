@@ -534,6 +534,9 @@ class Orchestrator:
                 if rec is not None and self._provider_says_gone(rec):
                     self._lost(lc, f"lost while sealing: {exc}")
                     raise
+                stale = self._clients.pop(lc.allocation_id or "", None)  # the next try connects afresh
+                if stale is not None:
+                    stale.close()
                 self._move(L.ACTIVE, reason=f"the seal failed, the machine does not answer (nothing was "
                                             f"released; stop again when it answers): {exc.one_line()}")
                 raise
