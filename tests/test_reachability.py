@@ -69,3 +69,13 @@ def test_the_cli_and_the_views_say_unreachable_in_one_set_of_words() -> None:
 def test_an_answer_outside_the_three_is_refused() -> None:
     with pytest.raises(ValueError, match="answer must be one of"):
         R.decide("maybe", reached=False, since=None, now=T0, grace_s=GRACE)
+
+
+def test_the_grace_is_a_setting_with_a_few_minutes_by_default() -> None:
+    from jupyter_portable.core.envconfig import PortableRun
+    from jupyter_portable.core.errors import UsageError
+
+    assert PortableRun.current(environ={}).unreachable_grace == R.DEFAULT_GRACE_S == 300.0
+    assert PortableRun.current(environ={"JUPYTER_PORTABLE_UNREACHABLE_GRACE": "600"}).unreachable_grace == 600.0
+    with pytest.raises(UsageError, match="JUPYTER_PORTABLE_UNREACHABLE_GRACE must be seconds"):
+        PortableRun.current(environ={"JUPYTER_PORTABLE_UNREACHABLE_GRACE": "-5"})
