@@ -88,7 +88,7 @@ def test_a_bad_setting_is_one_line_that_names_it(cli: Cli, config_env: dict[str,
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "error: unknown provider(s) in c.Portable.providers: cheapgpus "
-        "(to fix: choose from local, ssh, runpod, vastai, lambda, aws, gcp)"]
+        "(to fix: choose from local, ssh, runpod, vastai, lambda, aws, gcp, slurm)"]
 
 
 def test_help_all_lists_every_setting_with_its_variable(cli: Cli) -> None:
