@@ -178,6 +178,13 @@ def journal_child(src: Path) -> int:
             res = ws.snapshot(progress=None, journal=cut)
             print(json.dumps({"s": time.perf_counter() - t0, "walk": res.walk, "reason": res.walk_reason,
                               "changed": res.changed, "hashed": res.hashed, "rss": _rss_mb()}), flush=True)
+        elif cmd[0] == "scrub":  # one auto-snapshot's scrub at the default budget (engine/scrub)
+            from jupyter_portable.engine.scrub import DEFAULT_BUDGET
+
+            t0 = time.perf_counter()
+            got = ws.scrub(DEFAULT_BUDGET)
+            print(json.dumps({"s": time.perf_counter() - t0, "walk": "scrub", "files": got.files, "bytes": got.bytes,
+                              "mismatched": len(got.mismatched), "rss": _rss_mb()}), flush=True)
         elif cmd[0] == "idle":
             cpu0, t0 = time.process_time(), time.perf_counter()
             time.sleep(float(cmd[1]))
@@ -454,6 +461,7 @@ class Bench:
             data, st = victim.read_bytes(), victim.lstat()
             victim.write_bytes(b"changed again " + data)
             ask("journal: one file changed", "snap")
+            ask("scrub, one auto-snapshot's (default budget)", "scrub")
             ask("watcher idle", f"idle {idle_s}")
             # The peers last saw the tree before this change: put the file back as it was (bytes and
             # times) and take one more snapshot, untimed, so that the restore and verify rows of every
@@ -525,9 +533,12 @@ class Bench:
             print("| | ours, in-process | walk | the `lstat` walk |")
             print("|---|---|---|---|")
             for row in ("no change, full walk", "journal: first cut (full walk)", "journal: no change",
-                        "journal: one file changed"):
+                        "journal: one file changed", "scrub, one auto-snapshot's (default budget)"):
                 c = j[row]
                 print(f"| {row} | {c['s']:.3f} s | {c['walk']} | {c['s'] / f['s']:.3f}x |")
+            scrub = j["scrub, one auto-snapshot's (default budget)"]
+            print(f"\nthe scrub read {scrub['files']:,} unchanged files ({scrub['bytes'] / 2**20:.1f} MiB) and found "
+                  f"{scrub['mismatched']} changed where stat could not see; it runs after each auto-snapshot")
             idle = j["watcher idle"]
             print(f"\nwatcher process: {start['rss']:.0f} MB resident after it started watching "
                   f"({start['rss'] - start['rss_before']:.1f} MB of it for the watches), idle {idle['wall_s']:.0f} s: "

@@ -67,6 +67,9 @@ def test_the_default_bench_runs_to_its_end_with_every_tool_on_one_tree(tmp_path:
         assert journal[row][1] == "journal", (row, journal[row])
     got = json.loads(report.read_text())
     assert got["journal"]["journal: put back (untimed)"]["changed"] is True
+    scrub = got["journal"]["scrub, one auto-snapshot's (default budget)"]  # issue 41: its cost is a row
+    assert journal["scrub, one auto-snapshot's (default budget)"][1] == "scrub"
+    assert scrub["files"] > 0 and scrub["mismatched"] == 0, scrub
     assert {t["target"] for t in got["targets"]} >= {"verify <= restic (check --read-data)",
                                                      "watcher CPU < 1% of a core while idle"}
 
