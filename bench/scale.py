@@ -178,11 +178,11 @@ def journal_child(src: Path) -> int:
             res = ws.snapshot(progress=None, journal=cut)
             print(json.dumps({"s": time.perf_counter() - t0, "walk": res.walk, "reason": res.walk_reason,
                               "changed": res.changed, "hashed": res.hashed, "rss": _rss_mb()}), flush=True)
-        elif cmd[0] == "scrub":  # one auto-snapshot's scrub at the default budget (engine/scrub)
-            from jupyter_portable.engine.scrub import DEFAULT_BUDGET
+        elif cmd[0] == "scrub":  # one auto-snapshot's scrub at its defaults, every 10 minutes (engine/scrub)
+            from jupyter_portable.engine.scrub import DEFAULT_BUDGET, files_for
 
             t0 = time.perf_counter()
-            got = ws.scrub(DEFAULT_BUDGET)
+            got = ws.scrub(DEFAULT_BUDGET, files_for(int(cmd[1]), 600))  # cmd[1]: the tree's files
             print(json.dumps({"s": time.perf_counter() - t0, "walk": "scrub", "files": got.files, "bytes": got.bytes,
                               "mismatched": len(got.mismatched), "rss": _rss_mb()}), flush=True)
         elif cmd[0] == "idle":
@@ -461,7 +461,7 @@ class Bench:
             data, st = victim.read_bytes(), victim.lstat()
             victim.write_bytes(b"changed again " + data)
             ask("journal: one file changed", "snap")
-            ask("scrub, one auto-snapshot's (default budget)", "scrub")
+            ask("scrub, one auto-snapshot's (default budget)", f"scrub {self.files}")
             ask("watcher idle", f"idle {idle_s}")
             # The peers last saw the tree before this change: put the file back as it was (bytes and
             # times) and take one more snapshot, untimed, so that the restore and verify rows of every

@@ -81,6 +81,26 @@ def test_the_scrub_rotates_so_every_file_is_read_within_its_bound(tmp_path: Path
     assert budget_for(10, 600) == 64 * 1024 * 1024
 
 
+def test_a_run_of_many_small_files_stops_at_its_file_bound(tmp_path: Path) -> None:
+    """A million small files hold 64 MiB between them: the byte budget alone made one run read
+    587,117 files (209 s, bench/scale.py on 2026-12-06). A run also stops at its file bound, which
+    grows only as far as a day of runs needs to read every file once."""
+    from jupyter_portable.engine.scrub import DEFAULT_FILES, files_for
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(40):
+        (src / f"f{i:02d}").write_bytes(b"x" * 10)
+        os.utime(src / f"f{i:02d}", (1_700_000_000, 1_700_000_000))  # settled: the stat cache keeps its row
+    ws = Workspace.init(src, str(tmp_path / "store"))
+    ws.snapshot(progress=None)
+    got = ws.scrub(budget=64 * 1024 * 1024, files=7)
+    assert (got.files, got.bytes) == (7, 70)
+    assert files_for(40, 600) == DEFAULT_FILES
+    assert files_for(1_000_000, 600) * (DAY_S / 600) >= 1_000_000  # every file once a day at 10-minute runs
+    assert files_for(1_000_000, 600) < 10_000
+
+
 def test_a_second_write_through_a_dirty_mapped_page_is_published(tmp_path: Path) -> None:
     """The adversary's case: the mapping's second write moves no stat field; the scrub finds it."""
     src = tmp_path / "src"

@@ -10,9 +10,11 @@ and compares each hash with the version's. A mismatch, with the file's lstat the
 and after the read, is a change stat never saw: the result names the file, and its folder's
 rows are forgotten, so that the next snapshot (journal or not) reads every file of it again.
 
-Every file is read once per ``total bytes / budget`` runs: a budget of at least the
-workspace's bytes times the run interval over a day (``budget_for``) reads each file at least
-once a day.
+A run also stops after ``files`` files, whatever their bytes: in a workspace of a million small
+files, 64 MiB is most of the files, and a run would take minutes. Every file is read once per
+``total bytes / budget`` or ``total files / files`` runs, whichever is more: budgets of at least
+the workspace's bytes and files times the run interval over a day (``budget_for``,
+``files_for``) read each file at least once a day.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
 DAY_S = 86_400.0
 DEFAULT_BUDGET = 64 * 1024 * 1024  # bytes a run reads at least (JUPYTER_PORTABLE_SCRUB_MB)
+DEFAULT_FILES = 2_000  # files a run reads at most, unless a day of runs needs more to read each once
 
 
 @dataclass
@@ -49,9 +52,15 @@ def budget_for(total_bytes: int, every_s: float, least: int = DEFAULT_BUDGET) ->
     return max(least, int(total_bytes / runs) + 1)
 
 
-def scrub(copy: WorkspaceCopy, store: Store, budget: int) -> ScrubResult:
+def files_for(total_files: int, every_s: float, least: int = DEFAULT_FILES) -> int:
+    """Files a run every ``every_s`` seconds reads at most: ``least``, or more where a day of runs
+    would not otherwise read each file once."""
+    return budget_for(total_files, every_s, least)
+
+
+def scrub(copy: WorkspaceCopy, store: Store, budget: int, files: int | None = None) -> ScrubResult:
     """Hash unchanged files of the copy's version from where the last run stopped, until
-    ``budget`` bytes were read (at least one file); see the module's docstring."""
+    ``budget`` bytes or ``files`` files were read (at least one file); see the module's docstring."""
     out = ScrubResult()
     cfg = copy.read_config()
     if not cfg.version:
@@ -67,7 +76,10 @@ def scrub(copy: WorkspaceCopy, store: Store, budget: int) -> ScrubResult:
         paths: dict[int, str | None] = {ROOT: ""}
         bad: set[int] = set()
         done = False
-        while not done and (out.bytes < budget or out.files == 0):
+        def enough() -> bool:
+            return out.files > 0 and (out.bytes >= budget or (files is not None and out.files >= files))
+
+        while not done and not enough():
             batch = cache.rows_after(cursor, 256)
             if not batch:
                 if out.wrapped or start == (0, ""):
@@ -87,7 +99,7 @@ def scrub(copy: WorkspaceCopy, store: Store, budget: int) -> ScrubResult:
                 rel = f"{folder}/{name}" if folder else name
                 if _read_if_unchanged(copy, base, rel, key, out):
                     bad.add(dir_id)
-                if out.bytes >= budget:
+                if enough():
                     break
         cache.begin()
         try:
@@ -134,4 +146,4 @@ def _cursor(raw: str | None) -> tuple[int, str]:
     return (int(d), name) if d.isdigit() else (0, "")
 
 
-__all__ = ["DEFAULT_BUDGET", "ScrubResult", "budget_for", "scrub"]
+__all__ = ["DEFAULT_BUDGET", "DEFAULT_FILES", "ScrubResult", "budget_for", "files_for", "scrub"]

@@ -126,11 +126,11 @@ class Workspace:
         return snapshot(self.copy, self.store, message=message, force=force,
                         progress=_progress("snapshot", progress, sink), extras=self.extras(python), journal=journal)
 
-    def scrub(self, budget: int) -> ScrubResult:
-        """Re-hash unchanged files, about ``budget`` bytes of them, from where the last scrub
-        stopped: a file whose bytes changed where stat could not see is named, and read again by
-        the next snapshot (``engine/scrub``)."""
-        return scrub(self.copy, self.store, budget)
+    def scrub(self, budget: int, files: int | None = None) -> ScrubResult:
+        """Re-hash unchanged files, about ``budget`` bytes or ``files`` files of them, from where the
+        last scrub stopped: a file whose bytes changed where stat could not see is named, and read
+        again by the next snapshot (``engine/scrub``)."""
+        return scrub(self.copy, self.store, budget, files)
 
     def log(self) -> list[dict[str, Any]]:
         """Every version, newest first."""

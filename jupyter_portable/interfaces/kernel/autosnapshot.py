@@ -134,23 +134,25 @@ def _loop(state: _State, stop: threading.Event) -> None:
         state.runs += 1
         if result is not None:
             try:
-                _scrub(state, result.bytes)
+                _scrub(state, result.bytes, result.files)
             except Exception as exc:  # noqa: BLE001 - shown in status; the next run scrubs on
                 state.last_scrub = f"failed: {type(exc).__name__}: {exc}"
 
 
-def _scrub(state: _State, total_bytes: int) -> None:
+def _scrub(state: _State, total_bytes: int, total_files: int) -> None:
     """Re-hash a rotating sample of unchanged files (engine/scrub): each at least once a day."""
     import sys
 
-    from jupyter_portable.engine.scrub import budget_for
+    from jupyter_portable.engine.scrub import budget_for, files_for
     from jupyter_portable.engine.workspace import Workspace
 
     least = scrub_least_bytes()
     if least <= 0:
         return
     with OPERATION_LOCK:
-        got = Workspace.find(state.root or ".").scrub(budget_for(total_bytes, state.minutes * 60, least))
+        every_s = state.minutes * 60
+        got = Workspace.find(state.root or ".").scrub(budget_for(total_bytes, every_s, least),
+                                                      files_for(total_files, every_s))
     state.last_scrub = f"re-read {got.files} unchanged files"
     for text in got.warnings():
         print(f"warning: {text}", file=sys.stderr)
