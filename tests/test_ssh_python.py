@@ -63,12 +63,14 @@ def no_workers_left(tmp_path: Path) -> Iterator[None]:
             kill_worker_group(agent)
 
 
-def _probe(provider: SshProvider, tmp_path: Path) -> str:
-    """Run the status script with the host's python: its reason says whether the python ran."""
+def _probe(provider: SshProvider, tmp_path: Path, state: str = "lost") -> str:
+    """Run the status script with the host's python: its reason says whether the python ran. A
+    worker whose process is gone is lost; a status script the host could not run is no evidence
+    of a loss (issue 42: ``unknown``)."""
     gone = Allocation("a1", "ssh", "box", "box:1", "2024-01-01T00:00:00Z", ssh=SshEndpoint("127.0.0.1", 22),
                       details={"pid": 2**22 + 1, "remote_dir": str(tmp_path / "nowhere")})
     status = provider.status(gone)
-    assert status.state == "lost"
+    assert status.state == state
     return status.reason or ""
 
 
@@ -80,7 +82,7 @@ def test_shell_syntax_in_python_is_refused_and_never_runs_on_the_host(
     with pytest.raises(UsageError, match="is not the path or name of a Python interpreter") as info:
         provider.launch(offer, allocation_id="alloc-inject")
     assert "hosts.toml" in (info.value.hint or "")
-    assert "not the path or name" in _probe(provider, tmp_path)
+    assert "not the path or name" in _probe(provider, tmp_path, state="unknown")
     assert not marker.exists()
     assert provider.check_capacity(offer) == 1  # the refused launch did not take the host
 
