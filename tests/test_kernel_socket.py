@@ -25,7 +25,7 @@ async def _socket(jp_ws_fetch: Any, kernel_id: str, session: str) -> Any:
     return sock
 
 
-async def _statuses_until(sock: Any, reply_to: str, timeout: float = 60) -> tuple[list[dict[str, Any]], str]:
+async def _statuses_until(sock: Any, reply_to: str, timeout: float = 140) -> tuple[list[dict[str, Any]], str]:
     """Every status message up to (and a second after) the reply to ``reply_to``; the replying process's session."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
