@@ -1,0 +1,89 @@
+"""The Stop protocol (seal): stop new writes, publish the final manifest, read it back, and only
+then release the allocation (invariant 6), recording its stop reason and spend."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from jupyter_portable.core import lifecycle as L
+from jupyter_portable.core.errors import ConflictError, PortableError, ProviderUnavailable, UsageError
+from jupyter_portable.orchestration.loss import LossWatch
+
+
+class StopProtocol(LossWatch):
+    """Seal, read back, release; and a snapshot from wherever the newest files are."""
+
+    def stop(self, reason: str = "stopped by the user", *, detail: dict[str, Any] | None = None,
+             allocation_id: str | None = None) -> dict[str, Any]:
+        """Seal, read back, release: the allocation ends with nothing unpublished. ``detail`` goes
+        with the DRAINING event; ``allocation_id``, when given, must be the one still serving."""
+        with self._exclusive():
+            lc = self.lifecycle()
+            if lc.state not in (L.ACTIVE, L.DRAINING, L.SEALED):
+                raise UsageError(f"nothing to stop: the workspace is {lc.state}")
+            if allocation_id is not None and lc.allocation_id != allocation_id:
+                raise ConflictError(f"{allocation_id} no longer serves the workspace ({lc.allocation_id} does)")
+            return self._stop_locked(lc, reason, detail)
+
+    def _stop_locked(self, lc: L.Lifecycle, reason: str, detail: dict[str, Any] | None = None) -> dict[str, Any]:
+        rec = self.record(lc.allocation_id)
+        if lc.state == L.ACTIVE:
+            lc = self._move(L.DRAINING, reason=reason, detail=detail)
+        if lc.state == L.DRAINING:
+            self._progress("seal", "no new writes; publishing the final version")
+            try:
+                if rec is None:
+                    raise PortableError(f"no record of how to reach the worker of {lc.allocation_id}")
+                sealed = self.client(rec.allocation_id).seal(f"sealed: {reason}")
+            except ProviderUnavailable as exc:
+                # the worker did not answer: lost only on evidence (core.reachability), that is when
+                # its provider says the machine is gone; else it is unreachable, and nothing is released
+                if rec is not None and self._provider_says_gone(rec):
+                    self._lost(lc, f"lost while sealing: {exc}")
+                    raise
+                stale = self._clients.pop(lc.allocation_id or "", None)  # the next try connects afresh
+                if stale is not None:
+                    stale.close()
+                self._move(L.ACTIVE, reason=f"the seal failed, the machine does not answer (nothing was "
+                                            f"released; stop again when it answers): {exc.one_line()}")
+                raise
+            except PortableError as exc:
+                self._move(L.ACTIVE, reason=f"the seal failed, writes are open again: {exc.one_line()}")
+                raise
+            lc = self._move(L.SEALED, version=int(sealed["version"]))
+        spend = 0.0
+        if rec is not None:
+            provider = self.provider_of(rec.allocation)
+            seen = self.observed.get(rec.allocation_id)  # the provider's last figure, should it not answer now
+            spend = float(seen.spend or 0.0) if seen is not None else 0.0
+            with contextlib.suppress(PortableError):
+                spend = float(provider.status(rec.allocation).spend or spend)
+            with contextlib.suppress(PortableError):
+                self.client(rec.allocation_id).shutdown()  # the agent goes first, then its machine
+            provider.terminate(rec.allocation)  # only after SEALED (invariant 6)
+        lc = self._move(L.RELEASED)
+        if rec is not None:
+            self._close_record(rec, state="released", reason=reason, spend=spend, epoch=lc.epoch)
+            self._drop_client(rec.allocation_id)
+        self._adopt_head()
+        return {**self.summary(lc), "sealed_version": lc.version}
+
+    def _adopt_head(self) -> None:
+        """The file browser pulled the machine's files into this copy while it ran (orchestration/follow):
+        when the copy now holds exactly the head's files, it is on the head, so `verify` and the next
+        snapshot start from there. A copy with edits of its own stays on its version."""
+        with contextlib.suppress(PortableError):
+            head, _ = self.ws.store.read_head(self.ws.workspace_id)
+            cfg = self.ws.copy.read_config()
+            if head.version > cfg.version and self.ws.verify(version=head.version).ok:
+                cfg.version = head.version
+                self.ws.copy.write_config(cfg)
+
+    def snapshot(self, message: str) -> dict[str, Any]:
+        """Publish a version: from the worker while one is active (it holds the newest files),
+        else from this copy."""
+        if self.lifecycle().state == L.ACTIVE:
+            return self.client().snapshot(message)
+        res = self.ws.snapshot(message, progress=None)
+        return {"version": res.version, "changed": res.changed, "skipped": list(res.to_json().get("skipped") or [])}
