@@ -48,6 +48,7 @@ def test_new_user_checkpoint_latest_and_a_rejected_copy(kernel: Kernel, workspac
     assert "verified: ckpt.pt (step 2)" in out.text
     latest = kernel.run("%workspace latest")
     assert latest.result == "'ckpt.pt'"
+    assert latest.stdout == "", "the name is shown once, as the cell's result, not printed as well"
     # A truncated copy registered after it is rejected, and latest stays at step 2.
     kernel.run("data = open('ckpt.pt', 'rb').read(); open('ckpt-copy.pt', 'wb').write(data[:len(data) // 2])")
     out = kernel.run("%workspace checkpoint ckpt-copy.pt --step 3 --settle 0.2")

@@ -182,7 +182,7 @@ class WorkspaceMagics(Magics):
                 step = f" (step {latest.step})" if latest.step is not None else ""
                 print(f"loaded {latest.path}{step}, version {latest.version}, into {args.load}")
                 return None
-            print(latest.path)
+            # returned, not printed too: IPython shows the value once, as the cell's result
             return latest.path
         if args.verb == "resume-tag":
             from jupyter_portable.interfaces.kernel.resume import resume_tag
