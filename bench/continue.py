@@ -20,7 +20,7 @@ and no background fetcher, i.e. copying exactly the bytes a lazy worker needs be
 target: lazy Continue-to-cell <= 2x it); a full eager `restore()` (info, for eager Continue); and a
 plain Python copy of the small files and the checkpoint from the source folder (a floor, info).
 
-It also times the worker environment's cold and warm build (`envcache.time_cold_and_warm`) of a
+It also times the worker environment's cold and warm build (`bench/envtiming.time_cold_and_warm`) of a
 lockfile of two tiny hand-made wheels from a find-links folder, offline.
 
     .venv/bin/python bench/continue.py --quick      # 200 MiB data, 20 MiB checkpoint: ~1 min
@@ -371,8 +371,9 @@ def make_wheel(folder: Path, name: str, version: str) -> Path:
 
 
 def env_builds(work: Path, reps: int) -> dict[str, list[float]]:
+    from envtiming import time_cold_and_warm
+
     from jupyter_portable.store.repo import Store
-    from jupyter_portable.worker.envcache import time_cold_and_warm
 
     links = work / "find-links"
     make_wheel(links, "tinypkg", "1.0")
@@ -403,8 +404,10 @@ def env_builds_lockfile(work: Path, reps: int, lock: Path) -> dict[str, list[flo
     """Cold (wheels from the package index, pip's own configuration) and warm (from the store, uv)
     builds of a real lockfile (bench/env-lock.txt: numpy, pandas, scipy, matplotlib, ipykernel and
     safetensors, resolved by uv)."""
+    from envtiming import time_cold_and_warm
+
     from jupyter_portable.store.repo import Store
-    from jupyter_portable.worker.envcache import build_env, time_cold_and_warm
+    from jupyter_portable.worker.envcache import build_env
 
     out: dict[str, list[float]] = {"cold_s": [], "warm_s": [], "speedup": [], "again_s": []}
     for i in range(reps):
@@ -491,7 +494,7 @@ def report(b: Bench | None, env: dict[str, list[float]] | None, reps: int,
     print_table(("mark", "eager", "lazy"), [(label, fmt(m(f"eager:{k}")), fmt(m(f"lazy:{k}"))) for label, k in marks])
 
     if env is not None:
-        print(f"\nworker environment from a lockfile of 2 tiny wheels (envcache.time_cold_and_warm), "
+        print(f"\nworker environment from a lockfile of 2 tiny wheels (envtiming.time_cold_and_warm), "
               f"medians of {len(env['cold_s'])}:\n")
         med = {k: statistics.median(v) for k, v in env.items()}
         print_table(("cold s", "warm s", "cold/warm", "floor: python -m venv s"),

@@ -112,8 +112,9 @@ def _platform(version: str) -> tuple[str, object]:
 def test_a_pin_the_machines_python_refuses_becomes_the_nearest_version_and_is_recorded(
         links: Path, tmp_path: Path) -> None:
     from jupyter_portable.store.repo import Store
-    from jupyter_portable.worker.envcache import build_env, env_tag, read_index
+    from jupyter_portable.worker.envcache import build_env
     from jupyter_portable.worker.envprep import prepare_index
+    from jupyter_portable.worker.wheelindex import env_tag, read_index
 
     if not Path(DEBIAN_PYTHON).exists():
         pytest.skip("Debian's python3 (3.11.2) is not installed")

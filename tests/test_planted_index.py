@@ -64,7 +64,7 @@ def plant(store: Store, tmp_path: Path) -> tuple[str, Path]:
     whose wheel carries a ``.pth`` that runs as any Python of the venv starts. Its key, and the file
     the ``.pth`` would write."""
     from jupyter_portable.worker.envbuild import pinned_only
-    from jupyter_portable.worker.envcache import env_tag, index_key
+    from jupyter_portable.worker.wheelindex import env_tag, index_key
 
     ran = tmp_path / "the-planted-pth-ran"
     wheel = make_wheel(tmp_path / "planted", "tinypkg", "1.0",
@@ -216,7 +216,8 @@ def test_a_machines_own_cold_build_reads_no_unpinned_index_and_publishes_none(tm
     """A worker the user's side sent no digest builds from its package index, not the store's planted
     index, and leaves no index behind for a later machine to take as its own."""
     from jupyter_portable.worker.envbuild import pinned_only
-    from jupyter_portable.worker.envcache import build_env, env_tag, index_key
+    from jupyter_portable.worker.envcache import build_env
+    from jupyter_portable.worker.wheelindex import env_tag, index_key
 
     store = Store.open(file_store)
     key, ran = plant(store, tmp_path)

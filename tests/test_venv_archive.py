@@ -371,8 +371,8 @@ def prepared_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Store
     from test_envcache import make_wheel
 
     from jupyter_portable.worker.bootstrap import target_for
-    from jupyter_portable.worker.envcache import env_tag
     from jupyter_portable.worker.envprep import prepare_index
+    from jupyter_portable.worker.wheelindex import env_tag
 
     if python_missing("3.10"):
         pytest.skip(python_missing("3.10"))
