@@ -7,6 +7,7 @@ workspace copy and ``demo/store`` its local store. Running this again reuses bot
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "demo"
 WORKSPACE = DEMO / "workspace"
 STORE = DEMO / "store"
+LAB_SETTINGS = DEMO / "lab-settings"  # JupyterLab's application settings for the demo
 
 WELCOME = [
     new_markdown_cell(
@@ -139,12 +141,27 @@ def main() -> int:
     if args.start:
         bin_dir = Path(sys.executable).parent
         os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
-        argv = [str(bin_dir / "jupyter"), "lab", f"--ServerApp.root_dir={WORKSPACE}",
-                f"--port={args.port}", "--ip=127.0.0.1"]
+        argv = lab_argv(bin_dir / "jupyter", args.port)
         if os.geteuid() == 0:
             argv.append("--allow-root")
         os.execv(argv[0], argv)
     return 0
+
+
+def lab_argv(jupyter: Path, port: str, settings: Path = LAB_SETTINGS, root: Path = WORKSPACE) -> list[str]:
+    """The demo's JupyterLab command line. Its application settings (``settings``, a folder of the
+    demo's own: the user's settings and the environment's stay as they are) default JupyterLab's
+    news feed to Never, so no "official Jupyter news?" question covers the demo's first minute;
+    nothing is fetched from the internet for news or updates."""
+    settings.mkdir(parents=True, exist_ok=True)
+    overrides = settings / "overrides.json"
+    values = json.loads(overrides.read_text()) if overrides.is_file() else {}
+    values.setdefault("@jupyterlab/apputils-extension:notification", {}).update(
+        {"fetchNews": "false", "checkForUpdates": False})
+    overrides.write_text(json.dumps(values, indent=2) + "\n")
+    return [str(jupyter), "lab", f"--ServerApp.root_dir={root}", f"--port={port}", "--ip=127.0.0.1",
+            f"--LabApp.app_settings_dir={settings}", "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
 
 
 if __name__ == "__main__":
