@@ -46,6 +46,7 @@ from jupyter_portable.core.risk import (
     BEST_MARGIN,
     INCIDENT_P,
     INCIDENT_WINDOW_S,
+    NOTICE_S,
     REPEAT_WINDOW_S,
     REPEATED_PREEMPTIONS,
     Incident,
@@ -122,6 +123,8 @@ class WorkspaceFacts:
     storage_per_gb_month: float = 0.023
     workspace_bytes: int = 0
     checkpoint_every_s: float | None = None  # the usual gap between verified checkpoints; None: no cadence yet
+    checkpoint_age_s: float | None = None  # how old the last verified checkpoint is now; None: there is none
+    notice_s: float = NOTICE_S  # how long a lost machine takes to be seen (the server's look at it)
 
     def __post_init__(self) -> None:
         if self.bytes_to_move < 0 or self.workspace_bytes < 0:
@@ -129,6 +132,10 @@ class WorkspaceFacts:
         if self.checkpoint_every_s is not None and not (0 < self.checkpoint_every_s < math.inf):
             raise UsageError("checkpoint_every_s must be a positive number of seconds,"
                              f" not {self.checkpoint_every_s!r}")
+        for name in ("checkpoint_age_s", "notice_s"):
+            value = getattr(self, name)
+            if value is not None and not (0 <= value < math.inf):
+                raise UsageError(f"{name} must be a non-negative number of seconds, not {value!r}")
         if not (self.store_egress_per_gb >= 0) or not (self.storage_per_gb_month >= 0):
             raise UsageError("store_egress_per_gb and storage_per_gb_month must not be negative")
 
@@ -349,7 +356,15 @@ def risk_words(risk: Risk, hours: float, history: Iterable[str] = ()) -> str:
             f" {hours_words(risk.hours)} lost, {money(risk.dollars)} expected"
             + (f" ({', '.join(happened)})" if happened else "")
             + f". A lost machine costs {_duration(risk.notice_s)} to notice, {_duration(risk.again_s)} to Continue"
-            f" again and {_duration(risk.work_s)} of work since the last verified checkpoint")
+            f" again and {_duration(risk.work_s)} of work since the last verified checkpoint, on average"
+            f" ({checkpoint_words(risk.checkpoint_age_s, risk.checkpoint_every_s)})")
+
+
+def checkpoint_words(age_s: float | None, every_s: float | None) -> str:
+    """"the last is 4 min old, one every ~10 min", "the last is 4 min old", "none verified yet"."""
+    if age_s is None:
+        return "no verified checkpoint yet"
+    return f"the last is {_duration(age_s)} old" + (f", one every ~{_duration(every_s)}" if every_s else "")
 
 
 def _price_route(facts: WorkspaceFacts, offer: Offer, req: Requirements, hours: float, caps: Caps,
@@ -409,7 +424,7 @@ def _price_route(facts: WorkspaceFacts, offer: Offer, req: Requirements, hours: 
     r = price_risk(reliability=offer.reliability, launch_failure_rate=offer.launch_failure_rate, failures=failures,
                    mismatches=mismatches, incidents=incidents, hours=hours, boot_s=boot_s, transfer_s=transfer_s,
                    ready_s=ready_s, checkpoint_every_s=facts.checkpoint_every_s, rate=price + value_of_time,
-                   egress=egress)
+                   egress=egress, checkpoint_age_s=facts.checkpoint_age_s, notice_s=facts.notice_s)
     p_fail, risk = r.p_fail, r.dollars
     cost = Cost(gpu=gpu, egress=egress, storage=storage, queue=queue, risk=risk,
                 total=gpu + egress + storage + queue + risk)
@@ -440,7 +455,7 @@ def _price_route(facts: WorkspaceFacts, offer: Offer, req: Requirements, hours: 
         f"queue: ~{_duration(queue_s)} ({queue_why}) x ${wait_rate:.2f}/h = {_money(queue)}",
         f"risk: {r.p_launch:.0%} launch fails x {_duration(r.launch_s)} wasted + {r.p_lost:.0%} machine lost"
         f" x ({_duration(r.notice_s)} to notice + {_duration(r.again_s)} to Continue again"
-        f" + {_duration(r.work_s)} of work since the last verified checkpoint)"
+        f" + {_duration(r.work_s)} of work since the last verified checkpoint on average)"
         + (f" ({', '.join(history)})" if history else "")
         + f" = {hours_words(r.hours)} x ${r.rate:.2f}/h" + (" + egress again" if egress > 0 else "")
         + f" = {_money(risk)}",
@@ -488,23 +503,43 @@ def best_route(routes: Iterable[Route]) -> Route | None:
 def _put_repeatedly_preempted_back(routes: list[Route], signals: Signals) -> list[Route]:
     # An offer the market took back again and again is no bargain whatever its price says: while
     # another open route costs at most BEST_MARGIN more, that one goes first and the cheaper says why.
+    # Only a route with nothing against it in the window (no loss, failed launch or refusal) is put
+    # first so: one that failed lately is never preferred over a cheaper total.
     open_ = [r for r in routes if not r.blocked]
     lost = {r.id: preemptions_within(signals.incidents.get(r.offer.key, ())) for r in open_}
     if not open_ or lost[open_[0].id] < REPEATED_PREEMPTIONS:
         return routes
     limit = open_[0].cost.total * (1 + BEST_MARGIN)
-    alt = next((r for r in open_ if lost[r.id] < REPEATED_PREEMPTIONS and round(r.cost.total, 4) <= round(limit, 4)),
+    alt = next((r for r in open_ if not _recent_trouble(r, signals) and round(r.cost.total, 4) <= round(limit, 4)),
                None)
     if alt is None:
         return routes
-    ahead = open_[:open_.index(alt)]  # cheaper than alt, and every one preempted repeatedly
+    ahead = open_[:open_.index(alt)]  # cheaper than alt, and each with something against it lately
     window = "hour" if REPEAT_WINDOW_S == 3600 else _duration(REPEAT_WINDOW_S)
-    why = {r.id: (f"Not marked best: preempted {lost[r.id]} times in the last {window}, and {_name(alt)} at"
+    why = {r.id: (f"Not marked best: {_trouble_words(r, signals)} in the last {window}, and {_name(alt)} at"
                   f" {money(alt.cost.total)} costs at most {BEST_MARGIN:.0%} more than its {money(r.cost.total)}")
            for r in ahead}
     demoted = [replace(r, demoted=why[r.id]) for r in ahead]
     rest = [r for r in routes if r.id not in why and r.id != alt.id]
     return [alt, *demoted, *rest]
+
+
+def _recent_trouble(route: Route, signals: Signals) -> bool:
+    """Whether anything happened to the route's offer within the last REPEAT_WINDOW_S."""
+    key = route.offer.key
+    return (any(i.age_s < REPEAT_WINDOW_S for i in signals.incidents.get(key, ()))
+            or signals.recent_launch_failures.get(key, 0) > 0 or signals.driver_mismatches.get(key, 0) > 0)
+
+
+def _trouble_words(route: Route, signals: Signals) -> str:
+    """"preempted 3 times", "preempted once and 1 failed launch"."""
+    recent = [i for i in signals.incidents.get(route.offer.key, ()) if i.age_s < REPEAT_WINDOW_S]
+    lost = sum(1 for i in recent if i.kind == "preempted")
+    failed = (sum(1 for i in recent if i.kind != "preempted") + signals.recent_launch_failures.get(route.offer.key, 0)
+              + signals.driver_mismatches.get(route.offer.key, 0))
+    parts = ([f"preempted {lost} times" if lost > 1 else "preempted once"] if lost else []) + (
+        [f"{failed} failed launch{'es' if failed > 1 else ''}"] if failed else [])
+    return " and ".join(parts)
 
 
 def _name(route: Route) -> str:
@@ -531,6 +566,7 @@ __all__ = [
     "WorkspaceFacts",
     "best_route",
     "budget_reason",
+    "checkpoint_words",
     "egress_price_per_gb",
     "learn_boots",
     "money",

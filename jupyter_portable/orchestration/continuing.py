@@ -152,7 +152,7 @@ class ContinueProtocol(StopProtocol):
             self._estimates[allocation.allocation_id] = {"predicted": route.predicted(),
                                                          "launch_at": current["launch_at"],
                                                          "up_at": current["up_at"]}
-        return self._materialize(allocation, route, attempts)
+        return self._materialize(allocation, route, attempts, {k: r.offer for k, r in by_key.items()})
 
     def _publish_attempts(self, attempts: list[Any]) -> None:
         from jupyter_portable.orchestration.routes import record_attempt
@@ -164,15 +164,16 @@ class ContinueProtocol(StopProtocol):
             with contextlib.suppress(PortableError):
                 record_attempt(self.ws, a, epoch=epoch)
 
-    def _materialize(self, allocation: Allocation, route: Any, attempts: list[Any]) -> dict[str, Any]:
+    def _materialize(self, allocation: Allocation, route: Any, attempts: list[Any],
+                     offers: dict[str, Any] | None = None) -> dict[str, Any]:
         from jupyter_portable.orchestration.routes import record_attempt
 
         lc = self.lifecycle()
         epoch = lc.epoch
         save_allocation(self.ws.copy, allocation)
         try:
-            for a in attempts:
-                record_attempt(self.ws, a, epoch=epoch)
+            for a in attempts:  # named as the routes named them: the notice says which one failed
+                record_attempt(self.ws, a, epoch=epoch, offer=(offers or {}).get(a.offer_key))
             offer = route.offer
             version = self.ws.record_allocation(
                 {"allocation_id": allocation.allocation_id, "provider": allocation.provider,

@@ -49,7 +49,8 @@ class PortableFacade:
         orch = self.service.orchestrator()
         # the budget's left as the sidebar's state shows it: the same spend figures, the same calendar
         routes, errors = compute_routes(ws, hours=hours, providers=orch.providers, calendar_now=self.service.now(),
-                                        figure=self.service.spend_figure())
+                                        figure=self.service.spend_figure(),
+                                        notice_s=getattr(self.service, "check_interval_s", None))
         best = best_route(routes)
         return {"routes": [r.to_json() for r in routes], "best": best.id if best else None, "errors": errors,
                 "hours": hours}

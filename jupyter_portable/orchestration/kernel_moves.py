@@ -79,10 +79,20 @@ def machine_words(allocation: dict[str, Any] | None, fallback: str = "the new ma
 
 
 def moved_message(allocation: dict[str, Any] | None, version: int | None,
-                  environment: dict[str, Any] | None = None) -> str:
+                  environment: dict[str, Any] | None = None, fell_back: list[dict[str, Any]] | None = None) -> str:
     """The notebook's notice after a move: "Now on NVIDIA A100 80GB (runpod, eu-ro-1). Workspace
-    version 12 verified.", and the environment's differences when it is not the recorded one."""
-    text = f"Now on {machine_words(allocation)}."
+    version 12 verified.", the routes tried before it that failed (``fell_back``: their allocation
+    records, in the order tried), and the environment's differences when it is not the recorded one."""
+    text = f"Now on {machine_words(allocation)}"
+    if fell_back:
+        first = fell_back[0]
+        why = str(first.get("stop_reason") or "").strip()
+        text += (f", not on {machine_words(first)} as chosen: it failed to "
+                 f"{'start' if first.get('state') == 'refused' else 'launch'}" + (f" ({why})" if why else ""))
+        if len(fell_back) > 1:
+            others = ", ".join(machine_words(a) for a in fell_back[1:])
+            text += f"; then {others} failed too"
+    text += "."
     if version:
         text += f" Workspace version {version} verified."
     if isinstance(environment, dict) and environment.get("exact") is False and environment.get("summary"):
@@ -90,4 +100,21 @@ def moved_message(allocation: dict[str, Any] | None, version: int | None,
     return text
 
 
-__all__ = ["drop_websockets", "machine_words", "moved_message", "restart_kernels", "settle_execution_state"]
+def fell_back_records(records: list[dict[str, Any]], allocation_id: str) -> list[dict[str, Any]]:
+    """The routes given up by the Continue that launched ``allocation_id``, in the order tried: the
+    failed or refused records just before its own, as many as its record's ``failures``."""
+    latest: dict[Any, dict[str, Any]] = {}
+    for a in records:  # each allocation's newest record, where it was first recorded
+        latest[a.get("allocation_id")] = a
+    records = list(latest.values())
+    ids = [a.get("allocation_id") for a in records]
+    if allocation_id not in ids:
+        return []
+    at = ids.index(allocation_id)
+    count = len(records[at].get("failures") or [])
+    before = records[max(0, at - count):at] if count else []
+    return [a for a in before if a.get("state") in ("failed", "refused")]
+
+
+__all__ = ["drop_websockets", "fell_back_records", "machine_words", "moved_message", "restart_kernels",
+           "settle_execution_state"]

@@ -60,6 +60,7 @@ class PortableService:
                  first_machine: str = "first-cell", boot_timeout: str | None = None,
                  pass_env: list[str] | None = None, now: Callable[[], datetime] | None = None) -> None:
         self.serverapp = serverapp
+        self.check_interval_s = check_interval_s  # how soon a lost machine is seen: the routes' time to notice
         # the calendar's clock (interfaces.clock: c.Portable.now), for bookings and reservation starts
         self.now: Callable[[], datetime] = now or (lambda: datetime.now(timezone.utc))
         self.environment = environment  # c.Portable.environment; None: the orchestrator's default
@@ -237,7 +238,12 @@ class PortableService:
         Issue 16: a plain restart of each kernel, not the restarter's auto-restart, so JupyterLab
         shows no "kernel died" dialog; its websockets are dropped and the notebook reconnects to
         the new ports; then a notice names the machine (orchestration/kernel_moves.py)."""
-        from jupyter_portable.orchestration.kernel_moves import machine_words, moved_message, restart_kernels
+        from jupyter_portable.orchestration.kernel_moves import (
+            fell_back_records,
+            machine_words,
+            moved_message,
+            restart_kernels,
+        )
 
         assert self.ws is not None
         restart_kernels(self.serverapp, self.loop, list(self._portable_kernels(running_only=True)), timeout_s)
@@ -246,7 +252,8 @@ class PortableService:
         if elsewhere:
             raise PortableError(f"kernel(s) {', '.join(elsewhere)} did not restart on {record.allocation_id}")
         moved = len(self._portable_kernels(running_only=True))
-        rec = next((a for a in reversed(self._history_records()) if a.get("allocation_id") == record.allocation_id),
+        history = self._history_records()
+        rec = next((a for a in reversed(history) if a.get("allocation_id") == record.allocation_id),
                    {"provider": record.allocation.provider, "offer": record.allocation.offer_id})
         where = machine_words(rec)
         message = ("no notebook kernel to move yet: the first one starts on " + where if moved == 0
@@ -255,7 +262,8 @@ class PortableService:
         self.on_progress({"workspace_id": self.ws.workspace_id, "step": "reconnect", "message": message,
                           "done": moved, "total": moved})
         self.notice("moved", moved_message(rec, self.orchestrator().lifecycle().version,
-                                           record.allocation.details.get("environment_built")))
+                                           record.allocation.details.get("environment_built"),
+                                           fell_back_records(history, record.allocation_id)))
         self._told_moved = record.allocation_id
 
     def _history_records(self) -> list[dict[str, Any]]:

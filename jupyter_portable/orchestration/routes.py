@@ -49,15 +49,29 @@ def list_offers(providers: dict[str, Provider], requirements: Requirements | Non
     return offers, errors
 
 
-def workspace_facts(ws: Workspace, providers: dict[str, Provider]) -> WorkspaceFacts:
-    """How much this workspace weighs and where its store is, for the cost of moving it."""
+def workspace_facts(ws: Workspace, providers: dict[str, Provider], *, now: datetime | None = None,
+                    notice_s: float | None = None) -> WorkspaceFacts:
+    """How much this workspace weighs and where its store is, for the cost of moving it; how
+    old its last verified checkpoint is at ``now`` and how often one comes, and how long a lost
+    machine takes to be seen (``notice_s``: the server's look at it, c.Portable.check_interval_s)."""
     # the head is what a Continue moves: a worker may have published past this copy's version
     head, _ = ws.store.read_head(ws.workspace_id)
     manifest = ws.store.read_manifest(ws.workspace_id, head.version) if head.version else None
     size = manifest.total_bytes if manifest else 0
-    every = checkpoint_cadence_s(manifest.checkpoints if manifest else ())
+    checkpoints = manifest.checkpoints if manifest else ()
+    every = checkpoint_cadence_s(checkpoints)
     facts = _where(ws, providers, size)
-    return replace(facts, checkpoint_every_s=every)
+    last = last_verified_at(checkpoints)
+    age = None if last is None else max(0.0, ((now or utcnow()) - last).total_seconds())
+    return replace(facts, checkpoint_every_s=every, checkpoint_age_s=age,
+                   notice_s=facts.notice_s if notice_s is None else notice_s)
+
+
+def last_verified_at(checkpoints: Any) -> datetime | None:
+    """When the newest verified checkpoint was made; None when none is."""
+    times = [t for c in checkpoints if isinstance(c, dict) and c.get("status") == "verified"
+             and (t := parse_iso_or_none(c.get("created"))) is not None]
+    return max(times, default=None)
 
 
 def checkpoint_cadence_s(checkpoints: Any) -> float | None:
@@ -188,11 +202,13 @@ def with_forecast_waits(signals: Signals, offers: list[Offer]) -> Signals:
 
 def compute_routes(ws: Workspace, *, hours: float | None = None, providers: dict[str, Provider] | None = None,
                    gpu: str | None = None, now: datetime | None = None, calendar_now: datetime | None = None,
-                   figure: SpendFigure | None = None) -> tuple[list[Route], dict[str, str]]:
+                   figure: SpendFigure | None = None, notice_s: float | None = None,
+                   ) -> tuple[list[Route], dict[str, str]]:
     """Every offer as a route to this workspace's next verified state, ranked by whole cost;
     what recently happened to an offer (as of ``now``) raises its risk. A route over what is left of
     the budget (:func:`.budget.budget_report`'s ``left``: spent and bookings' commitments taken off,
-    ``calendar_now`` deciding which bookings still hold money back) is blocked."""
+    ``calendar_now`` deciding which bookings still hold money back) is blocked. ``notice_s``: how
+    long a lost machine takes to be seen (the server's c.Portable.check_interval_s)."""
     from jupyter_portable.core.spend import committed_to
 
     providers = providers if providers is not None else enabled_providers()
@@ -211,7 +227,7 @@ def compute_routes(ws: Workspace, *, hours: float | None = None, providers: dict
     prepaid = {key: committed_to(b, spent_in.get(b.reservation_id, 0.0), calendar_now or now)
                for key, b in held.items()}
     checks = {o.key: Checks(listed=True) for o in offers}
-    routes = rank_routes(workspace_facts(ws, providers), offers, settings.requirements,
+    routes = rank_routes(workspace_facts(ws, providers, now=now, notice_s=notice_s), offers, settings.requirements,
                          hours=hours if hours is not None else settings.hours, caps=caps,
                          signals=with_forecast_waits(signals_from_history(ws, now=now), offers), checks=checks,
                          prepaid=prepaid)
@@ -320,14 +336,17 @@ def acquire_for(ws: Workspace, *, hours: float | None = None, providers: dict[st
             "attempts": [a.to_json() for a in attempts]}
 
 
-def record_attempt(ws: Workspace, attempt: Any, *, epoch: int | None = None) -> None:
+def record_attempt(ws: Workspace, attempt: Any, *, epoch: int | None = None, offer: Offer | None = None) -> None:
+    """One route given up, in the allocation history; ``offer`` (the route's) names its GPU and region."""
     from jupyter_portable.store.repo import now_iso
 
-    provider, _, offer = attempt.offer_key.partition("/")
+    provider, _, offer_id = attempt.offer_key.partition("/")
     fault = "environment fault: " if attempt.environment_fault else ""
+    named = {"gpu": offer.gpu, "region": offer.region} if offer is not None else {}
     ws.record_allocation({
         "allocation_id": attempt.allocation_id or f"attempt-{uuid.uuid4().hex[:12]}",
-        "provider": provider, "offer": offer, "state": "refused" if attempt.environment_fault else "failed",
+        "provider": provider, "offer": offer_id, **named,
+        "state": "refused" if attempt.environment_fault else "failed",
         "started": now_iso(), "stopped": now_iso(),
         "stop_reason": f"{fault}{attempt.stage}: {attempt.reason}",
         # a machine that was launched is paid for, whatever became of it

@@ -309,15 +309,22 @@ export function riskInWords(route: IRoute, money: (x: number) => string, hours?:
   return `${pct}% chance of a failed launch or a lost machine${within}: ${lost}${money(route.cost.risk)} expected${history}`;
 }
 
-/** "A lost machine costs 5 min to notice, 60 s to Continue again and 4.0 h of work since the last verified checkpoint". */
+/**
+ * "A lost machine costs 2 s to notice, 60 s to Continue again and 5 min of work since the last
+ * verified checkpoint, on average (the last is 4 min old, one every ~10 min)": core/routing.py's risk_words.
+ */
 export function lossInWords(route: IRoute, duration: (s: number) => string): string | null {
   const r = route.risk;
   if (!r) {
     return null;
   }
+  const age = r.checkpoint_age_s ?? null;
+  const every = r.checkpoint_every_s ?? null;
+  const checkpoint =
+    age === null ? 'no verified checkpoint yet' : `the last is ${duration(age)} old` + (every ? `, one every ~${duration(every)}` : '');
   return (
     `A lost machine costs ${duration(r.notice_s)} to notice, ${duration(r.again_s)} to Continue again ` +
-    `and ${duration(r.work_s)} of work since the last verified checkpoint`
+    `and ${duration(r.work_s)} of work since the last verified checkpoint, on average (${checkpoint})`
   );
 }
 

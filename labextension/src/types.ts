@@ -476,6 +476,14 @@ export interface IRisk {
    * What an hour lost costs on this route, in $/h.
    */
   rate: number;
+  /**
+   * How old the last verified checkpoint is now, in seconds; null when there is none.
+   */
+  checkpoint_age_s?: number | null;
+  /**
+   * The workspace's usual gap between verified checkpoints, in seconds; null with fewer than two.
+   */
+  checkpoint_every_s?: number | null;
 }
 /**
  * PUT /portable/api/settings: the fields to change. A field left out or null stays as it is; "" clears it.

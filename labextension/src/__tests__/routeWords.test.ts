@@ -46,14 +46,19 @@ describe('routes in words', () => {
   });
 
   it('gives risk as a chance, the hours and dollars it is expected to cost, with what happened', () => {
-    const risk = { p_launch: 0, p_lost: 0.08, launch_s: 60, notice_s: 300, again_s: 60, work_s: 14400, hours: 0.33, rate: 1.2 };
+    const risk = { p_launch: 0, p_lost: 0.08, launch_s: 60, notice_s: 2, again_s: 60, work_s: 300, hours: 0.33, rate: 1.2,
+      checkpoint_age_s: 240, checkpoint_every_s: 600 };
     const r = { ...route({ id: 'r' }), p_fail: 0.08, history: ['preempted 4 min ago'], risk };
     r.cost = { ...r.cost, risk: 0.4 };
     expect(riskInWords(r, fmt.money, 8)).toBe(
       '8% chance of a failed launch or a lost machine in the 8 planned h: 0.3 h lost, $0.40 expected (preempted 4 min ago)'
     );
     expect(lossInWords(r, fmt.duration)).toBe(
-      'A lost machine costs 5 min to notice, 60 s to Continue again and 4.0 h of work since the last verified checkpoint'
+      'A lost machine costs 2 s to notice, 60 s to Continue again and 5 min of work since the last verified checkpoint,' +
+        ' on average (the last is 4 min old, one every ~10 min)'
+    );
+    expect(lossInWords({ ...r, risk: { ...risk, checkpoint_age_s: null, checkpoint_every_s: null } }, fmt.duration)).toMatch(
+      /on average \(no verified checkpoint yet\)$/
     );
   });
 
