@@ -16,7 +16,7 @@ setup: $(STAMP)
 # only when it is (re)installed
 LAB_SOURCES := $(wildcard labextension/src/*.ts labextension/src/*.tsx labextension/src/components/*.tsx labextension/style/*.css labextension/schema/*.json labextension/package.json)
 
-$(STAMP): pyproject.toml scripts/setup.sh $(wildcard requirements/*.txt) requirements/azurite/package-lock.json labextension/yarn.lock jupyter_portable/worker/bootstrap.py jupyter_portable/worker/resolve.py $(LAB_SOURCES)
+$(STAMP): pyproject.toml scripts/setup.sh $(wildcard requirements/*.txt) requirements/azurite/package-lock.json labextension/yarn.lock jupyter_portable/worker/wheelset.py jupyter_portable/worker/resolve.py $(LAB_SOURCES)
 	PYTHON=$(PYTHON) scripts/setup.sh
 	touch $(STAMP)
 

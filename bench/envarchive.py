@@ -58,10 +58,11 @@ def main() -> int:
 
 def _run(reps: int, tmp: Path, mounts: freshfs.Mounts | None) -> int:
     from jupyter_portable.store.repo import Store
-    from jupyter_portable.worker.bootstrap import index_sources, local_target
     from jupyter_portable.worker.envcache import build_env
     from jupyter_portable.worker.envprep import prepare_index
+    from jupyter_portable.worker.interpreter import local_target
     from jupyter_portable.worker.wheelindex import WheelIndex, env_tag
+    from jupyter_portable.worker.wheelset import index_sources
 
     def new_machine(folder: Path) -> Path:
         """A new machine's disk: a fresh filesystem mounted at ``folder`` (a folder on it), or ``folder``."""

@@ -67,7 +67,7 @@ fi
 # folder (JUPYTER_PORTABLE_WHEEL_FIND_LINKS) and never ask a package index themselves.
 WHEELHOUSE_PYTHONS=(3.10.13 3.11.2 3.12.1 3.13.0)
 if ! ls .wheelhouse/uv-*.whl >/dev/null 2>&1 || [ pyproject.toml -nt .wheelhouse ] \
-        || [ jupyter_portable/worker/bootstrap.py -nt .wheelhouse ] \
+        || [ jupyter_portable/worker/wheelset.py -nt .wheelhouse ] \
         || [ jupyter_portable/worker/resolve.py -nt .wheelhouse ]; then
     rm -rf .wheelhouse
     "$VENV/bin/python" -m jupyter_portable.worker.bootstrap --wheelhouse .wheelhouse \

@@ -237,8 +237,8 @@ def test_the_settings_read_deep_in_the_code_come_from_the_file_over_their_variab
     Portable has read the config files (the CLI and the server make one first)."""
     from jupyter_portable.compute.keys import user_key
     from jupyter_portable.store.credentials import duration_from
-    from jupyter_portable.worker.bootstrap import index_sources
     from jupyter_portable.worker.trust import trust_path
+    from jupyter_portable.worker.wheelset import index_sources
 
     assert index_sources(None, None, None) == []  # nothing set: uv's own index
     (conf / "jupyter_server_config.py").write_text(

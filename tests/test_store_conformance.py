@@ -211,24 +211,24 @@ def test_the_conditional_write_probe_passes_and_leaves_no_key(backend: Backend) 
 
 
 def test_a_worker_wheel_set_is_stored_once_and_read_back_by_the_bootstrap(new_store: Callable[[], str]) -> None:
-    from jupyter_portable.worker import bootstrap, trust
+    from jupyter_portable.worker import bootstrap, interpreter, trust, wheelset
 
     store = Store.open(new_store())
     store.ensure_config()
-    target = bootstrap.local_target()
-    reqs = bootstrap.requirements(store.url)
+    target = interpreter.local_target()
+    reqs = wheelset.requirements(store.url)
     wheels = [(f"uv-0.0.{i}-py3-none-any.whl", os.urandom(3000 + i)) for i in range(2)]
-    stored = [bootstrap._put_wheel(store, data, name) for name, data in wheels]
-    assert bootstrap._put_wheel(store, wheels[0][1], wheels[0][0]) == stored[0]  # once: the same object
-    key = bootstrap.set_key(reqs, target.tag)
-    doc = {"format": bootstrap.FORMAT, "schema": bootstrap.SCHEMA, "requirements": reqs, "env": target.tag,
+    stored = [wheelset.put_wheel(store, data, name) for name, data in wheels]
+    assert wheelset.put_wheel(store, wheels[0][1], wheels[0][0]) == stored[0]  # once: the same object
+    key = wheelset.set_key(reqs, target.tag)
+    doc = {"format": wheelset.FORMAT, "schema": wheelset.SCHEMA, "requirements": reqs, "env": target.tag,
            "wheels": [w.to_json() for w in stored], "changes": []}
     import json
 
     data = json.dumps(doc).encode()
     store.backend.write_new(key, data)
     trust.record(store.url, key, data)  # as the computer that stored it does: warm from here, no index asked
-    got = bootstrap.wheel_set(store, target, no_index=True)
+    got = wheelset.wheel_set(store, target, no_index=True)
     assert got.warm and list(got.wheels) == stored
     with tarfile.open(fileobj=io.BytesIO(bootstrap._tar(store, got.wheels))) as tar:
         assert {m.name: tar.extractfile(m).read() for m in tar.getmembers()} == dict(wheels)  # type: ignore[union-attr]

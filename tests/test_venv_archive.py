@@ -73,7 +73,8 @@ def _run(exec_remote: Exec, python: str, code: str) -> str:
 
 def test_a_warm_machine_unpacks_the_venv_archive_instead_of_installing_each_wheel(
         machines: Callable[[str], Exec], tmp_path: Path) -> None:
-    from jupyter_portable.worker.bootstrap import bootstrap, wheel_set
+    from jupyter_portable.worker.bootstrap import bootstrap
+    from jupyter_portable.worker.wheelset import wheel_set
 
     store = Store.open(f"file://{tmp_path / 'store'}")
     first = bootstrap(machines("m1"), store)  # cold: the set fetched here, its archive laid out here
@@ -370,8 +371,8 @@ def prepared_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Store
     """The lockfile's index for a Python 3.10 machine, prepared on the user's side, and that Python."""
     from test_envcache import make_wheel
 
-    from jupyter_portable.worker.bootstrap import target_for
     from jupyter_portable.worker.envprep import prepare_index
+    from jupyter_portable.worker.interpreter import target_for
     from jupyter_portable.worker.wheelindex import env_tag
 
     if python_missing("3.10"):
@@ -433,8 +434,8 @@ def test_an_index_from_elsewhere_naming_another_archive_is_refused(
         prepared_env: tuple[Store, object, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A store writer plants an index naming the genuine wheels and an archive of its own: the user's
     side (which never recorded it) lays the archive out itself, and refuses the other."""
-    from jupyter_portable.worker.bootstrap import target_for
     from jupyter_portable.worker.envprep import prepare_index
+    from jupyter_portable.worker.interpreter import target_for
 
     store, prepared, python = prepared_env
     index = prepared.index  # type: ignore[attr-defined]
@@ -458,9 +459,9 @@ def test_a_lockfile_of_other_bytes_naming_the_same_wheels_reuses_the_archive_lai
     """A lockfile recorded on a machine names the versions built there, in other bytes than the one they
     were built from: the same wheels, so the archive laid out for them is used again, not laid out twice.
     Once the store lost it, it is laid out again."""
-    from jupyter_portable.worker.bootstrap import target_for
     from jupyter_portable.worker.envcache import build_env
     from jupyter_portable.worker.envprep import prepare_index
+    from jupyter_portable.worker.interpreter import target_for
 
     store, prepared, python = prepared_env
     first = prepared.index  # type: ignore[attr-defined]

@@ -34,7 +34,8 @@ def _swap_uv(store: Store, key: str) -> None:
 
 def test_a_swapped_worker_wheel_set_stops_the_next_bootstrap(tmp_path: Path, wheelhouse: Path,
                                                               fresh_trust: Path) -> None:
-    from jupyter_portable.worker.bootstrap import set_key, target_for, wheel_set
+    from jupyter_portable.worker.interpreter import target_for
+    from jupyter_portable.worker.wheelset import set_key, wheel_set
 
     store = Store.open(f"file://{tmp_path / 'store'}")
     target = target_for("3.11.2")
@@ -50,7 +51,8 @@ def test_a_swapped_worker_wheel_set_stops_the_next_bootstrap(tmp_path: Path, whe
 
 def test_a_set_this_computer_never_stored_is_used_only_once_fetched_here_and_equal(
         tmp_path: Path, wheelhouse: Path, fresh_trust: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from jupyter_portable.worker.bootstrap import set_key, target_for, wheel_set
+    from jupyter_portable.worker.interpreter import target_for
+    from jupyter_portable.worker.wheelset import set_key, wheel_set
 
     store = Store.open(f"file://{tmp_path / 'store'}")
     target = target_for("3.10.13")

@@ -15,8 +15,8 @@ from typing import Any
 
 def user_lockfile(root: Path, wheelhouse: Path) -> bytes:
     from jupyter_portable.engine.runtime.lockfile import lock_environment
-    from jupyter_portable.worker.bootstrap import requirements
     from jupyter_portable.worker.resolve import uv_bin
+    from jupyter_portable.worker.wheelset import requirements
 
     venv = root / "user-venv"
     if not (venv / "bin" / "python").exists():

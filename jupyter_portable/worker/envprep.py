@@ -33,13 +33,13 @@ from jupyter_portable.core.errors import (
 from jupyter_portable.engine.runtime.lockfile import parse_lockfile
 from jupyter_portable.store.repo import Store, digest
 from jupyter_portable.worker import trust, venvpack
-from jupyter_portable.worker.bootstrap import FIND_LINKS_ENV, index_sources
 from jupyter_portable.worker.envbuild import pinned_only
 from jupyter_portable.worker.envcache import upload_wheels, wheel_count
 from jupyter_portable.worker.installers import Progress, redact
 from jupyter_portable.worker.localwheels import build_local
 from jupyter_portable.worker.resolve import Platform, download, resolve, why_not
 from jupyter_portable.worker.wheelindex import ARCHIVE_NAME, Wheel, WheelIndex, check_covers, read_index_bytes
+from jupyter_portable.worker.wheelset import FIND_LINKS_ENV, index_sources
 
 
 @dataclass(frozen=True, slots=True)
