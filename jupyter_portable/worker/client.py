@@ -218,14 +218,15 @@ def _pin_environment(config: dict[str, Any], machine: Callable[[], Any], *, stor
 
 
 def _local_machine() -> Any:
-    from jupyter_portable.worker.bootstrap import local_target
+    from jupyter_portable.worker.interpreter import local_target
 
     return local_target()
 
 
 def _ssh_machine(ssh: Any, target: Allocation, python: str, timeout: float) -> Any:
     """The machine's interpreter ``python`` (shell words), as the bootstrap's probe describes it."""
-    from jupyter_portable.worker.bootstrap import probe_python, remote_command
+    from jupyter_portable.worker.bootstrap import remote_command
+    from jupyter_portable.worker.interpreter import probe_python
 
     def run_python(script: str) -> str:
         code, out, err = ssh.exec_bytes(target, remote_command(python, script, {}), None, timeout)
