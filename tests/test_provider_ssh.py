@@ -27,7 +27,8 @@ from jupyter_portable.compute.admission import probe_machine
 from jupyter_portable.compute.base import Allocation, SshEndpoint
 from jupyter_portable.compute.gpus import QUERY_ARGS, parse_query_csv
 from jupyter_portable.compute.hosts import ENV_HOSTS, load_hosts, parse_hosts
-from jupyter_portable.compute.ssh import ENV_STATE, SshProvider, ssh_runner
+from jupyter_portable.compute.ssh import ENV_STATE, SshProvider
+from jupyter_portable.compute.sshlink import SshLink, ssh_runner
 from jupyter_portable.core.errors import AuthError, LaunchFailed, NoCapacity, ProviderUnavailable, UsageError
 
 pytestmark = pytest.mark.timeout(120)
@@ -291,7 +292,7 @@ def test_the_ssh_provider_starts_a_worker_on_a_real_sshd_on_loopback(provider: S
         # another process takes the free port before ssh binds it (a kernel started at the same
         # moment picks ports the same way): that process's socket answers a connection, but the
         # tunnel is not there; ssh cannot bind, exits, and another port is tried
-        import jupyter_portable.compute.ssh as ssh_module
+        import jupyter_portable.compute.sshlink as ssh_module
 
         with socket.socket() as squatter:
             squatter.bind(("127.0.0.1", 0))
@@ -413,7 +414,7 @@ def test_a_cloud_machines_commands_share_one_connection_and_a_new_pin_gets_its_o
     from jupyter_portable.compute.acquire import cloud_ssh
     from jupyter_portable.compute.base import Allocation, SshEndpoint
     from jupyter_portable.compute.keys import pin_host_key
-    from jupyter_portable.compute.ssh import control_dir
+    from jupyter_portable.compute.sshlink import control_dir
 
     if unavailable():
         pytest.skip(unavailable())
@@ -424,7 +425,7 @@ def test_a_cloud_machines_commands_share_one_connection_and_a_new_pin_gets_its_o
         def logins() -> int:
             return sshd.log_text().count("Accepted publickey")
 
-        def machine(aid: str) -> tuple[SshProvider, Allocation]:
+        def machine(aid: str) -> tuple[SshLink, Allocation]:
             pin_host_key(aid, sshd.host, sshd.port, sshd.host_key.with_suffix(".pub").read_text())
             ssh, shim = cloud_ssh(Allocation(aid, "runpod", "H100@x", "pod-1", "2026-11-30T00:00:00Z",
                                              ssh=SshEndpoint(sshd.host, sshd.port, sshd.user)))

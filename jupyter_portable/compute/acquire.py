@@ -68,9 +68,9 @@ REMOTE_WORKDIR_ENV = "JUPYTER_PORTABLE_REMOTE_WORKDIR"
 
 
 def cloud_ssh(allocation: Allocation, key: str | None = None) -> tuple[Any, Allocation]:
-    """A cloud machine reached the same way as an ``ssh`` host: an :class:`~.ssh.SshProvider` for
+    """A cloud machine reached the same way as an ``ssh`` host: an :class:`~.sshlink.SshLink` for
     its endpoint alone, held strictly to the host key pinned for this allocation (:mod:`.keys`),
-    and the allocation as that provider knows it. The key is the user's (:func:`.keys.user_key`);
+    and the allocation as that link knows it. The key is the user's (:func:`.keys.user_key`);
     the Python is ``details["python"]`` (the bootstrapped worker's), else ``c.PortableRemote.python``
     (``JUPYTER_PORTABLE_REMOTE_PYTHON``), else ``python3`` (the image's); allocations go under
     ``c.PortableRemote.workdir`` (``JUPYTER_PORTABLE_REMOTE_WORKDIR``, else ``~/.jupyter-portable``)."""
@@ -79,7 +79,7 @@ def cloud_ssh(allocation: Allocation, key: str | None = None) -> tuple[Any, Allo
 
     from jupyter_portable.compute.hosts import Host
     from jupyter_portable.compute.keys import require_pinned, user_key
-    from jupyter_portable.compute.ssh import SshProvider
+    from jupyter_portable.compute.sshlink import SshLink, default_state_dir
     from jupyter_portable.core.envconfig import PortableRemote
 
     if allocation.ssh is None:
@@ -92,7 +92,8 @@ def cloud_ssh(allocation: Allocation, key: str | None = None) -> tuple[Any, Allo
                 user=allocation.ssh.user, key=key_path if key_path.exists() else None,
                 python=python if isinstance(python, str) and python else
                 remote.python or "python3", workdir=remote.workdir)
-    return (SshProvider(hosts=[host], known_hosts=require_pinned(allocation.allocation_id), multiplex=True),
+    return (SshLink([host], state_dir=default_state_dir(), known_hosts=require_pinned(allocation.allocation_id),
+                    multiplex=True),
             replace(allocation, offer_id=host.name))
 
 

@@ -37,7 +37,7 @@ _PUBLIC_LINE = re.compile(r"\A(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha
 
 
 def state_dir() -> Path:
-    from jupyter_portable.compute.ssh import default_state_dir
+    from jupyter_portable.compute.sshlink import default_state_dir
 
     return default_state_dir()
 

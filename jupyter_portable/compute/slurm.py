@@ -210,14 +210,15 @@ class SlurmProvider(Provider):
                  time_limit_s: int | None = None, partitions: Sequence[str] = (), node_ssh_port: int = 22,
                  workdir: str | None = None, gpu_memory: dict[str, float] | None = None,
                  state_dir: Path | str | None = None, ssh: str = "ssh", connect_timeout: float = 10.0,
-                 command_timeout: float = 60.0) -> None:
+                 command_timeout: float = 60.0, queue_next_job: bool = False) -> None:
         """``login_host``: the login node as ssh reaches it (a name from ~/.ssh/config works).
         ``gpu_hour_rate``: the cluster's internal $ per GPU-hour (0: free). ``signal_lead_s``: seconds
         of warning before the walltime. ``time_limit_s``: the walltime asked for (None or 0: the partition's).
         ``partitions``: only these (empty: all). ``node_ssh_port``: sshd's port on compute nodes.
         ``key`` and ``workdir`` default to ``c.PortableRemote``'s (the key rented machines are reached
-        with, where one is named; else ssh's own keys and config)."""
-        from jupyter_portable.compute.ssh import SshProvider
+        with, where one is named; else ssh's own keys and config). ``queue_next_job``: queue each job's
+        successor while it runs (:meth:`queue_next`)."""
+        from jupyter_portable.compute.sshlink import SshLink, default_state_dir
         from jupyter_portable.core.envconfig import PortableRemote
 
         remote = PortableRemote.current()
@@ -241,11 +242,12 @@ class SlurmProvider(Provider):
         self.time_limit_s = time_limit_s
         self.partitions = tuple(partitions)
         self.node_ssh_port = int(node_ssh_port)
+        self.queue_next_job = bool(queue_next_job)
         self.workdir = workdir
         self.gpu_memory = {**GPU_MEMORY_GB, **{k.lower(): float(v) for k, v in (gpu_memory or {}).items()}}
         state = Path(state_dir).expanduser() if state_dir is not None else None
-        self._ssh = SshProvider(hosts=[self.login], state_dir=state, ssh=ssh, connect_timeout=connect_timeout,
-                                command_timeout=command_timeout)
+        self._ssh = SshLink([self.login], state_dir=state if state is not None else default_state_dir(), ssh=ssh,
+                            connect_timeout=connect_timeout, command_timeout=command_timeout)
 
     # -- talking to the login node -------------------------------------------------------------
 
@@ -369,6 +371,14 @@ class SlurmProvider(Provider):
         walltime = walltime if isinstance(walltime, int) and walltime > 0 else self.time_limit_s
         lead = self.signal_lead_s if walltime is None else min(self.signal_lead_s, max(0, walltime // 2))
         name = machine_name(allocation_id, (env or {}).get(WORKSPACE_ENV))
+        details = {"partition": self._partition(offer), "gres": gres, "name": name, "walltime_s": walltime,
+                   "signal_lead_s": lead, "price_per_hour": offer.price_per_hour}
+        ahead = self._queued_ahead((env or {}).get(WORKSPACE_ENV), self._partition(offer), gres)
+        if ahead is not None:
+            self._take_up(ahead, allocation_id, name)
+            return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id, ref=ahead[0],
+                              started=now_iso("seconds"),
+                              details={"job_id": ahead[0], "queued_ahead_as": ahead[1], **details})
         folder = self.job_dir(allocation_id)
         args = ["--parsable", "-J", name, *self._sbatch_args(self._partition(offer), gres, walltime),
                 "--no-requeue", "--signal", f"B:USR1@{lead}"]
@@ -386,10 +396,65 @@ class SlurmProvider(Provider):
         if not _JOB_ID.match(job_id):
             raise _bad("sbatch --parsable", "no job id", out)
         return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id, ref=job_id,
-                          started=now_iso("seconds"),
-                          details={"job_id": job_id, "partition": self._partition(offer), "name": name,
-                                   "walltime_s": walltime, "signal_lead_s": lead,
-                                   "price_per_hour": offer.price_per_hour})
+                          started=now_iso("seconds"), details={"job_id": job_id, **details})
+
+    # -- the next job, queued ahead ----------------------------------------------------------------
+
+    def queue_next(self, allocation: Allocation) -> str | None:
+        """With ``queue_next_job`` on: submit the job that takes over from ``allocation``'s, the same
+        shape, ``--dependency=afterany:<its job>`` (it queues while that one runs and may start the moment
+        it ends, whatever ended it), named for ``next-<allocation>``. :meth:`launch` of the same partition
+        and GRES for the workspace takes it up. Its job id; None with the setting off."""
+        if not self.queue_next_job:
+            return None
+        d = allocation.details
+        ids = parse_machine_name(d.get("name"))
+        gres, partition = d.get("gres"), d.get("partition")
+        if not _JOB_ID.match(allocation.ref) or ids is None or not isinstance(partition, str) \
+                or not _ID.match(partition) or not isinstance(gres, str) or not _GRES_GPU.match(gres):
+            raise UsageError(f"slurm: allocation {allocation.allocation_id} names no job, partition or GRES to "
+                             "queue the next job like")
+        walltime = d.get("walltime_s") if isinstance(d.get("walltime_s"), int) else None
+        lead = int(d.get("signal_lead_s") or self.signal_lead_s)
+        aid = f"next-{allocation.allocation_id}"[:128]
+        folder = self.job_dir(aid)
+        args = ["--parsable", "-J", machine_name(aid, ids[1]), *self._sbatch_args(partition, gres, walltime),
+                "--no-requeue", "--signal", f"B:USR1@{lead}", f"--dependency=afterany:{allocation.ref}"]
+        code, out, err = self._command(f"mkdir -p {folder} && cd {folder} && exec sbatch {shlex.join(args)} "
+                                       f"-o slurm-%j.out -D \"$PWD\"", "sbatch --dependency",
+                                       input=_JOB_SCRIPT.replace("@DIR@", folder))
+        if code != 0:
+            said = (err.strip() or out.strip() or "no output")[:300]
+            raise LaunchFailed(f"slurm: sbatch refused the next job: {said}", provider=self.name,
+                               offer=allocation.offer_id)
+        job_id = out.strip().split(";")[0]
+        if not _JOB_ID.match(job_id):
+            raise _bad("sbatch --parsable", "no job id", out)
+        return job_id
+
+    def _queued_ahead(self, workspace_id: str | None, partition: str, gres: str) -> tuple[str, str] | None:
+        """``(job id, its allocation)`` of a job of ours queued ahead for ``workspace_id`` with this
+        partition and GRES, pending or running and not ended; None when there is none."""
+        if not workspace_id:
+            return None
+        out = self._checked("squeue --me -h -t PD,R,CF -o '%i|%j|%P|%b'", "squeue --me")
+        want = gres if gres.startswith("gres:") else f"gres:{gres}"
+        for line in out.splitlines():
+            job_id, name, part, tres = (line.strip().split("|") + ["", "", "", ""])[:4]
+            ids = parse_machine_name(name)
+            if _JOB_ID.match(job_id) and ids is not None and ids[0].startswith("next-") and ids[1] == workspace_id \
+                    and part == partition and tres == want:
+                return job_id, ids[0]
+        return None
+
+    def _take_up(self, ahead: tuple[str, str], allocation_id: str, name: str) -> None:
+        """The job queued ahead becomes ``allocation_id``'s: its name, and its folder's ``agent`` the
+        new allocation's (the job signals the worker found there)."""
+        job_id, old = ahead
+        new_agent = shlex.quote(f"../{allocation_id}/agent")
+        self._checked(f"scontrol update JobId={job_id} JobName={shlex.quote(name)} && "
+                      f"mkdir -p {self.job_dir(allocation_id)} && ln -sfn {new_agent} {self.job_dir(old)}/agent",
+                      "scontrol update JobName")
 
     def _job(self, job_id: str) -> dict[str, Any] | None:
         # Slurm 22.05's squeue --json lists every job whatever -j says, hence check_job picks ours out
@@ -443,9 +508,12 @@ class SlurmProvider(Provider):
                                     spend_source="provider-rate")
         if state in _RUNNING:
             end = int(job.get("end_time") or 0)
+            ends_at = None
             if end > 0:  # when the walltime ends the job: kept with the allocation, for a countdown
-                allocation.details["ends_at"] = datetime.fromtimestamp(end, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            return AllocationStatus("running", ssh=self._endpoint(job), spend=spend, spend_source="provider-rate")
+                ends_at = datetime.fromtimestamp(end, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                allocation.details["ends_at"] = ends_at
+            return AllocationStatus("running", ssh=self._endpoint(job), spend=spend, spend_source="provider-rate",
+                                    ends_at=ends_at)
         if state in _PENDING or state == "COMPLETING":
             why = job.get("state_reason")
             return AllocationStatus("pending", reason=f"queued in {job['partition']}" +
@@ -504,15 +572,19 @@ class SlurmProvider(Provider):
         return found
 
 
-# The batch job: it holds the node's GPUs for the allocation, beats a heartbeat, and notes the
-# walltime warning (--signal=B:USR1@lead reaches this shell only). `sleep & wait` lets a signal in.
+# The batch job: it holds the node's GPUs for the allocation, beats a heartbeat, and passes the
+# walltime warning on to the allocation's worker (--signal=B:USR1@lead reaches this shell only): the
+# worker publishes a version and reads it back. When the job ends (TERM), its worker ends with it:
+# a worker started over SSH is outside the job where the cluster has no pam_slurm_adopt.
+# `sleep & wait` lets a signal in.
 _JOB_SCRIPT = """#!/bin/sh
 dir=@DIR@
 mkdir -p "$dir"
 echo "$SLURM_JOB_ID" > "$dir/job"
 hostname > "$dir/node"
-trap 'date +%s > "$dir/walltime-warning"' USR1
-trap 'exit 0' TERM
+worker() { sed -n 's/.*"pid": *\\([0-9][0-9]*\\).*/\\1/p' "$dir/agent/agent.json" 2>/dev/null; }
+trap 'date +%s > "$dir/walltime-warning"; p=$(worker); [ -n "$p" ] && kill -USR1 "$p"' USR1
+trap 'p=$(worker); [ -n "$p" ] && kill -TERM "$p"; exit 0' TERM
 while :; do
   date +%s > "$dir/heartbeat.tmp" && mv "$dir/heartbeat.tmp" "$dir/heartbeat"
   sleep 1 & wait $!

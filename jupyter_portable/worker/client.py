@@ -112,7 +112,8 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
                 epoch: int, lazy_threshold: int | None = None, environment: dict[str, Any] | None = None,
                 autosnapshot_minutes: float | None = None, timeout: float = 120,
                 credentials: SessionCredentials | None = None,
-                progress: Callable[[str], None] | None = None, pass_env: tuple[str, ...] = ()) -> AgentRecord:
+                progress: Callable[[str], None] | None = None, pass_env: tuple[str, ...] = (),
+                guardian: dict[str, Any] | None = None) -> AgentRecord:
     """Start the agent on ``allocation``'s machine and return how to reach it.
 
     ``environment``: ``{"mode": "image"}`` (the machine's Python runs the kernel) or
@@ -123,6 +124,7 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
     (by default fresh STS session credentials scoped to the workspace), over stdin; no other
     store's worker gets any, and no worker gets the user's own keys or a provider's. ``pass_env``
     names variables passed on purpose (core.secretenv): the user's values go over stdin too.
+    ``guardian``: the workspace's policy for a machine whose user side is away (core.guardian).
     On every path (the local market, an ssh host, an image's Python, a bootstrapped machine) an
     environment built from the lockfile is pinned here (:func:`_pin_environment`): the worker
     uses a wheel index from the store only when its digest is the one this side sends."""
@@ -139,6 +141,8 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
         config["lazy_threshold"] = lazy_threshold
     if autosnapshot_minutes is not None:
         config["autosnapshot_minutes"] = autosnapshot_minutes
+    if guardian is not None:  # what the machine does while the user side is away (worker/guardian)
+        config["guardian"] = guardian
     if details.get("local"):
         config.update(workdir=str(details["work"]), state_dir=str(Path(details["dir"]) / "agent"),
                       machine_pid=int(details["pid"]))
@@ -158,7 +162,7 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
     elif allocation.ssh is not None:
         # an ssh host (the stub runs in remote_dir) or a cloud machine (the machine is the allocation)
         ssh, target = ssh_route(provider, allocation)
-        host = ssh._host(target.offer_id)
+        host = ssh.host(target.offer_id)
         pinned = False
         if isinstance(details.get("remote_dir"), str):
             remote = details["remote_dir"]
@@ -171,7 +175,7 @@ def start_agent(provider: Provider, allocation: Allocation, *, store: str, works
                 _pin_environment(config, lambda: machine, store=store, workspace_id=workspace_id, version=version,
                                  allocation=allocation, progress=progress, bootstrapped=True)
                 pinned = True
-        from jupyter_portable.compute.ssh import remote_python
+        from jupyter_portable.compute.sshlink import remote_python
 
         if not pinned:
             # an ssh host's Python, or an image's (JUPYTER_PORTABLE_REMOTE_PYTHON): asked what it is, and
@@ -245,7 +249,7 @@ def _bootstrap(ssh: Any, target: Allocation, host: Any, allocation: Allocation, 
     machine's interpreter as the bootstrap found it."""
     from dataclasses import replace
 
-    from jupyter_portable.compute.ssh import remote_python
+    from jupyter_portable.compute.sshlink import remote_python
     from jupyter_portable.store.repo import Store
     from jupyter_portable.worker.bootstrap import bootstrap
 
@@ -260,11 +264,13 @@ def _bootstrap(ssh: Any, target: Allocation, host: Any, allocation: Allocation, 
 
 
 def ssh_route(provider: Provider | None, allocation: Allocation) -> tuple[Any, Allocation]:
-    """The SSH provider that reaches ``allocation``, and the allocation as it knows it: the ``ssh``
-    provider itself for its hosts, an endpoint-only one for a cloud machine."""
-    if provider is not None and callable(getattr(provider, "forward_ports", None)) \
+    """The SSH link (:class:`~jupyter_portable.compute.sshlink.SshLink`) that reaches ``allocation``, and
+    the allocation as it knows it: the ``ssh`` provider's own for its hosts, an endpoint-only one for a
+    cloud machine."""
+    link = getattr(provider, "link", None)
+    if link is not None and callable(getattr(link, "forward_ports", None)) \
             and isinstance(allocation.details.get("remote_dir"), str):
-        return provider, allocation
+        return link, allocation
     from jupyter_portable.compute.acquire import cloud_ssh
 
     return cloud_ssh(allocation)
