@@ -47,16 +47,24 @@ elsewhere.
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 from jupyter_portable.core.errors import ManifestError
-from jupyter_portable.core.times import parse_iso
-from jupyter_portable.core.validate import check_workspace_id, dumps_strict, loads_strict
+from jupyter_portable.core.validate import (
+    check_at,
+    check_int,
+    check_keys,
+    check_text,
+    check_token,
+    check_workspace_id,
+    dumps_strict,
+    loads_strict,
+    plain_json,
+    plain_json_object,
+)
 
 LIFECYCLE_FORMAT = "jupyter-portable.lifecycle"
 SCHEMA = 1
@@ -124,7 +132,6 @@ READ_BACK_CHECKS = ("version", "checkpoints", "runtime", "path")
 RESTART_REASON = "resumed after a restart"
 
 _CHANGES = frozenset({"allocation_id", "epoch", "route", "version", "verified", "attempts"})
-_TOKEN_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}\Z")
 _MAX_DEPTH = 16
 _MAX_TEXT = 4000
 
@@ -140,80 +147,21 @@ def allowed_targets(state: str) -> tuple[str, ...]:
     return tuple(sorted(TRANSITIONS.get(state, ())))
 
 
-# -- validation helpers -------------------------------------------------------------------------
+# -- the record's own rules (the checks themselves are core.validate's) ---------------------------
 
 def _int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ManifestError(f"{what} must be a non-negative integer, got {value!r}")
-    return value
+    return check_int(value, what)
 
 
 def _text(value: object, what: str, *, optional: bool = True) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value.strip() or len(value) > _MAX_TEXT:
-        raise ManifestError(f"{what} must be a non-empty string of at most {_MAX_TEXT} characters")
-    return value
-
-
-def _token(value: object, what: str) -> str | None:
-    """An allocation id or route id: printable, no spaces, so it is safe in logs and paths."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or not _TOKEN_RE.match(value) or ".." in value:
-        raise ManifestError(f"{what} {value!r} is not a valid id")
-    return value
-
-
-def check_at(value: object, what: str = "time") -> str:
-    """An ISO 8601 time with its zone ("Z" or an offset): naive times are ambiguous across machines."""
-    parse_iso(value, what, error=ManifestError)
-    return value  # type: ignore[return-value]  # parse_iso checked it is a str
-
-
-def _json_value(value: object, what: str, depth: int = 0) -> Any:
-    """A copy of ``value`` if it is plain JSON (finite numbers, string keys, bounded depth)."""
-    if depth > _MAX_DEPTH:
-        raise ManifestError(f"{what} is nested too deeply")
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ManifestError(f"{what} holds a non-finite number")
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_json_value(v, what, depth + 1) for v in value]
-    if isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
-            raise ManifestError(f"{what} has a non-string key")
-        return {k: _json_value(v, what, depth + 1) for k, v in value.items()}
-    raise ManifestError(f"{what} holds a {type(value).__name__}, which is not JSON")
-
-
-def _object(value: object, what: str) -> dict[str, Any]:
-    copied = _json_value(value, what)
-    if not isinstance(copied, dict):
-        raise ManifestError(f"{what} must be a JSON object")
-    return copied
+    return check_text(value, what, max_len=_MAX_TEXT, optional=optional)
 
 
 def _attempt(value: object, what: str) -> dict[str, Any]:
     """One route given up on; shaped by the compute layer (``Attempt.to_json``), it must say why."""
-    attempt = _object(value, what)
+    attempt = plain_json_object(value, what, max_depth=_MAX_DEPTH)
     _text(attempt.get("reason"), f"{what} reason", optional=False)
     return attempt
-
-
-def _fields(obj: object, what: str, required: frozenset[str] | set[str]) -> dict[str, Any]:
-    if not isinstance(obj, dict):
-        raise ManifestError(f"{what} must be a JSON object")
-    missing = required - obj.keys()
-    if missing:
-        raise ManifestError(f"{what} lacks {', '.join(sorted(missing))}")
-    extra = obj.keys() - required
-    if extra:
-        raise ManifestError(f"{what} has unknown field(s) {', '.join(sorted(map(str, extra)))}")
-    return obj
 
 
 def _state(value: object, what: str) -> str:
@@ -242,12 +190,12 @@ class Event:
     def to_json(self) -> dict[str, Any]:
         return {"seq": self.seq, "at": self.at, "state": self.state, "previous": self.previous,
                 "reason": self.reason, "route": self.route, "allocation_id": self.allocation_id,
-                "epoch": self.epoch, "version": self.version, "detail": _json_value(self.detail, "detail")}
+                "epoch": self.epoch, "version": self.version, "detail": plain_json(self.detail, "detail")}
 
     @classmethod
     def from_json(cls, obj: object) -> "Event":
         what = "lifecycle event"
-        obj = _fields(obj, what, {f for f in cls.__dataclass_fields__})
+        obj = check_keys(obj, what, cls.__dataclass_fields__)
         seq = obj["seq"]
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
             raise ManifestError(f"{what}: seq must be a positive integer, got {seq!r}")
@@ -255,10 +203,10 @@ class Event:
         return cls(seq=seq, at=check_at(obj["at"], f"{what} time"), state=_state(obj["state"], f"{what} state"),
                    previous=_state(obj["previous"], f"{what} previous state"),
                    reason=_text(obj["reason"], f"{what} reason"),
-                   route=_token(obj["route"], f"{what} route"),
-                   allocation_id=_token(obj["allocation_id"], f"{what} allocation id"),
+                   route=check_token(obj["route"], f"{what} route"),
+                   allocation_id=check_token(obj["allocation_id"], f"{what} allocation id"),
                    epoch=_int(obj["epoch"], f"{what} epoch"), version=_int(obj["version"], f"{what} version"),
-                   detail=_object(obj["detail"], f"{what} detail"))
+                   detail=plain_json_object(obj["detail"], f"{what} detail"))
 
 
 @dataclass(frozen=True)
@@ -291,7 +239,7 @@ class Lifecycle:
         return {"format": LIFECYCLE_FORMAT, "schema": SCHEMA, "workspace_id": self.workspace_id,
                 "state": self.state, "epoch": self.epoch, "allocation_id": self.allocation_id,
                 "route": self.route, "version": self.version, "verified": self.verified,
-                "attempts": [_json_value(a, "attempt") for a in self.attempts],
+                "attempts": [plain_json(a, "attempt") for a in self.attempts],
                 "events": [e.to_json() for e in self.events], "updated": self.updated}
 
     def to_bytes(self) -> bytes:
@@ -308,7 +256,7 @@ class Lifecycle:
         """Validate a stored lifecycle strictly: the events must replay by the rules, and the
         record must agree with its last event."""
         names = {f for f in cls.__dataclass_fields__} | {"format", "schema"}
-        obj = _fields(obj, "lifecycle record", names)
+        obj = check_keys(obj, "lifecycle record", names)
         if obj["format"] != LIFECYCLE_FORMAT:
             raise ManifestError(f"lifecycle record: format must be {LIFECYCLE_FORMAT!r}, got {obj['format']!r}")
         if obj["schema"] != SCHEMA or isinstance(obj["schema"], bool):
@@ -320,8 +268,8 @@ class Lifecycle:
                 raise ManifestError(f"lifecycle record: {key} must be a list")
         lc = cls(workspace_id=check_workspace_id(obj["workspace_id"]), state=_state(obj["state"], "lifecycle state"),
                  epoch=_int(obj["epoch"], "lifecycle epoch"),
-                 allocation_id=_token(obj["allocation_id"], "lifecycle allocation id"),
-                 route=_token(obj["route"], "lifecycle route"),
+                 allocation_id=check_token(obj["allocation_id"], "lifecycle allocation id"),
+                 route=check_token(obj["route"], "lifecycle route"),
                  attempts=tuple(_attempt(a, f"attempt {i + 1}") for i, a in enumerate(obj["attempts"])),
                  events=tuple(Event.from_json(e) for e in obj["events"]),
                  version=_int(obj["version"], "lifecycle version"), verified=obj["verified"],
@@ -479,11 +427,11 @@ def transition(lc: Lifecycle, to: str, *, at: str, reason: str | None = None,
         raise IllegalTransition("SEALED needs the version of the final manifest, published and read back "
                                 "(invariant 6)")
     ev = Event(seq=lc.last_seq + 1, at=check_at(at, "transition time"), state=to, previous=a,
-               reason=_text(reason, "reason"), route=_token(route, "route"),
-               allocation_id=_token(allocation_id, "allocation id"),
+               reason=_text(reason, "reason"), route=check_token(route, "route"),
+               allocation_id=check_token(allocation_id, "allocation id"),
                epoch=_int(changes.get("epoch", lc.epoch), "epoch"),
                version=_int(changes.get("version", lc.version), "version"),
-               detail=_object(detail if detail is not None else {}, "detail"))
+               detail=plain_json_object(detail if detail is not None else {}, "detail"))
     before = _Point(a, lc.route, lc.allocation_id, lc.epoch, lc.version)
     seen = {e.allocation_id for e in lc.events if e.allocation_id is not None}
     _check_step(before, ev, seen)
@@ -545,6 +493,6 @@ __all__ = [
     "ACQUIRING", "ACTIVE", "ALLOCATION_STATES", "CONTINUE_STATES", "CONTINUE_STEPS", "DRAINING", "FAILED", "IDLE",
     "LOST",
     "MATERIALIZING", "PROBING", "READ_BACK_CHECKS", "READY", "RELEASED", "ROUTING", "SEALED", "STATES", "STATE_STEP",
-    "TRANSITIONS", "VERIFYING", "Event", "IllegalTransition", "Lifecycle", "allowed_targets", "check_at",
+    "TRANSITIONS", "VERIFYING", "Event", "IllegalTransition", "Lifecycle", "allowed_targets",
     "recover", "transition",
 ]

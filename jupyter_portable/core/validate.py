@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from jupyter_portable.core.errors import ManifestError
+from jupyter_portable.core.times import parse_iso
 
 HASH_RE = re.compile(r"\A[0-9a-f]{64}\Z")
 _WSID_RE = re.compile(r"\A[a-z0-9][a-z0-9-]{2,63}\Z")
@@ -29,6 +30,8 @@ _TERMINAL_LINE_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 MTIME_NS_MIN = -(2**63) * 10**9
 MTIME_NS_MAX = 2**63 * 10**9 - 1
 MAX_JSON_DEPTH = 64  # records nest a few levels; anything deeper is hostile
+# An allocation id or route id: printable, no spaces, so it is safe in logs and paths.
+_TOKEN_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}\Z")
 
 
 def check_hash(value: object, what: str = "hash") -> str:
@@ -145,6 +148,62 @@ def check_keys(obj: object, what: str, required: Iterable[str], optional: Iterab
     return obj
 
 
+def check_text(value: object, what: str, *, max_len: int, optional: bool = True,
+               error: type[Exception] = ManifestError) -> str | None:
+    """A reason or note: a string that is not blank, of at most ``max_len`` characters; None where
+    ``optional`` lets it be null."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > max_len:
+        raise error(f"{what} must be a non-empty string of at most {max_len} characters")
+    return value
+
+
+def check_token(value: object, what: str, *, error: type[Exception] = ManifestError) -> str | None:
+    """An id (an allocation's, a route's) or None: printable, no spaces, no ``..``, at most 200
+    characters, so it is safe in logs and paths."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _TOKEN_RE.match(value) or ".." in value:
+        raise error(f"{what} {short_repr(value)} is not a valid id")
+    return value
+
+
+def check_at(value: object, what: str = "time", *, error: type[Exception] = ManifestError) -> str:
+    """An ISO 8601 time with its zone ("Z" or an offset): naive times are ambiguous across machines."""
+    parse_iso(value, what, error=error)
+    return value  # type: ignore[return-value]  # parse_iso checked it is a str
+
+
+def plain_json(value: object, what: str, *, max_depth: int = 16, error: type[Exception] = ManifestError,
+               _depth: int = 0) -> Any:
+    """A copy of ``value`` if it is plain JSON: finite numbers, string keys, at most ``max_depth`` deep."""
+    if _depth > max_depth:
+        raise error(f"{what} is nested too deeply")
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise error(f"{what} holds a non-finite number")
+        return value
+    if isinstance(value, (list, tuple)):
+        return [plain_json(v, what, max_depth=max_depth, error=error, _depth=_depth + 1) for v in value]
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise error(f"{what} has a non-string key")
+        return {k: plain_json(v, what, max_depth=max_depth, error=error, _depth=_depth + 1) for k, v in value.items()}
+    raise error(f"{what} holds a {type(value).__name__}, which is not JSON")
+
+
+def plain_json_object(value: object, what: str, *, max_depth: int = 16,
+                      error: type[Exception] = ManifestError) -> dict[str, Any]:
+    """:func:`plain_json` of a JSON object."""
+    copied = plain_json(value, what, max_depth=max_depth, error=error)
+    if not isinstance(copied, dict):
+        raise error(f"{what} must be a JSON object")
+    return copied
+
+
 class _Refused(Exception):
     """Raised inside the JSON decoder's hooks; turned into the caller's error below."""
 
@@ -224,6 +283,7 @@ def dumps_strict(obj: Any, what: str, *, error: type[Exception] = ManifestError,
         raise error(f"{what} cannot be written as JSON: {str(exc)[:200]}") from None
 
 
-__all__ = ["HASH_RE", "MAX_JSON_DEPTH", "MTIME_NS_MAX", "MTIME_NS_MIN", "check_hash", "check_int", "check_keys",
+__all__ = ["HASH_RE", "MAX_JSON_DEPTH", "MTIME_NS_MAX", "MTIME_NS_MIN", "check_at", "check_hash", "check_int",
+           "check_keys", "check_text", "check_token", "plain_json", "plain_json_object",
            "check_message", "check_number", "check_str", "check_str_list", "check_workspace_id", "dumps_strict",
            "loads_strict", "short_repr", "terminal_safe", "utf8_text"]
