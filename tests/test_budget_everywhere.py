@@ -40,6 +40,10 @@ def test_spend_settings_routes_and_a_refusal_say_the_same_left(cli, market_env, 
     assert text.startswith("$2.93 left of the $10.00 budget: $0.07 spent, $7.00 committed to bookings")
     shown = cli.json("settings", cwd=ws.root, extra_env=env)
     assert (shown["spent"], shown["committed"], shown["left"]) == (0.07, 7.0, 2.93)
+    # and `state`, beside the machine (issue 43, item 4)
+    state = cli.json("state", cwd=ws.root, extra_env=env)["budget"]
+    assert (state["spent"], state["committed"], state["left"]) == (0.07, 7.0, 2.93)
+    assert "budget: $2.93 left of the $10.00 budget: $0.07 spent" in cli("state", cwd=ws.root, extra_env=env).stdout
     # a route of 8 h at $1/h ($8 and more) is over what is left, in the same figure
     routes = cli.json("routes", "--hours", "8", cwd=ws.root, extra_env=env)["routes"]
     blocked = [r["blocked"] for r in routes if (r["provider"], r["offer"]) == ("local", "cheap-far")]

@@ -79,6 +79,7 @@ class PortableService:
         self.synced: dict[str, str] = {}  # path -> the hash both sides agreed on last
         self.started_reservations: set[str] = set()
         self._checking = False
+        self._told_spend: tuple[str | None, int] | None = None  # the machine and its spend in cents, as last told
         self._lock = threading.Lock()
         self._head_version: int | None = None
         self._docs: dict[str, str] = {}  # the watched documents as last seen (canonical JSON)
@@ -393,6 +394,7 @@ class PortableService:
                     orch.check()
                     self._tell_reachability(was, orch.unreachable())
                     orch.refresh_credentials()  # the worker's store credentials, before they expire
+                    self._tell_spend(orch, lc.allocation_id)
                 if self.idle is not None and orch.lifecycle().state == L.ACTIVE:
                     self.idle.check()  # seals and releases a machine idle for the workspace's idle_minutes
                 self._watch_head()
@@ -410,6 +412,17 @@ class PortableService:
         self.pool.submit(check)
 
     # -- reservations: a slot's start triggers a Continue on it ----------------------------------
+
+    def _tell_spend(self, orch: Orchestrator, allocation_id: str | None) -> None:
+        """While a machine runs its spend grows: each cent it moves, the state is built again and the
+        sidebar told ("budget"), so the spend line, the budget's left and the routes' refusals tick
+        with it, all from the one report (orchestration/budget.py)."""
+        cents = self.view.spend_cents(orch, allocation_id) if self.view is not None else None
+        if cents is None or (allocation_id, cents) == self._told_spend:
+            return
+        self._told_spend = (allocation_id, cents)
+        self.view.invalidate()  # type: ignore[union-attr]
+        self._changed("budget")
 
     def _tell_reachability(self, was: dict[str, Any] | None, now: dict[str, Any] | None) -> None:
         """A notice when the machine stops answering, and when it answers again (issue 42)."""

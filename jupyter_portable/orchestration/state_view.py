@@ -172,6 +172,19 @@ class StateView:
         self.builds += 1
         return {**answer, "orphans": orphans}
 
+    def spend_cents(self, orch: Orchestrator, allocation_id: str | None) -> int | None:
+        """The running machine's spend now, in cents, by the rule the state's budget prices it with
+        (:func:`~jupyter_portable.core.spend.spend_of`: the provider's last figure, else price x time),
+        from the last state built; None before one was built for that machine."""
+        machine = self._cached[2].get("allocation") if self._cached is not None else None
+        if not machine or machine.get("allocation_id") != allocation_id or machine.get("price_per_hour") is None:
+            return None
+        now = self.clock()
+        seen = orch.observed.get(allocation_id or "")
+        started = parse_iso_or_none(machine.get("started")) or now
+        return round(100 * spend_of(float(machine["price_per_hour"]), started, None, now,
+                                    seen.spend if seen else None))
+
     def _build(self, orch: Orchestrator, lc: L.Lifecycle, now: datetime, *, continuing: bool,
                conflicts: list[dict[str, Any]]) -> dict[str, Any]:
         ws = self.ws

@@ -390,6 +390,11 @@ def _orchestrate(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str
             # one line each, oldest first: "#3 2026-11-02T09:00:00Z IDLE -> ROUTING al-... v4: reason"
             text += "".join(
                 f"\n#{e.seq} {e.at} {e.previous or '-'} -> {e.state}"
+        from jupyter_portable.orchestration.budget import budget_report
+
+        # the budget as `spend` and the sidebar say it (one report: orchestration/budget.py)
+        out["budget"] = budget_report(ws, providers=orch.providers, calendar_now=config.clock()())
+        text += f"\nbudget: {out['budget']['message']}"
                 + (f" {e.allocation_id}" if e.allocation_id else "") + (f" v{e.version}" if e.version else "")
                 + (f": {e.reason}" if e.reason else "") for e in events) or "\nno events"
         return out, text, 0
@@ -567,4 +572,3 @@ def main(argv: list[str] | None = None) -> int:
         # what a store, a worker or a provider said reaches a terminal here: nothing in it acts on it
         print(terminal_safe(text))
     return code
-
