@@ -384,17 +384,17 @@ def _orchestrate(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str
         since = parse_iso_or_none(out.get("unreachable_since"))
         text = (f"{unreachable_line(out['state'], out['version'], since_text(since))} ({machine})" if since
                 else f"{state_line(out['state'], out['version'])} ({machine})")
+        from jupyter_portable.orchestration.budget import budget_report
+
+        # the budget as `spend` and the sidebar say it (one report: orchestration/budget.py)
+        out["budget"] = budget_report(ws, providers=orch.providers, calendar_now=config.clock()())
+        text += f"\nbudget: {out['budget']['message']}"
         if args.events:
             events = orch.lifecycle().events
             out["events"] = [e.to_json() for e in events]
             # one line each, oldest first: "#3 2026-11-02T09:00:00Z IDLE -> ROUTING al-... v4: reason"
             text += "".join(
                 f"\n#{e.seq} {e.at} {e.previous or '-'} -> {e.state}"
-        from jupyter_portable.orchestration.budget import budget_report
-
-        # the budget as `spend` and the sidebar say it (one report: orchestration/budget.py)
-        out["budget"] = budget_report(ws, providers=orch.providers, calendar_now=config.clock()())
-        text += f"\nbudget: {out['budget']['message']}"
                 + (f" {e.allocation_id}" if e.allocation_id else "") + (f" v{e.version}" if e.version else "")
                 + (f": {e.reason}" if e.reason else "") for e in events) or "\nno events"
         return out, text, 0
@@ -572,3 +572,4 @@ def main(argv: list[str] | None = None) -> int:
         # what a store, a worker or a provider said reaches a terminal here: nothing in it acts on it
         print(terminal_safe(text))
     return code
+
