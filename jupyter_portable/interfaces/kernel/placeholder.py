@@ -229,7 +229,7 @@ class PlaceholderKernel(Kernel):  # type: ignore[misc]
 def main() -> None:
     from ipykernel.kernelapp import IPKernelApp
 
-    from jupyter_portable.workdir.lifetime import die_with
+    from jupyter_portable.engine.process_lifetime import die_with
 
     server = os.environ.get(SERVER_PID_ENV, "")
     if server.isdigit():
