@@ -3,7 +3,8 @@
 In a notebook: ``%load_ext jupyter_portable`` adds ``%workspace``. In Python::
 
     import jupyter_portable as jp
-    jp.checkpoint("ckpt.pt", step=2)      # write check, upload, read-back
+    h = jp.checkpoint("ckpt.pt", step=2)  # write check and fsync; upload and read-back go on beside
+    h.wait()                              # verified (or rejected, with the reason)
     jp.latest_checkpoint()                # the last verified one
 """
 
@@ -51,9 +52,22 @@ def _here() -> Workspace:
     return Workspace.find(os.getcwd())
 
 
-def checkpoint(path: str | os.PathLike[str], step: int | None = None, note: str | None = None) -> CheckpointRecord:
-    """Register a checkpoint of the workspace around the current folder; verified or rejected."""
-    return _here().checkpoint(path, step=step, note=note or "")
+def checkpoint(path: str | os.PathLike[str], step: int | None = None, note: str | None = None, *,
+               wait: bool = False, policy: str | None = None) -> _Any:
+    """Register a checkpoint of the workspace around the current folder. Returns once it passed
+    its write check and is fsynced, with a handle (``.wait()``, ``.state``, ``.describe()``);
+    its upload and read-back run in a thread of this process. ``wait=True`` waits and returns
+    the record, verified or rejected. ``policy``: the queue's (``checkpoint_queue``)."""
+    ws = _here()
+    if wait:
+        return ws.checkpoint(path, step=step, note=note or "")
+    return ws.checkpoint_async(path, step=step, note=note or "", policy=policy)
+
+
+def checkpoint_queue(policy: str | None = None, budget: int | None = None) -> dict[str, _Any]:
+    """Set what a new checkpoint does while older ones are in flight (``wait``, ``skip-older``,
+    ``keep-both``) and the bytes in flight at most; returns the settings and what is in flight."""
+    return _here().checkpoint_queue(policy=policy, budget=budget)
 
 
 def latest_checkpoint() -> CheckpointRecord | None:
@@ -113,6 +127,7 @@ __all__ = [
     "Workspace",
     "__version__",
     "checkpoint",
+    "checkpoint_queue",
     "checkpoints",
     "latest_checkpoint",
     "load_ipython_extension",

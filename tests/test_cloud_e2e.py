@@ -203,7 +203,7 @@ async def test_continue_onto_a_bare_cloud_machine(jp_serverapp: Any, jp_fetch: A
                                    "print(os.environ['JUPYTER_PORTABLE_ALLOCATION'], os.getcwd())")
     assert status == "ok", out
     assert out.split()[0] == first and out.split()[1].startswith(str(machine.home))
-    status, out = await kernel.run("%workspace checkpoint ckpt.bin --step 3 --settle 0.2")
+    status, out = await kernel.run("%workspace checkpoint ckpt.bin --step 3 --settle 0.2 --wait")
     assert status == "ok" and "verified" in out, out
     cps = json.loads((await jp_fetch("portable", "api", "checkpoints")).body)
     recorded = cps["latest"]["hash"]

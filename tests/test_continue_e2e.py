@@ -79,7 +79,7 @@ async def test_notebook_survives_a_lost_gpu(jp_serverapp: Any, jp_fetch: Any, jp
         "torch.save({'w': torch.randn(64, 64)}, 'ckpt.pt')\n"
         "open('results.txt', 'w').write('loss 0.125\\n')\n")
     assert status == "ok", out
-    status, out = await kernel.run("%workspace checkpoint ckpt.pt --step 7 --settle 0.2")
+    status, out = await kernel.run("%workspace checkpoint ckpt.pt --step 7 --settle 0.2 --wait")
     assert status == "ok" and "verified" in out, out
     # a version published on the worker is news for the sidebar too
     published = await events.wait_for(lambda e: e.get("step") == "snapshot" and "checkpoint" in e["message"],

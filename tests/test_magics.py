@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,13 +46,19 @@ def test_new_user_checkpoint_latest_and_a_rejected_copy(kernel: Kernel, workspac
     assert "trained 2" in kernel.run(TRAIN).stdout
     out = kernel.run("%workspace checkpoint ckpt.pt --step 2 --save model")
     assert out.error is None, out
-    assert "verified: ckpt.pt (step 2)" in out.text
+    # the cell returns once the checkpoint is saved and checked; it counts once read back
+    assert "saved and checked: ckpt.pt (step 2); upload and read-back run in the background" in out.text
+    for _ in range(600):
+        if "#1 verified  ckpt.pt" in kernel.run("%workspace checkpoints").stdout:
+            break
+        time.sleep(0.1)
+    assert workspace.latest_checkpoint().step == 2
     latest = kernel.run("%workspace latest")
     assert latest.result == "'ckpt.pt'"
     assert latest.stdout == "", "the name is shown once, as the cell's result, not printed as well"
     # A truncated copy registered after it is rejected, and latest stays at step 2.
     kernel.run("data = open('ckpt.pt', 'rb').read(); open('ckpt-copy.pt', 'wb').write(data[:len(data) // 2])")
-    out = kernel.run("%workspace checkpoint ckpt-copy.pt --step 3 --settle 0.2")
+    out = kernel.run("%workspace checkpoint ckpt-copy.pt --step 3 --settle 0.2 --wait")
     assert "REJECTED: ckpt-copy.pt" in out.text and "central directory" in out.text
     assert kernel.run("%workspace latest").result == "'ckpt.pt'"
     records = workspace.checkpoints()
@@ -68,7 +75,7 @@ def test_new_user_checkpoint_latest_and_a_rejected_copy(kernel: Kernel, workspac
 def test_latest_load_refuses_a_checkpoint_file_written_again_since_it_was_verified(
         kernel: Kernel, workspace: Workspace) -> None:
     assert "trained 2" in kernel.run(TRAIN).stdout
-    assert kernel.run("%workspace checkpoint ckpt.pt --step 2 --save model").error is None
+    assert kernel.run("%workspace checkpoint ckpt.pt --step 2 --save model --wait").error is None
     assert "loaded ckpt.pt (step 2)" in kernel.run("%workspace latest --load sd").text
     # the training loop writes the same file again and dies before registering it
     kernel.run("torch.save({'other': torch.zeros(3)}, 'ckpt.pt')")
@@ -76,7 +83,7 @@ def test_latest_load_refuses_a_checkpoint_file_written_again_since_it_was_verifi
     assert "UsageError" in out.stderr and "changed since its checkpoint step 2 was verified" in out.stderr, out
     assert kernel.run("print('sd2' in dir())").stdout.strip() == "False"  # nothing was loaded
     # saved and registered again: that one loads
-    assert kernel.run("%workspace checkpoint ckpt.pt --step 3").error is None
+    assert kernel.run("%workspace checkpoint ckpt.pt --step 3 --wait").error is None
     assert "loaded ckpt.pt (step 3)" in kernel.run("%workspace latest --load sd3").text
 
 
@@ -89,8 +96,9 @@ raw = open("model.safetensors", "rb").read()
 open("cut.safetensors", "wb").write(raw[:-7])
 """
     assert kernel.run(code).error is None
-    assert "verified: model.safetensors" in kernel.run("%workspace checkpoint model.safetensors --settle 0.2").text
-    out = kernel.run("%workspace checkpoint cut.safetensors --settle 0.2")
+    out = kernel.run("%workspace checkpoint model.safetensors --settle 0.2 --wait")
+    assert "verified: model.safetensors" in out.text
+    out = kernel.run("%workspace checkpoint cut.safetensors --settle 0.2 --wait")
     assert "REJECTED: cut.safetensors: truncated safetensors file" in out.text
 
 
@@ -106,7 +114,7 @@ threading.Thread(target=writer, daemon=True).start()
 time.sleep(0.3)
 """
     kernel.run(code)
-    out = kernel.run("%workspace checkpoint growing.pt --settle 0.5 --timeout 1.5")
+    out = kernel.run("%workspace checkpoint growing.pt --settle 0.5 --timeout 1.5 --wait")
     kernel.run("stop.set()")
     assert "REJECTED: growing.pt: still being written" in out.text
     manifest = workspace.manifest()
@@ -117,7 +125,7 @@ time.sleep(0.3)
 def test_store_corruption_between_upload_and_read_back_is_rejected(kernel: Kernel, workspace: Workspace) -> None:
     kernel.run("open('weights.bin', 'wb').write(bytes(range(256)) * 4096)")
     kernel.run("import os; os.environ['JUPYTER_PORTABLE_CORRUPT_READBACK'] = '1'")
-    out = kernel.run("%workspace checkpoint weights.bin --settle 0.2")
+    out = kernel.run("%workspace checkpoint weights.bin --settle 0.2 --wait")
     assert "REJECTED: weights.bin: read-back from the store failed" in out.text
     kernel.run("del os.environ['JUPYTER_PORTABLE_CORRUPT_READBACK']")
     assert workspace.latest_checkpoint() is None

@@ -25,7 +25,7 @@ CELLS = [  # (source, metadata)
     ("import os, torch\nprint('resume on', os.environ['JUPYTER_PORTABLE_ALLOCATION'])", RESUME),
     ("%workspace latest --load model", RESUME),
     ("import torch\ntorch.save({'w': torch.ones(2, 2) * 3}, 'ckpt.pt')\nprint('saved')", {}),
-    ("%workspace checkpoint ckpt.pt --step 1 --settle 0.2", {}),
+    ("%workspace checkpoint ckpt.pt --step 1 --settle 0.2 --wait", {}),
     ("print('sum', float(model['w'].sum()))", {}),
     ("import os\nprint('queued on', os.environ['JUPYTER_PORTABLE_ALLOCATION'])", {}),
 ]

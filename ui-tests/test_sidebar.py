@@ -24,7 +24,7 @@ CELLS = [
     "import os\nprint('on', os.environ['JUPYTER_PORTABLE_ALLOCATION'])",
     "import torch\ntorch.manual_seed(0)\ntorch.save({'w': torch.randn(8, 8)}, 'ckpt.pt')\n"
     "open('results.txt', 'w').write('loss 0.125\\n')\nprint('saved')",
-    "%workspace checkpoint ckpt.pt --step 7 --note 'first run' --settle 0.2",
+    "%workspace checkpoint ckpt.pt --step 7 --note 'first run' --settle 0.2 --wait",
     "import os, torch\nprint('on', os.environ['JUPYTER_PORTABLE_ALLOCATION'])\n"
     "print(open('results.txt').read().strip())\nprint('keys', sorted(torch.load('ckpt.pt')))",
 ]

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from jupyter_portable.core.errors import PortableError, UsageError
 from jupyter_portable.core.manifest import Manifest
@@ -26,6 +26,9 @@ from jupyter_portable.store.credentials import check_store_url as check_s3_text
 from jupyter_portable.store.repo import Store, head_key
 from jupyter_portable.workdir.pending import read_pending
 from jupyter_portable.workdir.workcopy import CopyConfig, WorkspaceCopy, check_store_url
+
+if TYPE_CHECKING:
+    from jupyter_portable.engine.checkpoint.background import CheckpointHandle
 
 
 def _progress(label: str, stream: TextIO | None, sink: Callable[[str], None] | None = None) -> Progress:
@@ -157,6 +160,7 @@ class Workspace:
                 "fenced": head.epoch > cfg.epoch, "pending": pending,
                 "latest_checkpoint": None if best is None else
                 {"path": best.path, "step": best.step, "hash": best.hash, "version": best.version},
+                "checkpoints_in_flight": self.checkpoints_in_flight(),
                 "runtime": self.machine_runtime(),
                 "next_action": read_next_action(self.copy) or (manifest.next_action if manifest else None),
                 "allocation": allocations[-1] if allocations else None, "lifecycle": self.lifecycle_status()}
@@ -207,21 +211,77 @@ class Workspace:
     def checkpoint(self, path: str | os.PathLike[str], *, step: int | None = None, note: str = "",
                    quiet_s: float = 2.0, timeout_s: float = 30.0, progress: TextIO | None = sys.stderr,
                    sink: Callable[[str], None] | None = None) -> CheckpointRecord:
-        """Register a checkpoint: write check, upload, read-back; verified or rejected with its reason."""
+        """Register a checkpoint and wait for it: write check, upload, read-back; verified or
+        rejected with its reason (:meth:`checkpoint_async`, then ``wait``)."""
+        echo = sink
+        if echo is None and progress is not None:
+            stream = progress
+            echo = lambda line: (stream.write(line + "\n"), stream.flush())  # noqa: E731
+        handle = self.checkpoint_async(path, step=step, note=note, quiet_s=quiet_s, timeout_s=timeout_s,
+                                       echo=echo, policy="keep-both")
+        record = handle.wait()
+        if record is None:
+            raise UsageError(f"checkpoint {handle.path} was skipped: {handle.reason}")
+        return record
+
+    def checkpoint_async(self, path: str | os.PathLike[str], *, step: int | None = None, note: str = "",
+                         quiet_s: float = 2.0, timeout_s: float = 30.0, policy: str | None = None,
+                         budget: int | None = None, echo: Callable[[str], None] | None = None) -> CheckpointHandle:
+        """Register a checkpoint; return once it is safely on local disk (write check passed,
+        fsynced) with a handle, while a thread of this process uploads it, reads it back and
+        publishes it (``engine/checkpoint/background.py``). ``handle.wait()`` waits for the
+        verdict. ``policy``/``budget``: the queue's, for this one (``checkpoint_queue``)."""
+        from jupyter_portable.engine.checkpoint.background import (
+            CheckpointHandle,
+            fsync_checkpoint,
+            queue_for,
+            signatures,
+        )
         from jupyter_portable.engine.checkpoint.registry import CheckpointStep, prepare
 
         if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
             raise UsageError(f"step must be a non-negative integer, got {step!r}")
         rel, check = prepare(self.root, path, quiet_s=quiet_s, timeout_s=timeout_s)
-        hook = CheckpointStep(self.store, rel, check, step, note or "")
-        hook.is_dir = (self.root / rel).is_dir()
-        extras = self.extras()
-        extras.before_publish = hook
+        is_dir = (self.root / rel).is_dir()
+        signed = None
+        if check.ok:
+            try:
+                fsync_checkpoint(self.root, rel)
+                signed = signatures(self.root, rel)
+            except OSError as exc:
+                raise UsageError(f"cannot register {rel}: {exc.strerror or exc}") from exc
+        queue = queue_for(self.copy)
+        handle = CheckpointHandle(rel, step, note or "", sum(s[0] for s in (signed or {}).values()), queue.new_key())
+        handle.echo = echo
+        if not check.ok:
+            handle.reason = check.reason  # published as rejected, with this reason, in turn
         # a file's name may hold what a terminal acts on; the message of a version may not
         label = f"checkpoint {terminal_safe(rel, one_line=True)}" + (f" (step {step})" if step is not None else "")
-        snapshot(self.copy, self.store, message=label, progress=_progress("checkpoint", progress, sink), extras=extras)
-        assert hook.record is not None
-        return hook.record
+
+        def job(_handle: CheckpointHandle, meter: Progress) -> CheckpointRecord:
+            hook = CheckpointStep(self.store, rel, check, step, note or "", signed, meter)
+            hook.is_dir, hook.root = is_dir, self.root
+            extras = self.extras()
+            extras.before_publish = hook
+            snapshot(self.copy, self.store, message=label, progress=meter, extras=extras)
+            assert hook.record is not None
+            return hook.record
+
+        return queue.submit(handle, job, policy=policy, budget=budget)
+
+    def checkpoint_queue(self, *, policy: str | None = None, budget: int | None = None) -> dict[str, Any]:
+        """Set (or, with neither, show) this process's checkpoint queue: its policy (wait,
+        skip-older, keep-both) and byte budget; and the checkpoints in flight in any process."""
+        from jupyter_portable.engine.checkpoint.background import configure, inflight
+
+        q = configure(self.copy, policy=policy, budget=budget)
+        return {"policy": q.policy, "budget": q.budget, "in_flight": inflight(self.copy)}
+
+    def checkpoints_in_flight(self) -> list[dict[str, Any]]:
+        """The checkpoints queued or uploading on this copy, in any process (oldest first)."""
+        from jupyter_portable.engine.checkpoint.background import inflight
+
+        return inflight(self.copy)
 
     def record_allocation(self, record: dict[str, Any], message: str = "", *, epoch: int | None = None) -> int:
         """Publish a version whose allocation history holds ``record`` (validated; a record

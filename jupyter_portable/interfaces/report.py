@@ -46,6 +46,11 @@ def format_gpus(runtime: dict[str, Any] | None) -> str:
     return f"{len(gpus)} x {first.get('name')} ({first.get('memory_mb')} MB), driver {first.get('driver')}{cuda}"
 
 
+def format_in_flight(items: list[dict[str, Any]]) -> str:
+    """Checkpoints still uploading or being read back: not verified yet, so not "latest"."""
+    return "\n".join(f"  in flight  {i.get('path')}: {i.get('line')}" for i in items)
+
+
 def format_status(st: dict[str, Any]) -> str:
     lines = [f"workspace {st['workspace_id']} in {st['store']}"]
     if "copy_version" in st:  # issue 16: what follows describes the head
@@ -61,6 +66,8 @@ def format_status(st: dict[str, Any]) -> str:
     lines.append("latest verified checkpoint: " + (
         f"{latest['path']}" + (f" (step {latest['step']})" if latest.get("step") is not None else "")
         if latest else "none"))
+    if st.get("checkpoints_in_flight"):
+        lines.append("checkpoints in flight (not verified yet):\n" + format_in_flight(st["checkpoints_in_flight"]))
     runtime = st.get("runtime")
     if runtime:
         lines.append(f"python {runtime.get('python')}; GPU: {format_gpus(runtime)}")

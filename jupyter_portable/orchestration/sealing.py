@@ -51,6 +51,11 @@ class StopProtocol(LossWatch):
             except PortableError as exc:
                 self._move(L.ACTIVE, reason=f"the seal failed, writes are open again: {exc.one_line()}")
                 raise
+            if sealed.get("checkpoints_waited"):  # the worker let its checkpoints in flight finish first
+                self._progress("seal", "waited for checkpoints in flight: "
+                               + "; ".join(str(x) for x in sealed["checkpoints_waited"])
+                               + (f" ({len(sealed.get('checkpoints_abandoned') or [])} given up)"
+                                  if sealed.get("checkpoints_abandoned") else ""))
             lc = self._move(L.SEALED, version=int(sealed["version"]))
         spend = 0.0
         if rec is not None:

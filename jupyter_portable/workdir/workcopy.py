@@ -50,6 +50,7 @@ FOLLOW_NAME = "follow.json"
 NEXT_ACTION_NAME = "next_action.json"
 RUNTIME_NAME = "runtime.json"
 INBOUND_ALLOW_NAME = "inbound-allow"
+INFLIGHT_DIR = "checkpoints-inflight"  # one file per checkpoint still uploading (engine/checkpoint/background.py)
 INBOUND_ALLOW_MAX = 64 * 1024  # a few patterns typed by a person
 
 
@@ -86,6 +87,7 @@ KEPT_FILES: tuple[KeptFile, ...] = (
     KeptFile(FOLLOW_NAME, "write_follow"),
     KeptFile(NEXT_ACTION_NAME, "write_next_action"),
     KeptFile(RUNTIME_NAME, "write_runtime"),
+    KeptFile(f"{INFLIGHT_DIR}/*.json", "write_inflight (each file by the one process uploading it)"),
     KeptFile(INBOUND_ALLOW_NAME, "write_inbound_allow (or the user, by hand: never a machine or a store)"),
 )
 
@@ -431,6 +433,30 @@ class WorkspaceCopy:
 
     def write_runtime(self, data: bytes) -> None:
         self._write(RUNTIME_NAME, data)
+
+    # -- checkpoints in flight (``engine/checkpoint/background.py``) -------------------------------
+
+    def write_inflight(self, key: str, data: bytes) -> None:
+        """One checkpoint still uploading, written only by the process that uploads it."""
+        (self._meta / INFLIGHT_DIR).mkdir(parents=True, exist_ok=True)
+        self._write(f"{INFLIGHT_DIR}/{_one_name(key, 'an in-flight key')}.json", data)
+
+    def clear_inflight(self, key: str) -> None:
+        self._unlink(f"{INFLIGHT_DIR}/{_one_name(key, 'an in-flight key')}.json")
+
+    def inflight_records(self) -> list[bytes]:
+        """Every in-flight checkpoint's record, as written (oldest name first)."""
+        folder = self._meta / INFLIGHT_DIR
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
+        except FileNotFoundError:
+            return []
+        out = []
+        for name in names:
+            data = self._read(f"{INFLIGHT_DIR}/{name}")
+            if data is not None:
+                out.append(data)
+        return out
 
     # -- the user's opt-ins past the inbound gate's deny-list (``engine/gate.py``) ------------------
 

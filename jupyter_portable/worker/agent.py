@@ -297,13 +297,25 @@ def list_files(state: AgentState) -> dict[str, Any]:
     return {"version": copy.read_config().version, "files": files, "pending": pending_paths(copy)}
 
 
+CHECKPOINT_WAIT_S = 1800.0  # a seal waits this long at most for checkpoints still uploading
+
+
 def seal(state: AgentState, message: str) -> dict[str, Any]:
     """Stop new writes, let the write in flight finish, stop the kernel, publish, read back."""
+    from jupyter_portable.engine.checkpoint.background import wait_inflight
     from jupyter_portable.engine.workspace import Workspace
 
     state.accepting = False
     state.phase = "sealing"
     with state.writes:  # the write in flight finishes first; no new one starts
+        # the kernel's checkpoints still uploading finish before the kernel stops (and say so);
+        # one that does not within the bound is given up, and "latest" stays on the last verified
+        copy = WorkspaceCopy(state.workdir)
+        flying = wait_inflight(copy, timeout_s=0)[0]
+        if flying:
+            state.phase = f"sealing: waiting for {len(flying)} checkpoint(s) in flight"
+        waited, left = wait_inflight(copy, timeout_s=CHECKPOINT_WAIT_S)
+        state.phase = "sealing"
         stop_kernel(state)
         ws = Workspace(WorkspaceCopy(state.workdir))
         res = ws.snapshot(message or f"sealed {state.allocation_id}", progress=None, python=state.kernel_python)
@@ -317,7 +329,11 @@ def seal(state: AgentState, message: str) -> dict[str, Any]:
                                 "; ".join(f"{m['path']}: {m['reason']}" for m in check.mismatches[:3]))
     state.sealed = {"version": res.version, "manifest": head.manifest}
     state.phase = "sealed"
-    return dict(state.sealed)
+    out: dict[str, Any] = dict(state.sealed)
+    if waited:
+        out["checkpoints_waited"] = [str(c.get("line")) for c in waited]
+        out["checkpoints_abandoned"] = [str(c.get("line")) for c in left]
+    return out
 
 
 # -- HTTP -------------------------------------------------------------------------------------

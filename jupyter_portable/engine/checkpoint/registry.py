@@ -20,6 +20,7 @@ from jupyter_portable.core.manifest import FileEntry, Manifest
 from jupyter_portable.core.records import CheckpointRecord, latest_verified
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.engine.checkpoint.writecheck import WriteCheck, check_checkpoint, not_a_file
+from jupyter_portable.engine.progress import Progress
 from jupyter_portable.engine.scan import ignore_spec
 from jupyter_portable.store.repo import Store, object_key
 
@@ -80,7 +81,9 @@ def listing_hash(entries: list[FileEntry], prefix: str) -> str:
 class CheckpointStep:
     """The ``before_publish`` step of a checkpoint's snapshot: read-back, then the record."""
 
-    def __init__(self, store: Store, rel: str, check: WriteCheck, step: int | None, note: str) -> None:
+    def __init__(self, store: Store, rel: str, check: WriteCheck, step: int | None, note: str,
+                 signed: dict[str, tuple[int, int, int, int]] | None = None,
+                 progress: Progress | None = None) -> None:
         self.store = store
         self.rel = rel
         self.check = check
@@ -88,6 +91,11 @@ class CheckpointStep:
         self.note = note
         self.is_dir = False
         self.record: CheckpointRecord | None = None
+        # each file's size, mtime, ctime and inode when it passed the write check (the call
+        # returned then): what is uploaded must be those bytes, not a later rewrite
+        self.signed = signed
+        self.progress = progress
+        self.root: Path | None = None
 
     def _record(self, base: Manifest | None, **fields: Any) -> CheckpointRecord:
         ids = [c.get("id", 0) for c in (base.checkpoints if base else ())]
@@ -107,13 +115,26 @@ class CheckpointStep:
                                        reason="it changed while it was being uploaded; register it again when "
                                               "the writer has finished")
             return [self.record.to_json()], {self.rel}
+        torn = self._rewritten(mine)
+        if torn is not None:
+            self.record = self._record(base, status="rejected", reason=torn)
+            return [self.record.to_json()], {self.rel}
         hooks.before_readback(self.store, [object_key(h) for e in mine for h in e.object_keys()])
+        p = self.progress
+        if p is not None:
+            p.bytes_done, p.bytes_total = 0, sum(e.size for e in mine)
+            p.set_stage("verifying")
         try:
             for e in mine:
-                self.store.verify_file(e)
+                self.store.verify_file(e, on_bytes=None if p is None else (lambda n: p.add(nbytes=n)))
         except (IntegrityError, StoreError) as exc:
             self.record = self._record(base, status="rejected", reason=f"read-back from the store failed: {exc}")
             return [self.record.to_json()], {self.rel}
+        if self.root is not None and self.signed is not None:
+            torn = self._rewritten(mine)  # rewritten while it was read back: the upload may be torn
+            if torn is not None:
+                self.record = self._record(base, status="rejected", reason=torn)
+                return [self.record.to_json()], {self.rel}
         single = len(mine) == 1 and mine[0].path == self.rel
         if single and not mine[0].hash:  # a symlink (prepare resolves them): no bytes were read back
             self.record = self._record(base, status="rejected",
@@ -124,6 +145,29 @@ class CheckpointStep:
         self.record = self._record(base, status="verified", hash=digest, size=sum(e.size for e in mine),
                                    files=len(mine))
         return [self.record.to_json()], set()
+
+
+    def _rewritten(self, mine: list[FileEntry]) -> str | None:
+        """Why the bytes uploaded are not those that passed the write check, or None. The
+        snapshot hashed what it read and compared the file's stat before and after reading;
+        here the files are held to their signatures at registration, and to their state now."""
+        if self.signed is None or self.root is None:
+            return None
+        stored = {e.path: e for e in mine if e.target is None}
+        if set(stored) != set(self.signed):
+            return ("its files changed after it was registered (files appeared or disappeared); register it "
+                    "again when the writer has finished")
+        for path, (size, mtime_ns, ctime_ns, ino) in self.signed.items():
+            e = stored[path]
+            try:
+                st = os.lstat(self.root / path)
+            except OSError:
+                return f"'{path}' was removed before its upload was verified; keep checkpoints until they are verified"
+            if (e.size, e.mtime_ns) != (size, mtime_ns) or (st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                                            st.st_ino) != (size, mtime_ns, ctime_ns, ino):
+                return (f"'{path}' was rewritten after it was registered, while it was uploading: the bytes "
+                        "uploaded are not the ones that passed the write check (a torn upload is never verified)")
+        return None
 
 
 def prepare(root: Path, path: str | os.PathLike[str], *, quiet_s: float = 2.0,

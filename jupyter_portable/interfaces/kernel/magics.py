@@ -22,9 +22,12 @@ from jupyter_portable.workdir.files import atomic_open
 USAGE = """\
 %workspace status                       where this workspace stands
 %workspace snapshot [-m MSG]            publish the files as a new version
-%workspace checkpoint PATH [--step N] [--note TEXT] [--save VAR] [--settle S] [--timeout S]
-                                        register a checkpoint (write check, upload, read-back)
-%workspace checkpoints                  every registered checkpoint
+%workspace checkpoint PATH [--step N] [--note TEXT] [--save VAR] [--settle S] [--timeout S] [--wait]
+                       [--queue wait|skip-older|keep-both]
+                                        register a checkpoint: returns once it is checked and on local
+                                        disk; upload and read-back run in the background (--wait waits
+                                        for "verified")
+%workspace checkpoints                  every registered checkpoint, and those in flight
 %workspace latest [--load VAR]          the last verified checkpoint's path (returned); --load VAR
                                         loads it into VAR (torch.load weights_only, or safetensors)
 %workspace resume-tag [off]             tag this cell portable-resume: it runs by itself after a Continue
@@ -58,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="seconds the file must hold still (default 2; 0.2 with --save)")
     sp.add_argument("--timeout", type=float, default=30.0, metavar="S",
                     help="give up waiting for the file to hold still after this long")
+    sp.add_argument("--wait", action="store_true", help="wait for the upload and read-back (verified or rejected)")
+    sp.add_argument("--queue", choices=("wait", "skip-older", "keep-both"), default=None,
+                    help="what this checkpoint does while older ones are in flight (default skip-older)")
     sub.add_parser("checkpoints")
     sp = sub.add_parser("latest")
     sp.add_argument("--load", metavar="VAR")
@@ -122,6 +128,10 @@ class WorkspaceMagics(Magics):
             raise UsageError(USAGE)
         args = _parser().parse_args(argv)
         try:
+            if args.verb in ("checkpoint", "checkpoints"):
+                # a checkpoint's upload takes the lock in its own thread; registering one (or
+                # waiting for it) never holds it, nor does listing them while one uploads
+                return self._run(args)
             with OPERATION_LOCK:
                 return self._run(args)
         except PortableError as exc:
@@ -151,9 +161,21 @@ class WorkspaceMagics(Magics):
                     quiet = 0.2  # we wrote it ourselves, atomically: it is already still
             if quiet < 0 or args.timeout <= 0:
                 raise UsageError("--settle must be >= 0 and --timeout > 0")
-            record = ws.checkpoint(path, step=args.step, note=args.note, quiet_s=quiet, timeout_s=args.timeout,
-                                   progress=None, sink=CellProgress())
-            if record.verified:
+            handle = ws.checkpoint_async(path, step=args.step, note=args.note, quiet_s=quiet,
+                                         timeout_s=args.timeout, policy=args.queue,
+                                         echo=CellProgress() if args.wait else None)
+            if not args.wait:
+                step = f" (step {args.step})" if args.step is not None else ""
+                if handle.reason is None:
+                    print(f"saved and checked: {handle.path}{step}; upload and read-back run in the background "
+                          "(`%workspace checkpoints` shows them; it counts once verified)")
+                else:
+                    print(f"REJECTED: {handle.path}{step}: {handle.reason}")
+                return None
+            record = handle.wait()
+            if record is None:
+                print(f"SKIPPED: {handle.path}: {handle.reason}")
+            elif record.verified:
                 print(f"verified: {record.path}" + (f" (step {record.step})" if record.step is not None else "")
                       + f", version {record.version}, blake3 {record.hash[:16] if record.hash else ''}…")
                 autosnapshot.checkpoint_verified()
@@ -161,7 +183,11 @@ class WorkspaceMagics(Magics):
                 print(f"REJECTED: {record.path}: {record.reason}")
             return None
         if args.verb == "checkpoints":
-            print(format_checkpoints(ws.checkpoints()))
+            from jupyter_portable.interfaces.report import format_in_flight
+
+            flying = ws.checkpoints_in_flight()
+            print(format_checkpoints(ws.checkpoints())
+                  + (f"\nin flight (not verified yet):\n{format_in_flight(flying)}" if flying else ""))
             return None
         if args.verb == "latest":
             latest = ws.latest_checkpoint()

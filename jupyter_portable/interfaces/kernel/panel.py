@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import html
 import threading
 from typing import Any
@@ -44,6 +45,8 @@ def _rows(ws: Workspace) -> str:
         row("Latest verified checkpoint", html.escape(
             f"{latest['path']}" + (f" (step {latest['step']})" if latest and latest.get("step") is not None else ""))
             if latest else "none"),
+        row("In flight (not verified yet)", "<br>".join(html.escape(str(i.get("line")))
+                                                        for i in st.get("checkpoints_in_flight") or []) or "none"),
         row(f"Verified checkpoints ({len(verified)})", ck_list(verified, True)),
         row(f"Rejected checkpoints ({len(rejected)})", ck_list(rejected, False)),
         row("Runtime", html.escape(f"Python {runtime.get('python', '?')}; GPU: {format_gpus(runtime)}")),
@@ -71,11 +74,12 @@ def panel(ws: Workspace) -> Any:
     def busy(flag: bool) -> None:
         snap_btn.disabled = ck_btn.disabled = flag
 
-    def run(job: Any) -> None:
+    def run(job: Any, locked: bool = True) -> None:
         def target() -> None:
             busy(True)
             try:
-                with OPERATION_LOCK:
+                # a checkpoint's upload takes the lock itself, in its own thread (engine/checkpoint/background)
+                with OPERATION_LOCK if locked else contextlib.nullcontext():
                     status.value = html.escape(job())
                 info.value = _rows(ws)
             except PortableError as exc:
@@ -106,7 +110,7 @@ def panel(ws: Workspace) -> Any:
             record = ws.checkpoint(path.value.strip(), step=step_value, progress=None)
             return (f"verified {record.path} in version {record.version}" if record.verified
                     else f"REJECTED {record.path}: {record.reason}")
-        run(job)
+        run(job, locked=False)
 
     snap_btn.on_click(on_snapshot)
     ck_btn.on_click(on_checkpoint)

@@ -1,0 +1,374 @@
+"""Checkpoints in the background: the caller waits only for its local save.
+
+``submit`` runs the write check, fsyncs the checkpoint's files and records their signatures
+(size, mtime, ctime, inode), then returns a :class:`CheckpointHandle`. One thread per
+workspace copy (per process) then uploads, reads back and publishes each checkpoint in turn
+(``registry.CheckpointStep``): "latest verified" moves only when the read-back holds, as
+before; it only arrives later. ``handle.wait()`` waits for it.
+
+While a checkpoint is queued or uploading, ``.portable/checkpoints-inflight/`` holds a record
+of it (its step, stage, bytes and rate), written by this process alone, so that
+``%workspace checkpoints``, ``jupyter portable status`` and a seal on the worker (which waits
+for them: ``wait_inflight``) see it. A record whose process is gone is stale: that upload
+died with it, and "latest" is still the last verified checkpoint.
+
+The queue's policy (``QUEUE_POLICIES``) says what a new checkpoint does while older ones are
+in flight: ``wait`` for them, ``skip-older`` (an older one not yet started is dropped for it),
+or ``keep-both``; under every policy the bytes of checkpoints in flight stay within a budget
+(local disk they hold), and a new one waits for room.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jupyter_portable.core.errors import PortableError, UsageError
+from jupyter_portable.core.records import CheckpointRecord
+from jupyter_portable.engine.progress import Progress, human_bytes
+from jupyter_portable.workdir.workcopy import WorkspaceCopy
+
+QUEUE_POLICIES = ("wait", "skip-older", "keep-both")
+DEFAULT_POLICY = "skip-older"
+DEFAULT_BUDGET = 64 * 1024**3  # bytes of checkpoints in flight (queued or uploading) at once
+
+# One workspace operation at a time in this process: the kernel's magics, panel and
+# auto-snapshot share it (interfaces/kernel/lock.py), and the uploads here take it for each
+# checkpoint's snapshot, so that no two of them publish at once.
+OPERATION_LOCK = threading.RLock()
+
+Signature = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode
+
+
+def _check_policy(policy: str) -> None:
+    if policy not in QUEUE_POLICIES:
+        raise UsageError(f"unknown checkpoint queue policy {policy!r}", hint=f"use one of: {', '.join(QUEUE_POLICIES)}")
+
+
+def signatures(root: Path, rel: str) -> dict[str, Signature]:
+    """Each regular file of the checkpoint ``rel`` (a file or a folder) by workspace path."""
+    full = root / rel
+    paths = [full] if not full.is_dir() else sorted(
+        Path(d) / n for d, _ds, names in os.walk(full) for n in names)
+    out: dict[str, Signature] = {}
+    for p in paths:
+        st = p.lstat()
+        out[p.relative_to(root).as_posix()] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    return out
+
+
+def fsync_checkpoint(root: Path, rel: str) -> None:
+    """Every file of the checkpoint, and the folders holding them, on disk (not in the page
+    cache only): the call returns "safely on local disk"."""
+    full = root / rel
+    folders = {full.parent}
+    files = [full] if not full.is_dir() else [Path(d) / n for d, _ds, names in os.walk(full) for n in names]
+    if full.is_dir():
+        folders |= {Path(d) for d, _ds, _n in os.walk(full)}
+    for p in files:
+        if p.is_symlink():
+            continue
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for d in folders:
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass  # some filesystems refuse a folder's fsync; the files themselves are on disk
+        finally:
+            os.close(fd)
+
+
+@dataclass
+class CheckpointHandle:
+    """One checkpoint on its way: ``state`` is queued, uploading, verifying, then verified,
+    rejected, skipped (a newer one took its place) or failed (``error``)."""
+
+    path: str
+    step: int | None
+    note: str
+    size: int
+    key: str
+    state: str = "queued"
+    record: CheckpointRecord | None = None
+    error: BaseException | None = None
+    reason: str | None = None
+    done_bytes: int = 0
+    total_bytes: int = 0
+    rate: float = 0.0  # bytes a second, of the upload or the read-back
+    echo: Callable[[str], None] | None = field(default=None, repr=False)  # progress lines, for a waiting caller
+    _done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def finished(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def verified(self) -> bool:
+        return self.record is not None and self.record.verified
+
+    def wait(self, timeout: float | None = None) -> CheckpointRecord | None:
+        """Wait until the checkpoint is verified or rejected; its record (None when skipped).
+        A failure (the store unreachable, a conflict) is raised here. ``timeout``: seconds, then
+        UsageError."""
+        if not self._done.wait(timeout):
+            raise UsageError(f"checkpoint {self.path} is still {self.state} after {timeout:g} s")
+        if self.error is not None:
+            raise self.error
+        return self.record
+
+    def describe(self) -> str:
+        """One line: "step 1200: uploading 63%, 1.1 GB/s"."""
+        who = f"step {self.step}" if self.step is not None else self.path
+        if self.state in ("uploading", "verifying") and self.total_bytes:
+            pct = min(100, int(100 * self.done_bytes / self.total_bytes))
+            rate = f", {human_bytes(self.rate)}/s" if self.rate else ""
+            return f"{who}: {self.state} {pct}%{rate}"
+        if self.state == "verified" and self.record is not None:
+            return f"{who}: verified, version {self.record.version}"
+        if self.state in ("rejected", "skipped", "failed"):
+            return f"{who}: {self.state}" + (f" ({self.reason})" if self.reason else "")
+        return f"{who}: {self.state}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "step": self.step, "state": self.state, "size": self.size,
+                "done_bytes": self.done_bytes, "total_bytes": self.total_bytes, "rate": round(self.rate),
+                "pid": os.getpid(), "key": self.key, "line": self.describe()}
+
+
+Job = Callable[[CheckpointHandle, Progress], CheckpointRecord]
+
+
+class CheckpointQueue:
+    """The checkpoints of one workspace copy in this process, uploaded one at a time in order."""
+
+    def __init__(self, copy: WorkspaceCopy) -> None:
+        self.copy = copy
+        self.policy = DEFAULT_POLICY
+        self.budget = DEFAULT_BUDGET
+        self._cond = threading.Condition()
+        self._queue: list[tuple[CheckpointHandle, Job]] = []
+        self._running: CheckpointHandle | None = None
+        self._thread: threading.Thread | None = None
+        self._seq = 0
+
+    # -- what is in flight -----------------------------------------------------------------
+
+    def in_flight(self) -> list[CheckpointHandle]:
+        with self._cond:
+            return ([self._running] if self._running is not None else []) + [h for h, _j in self._queue]
+
+    def _held(self) -> int:
+        return sum(h.size for h in self.in_flight())
+
+    # -- submitting --------------------------------------------------------------------------
+
+    def new_key(self) -> str:
+        with self._cond:
+            self._seq += 1
+            return f"{os.getpid()}-{time.time_ns()}-{self._seq}"
+
+    def submit(self, handle: CheckpointHandle, job: Job, *, policy: str | None = None,
+               budget: int | None = None) -> CheckpointHandle:
+        """Queue ``job`` (which uploads, reads back and publishes) under ``policy``; returns at
+        once unless the policy or the byte budget says to wait for older checkpoints."""
+        policy = policy or self.policy
+        _check_policy(policy)
+        budget = self.budget if budget is None else budget
+        with self._cond:
+            if policy == "skip-older":
+                for older, _j in self._queue:
+                    older.state, older.reason = "skipped", f"a newer checkpoint ({handle.path}) took its place"
+                    self._finish(older)
+                self._queue.clear()
+            while self._running is not None or self._queue:
+                if policy == "wait" or self._held() + handle.size > budget:
+                    self._cond.wait()
+                else:
+                    break
+            self._queue.append((handle, job))
+            self._write(handle)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="portable-checkpoint", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+        return handle
+
+    # -- the uploading thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._queue:
+                    self._thread = None
+                    self._cond.notify_all()
+                    return
+                handle, job = self._queue.pop(0)
+                self._running = handle
+            handle.state = "uploading"
+            self._write(handle)
+            meter = _Meter(self, handle)
+            progress = meter.progress = Progress("checkpoint", sink=meter)
+            try:
+                with OPERATION_LOCK:
+                    record = job(handle, progress)
+                handle.record = record
+                handle.state = "verified" if record.verified else "rejected"
+                handle.reason = record.reason
+            except BaseException as exc:  # the handle carries it to whoever waits
+                handle.error, handle.state = exc, "failed"
+                handle.reason = exc.one_line() if isinstance(exc, PortableError) else str(exc)
+            with self._cond:
+                self._running = None
+                self._finish(handle)
+                self._cond.notify_all()
+
+    def _finish(self, handle: CheckpointHandle) -> None:
+        try:
+            self.copy.clear_inflight(handle.key)
+        except OSError:
+            pass
+        handle._done.set()
+
+    def _write(self, handle: CheckpointHandle) -> None:
+        try:
+            self.copy.write_inflight(handle.key, json.dumps(handle.to_json()).encode())
+        except OSError:
+            pass  # what others see is a view; the upload does not depend on it
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until nothing is in flight; False if ``timeout`` passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._running is not None or self._queue:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+
+class _Meter:
+    """The snapshot's progress, turned into the handle's stage, bytes and rate and its record
+    on disk (at most every quarter second: ``Progress`` calls it that often)."""
+
+    def __init__(self, queue: CheckpointQueue, handle: CheckpointHandle) -> None:
+        self.queue, self.handle = queue, handle
+        self.progress: Progress | None = None
+        self.stage = ""
+        self.started = time.monotonic()
+        self.echoed = 0.0
+
+    def __call__(self, _line: str) -> None:
+        p, h = self.progress, self.handle
+        if p is None:
+            return
+        stage = "verifying" if p.stage == "verifying" else "uploading"
+        if stage != self.stage:
+            self.stage, self.started = stage, time.monotonic()
+        h.state = stage
+        h.done_bytes = p.bytes_done
+        h.total_bytes = max(p.bytes_total, h.size) if stage == "uploading" else p.bytes_total
+        spent = time.monotonic() - self.started
+        h.rate = h.done_bytes / spent if spent > 0.05 else 0.0
+        self.queue._write(h)
+        if h.echo is not None and time.monotonic() - self.echoed >= 2.0:
+            self.echoed = time.monotonic()
+            h.echo(h.describe())
+
+
+_queues: dict[Path, CheckpointQueue] = {}
+_queues_lock = threading.Lock()
+
+
+def queue_for(copy: WorkspaceCopy) -> CheckpointQueue:
+    """This process's queue of the copy at ``copy.root``."""
+    with _queues_lock:
+        q = _queues.get(copy.root)
+        if q is None:
+            q = _queues[copy.root] = CheckpointQueue(copy)
+        return q
+
+
+def configure(copy: WorkspaceCopy, *, policy: str | None = None, budget: int | None = None) -> CheckpointQueue:
+    """Set the copy's queue policy and byte budget in this process."""
+    q = queue_for(copy)
+    if policy is not None:
+        _check_policy(policy)
+        q.policy = policy
+    if budget is not None:
+        if budget <= 0:
+            raise UsageError(f"the checkpoint byte budget must be positive, got {budget}")
+        q.budget = budget
+    return q
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def inflight(copy: WorkspaceCopy) -> list[dict[str, Any]]:
+    """The checkpoints in flight in any process on this copy (stale records of dead processes
+    are left out, and removed)."""
+    out: list[dict[str, Any]] = []
+    for data in copy.inflight_records():
+        try:
+            rec = json.loads(data)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("pid"), int) or not isinstance(rec.get("key"), str):
+            continue
+        if not pid_alive(rec["pid"]):
+            try:
+                copy.clear_inflight(rec["key"])
+            except (OSError, PortableError):
+                pass
+            continue
+        out.append(rec)
+    return out
+
+
+def wait_inflight(copy: WorkspaceCopy, *, timeout_s: float, poll_s: float = 0.2,
+                  clock: Callable[[], float] = time.monotonic,
+                  sleep: Callable[[float], None] = time.sleep) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Wait (up to ``timeout_s`` on ``clock``) until no checkpoint is in flight on this copy, in
+    any process. Returns (those that were in flight at the start, those still in flight)."""
+    first = inflight(copy)
+    deadline = clock() + timeout_s
+    left = first
+    while left and clock() < deadline:
+        sleep(poll_s)
+        left = inflight(copy)
+    return first, left
+
+
+def _drain_at_exit() -> None:
+    with _queues_lock:
+        queues = list(_queues.values())
+    busy = [h for q in queues for h in q.in_flight()]
+    if busy:
+        print(f"jupyter-portable: waiting for {len(busy)} checkpoint(s) in flight: "
+              + "; ".join(h.describe() for h in busy), file=sys.stderr)
+        for q in queues:
+            q.drain()
+
+
+atexit.register(_drain_at_exit)
