@@ -19,7 +19,8 @@ from sshd import keygen, unavailable
 from test_twins_cloud import pinned, ssh, wait_reachable
 from twins.aws import AwsTwin
 
-from jupyter_portable.compute.aws import SSH_GROUP_NAME, AwsProvider
+from jupyter_portable.compute.aws import AwsProvider
+from jupyter_portable.compute.aws_network import SSH_GROUP_NAME
 from jupyter_portable.compute.keys import host_key_pair
 from jupyter_portable.core.offers import Offer
 

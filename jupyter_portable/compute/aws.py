@@ -6,17 +6,8 @@ when a client is first needed, so importing this module stays cheap. The endpoin
 boto3's own: ``AWS_ENDPOINT_URL_EC2`` (or ``AWS_ENDPOINT_URL``) points every call at a
 proxy or a twin (tests use a moto server); unset, it is EC2's regional endpoint.
 
-What a launch with the user's SSH key creates in the account, once, and then reuses:
-
-- the key pair ``jupyter-portable-<hash of the key>`` (``ImportKeyPair``), tagged
-  ``jupyter-portable:purpose=ssh``; the launch names it as ``KeyName``;
-- in the VPC it launches into, the security group ``jupyter-portable-ssh``, tagged the
-  same way, opening 22/tcp to the caller's address only: ``JUPYTER_PORTABLE_SSH_CIDR``
-  when set, else the address https://checkip.amazonaws.com sees (as ``/32``), asked at each
-  launch. A new address is added to the group, never replacing one (another machine may use it).
-  The ingress follows the user: when a heartbeat fails, :meth:`AwsProvider.admit_caller` asks
-  checkip again and adds a new address to the group before the machine could be declared lost
-  (a laptop that moved to another network is not a lost machine).
+A launch with the user's SSH key imports it as a key pair and opens 22/tcp to the user's address
+in a security group of this provider's (:mod:`.aws_network`, which also keeps those rules current).
 
 The machine's SSH host key is pinned: a launch given ``host_key`` sends it as cloud-init
 user data (``ssh_keys``) and records its public half in the allocation. SSH goes to the
@@ -37,35 +28,32 @@ Where the API's answers come from:
   ``describe_instances`` until it runs with a public IP.
 - released: ``terminate_instances``, tried again on a 5xx, a throttle or a lost answer until EC2
   accepts it (or says the instance is gone); then an error says it may still be running and names it.
-- reserved: ``describe_capacity_block_offerings`` quotes a Capacity Block (its ``UpfrontFee``, for
-  the whole days EC2 sells), ``purchase_capacity_block`` buys exactly the quoted offering; an
-  instance launched into it is priced at the block's fee over its hours, not on-demand.
+- reserved: Capacity Blocks, quoted, bought and priced in :mod:`.aws_blocks`.
+- priced: :mod:`.aws_pricing` (the Pricing API, the spot price history, the table).
 
-botocore errors are translated at this boundary (see ``_translate``)::
-
-    InsufficientInstanceCapacity, InsufficientHostCapacity,
-    InsufficientCapacity, SpotMaxPriceTooLow, Unsupported (in that AZ)  -> NoCapacity
-    VcpuLimitExceeded, InstanceLimitExceeded, MaxSpotInstanceCountExceeded -> QuotaExceeded
-    AuthFailure, UnauthorizedOperation, expired or bad credentials      -> AuthError
-    throttling, 5xx, endpoint and connection errors,
-    an answer that is not EC2's XML (ResponseParserError)               -> ProviderUnavailable
-    anything else during a launch or purchase                          -> LaunchFailed
+botocore errors are translated where they enter, by :mod:`.aws_errors`'s boundary.
 """
 
 from __future__ import annotations
 
-import hashlib
-import ipaddress
-import math
-import os
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from jupyter_portable.compute import gpu_catalog
+from jupyter_portable.compute.aws_blocks import (
+    BLOCK_RATE_TAG,
+    block_details,
+    block_hours,
+    block_rate,
+    block_tags,
+    buy_block,
+    quote_block,
+)
+from jupyter_portable.compute.aws_errors import ec2_boundary, error_code
+from jupyter_portable.compute.aws_network import SSH_FROM_TAG, AwsSshAccess, checkip
+from jupyter_portable.compute.aws_pricing import AwsPrices
 from jupyter_portable.compute.base import (
     Allocation,
     AllocationStatus,
@@ -79,59 +67,26 @@ from jupyter_portable.compute.base import (
 from jupyter_portable.compute.cloudinit import HostKey, check_host_key, cloud_config, parse_zone_offer_id
 from jupyter_portable.compute.settings import AWS_IMAGE, PortableAws
 from jupyter_portable.core.errors import (
-    AuthError,
     ComputeError,
     LaunchFailed,
-    NoCapacity,
     NotSupported,
     ProviderUnavailable,
-    QuotaExceeded,
-    UsageError,
 )
 from jupyter_portable.core.offers import Offer, Requirements
-from jupyter_portable.core.times import parse_iso, parse_iso_or_none
+from jupyter_portable.core.times import parse_iso_or_none
 
 # EC2 resolves ``resolve:ssm:`` image ids at launch, so the default follows AWS's own
 # "latest Deep Learning Base AMI" parameter instead of an AMI id that ages per region.
 DLAMI_IMAGE = AWS_IMAGE
 ALLOCATION_TAG = "jupyter-portable:allocation"  # = base.ALLOCATION_TAG
 WORKSPACE_TAG = "jupyter-portable:workspace"  # = base.WORKSPACE_TAG
-# EC2's Pricing API answers from these regions only
-PRICING_REGION = "us-east-1"
-PRICING_ENDPOINT_ENV = "AWS_ENDPOINT_URL_PRICING"
-PURPOSE_TAG = "jupyter-portable:purpose"
-# on an instance launched into a Capacity Block: the block's price per hour (its upfront fee over
-# its hours), which DescribeInstances does not say; `machines` prices the instance at it
-BLOCK_RATE_TAG = "jupyter-portable:block-price-per-hour"
-SSH_GROUP_NAME = "jupyter-portable-ssh"
-# on each instance: the address (CIDR) its SSH comes from; the group keeps a rule only for those of
-# running instances and the user's address now, so rules are replaced, never accumulated
-SSH_FROM_TAG = "jupyter-portable:ssh-from"
-_RULE_DESCRIPTION = "jupyter-portable user"  # the rules this provider wrote (the user's own are left alone)
-KEY_PAIR_PREFIX = "jupyter-portable-"
-CHECKIP_URL = "https://checkip.amazonaws.com"
-
-_NO_CAPACITY = {"InsufficientInstanceCapacity", "InsufficientHostCapacity", "InsufficientCapacity",
-                "SpotMaxPriceTooLow"}
-_QUOTA = {"VcpuLimitExceeded", "InstanceLimitExceeded", "MaxSpotInstanceCountExceeded"}
-_AUTH = {"AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId", "SignatureDoesNotMatch", "ExpiredToken",
-         "RequestExpired", "OptInRequired"}
-_UNAVAILABLE = {"RequestLimitExceeded", "Throttling", "ServiceUnavailable", "Unavailable", "InternalError",
-                "InternalFailure"}
 # A freshly launched instance can be missing from describe_instances for a while (EC2 is
 # eventually consistent); within this window "not found" means "not visible yet".
 _VISIBILITY_WINDOW = timedelta(minutes=5)
-_MAX_BLOCK_DAYS = 182
 
 
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def checkip(url: str = CHECKIP_URL, timeout: float = 10.0) -> str:
-    """This machine's public IP address as AWS sees it (one line of text)."""
-    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - a fixed https URL
-        return str(resp.read(64).decode("ascii", "replace").strip())
 
 
 class AwsProvider(Provider):
@@ -160,8 +115,6 @@ class AwsProvider(Provider):
         self._region = region
         self.sleep = sleep  # between tries of a terminate (passed in so that tests do not wait)
         self.terminate_attempts = max(1, terminate_attempts)
-        self._pricing = pricing_client
-        self._prices: dict[tuple[str, str], float | None] = {}  # (type, region) -> Pricing API's $/h
         # EC2's eventual consistency is judged against this clock; tests pass a fixed one.
         self.clock = clock
         self._profile = profile
@@ -178,9 +131,11 @@ class AwsProvider(Provider):
         self.shapes = dict(shapes if shapes is not None else gpu_catalog.AWS)
         # the user's setting: SSH comes from there, whatever checkip says
         self._ssh_cidr = settings.ssh_cidr or None
-        self._caller_address = caller_address
-        # what exists already, learnt once per provider: key pair name by key
-        self._key_pairs: dict[str, str] = {}
+        self.network = AwsSshAccess(lambda: self.client, region=lambda: self.region, ssh_cidr=self._ssh_cidr,
+                                    caller_address=caller_address, subnets=self.subnets,
+                                    security_group_ids=self.security_group_ids)
+        self.prices = AwsPrices(lambda: self.client, region=lambda: self.region, profile=profile,
+                                pricing_client=pricing_client, shapes=self.shapes, clock=clock)
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -188,7 +143,7 @@ class AwsProvider(Provider):
     def client(self) -> Any:
         """The EC2 client, made on first use from the boto3 credential chain."""
         if self._client is None:
-            with self._boundary("connect"):
+            with ec2_boundary("connect"):
                 import boto3
 
                 session = boto3.session.Session(profile_name=self._profile, region_name=self._region)
@@ -198,20 +153,6 @@ class AwsProvider(Provider):
     @property
     def region(self) -> str:
         return str(self.client.meta.region_name)
-
-    @contextmanager
-    def _boundary(self, what: str, offer: str | None = None,
-                  default: type[ComputeError] = ProviderUnavailable) -> Iterator[None]:
-        """Translate every botocore error raised inside into this package's tree."""
-        from botocore.exceptions import BotoCoreError, ClientError
-        from botocore.parsers import ResponseParserError
-
-        try:
-            yield
-        # ResponseParserError is not a BotoCoreError: a proxy's HTML page would otherwise
-        # escape as a foreign error and take every provider's listing down with it
-        except (ClientError, BotoCoreError, ResponseParserError) as exc:
-            raise _translate(exc, what=what, offer=offer, default=default) from exc
 
     def _pages(self, operation: str, key: str, **params: Any) -> Iterator[Any]:
         for page in self.client.get_paginator(operation).paginate(**params):
@@ -226,7 +167,7 @@ class AwsProvider(Provider):
         shapes = gpu_catalog.shapes_for(self.shapes, req.gpus, req.gpu_count, req.min_gpu_memory_gb)
         if not shapes:
             return []
-        with self._boundary("list offers"):
+        with ec2_boundary("list offers"):
             region = self.region
             if req.regions and region not in req.regions:
                 return []
@@ -283,11 +224,11 @@ class AwsProvider(Provider):
 
         params = self._run_params(offer, allocation_id="dry-run", image=None, user_data_key=None, env=None,
                                   host_key=None, key_name=self.key_name, groups=self.security_group_ids)
-        with self._boundary("dry-run launch", offer.id, default=LaunchFailed):
+        with ec2_boundary("dry-run launch", offer.id, default=LaunchFailed):
             try:
                 self.client.run_instances(DryRun=True, **params)
             except ClientError as exc:
-                if _code(exc) == "DryRunOperation":
+                if error_code(exc) == "DryRunOperation":
                     return
                 raise
 
@@ -317,11 +258,11 @@ class AwsProvider(Provider):
         user_data_key = ssh_public_key if self.key_name else None
         ssh_from = None
         if ssh_public_key:
-            with self._boundary("prepare SSH access", offer.id, default=LaunchFailed):
-                key_name = key_name or self._ensure_key_pair(ssh_public_key)
+            with ec2_boundary("prepare SSH access", offer.id, default=LaunchFailed):
+                key_name = key_name or self.network.key_pair(ssh_public_key)
                 if not groups:
-                    ssh_from = self._ssh_source()
-                    groups = (self._ensure_ssh_group(zone, ssh_from),)
+                    ssh_from = self.network.source()
+                    groups = (self.network.group(zone, ssh_from),)
         params = self._run_params(offer, allocation_id=allocation_id, image=image, user_data_key=user_data_key,
                                   env=env, host_key=host_key, key_name=key_name, groups=groups)
         if ssh_from:
@@ -329,7 +270,7 @@ class AwsProvider(Provider):
         # idempotent: the same launch sent again (its answer lost) starts no second instance
         params["ClientToken"] = allocation_id
         try:
-            with self._boundary("launch", offer.id, default=LaunchFailed):
+            with ec2_boundary("launch", offer.id, default=LaunchFailed):
                 instance = self.client.run_instances(**params)["Instances"][0]
         except ProviderUnavailable as exc:
             # a 5xx, a timeout or a dropped connection: EC2 may have launched it; that instance is the allocation
@@ -346,11 +287,7 @@ class AwsProvider(Provider):
             details["security_group_ids"] = list(groups)
         if host_key is not None:
             details["host_key"] = host_key[1]  # the public half only: the private one is in the user data alone
-        if offer.extra.get("capacity_reservation_id"):
-            # paid with the block: its hours cost the block's upfront fee over its length, not on-demand
-            details["capacity_reservation_id"] = offer.extra["capacity_reservation_id"]
-            if offer.extra.get("block_price_per_hour") is not None:
-                details["block_price_per_hour"] = float(offer.extra["block_price_per_hour"])
+        details.update(block_details(offer))  # paid with the block: its fee over its hours, not on-demand
         return Allocation(allocation_id=allocation_id, provider=self.name, offer_id=offer.id,
                           ref=instance["InstanceId"], started=started.isoformat(), details=details)
 
@@ -358,7 +295,7 @@ class AwsProvider(Provider):
         """The instance tagged with ``allocation_id`` after a launch whose answer was a 5xx or never
         came, else None; when the lookup fails too, ``exc`` says the instance may be running."""
         try:
-            with self._boundary("look the launch up"):
+            with ec2_boundary("look the launch up"):
                 for reservation in self._pages("describe_instances", "Reservations", Filters=[
                         {"Name": f"tag:{ALLOCATION_TAG}", "Values": [allocation_id]},
                         {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}]):
@@ -380,8 +317,7 @@ class AwsProvider(Provider):
                 {"Key": "Name", "Value": f"jupyter-portable {allocation_id}"}]
         if workspace:
             tags.append({"Key": WORKSPACE_TAG, "Value": workspace})
-        if offer.extra.get("capacity_reservation_id") and offer.extra.get("block_price_per_hour") is not None:
-            tags.append({"Key": BLOCK_RATE_TAG, "Value": repr(float(offer.extra["block_price_per_hour"]))})
+        tags += block_tags(offer)
         params: dict[str, Any] = {
             "ImageId": image or self.image, "InstanceType": machine, "MinCount": 1, "MaxCount": 1,
             "Placement": {"AvailabilityZone": zone},
@@ -406,136 +342,10 @@ class AwsProvider(Provider):
                 "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
         return params
 
-    # -- SSH access: the key pair and the security group, made once --------------------
-
-    def _ensure_key_pair(self, public_key: str) -> str:
-        """The name of the key pair holding ``public_key``, importing it the first time."""
-        from botocore.exceptions import ClientError
-
-        parts = public_key.split()
-        if len(parts) < 2 or not parts[0].startswith(("ssh-", "ecdsa-")):
-            raise UsageError("aws: ssh_public_key is not an OpenSSH public key line (`ssh-ed25519 AAAA...`)")
-        material = f"{parts[0]} {parts[1]}"  # the comment is not part of the key
-        if material in self._key_pairs:
-            return self._key_pairs[material]
-        name = KEY_PAIR_PREFIX + hashlib.sha256(material.encode()).hexdigest()[:12]
-        try:
-            self.client.describe_key_pairs(KeyNames=[name])
-        except ClientError as exc:
-            if _code(exc) != "InvalidKeyPair.NotFound":
-                raise
-            try:
-                self.client.import_key_pair(
-                    KeyName=name, PublicKeyMaterial=material.encode(),
-                    TagSpecifications=[{"ResourceType": "key-pair", "Tags": [{"Key": PURPOSE_TAG, "Value": "ssh"}]}])
-            except ClientError as dup:
-                if _code(dup) != "InvalidKeyPair.Duplicate":  # another launch imported it meanwhile
-                    raise
-        self._key_pairs[material] = name
-        return name
-
-    def _ssh_source(self) -> str:
-        """The CIDR SSH comes from: JUPYTER_PORTABLE_SSH_CIDR, else the caller's address /32, asked now
-        (the user may have moved since the last launch)."""
-        source = self._ssh_cidr
-        if source is None:
-            try:
-                source = self._caller_address().strip()
-            except OSError as exc:
-                raise ProviderUnavailable(
-                    f"aws: could not learn this machine's public address from {CHECKIP_URL} ({type(exc).__name__})",
-                    provider=self.name, hint="set JUPYTER_PORTABLE_SSH_CIDR to the address SSH comes from, "
-                                             "e.g. 203.0.113.7/32") from exc
-        try:
-            return str(ipaddress.ip_network(source, strict=False))
-        except ValueError:
-            raise UsageError(f"aws: not an IP address or CIDR block for SSH: {source[:60]!r}",
-                             hint="set JUPYTER_PORTABLE_SSH_CIDR like 203.0.113.7/32") from None
-
     def admit_caller(self, allocation: Allocation) -> bool:
-        """Let SSH in to ``allocation`` from this computer's address as checkip sees it now: the
-        instance's ``jupyter-portable:ssh-from`` becomes that address, and this provider's group
-        (``jupyter-portable-ssh``) gets a rule for it when none covers it yet, and loses its rules for
-        addresses no running instance comes from any more. True when a rule was added. Nothing
-        changes where JUPYTER_PORTABLE_SSH_CIDR fixes the source or the groups are the user's own
-        (``security_group_ids``)."""
-        groups = [str(g) for g in allocation.details.get("security_group_ids") or []]
-        if self._ssh_cidr is not None or self.security_group_ids or not groups:
-            return False
-        cidr = self._ssh_source()
-        added = False
-        with self._boundary("let SSH in from this computer's new address", allocation.offer_id):
-            self.client.create_tags(Resources=[allocation.ref], Tags=[{"Key": SSH_FROM_TAG, "Value": cidr}])
-            for group in self.client.describe_security_groups(GroupIds=groups)["SecurityGroups"]:
-                if group.get("GroupName") == SSH_GROUP_NAME:
-                    added = self._replace_ssh_rules(group, cidr) or added
-        return added
-
-    def _replace_ssh_rules(self, group: Mapping[str, Any], cidr: str) -> bool:
-        """Make ``group``'s own rules (those this provider wrote) open tcp/22 to ``cidr`` and to the
-        address each of its running instances comes from, and to nothing else: a rule for an address
-        no one uses any more is revoked, so rules never pile up to the group's quota. True when the
-        rule for ``cidr`` was added."""
-        from botocore.exceptions import ClientError
-
-        group_id = str(group["GroupId"])
-        running = self.client.describe_instances(Filters=[
-            {"Name": "instance.group-id", "Values": [group_id]},
-            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}])
-        keep = {cidr} | {str(tag["Value"]) for page in running.get("Reservations") or []
-                         for inst in page.get("Instances") or [] for tag in inst.get("Tags") or []
-                         if tag.get("Key") == SSH_FROM_TAG}
-        for old in sorted(_own_ssh_rules(group) - keep):
-            try:
-                self.client.revoke_security_group_ingress(GroupId=group_id, IpPermissions=[_ssh_permission(old)])
-            except ClientError as exc:
-                if _code(exc) != "InvalidPermission.NotFound":  # another launch revoked it meanwhile
-                    raise
-        if _opens_ssh_to(group, cidr):
-            return False
-        try:
-            self.client.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[_ssh_permission(cidr)])
-        except ClientError as exc:
-            if _code(exc) != "InvalidPermission.Duplicate":
-                raise
-            return False
-        return True
-
-    def _vpc_for(self, zone: str) -> str:
-        if zone in self.subnets:
-            subnets = self.client.describe_subnets(SubnetIds=[self.subnets[zone]])["Subnets"]
-            return str(subnets[0]["VpcId"])
-        vpcs = self.client.describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"]
-        if not vpcs:
-            raise UsageError(f"aws: region {self.region} has no default VPC to launch into",
-                             hint="pass subnets={zone: subnet id} or security_group_ids= to AwsProvider")
-        return str(vpcs[0]["VpcId"])
-
-    def _ensure_ssh_group(self, zone: str, cidr: str) -> str:
-        """The id of this provider's security group in the zone's VPC, made the first time, with
-        22/tcp open to ``cidr`` (:meth:`_ssh_source`) and to the addresses of its running instances
-        only (:meth:`_replace_ssh_rules`)."""
-        from botocore.exceptions import ClientError
-
-        vpc = self._vpc_for(zone)
-        filters = [{"Name": "group-name", "Values": [SSH_GROUP_NAME]}, {"Name": "vpc-id", "Values": [vpc]}]
-        found = self.client.describe_security_groups(Filters=filters)["SecurityGroups"]
-        if found:
-            group = found[0]
-        else:
-            try:
-                self.client.create_security_group(
-                    GroupName=SSH_GROUP_NAME, VpcId=vpc,
-                    Description="jupyter-portable: SSH to its workers from the user's address",
-                    TagSpecifications=[{"ResourceType": "security-group",
-                                        "Tags": [{"Key": PURPOSE_TAG, "Value": "ssh"}]}])
-            except ClientError as exc:
-                if _code(exc) != "InvalidGroup.Duplicate":  # another launch made it meanwhile
-                    raise
-            group = self.client.describe_security_groups(Filters=filters)["SecurityGroups"][0]
-        group_id = str(group["GroupId"])
-        self._replace_ssh_rules(group, cidr)  # at each launch: the machines that ended since leave no rule
-        return group_id
+        """Let SSH in to ``allocation`` from this computer's address now (:meth:`.AwsSshAccess.admit`);
+        True when a rule was added."""
+        return self.network.admit(allocation)
 
     # -- afterwards -------------------------------------------------------------------
 
@@ -545,11 +355,11 @@ class AwsProvider(Provider):
         reason, such as a spot interruption)."""
         from botocore.exceptions import ClientError
 
-        with self._boundary("status", allocation.offer_id):
+        with ec2_boundary("status", allocation.offer_id):
             try:
                 resp = self.client.describe_instances(InstanceIds=[allocation.ref])
             except ClientError as exc:
-                if _code(exc) != "InvalidInstanceID.NotFound":
+                if error_code(exc) != "InvalidInstanceID.NotFound":
                     raise
                 if _recent(allocation.started, self.clock()):
                     return AllocationStatus("pending", reason="launched, not visible in EC2 yet")
@@ -559,11 +369,14 @@ class AwsProvider(Provider):
             return AllocationStatus("terminated", reason=f"instance {allocation.ref} no longer exists")
         instance = instances[0]
         st = self._state(instance)
-        block_rate = allocation.details.get("block_price_per_hour")
+        # in a Capacity Block: the block's price (its upfront fee over its hours), the rate EC2 charged, from
+        # the allocation's record or, for an allocation rebuilt without it, the instance's own tag
+        paid = allocation.details.get("block_price_per_hour")
+        if not isinstance(paid, (int, float)):
+            paid = block_rate({t.get("Key"): t.get("Value") for t in instance.get("Tags") or []}.get(BLOCK_RATE_TAG))
         launched = instance.get("LaunchTime")
-        if isinstance(block_rate, (int, float)) and isinstance(launched, datetime):
-            # in a Capacity Block: the block's price (its upfront fee over its hours), the rate EC2 charged
-            st.spend, st.spend_source = spend_since(float(block_rate), launched, self.clock())[1], "provider-rate"
+        if paid is not None and isinstance(launched, datetime):
+            st.spend, st.spend_source = spend_since(float(paid), launched, self.clock())[1], "provider-rate"
         else:
             st.spend, st.spend_source = self._spend(instance)
         return st
@@ -586,96 +399,19 @@ class AwsProvider(Provider):
             return AllocationStatus("stopped", reason=reason)
         return AllocationStatus("terminated", reason=reason)
 
-    # -- what it costs ----------------------------------------------------------------
-
-    def _pricing_client(self) -> Any:
-        """The Pricing API client, or None where it cannot be reached: with EC2's endpoint
-        pointed elsewhere (a proxy, a twin), only when ``AWS_ENDPOINT_URL_PRICING`` is set too."""
-        if self._pricing is None:
-            if os.environ.get("AWS_ENDPOINT_URL_EC2") and not os.environ.get(PRICING_ENDPOINT_ENV):
-                return None
-            import boto3
-            from botocore.config import Config
-
-            self._pricing = boto3.session.Session(profile_name=self._profile).client(
-                "pricing", region_name=PRICING_REGION,
-                config=Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 2}))
-        return self._pricing
+    # -- what it costs (aws_pricing) -------------------------------------------------
 
     def on_demand_price(self, machine: str, region: str) -> float | None:
-        """$/h of a Linux, shared-tenancy ``machine`` in ``region`` from the Pricing API
-        (``get_products``), asked once per type and region; None when it cannot say."""
-        import json
-
-        key = (machine, region)
-        if key in self._prices:
-            return self._prices[key]
-        price = None
-        client = self._pricing_client()
-        if client is not None:
-            filters = [{"Type": "TERM_MATCH", "Field": f, "Value": v} for f, v in (
-                ("instanceType", machine), ("regionCode", region), ("operatingSystem", "Linux"),
-                ("tenancy", "Shared"), ("preInstalledSw", "NA"), ("capacitystatus", "Used"))]
-            try:
-                with self._boundary("read the on-demand price"):
-                    answer = client.get_products(ServiceCode="AmazonEC2", Filters=filters, MaxResults=10)
-                for item in answer.get("PriceList", []):
-                    product = json.loads(item) if isinstance(item, str) else item
-                    for term in (product.get("terms", {}).get("OnDemand") or {}).values():
-                        for dim in (term.get("priceDimensions") or {}).values():
-                            usd = (dim.get("pricePerUnit") or {}).get("USD")
-                            if usd is not None and float(usd) > 0:
-                                price = float(usd)
-            except (ComputeError, ValueError, TypeError, AttributeError):
-                price = None  # the table's estimate stands in
-        self._prices[key] = price
-        return price
-
-    def spot_spend(self, machine: str, zone: str, since: datetime, until: datetime) -> float | None:
-        """Dollars one spot ``machine`` in ``zone`` cost from ``since`` to ``until``: each price in
-        ``describe_spot_price_history`` for the time it was in force; None when EC2 gives none."""
-        with self._boundary("read the spot price history"):
-            rows = list(self._pages("describe_spot_price_history", "SpotPriceHistory", InstanceTypes=[machine],
-                                    AvailabilityZone=zone, ProductDescriptions=["Linux/UNIX"],
-                                    StartTime=since, EndTime=until))
-        points = sorted((r["Timestamp"], float(r["SpotPrice"])) for r in rows if r.get("Timestamp"))
-        if not points:
-            return None
-        total = 0.0
-        for i, (when, price) in enumerate(points):
-            begin = max(when, since)
-            end = points[i + 1][0] if i + 1 < len(points) else until
-            if end > begin:
-                total += price * (min(end, until) - begin).total_seconds() / 3600
-        return total
+        """$/h of a Linux ``machine`` in ``region`` from the Pricing API: :meth:`.AwsPrices.on_demand_price`."""
+        return self.prices.on_demand_price(machine, region)
 
     def _spend(self, instance: Mapping[str, Any]) -> tuple[float | None, str | None]:
-        """Spend so far: spot price history or the Pricing API's on-demand price, x time since
-        ``LaunchTime`` (measured); else the table's price (estimated)."""
-        launched = instance.get("LaunchTime")
-        machine = instance.get("InstanceType", "")
-        if not isinstance(launched, datetime):
-            return None, None
-        now = self.clock()
-        if instance.get("InstanceLifecycle") == "spot":
-            zone = (instance.get("Placement") or {}).get("AvailabilityZone", "")
-            try:
-                spent = self.spot_spend(machine, zone, launched, now)
-            except ComputeError:
-                spent = None
-            if spent is not None:
-                return spent, "provider-rate"
-        elif (price := self.on_demand_price(machine, self.region)) is not None:
-            return spend_since(price, launched, now)[1], "provider-rate"
-        shape = self.shapes.get(machine)
-        if shape is None:
-            return None, None
-        return spend_since(shape.price_per_hour, launched, now)[1], "estimate"
+        return self.prices.spend(instance)
 
     def list_machines(self) -> list[MachineInfo]:
         """``describe_instances`` filtered on our allocation tag (terminated ones left out)."""
         out = []
-        with self._boundary("list machines"):
+        with ec2_boundary("list machines"):
             for reservation in self._pages("describe_instances", "Reservations",
                                            Filters=[{"Name": "tag-key", "Values": [ALLOCATION_TAG]},
                                                     {"Name": "instance-state-name",
@@ -686,11 +422,11 @@ class AwsProvider(Provider):
                     uptime = spend_since(0.0, launched, self.clock())[0] if isinstance(launched, datetime) else None
                     shape = self.shapes.get(inst.get("InstanceType", ""))
                     price = shape.price_per_hour if shape else None
-                    block_rate = _block_rate(tags.get(BLOCK_RATE_TAG))
-                    if block_rate is not None and isinstance(launched, datetime):
+                    tag_rate = block_rate(tags.get(BLOCK_RATE_TAG))
+                    if tag_rate is not None and isinstance(launched, datetime):
                         # in a Capacity Block: the block's price, as status() counts it, not on-demand
-                        price = block_rate
-                        spend: float | None = spend_since(block_rate, launched, self.clock())[1]
+                        price = tag_rate
+                        spend: float | None = spend_since(tag_rate, launched, self.clock())[1]
                         source: str | None = "provider-rate"
                     else:
                         spend, source = self._spend(inst)
@@ -711,11 +447,11 @@ class AwsProvider(Provider):
         from botocore.exceptions import ClientError
 
         def delete() -> None:
-            with self._boundary("terminate", allocation.offer_id):
+            with ec2_boundary("terminate", allocation.offer_id):
                 try:
                     self.client.terminate_instances(InstanceIds=[allocation.ref])
                 except ClientError as exc:
-                    if _code(exc) != "InvalidInstanceID.NotFound":
+                    if error_code(exc) != "InvalidInstanceID.NotFound":
                         raise
 
         delete_until_confirmed(delete, attempts=self.terminate_attempts, sleep=self.sleep,
@@ -726,53 +462,15 @@ class AwsProvider(Provider):
     # -- reservations: Capacity Blocks ------------------------------------------------
 
     def quote_reservation(self, offer: Offer, *, start: str, hours: float) -> Reservation:
-        """What a Capacity Block for one instance of ``offer``'s type would cost, bought now: the
-        earliest offering that starts within a day of ``start`` (blocks start at a fixed hour),
-        preferring ``offer``'s zone, for ``hours`` rounded up to a duration EC2 sells (whole days up
-        to 14, then whole weeks up to 182 days). ``price`` is the offering's ``UpfrontFee``, what
-        EC2 charges at purchase; ``hours`` the block's. Nothing is bought (``reservation_id`` "")."""
-        machine, zone, spot = parse_zone_offer_id(offer.id, "AWS")
-        if spot:
-            raise NotSupported("Capacity Blocks reserve on-demand capacity, not spot", provider=self.name,
-                               offer=offer.id, hint="reserve the on-demand offer of the same type")
-        begin = parse_iso(start, "start")
-        duration = block_hours(hours)
-        with self._boundary("find a Capacity Block", offer.id):
-            found = list(self._pages("describe_capacity_block_offerings", "CapacityBlockOfferings",
-                                     InstanceType=machine, InstanceCount=1, CapacityDurationHours=duration,
-                                     StartDateRange=begin, EndDateRange=begin + timedelta(hours=duration + 24)))
-        if not found:
-            raise NoCapacity(f"aws: no Capacity Block of {machine} for {duration} h from {begin.isoformat()}",
-                             provider=self.name, offer=offer.id,
-                             hint="try another start time, a shorter block, or another route")
-        best = min(found, key=lambda o: (o["AvailabilityZone"] != zone, o["StartDate"], float(o["UpfrontFee"])))
-        block = int(best.get("CapacityBlockDurationHours") or duration)
-        return Reservation(
-            reservation_id="", provider=self.name, offer_id=f"{machine}@{best['AvailabilityZone']}",
-            start=best["StartDate"].isoformat(), hours=float(block), guarantee="provider",
-            price=float(best["UpfrontFee"]),
-            details={"offering_id": best["CapacityBlockOfferingId"], "availability_zone": best["AvailabilityZone"],
-                     "instance_type": machine, "currency": best.get("CurrencyCode", "USD"),
-                     "end": best["EndDate"].isoformat(), "requested_start": start, "requested_hours": hours,
-                     "days": block / 24, "price_source": "describe_capacity_block_offerings UpfrontFee"})
+        """What a Capacity Block for one instance of ``offer``'s type would cost, bought now
+        (:func:`.aws_blocks.quote_block`). Nothing is bought (``reservation_id`` "")."""
+        return quote_block(self.client, offer, start=start, hours=hours)
 
     def reserve(self, offer: Offer, *, start: str, hours: float, quote: Reservation | None = None) -> Reservation:
-        """Buy a Capacity Block for one instance of ``offer``'s type: the offering ``quote`` (from
-        :meth:`quote_reservation`) names, else the one it would name now. Charged at purchase
-        (the offering's upfront fee, for whole days); EC2 offers no cancellation."""
-        quote = quote if quote is not None else self.quote_reservation(offer, start=start, hours=hours)
-        with self._boundary("buy a Capacity Block", offer.id, default=LaunchFailed):
-            bought = self.client.purchase_capacity_block(CapacityBlockOfferingId=quote.details["offering_id"],
-                                                         InstancePlatform="Linux/UNIX")["CapacityReservation"]
-        machine = quote.details["instance_type"]
-        booked_zone = quote.details["availability_zone"]
-        return Reservation(
-            reservation_id=bought["CapacityReservationId"], provider=self.name, offer_id=f"{machine}@{booked_zone}",
-            start=bought["StartDate"].isoformat() if bought.get("StartDate") else quote.start,
-            hours=quote.hours, guarantee="provider", price=quote.price,
-            details={**quote.details, "capacity_reservation_id": bought["CapacityReservationId"],
-                     "state": bought.get("State"),
-                     "end": bought["EndDate"].isoformat() if bought.get("EndDate") else quote.details["end"]})
+        """Buy a Capacity Block: the offering ``quote`` names, else the one :meth:`quote_reservation`
+        would name now (:func:`.aws_blocks.buy_block`). Charged at purchase; no cancellation."""
+        return buy_block(self.client, offer, quote if quote is not None else
+                         self.quote_reservation(offer, start=start, hours=hours))
 
     def cancel_reservation(self, reservation: Reservation) -> None:
         """Capacity Blocks are paid up front and EC2 offers no cancellation."""
@@ -784,129 +482,10 @@ class AwsProvider(Provider):
 
 
 
-def _block_rate(tag: str | None) -> float | None:
-    """The block price a BLOCK_RATE_TAG holds; None when absent or not a sane price."""
-    try:
-        rate = float(tag) if tag is not None else None
-    except ValueError:
-        return None
-    return rate if rate is not None and 0 <= rate < 1e6 else None
-
-
-def block_hours(hours: float) -> int:
-    """The shortest Capacity Block duration EC2 sells that covers ``hours``."""
-    if not (hours > 0):
-        raise UsageError(f"a reservation needs a positive number of hours, not {hours!r}")
-    days = math.ceil(hours / 24)
-    if days > 14:
-        days = math.ceil(days / 7) * 7
-    if days > _MAX_BLOCK_DAYS:
-        raise NotSupported(f"Capacity Blocks last at most {_MAX_BLOCK_DAYS} days", provider="aws")
-    return days * 24
-
-
-
-
-def _opens_ssh_to(group: Mapping[str, Any], cidr: str) -> bool:
-    """Whether one of ``group``'s ingress rules lets tcp/22 in from all of ``cidr``."""
-    want = ipaddress.ip_network(cidr, strict=False)
-    for rule in group.get("IpPermissions") or []:
-        if rule.get("IpProtocol") in ("tcp", "-1") and rule.get("FromPort", 0) <= 22 <= rule.get("ToPort", 65535):
-            ranges = [r.get("CidrIp") for r in rule.get("IpRanges") or []] + [
-                r.get("CidrIpv6") for r in rule.get("Ipv6Ranges") or []]
-            for text in ranges:
-                try:
-                    have = ipaddress.ip_network(str(text), strict=False)
-                except ValueError:
-                    continue
-                if have.version == want.version and want.subnet_of(have):  # type: ignore[arg-type]
-                    return True
-    return False
-
-
-def _own_ssh_rules(group: Mapping[str, Any]) -> set[str]:
-    """The CIDRs of ``group``'s tcp/22 rules that this provider wrote (by their description)."""
-    out = set()
-    for rule in group.get("IpPermissions") or []:
-        if rule.get("IpProtocol") == "tcp" and rule.get("FromPort") == 22 and rule.get("ToPort") == 22:
-            out |= {str(r.get("CidrIp") or r.get("CidrIpv6")) for r in
-                    [*(rule.get("IpRanges") or []), *(rule.get("Ipv6Ranges") or [])]
-                    if r.get("Description") == _RULE_DESCRIPTION}
-    return out
-
-
-def _ssh_permission(cidr: str) -> dict[str, Any]:
-    """The ingress rule for tcp/22 from ``cidr``."""
-    ranges = ({"Ipv6Ranges": [{"CidrIpv6": cidr, "Description": _RULE_DESCRIPTION}]} if ":" in cidr
-              else {"IpRanges": [{"CidrIp": cidr, "Description": _RULE_DESCRIPTION}]})
-    return {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, **ranges}
-
-
 def _recent(started: str, now: datetime) -> bool:
     when = parse_iso_or_none(started)
     return when is not None and now - when < _VISIBILITY_WINDOW
 
 
-def _code(exc: Any) -> str:
-    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
-
-
-def _quota_hint(offer: str | None) -> str:
-    machine = (offer or "").partition("@")[0]
-    spot = (offer or "").endswith(":spot")
-    family = "P" if machine.startswith("p") else "G and VT"
-    codes = {("P", False): "L-417A185B", ("G and VT", False): "L-DB2E81BA", ("P", True): "L-7212CCBC",
-             ("G and VT", True): "L-3819A6DF"}
-    market = "Spot" if spot else "On-Demand"
-    return (f"ask AWS for more vCPU quota: Service Quotas, EC2, '{market} {family} instances' "
-            f"({codes[family, spot]})")
-
-
-def _translate(exc: Exception, *, what: str, offer: str | None, default: type[ComputeError]) -> ComputeError:
-    """One botocore error -> one error of this package (see the module docstring)."""
-    from botocore.exceptions import (
-        ClientError,
-        ConnectionError,
-        EndpointConnectionError,
-        NoCredentialsError,
-        NoRegionError,
-        ParamValidationError,
-        PartialCredentialsError,
-    )
-    from botocore.parsers import ResponseParserError
-
-    ctx: dict[str, Any] = {"provider": "aws", "offer": offer}
-    if isinstance(exc, ResponseParserError):
-        # its text quotes the raw answer (an HTML page, a proxy's login form): never shown
-        return ProviderUnavailable(f"aws {what}: EC2's answer could not be read (not its API's XML; "
-                                   "a proxy, captive portal or outage answered instead)", **ctx,
-                                   hint="check the network path to EC2 (proxy, AWS_ENDPOINT_URL) and try again")
-    if isinstance(exc, ClientError):
-        code = _code(exc)
-        message = str(exc.response.get("Error", {}).get("Message", "")) or code
-        text = f"aws {what}: {code}: {message}"
-        if code in _NO_CAPACITY or (code == "Unsupported" and "Availability Zone" in message):
-            return NoCapacity(text, **ctx)
-        if code in _QUOTA:
-            return QuotaExceeded(text, hint=_quota_hint(offer), **ctx)
-        if code in _AUTH:
-            return AuthError(text, hint="check the AWS credentials (AWS_PROFILE or ~/.aws) and that the IAM "
-                                        "policy allows ec2:RunInstances, ec2:Describe* and ec2:CreateTags", **ctx)
-        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-        if code in _UNAVAILABLE or status >= 500:
-            return ProviderUnavailable(text, hint="try again in a minute", **ctx)
-        return default(text, **ctx)
-    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
-        return AuthError(f"aws {what}: no usable AWS credentials", **ctx,
-                         hint="set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure`")
-    if isinstance(exc, NoRegionError):
-        return ProviderUnavailable(f"aws {what}: no AWS region configured", **ctx,
-                                   hint="set AWS_DEFAULT_REGION or pass region= to AwsProvider")
-    if isinstance(exc, (EndpointConnectionError, ConnectionError)):
-        return ProviderUnavailable(f"aws {what}: could not reach EC2: {type(exc).__name__}", **ctx,
-                                   hint="check the network and try again")
-    if isinstance(exc, ParamValidationError):
-        # Its text repeats parameter values, and user data can carry env secrets.
-        return default(f"aws {what}: invalid request parameters (botocore ParamValidationError)", **ctx)
-    first = str(exc).splitlines()[0][:200] if str(exc) else ""
-    return ProviderUnavailable(f"aws {what}: {type(exc).__name__}: {first}", **ctx)
+__all__ = ["ALLOCATION_TAG", "BLOCK_RATE_TAG", "DLAMI_IMAGE", "SSH_FROM_TAG", "WORKSPACE_TAG", "AwsProvider",
+           "block_hours", "checkip"]

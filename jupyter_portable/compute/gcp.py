@@ -53,9 +53,8 @@ import hashlib
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
@@ -69,6 +68,7 @@ from jupyter_portable.compute.base import (
     delete_until_confirmed,
     spend_since,
 )
+from jupyter_portable.compute.boundary import Boundary
 from jupyter_portable.compute.cloudinit import HostKey, check_host_key, cloud_config, parse_zone_offer_id
 from jupyter_portable.compute.settings import GCP_IMAGE, PortableGcp
 from jupyter_portable.core.errors import (
@@ -154,7 +154,7 @@ class GcpProvider(Provider):
 
     def _client(self, kind: str) -> Any:
         if self._clients[kind] is None:
-            with self._boundary("connect"):
+            with gce_boundary("connect"):
                 from google.cloud import compute_v1
 
                 cls = {"instances": compute_v1.InstancesClient, "regions": compute_v1.RegionsClient,
@@ -175,7 +175,7 @@ class GcpProvider(Provider):
     def project(self) -> str:
         """The project: as configured, else the one Application Default Credentials name."""
         if not self._project:
-            with self._boundary("find the project"):
+            with gce_boundary("find the project"):
                 import google.auth
 
                 _, self._project = google.auth.default()
@@ -183,19 +183,6 @@ class GcpProvider(Provider):
                 raise AuthError("gcp: no Google Cloud project configured", provider=self.name,
                                 hint="set GOOGLE_CLOUD_PROJECT or pass project= to GcpProvider")
         return self._project
-
-    @contextmanager
-    def _boundary(self, what: str, offer: str | None = None,
-                  default: type[ComputeError] = ProviderUnavailable) -> Iterator[None]:
-        """Translate every google-api-core, google-auth and transport error raised inside."""
-        from google.api_core.exceptions import GoogleAPIError
-        from google.auth.exceptions import GoogleAuthError
-        from requests.exceptions import RequestException
-
-        try:
-            yield
-        except (GoogleAPIError, GoogleAuthError, RequestException) as exc:
-            raise _translate(exc, what=what, offer=offer, default=default) from exc
 
     # -- check 1: listed --------------------------------------------------------------
 
@@ -210,7 +197,7 @@ class GcpProvider(Provider):
         if not by_accelerator:
             return []
         out: list[Offer] = []
-        with self._boundary("list offers"):
+        with gce_boundary("list offers"):
             listing = self._client("accelerator_types").aggregated_list(request={"project": self.project})
             for scope, scoped in listing:
                 zone = scope.rpartition("/")[2]
@@ -248,7 +235,7 @@ class GcpProvider(Provider):
         shape = self._shape(machine)
         region = zone.rpartition("-")[0]
         metric = shape.quota_metric or ""
-        with self._boundary("read quota", offer.id):
+        with gce_boundary("read quota", offer.id):
             quotas = {q.metric: q for q in self._client("regions").get(project=self.project, region=region).quotas}
         preemptible = quotas.get(f"PREEMPTIBLE_{metric}")
         if spot and preemptible is not None and preemptible.limit > 0:
@@ -265,7 +252,7 @@ class GcpProvider(Provider):
 
     def _check_all_regions(self, offer: Offer, needed: int) -> None:
         """GPUS_ALL_REGIONS, a project quota: no region helps when it is used up (or still 0)."""
-        with self._boundary("read project quota", offer.id):
+        with gce_boundary("read project quota", offer.id):
             quotas = {q.metric: q for q in self._client("projects").get(project=self.project).quotas}
         quota = quotas.get(ALL_REGIONS_METRIC)
         if quota is None:
@@ -333,7 +320,7 @@ class GcpProvider(Provider):
                 accelerator_type=f"zones/{zone}/acceleratorTypes/{shape.accelerator}",
                 accelerator_count=shape.gpu_count)]
         try:
-            with self._boundary("launch", offer.id, default=LaunchFailed):
+            with gce_boundary("launch", offer.id, default=LaunchFailed):
                 operation = self._client("instances").insert(request=c.InsertInstanceRequest(
                     project=self.project, zone=zone, instance_resource=instance,
                     request_id=request_id(allocation_id)), timeout=self.request_timeout)
@@ -357,7 +344,7 @@ class GcpProvider(Provider):
         from google.api_core.exceptions import NotFound
 
         try:
-            with self._boundary("look the launch up"):
+            with gce_boundary("look the launch up"):
                 try:
                     self._client("instances").get(project=self.project, zone=zone, instance=name)
                 except NotFound:
@@ -384,7 +371,7 @@ class GcpProvider(Provider):
         from google.api_core.exceptions import NotFound
 
         zone, name = _parse_ref(allocation.ref)
-        with self._boundary("status", allocation.offer_id):
+        with gce_boundary("status", allocation.offer_id):
             try:
                 instance = self._client("instances").get(project=self.project, zone=zone, instance=name)
             except NotFound:
@@ -424,7 +411,7 @@ class GcpProvider(Provider):
         """``instances.aggregatedList`` filtered on our allocation label, every zone of the project;
         spend is the dated table's price x time since ``creationTimestamp`` (an estimate)."""
         out = []
-        with self._boundary("list machines"):
+        with gce_boundary("list machines"):
             pages = self._client("instances").aggregated_list(
                 request={"project": self.project, "filter": f"labels.{ALLOCATION_LABEL}:*"})
             for _zone, scoped in pages:
@@ -463,7 +450,7 @@ class GcpProvider(Provider):
         polling = DEFAULT_POLLING.with_delay(initial=self.operation_poll_s, maximum=10.0)
 
         def delete() -> None:
-            with self._boundary("terminate", allocation.offer_id):
+            with gce_boundary("terminate", allocation.offer_id):
                 try:
                     operation = self._client("instances").delete(project=self.project, zone=zone, instance=name,
                                                                  timeout=self.request_timeout)
@@ -558,3 +545,15 @@ def _translate(exc: Exception, *, what: str, offer: str | None, default: type[Co
         return AuthError(f"gcp {what}: no usable Google Cloud credentials ({type(exc).__name__})", **ctx,
                          hint="run `gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS")
     return default(text, **ctx)
+
+
+def _library_errors() -> tuple[type[Exception], ...]:
+    from google.api_core.exceptions import GoogleAPIError
+    from google.auth.exceptions import GoogleAuthError
+    from requests.exceptions import RequestException
+
+    return GoogleAPIError, GoogleAuthError, RequestException
+
+
+# every google-api-core, google-auth and transport error raised inside becomes one of ours
+gce_boundary = Boundary(_library_errors, _translate)
