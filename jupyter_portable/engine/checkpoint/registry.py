@@ -111,9 +111,10 @@ class CheckpointStep:
         mine = [e if isinstance(e, FileEntry) else FileEntry.from_json(e) for p, e in entries.items()
                 if p == self.rel or p.startswith(self.rel + "/")]
         if not mine:
-            self.record = self._record(base, status="rejected",
-                                       reason="it changed while it was being uploaded; register it again when "
-                                              "the writer has finished")
+            gone = self.root is not None and not os.path.lexists(self.root / self.rel)
+            self.record = self._record(base, status="rejected", reason=(
+                f"'{self.rel}' was removed before its upload was verified; keep checkpoints until they are verified"
+                if gone else "it changed while it was being uploaded; register it again when the writer has finished"))
             return [self.record.to_json()], {self.rel}
         torn = self._rewritten(mine)
         if torn is not None:
