@@ -177,6 +177,7 @@ class AllocationStatus:
     reason: str | None = None
     spend: float | None = None
     spend_source: str | None = None  # one of SPEND_SOURCES when spend is set
+    ends_at: str | None = None  # when the provider ends it by itself (a Slurm job's walltime), ISO UTC
 
 
 @dataclass
@@ -265,6 +266,13 @@ class Provider:
     def terminate(self, allocation: Allocation) -> None:
         """Release the machine. Terminating one that is already gone is not an error."""
         raise NotImplementedError
+
+    def queue_next(self, allocation: Allocation) -> str | None:
+        """Queue the machine that takes over when ``allocation`` ends by itself (a Slurm job's walltime):
+        it waits while this one runs, and :meth:`launch` with the same offer and workspace takes it up.
+        Its provider's id, or None where the provider queues nothing ahead (the default, and a
+        provider whose setting for it is off)."""
+        return None
 
     def admit_caller(self, allocation: Allocation) -> bool:
         """Let SSH in to ``allocation`` from where this computer is now, where the provider's firewall

@@ -263,6 +263,12 @@ class PortableSlurm(EnvConfigurable):
     node_ssh_port = Int(22, help="""sshd's port on the compute nodes. Environment:
         JUPYTER_PORTABLE_SLURM_NODE_SSH_PORT.""").tag(config=True, env="JUPYTER_PORTABLE_SLURM_NODE_SSH_PORT")
 
+    queue_next = Bool(False, help="""Queue each job's successor while it runs (sbatch
+        --dependency=afterany on it), and Continue onto it by itself when the job ends (its walltime,
+        a preemption): the same notebook, kernel id and checkpoint go on there, with no click. Off: the
+        sidebar asks in time, before the walltime. Environment: JUPYTER_PORTABLE_SLURM_QUEUE_NEXT=1.
+        Example: c.PortableSlurm.queue_next = True""").tag(config=True, env="JUPYTER_PORTABLE_SLURM_QUEUE_NEXT")
+
     @validate("time_limit_s")
     def _check_time_limit(self, proposal: Any) -> int:
         if proposal["value"] < 0:
@@ -291,7 +297,7 @@ SECTIONS: dict[str, tuple[type[EnvConfigurable], dict[str, str]]] = {
                               "gpu_hour_rate": "gpu_hour_rate",
                               "signal_lead_s": "signal_lead_s", "time_limit_s": "time_limit_s",
                               "partitions": "partitions",
-                              "node_ssh_port": "node_ssh_port"}),
+                              "node_ssh_port": "node_ssh_port", "queue_next": "queue_next_job"}),
 }
 SETTINGS_CLASSES: tuple[type[EnvConfigurable], ...] = tuple(cls for cls, _ in SECTIONS.values())
 
