@@ -25,6 +25,7 @@ from jupyter_portable.worker.config import check_config, machine_env
 from jupyter_portable.worker.kernel import stop_kernel
 from jupyter_portable.worker.protocol import READY_PREFIX
 from jupyter_portable.worker.state import AgentState
+from jupyter_portable.worker.warning import on_warning
 
 log = logging.getLogger("jupyter_portable.worker")
 
@@ -105,6 +106,7 @@ def serve(config: dict[str, Any], ready_out: Any) -> int:
         IOLoop.current().add_callback_from_signal(shutdown_soon, state)
 
     signal.signal(signal.SIGTERM, stop)
+    on_warning(state)  # the machine's warning that it ends soon: publish (worker/warning.py)
     IOLoop.current().start()
     stop_kernel(state)
     return 0
