@@ -104,6 +104,8 @@ def test_aws_machine_is_reached_with_the_imported_key_and_the_pinned_host_key(
         ec2 = boto3.client("ec2")
         described = {i["InstanceId"]: i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]}
         assert described[one.ref]["PublicIpAddress"] == s1.ssh.host  # EC2's own answer, used as it is
+        # a shutdown from the machine ends its billing (the guardian's means, issue 42)
+        assert twin.instance(one.ref).instance_initiated_shutdown_behavior == "terminate"
 
         # the pinned key, and only it, lets the client in: the machine runs the user data's host key
         out = ssh(key, s1, pinned(tmp_path, "kh1", s1, first[1]), "echo $TWIN_MACHINE; nvidia-smi --query-gpu=name "

@@ -322,6 +322,8 @@ class AwsProvider(Provider):
             "ImageId": image or self.image, "InstanceType": machine, "MinCount": 1, "MaxCount": 1,
             "Placement": {"AvailabilityZone": zone},
             "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
+            # a shutdown from the machine ends its billing: the guardian's means (core/guardian)
+            "InstanceInitiatedShutdownBehavior": "terminate",
         }
         if key_name:
             params["KeyName"] = key_name

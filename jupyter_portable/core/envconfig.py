@@ -26,6 +26,7 @@ from traitlets import Bool, Float, Int, List, TraitError, TraitType, Unicode, va
 from traitlets.config import Config, Configurable
 
 from jupyter_portable.core.errors import UsageError
+from jupyter_portable.core.guardian import DEFAULT_ABSENT_GRACE_S
 from jupyter_portable.core.reachability import DEFAULT_GRACE_S
 from jupyter_portable.core.secretenv import PASS_ENV, pass_names
 from jupyter_portable.core.validate import short_repr
@@ -226,6 +227,14 @@ class PortableRun(EnvConfigurable):
         Default: {DEFAULT_GRACE_S:.0f}. Environment: JUPYTER_PORTABLE_UNREACHABLE_GRACE. Example:
         c.Portable.unreachable_grace = 600.0""").tag(config=True, env="JUPYTER_PORTABLE_UNREACHABLE_GRACE")
 
+    absent_grace = Float(DEFAULT_ABSENT_GRACE_S, help=f"""Seconds a rented machine goes without a word
+        from this server (a laptop asleep, JupyterLab closed) before the machine looks after itself:
+        while a cell runs it keeps running; once idle for the workspace's idle minutes, or out of its
+        budget, it publishes a final version, reads it back and ends its own billing where its
+        provider gives it the means (docs/continue.md). Default: {DEFAULT_ABSENT_GRACE_S:.0f}.
+        Environment: JUPYTER_PORTABLE_ABSENT_GRACE. Example: c.Portable.absent_grace = 1800.0""").tag(
+        config=True, env="JUPYTER_PORTABLE_ABSENT_GRACE")
+
     workspace = Unicode("", help="""The workspace the server serves: a folder in it (its root or
         below). Default: the one holding JupyterLab's root folder. Environment:
         JUPYTER_PORTABLE_WORKSPACE. Example: c.Portable.workspace = "/home/me/project" """).tag(
@@ -247,6 +256,14 @@ class PortableRun(EnvConfigurable):
         if not (0 <= value <= 7 * 24 * 3600):
             raise UsageError(f"{self.where('unreachable_grace')} must be seconds from 0 to a week, got {value!r}",
                              hint=f"a few minutes (the default is {DEFAULT_GRACE_S:.0f})")
+        return value
+
+    @validate("absent_grace")
+    def _check_absent_grace(self, proposal: Any) -> float:
+        value = float(proposal["value"])
+        if not (0 <= value <= 7 * 24 * 3600):
+            raise UsageError(f"{self.where('absent_grace')} must be seconds from 0 to a week, got {value!r}",
+                             hint=f"some minutes (the default is {DEFAULT_ABSENT_GRACE_S:.0f})")
         return value
 
     @validate("first_machine")

@@ -138,7 +138,8 @@ def check_next_action(obj: object) -> dict[str, Any] | None:
 
 ALLOCATION_FIELDS = {"allocation_id", "provider", "offer", "gpu", "region", "started", "stopped",
                      "stop_reason", "spend", "spend_source", "currency", "failures", "epoch", "state", "ref",
-                     "price_per_hour", "driver", "predicted", "measured", "environment", "reservation_id"}
+                     "price_per_hour", "driver", "predicted", "measured", "environment", "reservation_id",
+                     "released_by"}
 # What the route predicted for this allocation, and what happened (seconds, dollars, hours). Optional:
 # records written before they existed, and launches that never reached Ready, have neither.
 PREDICTED_FIELDS = {"time_to_ready_s", "boot_s", "catalog_boot_s", "transfer_s", "queue_s", "bytes", "cost",
@@ -194,6 +195,10 @@ def check_allocation(obj: object) -> dict[str, Any]:
     failures = obj.get("failures", [])
     if not isinstance(failures, list) or not all(isinstance(f, str) for f in failures):
         raise ManifestError("allocation failures must be a list of strings")
+    if obj.get("released_by") is not None:  # the machine ended its own billing while the user side was away
+        from jupyter_portable.core.guardian import check_release
+
+        check_release(obj["released_by"])
     if obj.get("environment") is not None:  # what the machine's Python and packages were (issue 26)
         check_record(obj["environment"], f"allocation {obj['allocation_id']}")
     return obj

@@ -192,6 +192,7 @@ class ContinueProtocol(StopProtocol):
             raise
 
     def _start_worker(self, allocation: Allocation, version: int, epoch: int) -> dict[str, Any]:
+        from jupyter_portable.orchestration.guardian import policy_for
         from jupyter_portable.orchestration.settings import load_settings
 
         self._progress("materialize", f"starting the worker on {allocation.allocation_id}")
@@ -199,7 +200,8 @@ class ContinueProtocol(StopProtocol):
                           workspace_id=self.ws.workspace_id, version=version, epoch=epoch,
                           lazy_threshold=self.lazy_threshold, environment=self.environment,
                           autosnapshot_minutes=load_settings(self.ws).autosnapshot_minutes,
-                          progress=lambda line: self._progress("materialize", line), pass_env=self.pass_env)
+                          progress=lambda line: self._progress("materialize", line), pass_env=self.pass_env,
+                          guardian=policy_for(self.ws, allocation, self.provider_of(allocation)))
         save_allocation(self.ws.copy, allocation)  # with what the start learnt: the worker's Python
         save_record(self.ws.copy, rec)
         return self._await_ready(rec)

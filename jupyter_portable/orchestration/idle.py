@@ -40,16 +40,20 @@ def idle_release(lc: L.Lifecycle) -> dict[str, Any] | None:
     if lc.state != L.RELEASED:
         return None
     drain = next((e for e in reversed(lc.events) if e.state == L.DRAINING), None)
-    if drain is None or drain.reason != STOP_REASON or drain.allocation_id != lc.allocation_id:
+    if drain is None or drain.allocation_id != lc.allocation_id:
+        return None
+    detail = dict(drain.detail or {})
+    by_machine = detail.get("by") == "machine"  # the machine released itself while this side was away
+    if drain.reason != STOP_REASON and not by_machine:
         return None
     released = next((e for e in reversed(lc.events) if e.state == L.RELEASED), None)
-    detail = dict(drain.detail or {})
     minutes = float(detail.get("idle_minutes") or 0)
     price = detail.get("price_per_hour")
     price = float(price) if isinstance(price, (int, float)) and not isinstance(price, bool) else None
     return {"allocation_id": lc.allocation_id, "route": lc.route, "minutes": minutes,
             "at": released.at if released else drain.at, "idle_since": detail.get("idle_since"),
-            "saved_per_hour": price, "message": idle_stop_message(minutes, price)}
+            "saved_per_hour": price, "message": str(detail["message"]) if by_machine and detail.get("message") else
+            idle_stop_message(minutes, price)}
 
 
 def no_machine_hint(lc: L.Lifecycle) -> tuple[str, str] | None:

@@ -97,6 +97,10 @@ class LossWatch(AllocationClosing):
                             said=said)
         if decision.verdict == R.LOST:
             self._unreachable = None
+        if not reached and lc.state == L.ACTIVE and self._released_by_machine(lc, rec) is not None:
+            # the machine looked after itself while this side was away: a release, not a loss (core/guardian)
+            self._unreachable = None
+            return {**self.summary(), "alive": False, "unreachable_since": None}
             self._lost(lc, decision.reason or "lost", spend=(status.spend or 0.0) if status else 0.0)
             return {**self.summary(), "alive": False, "unreachable_since": None}
         if decision.verdict == R.UNREACHABLE:
@@ -116,6 +120,11 @@ class LossWatch(AllocationClosing):
         """The active machine that no path reaches, as the last check saw it (state.json ``unreachable``):
         ``{"allocation_id", "since", "line": "unreachable since 14:02Z", "reason"}``; None while it answers."""
         from jupyter_portable.core.reachability import UNREACHABLE, Decision
+
+    def _released_by_machine(self, lc: L.Lifecycle, rec: AgentRecord) -> dict[str, Any] | None:
+        """What the machine recorded when it released itself, once this side has taken it in (the Stop
+        protocol does: ``sealing``); None when it did not."""
+        return None
 
         held = self._unreachable
         lc = self.lifecycle()

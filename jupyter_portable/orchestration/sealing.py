@@ -9,6 +9,7 @@ from typing import Any
 from jupyter_portable.core import lifecycle as L
 from jupyter_portable.core.errors import ConflictError, PortableError, ProviderUnavailable, UsageError
 from jupyter_portable.orchestration.loss import LossWatch
+from jupyter_portable.worker.client import AgentRecord
 
 
 class StopProtocol(LossWatch):
@@ -73,6 +74,44 @@ class StopProtocol(LossWatch):
             self._drop_client(rec.allocation_id)
         self._adopt_head()
         return {**self.summary(lc), "sealed_version": lc.version}
+
+    def _released_by_machine(self, lc: L.Lifecycle, rec: AgentRecord) -> dict[str, Any] | None:
+        """The machine sealed and released itself while this side was away (worker/guardian): its record
+        is read back from the head, and the workspace goes DRAINING -> SEALED (at the version it sealed)
+        -> RELEASED as if this side had stopped it; whatever the provider still holds (a stopped pod, a
+        stopped instance: their disks bill) is terminated now. None when the machine recorded no release."""
+        from jupyter_portable.orchestration.guardian import machine_release
+
+        try:
+            released = machine_release(self.ws, lc.allocation_id)
+        except PortableError:
+            return None
+        if released is None:
+            return None
+        try:
+            return self._take_release(lc, rec, released)
+        except ConflictError:
+            return None  # a Continue or Stop holds the workspace: the next look takes it in
+
+    def _take_release(self, lc: L.Lifecycle, rec: AgentRecord, released: dict[str, Any]) -> dict[str, Any] | None:
+        with self._exclusive():
+            if self.lifecycle().state != L.ACTIVE or self.lifecycle().allocation_id != lc.allocation_id:
+                return None
+            detail = {"by": "machine", "message": released["message"], "at": released["at"],
+                      "idle_minutes": released.get("idle_minutes"), "idle_since": released.get("idle_since"),
+                      "price_per_hour": None}
+            self._move(L.DRAINING, reason=str(released["reason"]), detail=detail)
+            self._move(L.SEALED, version=int(released["version"]))
+            seen = self.observed.get(rec.allocation_id)
+            spend = float(seen.spend or 0.0) if seen is not None else 0.0
+            with contextlib.suppress(PortableError):
+                self.provider_of(rec.allocation).terminate(rec.allocation)
+            lc = self._move(L.RELEASED)
+            self._close_record(rec, state="released", reason=f"released by the machine ({released['reason']})",
+                               spend=spend, epoch=lc.epoch)
+            self._drop_client(rec.allocation_id)
+            self._adopt_head()
+        return released
 
     def _adopt_head(self) -> None:
         """The file browser pulled the machine's files into this copy while it ran (orchestration/follow):

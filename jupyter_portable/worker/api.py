@@ -74,6 +74,8 @@ class _Handler(web.RequestHandler):
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(obj))
+        if self.state.guardian is not None:
+            self.state.guardian.heard()  # the user side is there (worker/guardian)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]

@@ -44,6 +44,14 @@ def check_config(obj: Any) -> dict[str, Any]:
         from jupyter_portable.store.credentials import SessionCredentials
 
         SessionCredentials.from_json(obj["credentials"])
+    if obj.get("guardian") is not None:  # the workspace's policy for a machine whose user side is away
+        from jupyter_portable.core.guardian import GuardianPolicy
+
+        obj["guardian"] = GuardianPolicy.from_json(obj["guardian"]).to_json()
+    if obj.get("machine_key") is not None:  # put there by --detach on the machine, never sent by the user side
+        from jupyter_portable.worker.guardian import check_machine_key
+
+        check_machine_key(obj["machine_key"])
     return obj
 
 
@@ -77,8 +85,19 @@ def main(argv: list[str] | None = None) -> int | dict[str, Any]:
         print(f"jupyter-portable worker: bad configuration: {exc}", file=sys.stderr)
         return 2
     if args.detach:
-        return detach(raw, Path(config["state_dir"]).expanduser(), machine_env(config)[0])
+        return detach(_with_machine_key(raw, config), Path(config["state_dir"]).expanduser(), machine_env(config)[0])
     return config
+
+
+def _with_machine_key(raw: str, config: dict[str, Any]) -> str:
+    """The configuration with the machine's own key (worker/guardian) where its provider put one: it
+    reaches the agent over stdin, not through an environment its kernel would inherit."""
+    from jupyter_portable.worker.guardian import find_machine_key
+
+    if config.get("guardian") is None:
+        return raw
+    key = find_machine_key(config["guardian"].get("means"), os.environ)
+    return raw if key is None else json.dumps({**config, "machine_key": key})
 
 
 def detach(raw: str, state_dir: Path, env: dict[str, str], timeout: float = 60.0) -> int:

@@ -22,6 +22,7 @@ from jupyter_portable.worker.activity import start_watchers
 from jupyter_portable.worker.agent import prepare
 from jupyter_portable.worker.api import MAX_BODY, make_app, shutdown_soon
 from jupyter_portable.worker.config import check_config, machine_env
+from jupyter_portable.worker.guardian import start_guardian
 from jupyter_portable.worker.kernel import stop_kernel
 from jupyter_portable.worker.protocol import READY_PREFIX
 from jupyter_portable.worker.state import AgentState
@@ -101,6 +102,7 @@ def serve(config: dict[str, Any], ready_out: Any) -> int:
     threading.Thread(target=_heartbeat, args=(state, config.get("machine_pid")), daemon=True).start()
     threading.Thread(target=prepare, args=(state,), daemon=True).start()
     start_watchers(state)
+    state.guardian = start_guardian(state, config)
 
     def stop(_signum: int, _frame: object) -> None:
         IOLoop.current().add_callback_from_signal(shutdown_soon, state)

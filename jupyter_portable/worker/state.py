@@ -49,6 +49,7 @@ class AgentState:
         self.lock = threading.Lock()
         self.credentials_expiration: str | None = None  # of the store credentials in use; never the keys
         self.activity = Activity()  # the kernel's cells and the GPUs' work, for idle autostop
+        self.guardian: Any = None  # worker.guardian.Guardian, when the user side sent a policy
 
     # -- the store, opened lazily in the threads that need it --
     def store(self) -> Any:
@@ -72,7 +73,8 @@ class AgentState:
                 "pending": pending, "accepting": self.accepting, "sealed": self.sealed, "heartbeat": time.time(),
                 "pid": os.getpid(), "python": self.kernel_python, "environment": self.env_build,
                 "kernel": self.kernel_status(), "credentials": {"expiration": self.credentials_expiration},
-                "activity": self.activity.to_json()}
+                "activity": self.activity.to_json(),
+                "guardian": self.guardian.view() if self.guardian is not None else None}
 
     def kernel_status(self) -> dict[str, Any]:
         k = self.kernel

@@ -63,6 +63,7 @@ from jupyter_portable.compute import gpu_catalog
 from twins.gate import Gate
 from twins.machines import BARE_PYTHON, CLOUD_USER, TwinMachine, start_machine
 
+POWER_PATH = "/twin-machine/shutdown/"  # where a twin machine's `shutdown` reports (machines.start_machine)
 ACCOUNT = "123456789012"  # moto's default account: where keys "testing" land
 SPOT_INTERRUPTION = "Server.SpotInstanceTermination"
 LOST_ANSWER_S = 3.0  # how long a lost answer is held back
@@ -135,6 +136,7 @@ class AwsTwin:
         self.gateway_errors = gateway_errors
         self.fail_first_delete = fail_first_delete
         self.terminates: dict[str, int] = {}  # instance id -> terminate_instances calls naming it
+        self.shutdowns: list[tuple[str, str]] = []  # (instance id, its shutdown behaviour) of each machine's shutdown
         self.client_tokens: dict[str, Any] = {}  # ClientToken -> the reservation its launch made
         self.actions: list[tuple[str, int]] = []  # (Action, HTTP status) of every call
         # where the user's connections come from, as the provider's side sees it (behind any NAT)
@@ -368,6 +370,23 @@ class AwsTwin:
         backend.terminate_instances = terminate_instances
         backend.stop_instances = stop_instances
 
+    def machine_shutdown(self, instance_id: str) -> None:
+        """The instance's machine ran ``shutdown``: EC2 terminates it when it was launched with
+        InstanceInitiatedShutdownBehavior=terminate, else stops it (its disk stays, and bills). Done once
+        the answer is on its way: the caller runs on the machine that goes down."""
+        instance = self.instance(instance_id)
+        behaviour = instance.instance_initiated_shutdown_behavior
+        with self.lock:
+            self.shutdowns.append((instance_id, behaviour))
+
+        def power_off() -> None:
+            if behaviour == "terminate":
+                self.backend.terminate_instances([instance_id])
+            else:
+                self.backend.stop_instances([instance_id])
+
+        threading.Timer(0.2, power_off).start()
+
     def _offer(self, instance_type: str) -> AwsOffer:
         if instance_type in self.offers:
             return self.offers[instance_type]
@@ -422,7 +441,8 @@ class AwsTwin:
                 return
             booting.machine, booting.gate = start_behind_security_group(
                 self.root, booting.instance_id, offer, keys, host_key, python=python,
-                admits=lambda: self.admits(booting.instance_id))
+                admits=lambda: self.admits(booting.instance_id),
+                shutdown_url=f"{self._url}{POWER_PATH}{booting.instance_id}")
             booting.address = booting.machine.host
             for nic in instance.nics.values():
                 nic.public_ip = booting.machine.host
@@ -444,14 +464,14 @@ def start_on_public_address(root: Path, machine_id: str, offer: AwsOffer, keys: 
 
 def start_behind_security_group(root: Path, machine_id: str, offer: AwsOffer, keys: list[str],
                                 host_key: tuple[str, str] | None, *, python: str | None,
-                                admits: Any) -> tuple[TwinMachine, Gate]:
+                                admits: Any, shutdown_url: str | None = None) -> tuple[TwinMachine, Gate]:
     """A machine with its own "public IP" on loopback (a random 127.x.y.z) whose port 22 is a
     :class:`Gate` (``admits``: the security groups' say) in front of its sshd on another port."""
     for _attempt in range(20):
         address = f"127.{random.randint(1, 254)}.{random.randint(0, 255)}.{random.randint(1, 254)}"
         machine = start_machine(root, machine_id, gpus=offer.gpus, driver=offer.driver, cuda=offer.cuda,
                                 public_keys=keys, host=address, host_key=host_key, user=CLOUD_USER,
-                                python=python or offer.python)
+                                python=python or offer.python, shutdown_url=shutdown_url)
         try:
             return machine, Gate(address, 22, (address, machine.port), admits)
         except OSError:  # that address's port 22 is taken (another twin's machine): pick another
@@ -478,9 +498,14 @@ class _Gateway:
         length = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(length) if length else b""
         environ["wsgi.input"] = io.BytesIO(body)
+        twin = self.twin
+        path = str(environ.get("PATH_INFO") or "")
+        if path.startswith(POWER_PATH):  # not EC2's API: a machine's own shutdown, told to its host
+            twin.machine_shutdown(path[len(POWER_PATH):])
+            start_response("204 No Content", [("Content-Length", "0")])
+            return [b""]
         form = parse_qs(body.decode("utf-8", "replace"))
         action = (form.get("Action") or [""])[0]
-        twin = self.twin
         if action in ("DescribeCapacityBlockOfferings", "PurchaseCapacityBlock"):
             return self._blocks(action, {k: v[0] for k, v in form.items()}, start_response)
         if action == "TerminateInstances":

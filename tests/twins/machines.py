@@ -353,16 +353,30 @@ exec /bin/sh -l
 """
 
 
+_SHUTDOWN = """#!/bin/sh
+# a twin machine's shutdown: noted, and told to its provider twin (which stops or terminates the machine
+# as its API says: AWS by the instance's InstanceInitiatedShutdownBehavior)
+echo "shutdown $*" >> '{log}'
+[ -n '{url}' ] || exit 0
+exec {python} -c 'import sys, urllib.request as u
+u.build_opener(u.ProxyHandler({{}})).open(u.Request(sys.argv[1], data=b"", method="POST"), timeout=10)' '{url}'
+"""
+
+
 def start_machine(root: Path, machine_id: str, *, gpus: list[dict[str, Any]], driver: str, cuda: str,
                   public_keys: Iterable[str] = (), nvidia_mode: str = "ok", host: str = "127.0.0.1",
                   port: int | None = None, host_key: tuple[str, str] | None = None, user: str = "root",
-                  python: str = BARE_PYTHON) -> TwinMachine:
+                  python: str = BARE_PYTHON, env: dict[str, str] | None = None,
+                  shutdown_url: str | None = None) -> TwinMachine:
     """Start a machine ``root/machine_id``: sshd, home, fake GPUs, bare Python, no package index.
 
     Only ``public_keys`` may log in, as ``user`` (made when missing, see :func:`ensure_login_user`);
     more can be added with :meth:`TwinMachine.authorize` (a provider that attaches keys after the
     launch). ``python`` is the bare interpreter the machine's ``python3`` runs (a path, e.g. from
-    :data:`PYTHONS`). ``host``/``port`` say where its sshd listens (a cloud twin gives each machine
+    :data:`PYTHONS`). ``env``: what the provider puts in every process's environment (RunPod's pod id and
+    pod-scoped key, Vast's instance key). ``shutdown_url``: where the machine's ``shutdown`` tells its
+    provider it powers off (:data:`_SHUTDOWN`; without one it only notes the call in ``shutdown.log``).
+    ``host``/``port`` say where its sshd listens (a cloud twin gives each machine
     its own 127.x.y.z and port 22); ``host_key`` is the host key its user data installed. Raises
     RuntimeError when sshd cannot start, OSError when ``port`` is taken.
     """
@@ -370,7 +384,8 @@ def start_machine(root: Path, machine_id: str, *, gpus: list[dict[str, Any]], dr
     base = Path(tempfile.mkdtemp(prefix=f"{machine_id}-", dir=machines_dir()))
     try:
         return _start(root, machine_id, base, account, gpus=gpus, driver=driver, cuda=cuda, public_keys=public_keys,
-                      nvidia_mode=nvidia_mode, host=host, port=port, host_key=host_key, python=python)
+                      nvidia_mode=nvidia_mode, host=host, port=port, host_key=host_key, python=python,
+                      provider_env=env or {}, shutdown_url=shutdown_url)
     except BaseException:
         shutil.rmtree(base, ignore_errors=True)
         raise
@@ -378,7 +393,8 @@ def start_machine(root: Path, machine_id: str, *, gpus: list[dict[str, Any]], dr
 
 def _start(root: Path, machine_id: str, base: Path, account: pwd.struct_passwd, *, gpus: list[dict[str, Any]],
            driver: str, cuda: str, public_keys: Iterable[str], nvidia_mode: str, host: str, port: int | None,
-           host_key: tuple[str, str] | None, python: str) -> TwinMachine:
+           host_key: tuple[str, str] | None, python: str, provider_env: dict[str, str],
+           shutdown_url: str | None) -> TwinMachine:
     base.chmod(0o755)
     home = base / "home"
     bin_dir = base / "bin"
@@ -394,6 +410,10 @@ def _start(root: Path, machine_id: str, base: Path, account: pwd.struct_passwd, 
     else:  # an interpreter without a python3 beside it
         (bin_dir / "python3").symlink_to(runs)
         path = [bin_dir]
+    # every machine has a shutdown of its own, first on PATH: never the host's (systemctl), even through sudo
+    shutdown = bin_dir / "shutdown"
+    shutdown.write_text(_SHUTDOWN.format(log=base / "shutdown.log", python=BARE_PYTHON, url=shutdown_url or ""))
+    shutdown.chmod(0o755)
     session = base / "session.sh"
     session.write_text(_SESSION)
     session.chmod(0o755)
@@ -401,7 +421,7 @@ def _start(root: Path, machine_id: str, base: Path, account: pwd.struct_passwd, 
     # the worker keeps of a machine's environment only what core.secretenv allows; the machine's
     # mark is named for it on purpose, so its kernel too dies with the machine
     env = {"HOME": str(home), "TWIN_MACHINE": machine_id, "TWIN_MACHINE_MARK": marker,
-           "JUPYTER_PORTABLE_PASS_ENV": "TWIN_MACHINE,TWIN_MACHINE_MARK", **no_index_env()}
+           "JUPYTER_PORTABLE_PASS_ENV": "TWIN_MACHINE,TWIN_MACHINE_MARK", **no_index_env(), **provider_env}
     sshd = start_sshd(base / "sshd", path_prefix=path, env=env, extra_config=[f"ForceCommand {session}"],
                       host=host, port=port, host_key=host_key, user=account.pw_name)
     machine = TwinMachine(machine_id=machine_id, sshd=sshd, home=home, gpus=gpus, driver=driver, cuda=cuda,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -58,6 +59,7 @@ class RunPodTwin(Twin):
                     "properties": {"title": {"type": "string"}, "status": {"type": "integer"},
                                    "detail": {"type": "string"}}}
     launch_ops = frozenset({"createPod", "graphql.podRentInterruptable"})
+    machine_key_ops = frozenset({"podAction"})  # a pod's own RUNPOD_API_KEY acts on that pod alone
 
     def __init__(self, *args: Any, account_keys: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -84,7 +86,14 @@ class RunPodTwin(Twin):
             return None
         return super().route(method, path, content)
 
+    def machine_env(self, rental: Rental) -> dict[str, str]:
+        """What every pod's processes have: its id and a key scoped to it (RunPod's pod-scoped key)."""
+        return {"RUNPOD_POD_ID": rental.ref, "RUNPOD_API_KEY": self.machine_key(rental.ref)}
+
     # -- errors ----------------------------------------------------------------------------
+
+    def forbidden(self, op_id: str | None) -> Reply:
+        return _problem(403, "Forbidden", "This API key is not allowed to act on this pod.")
 
     def unauthorized(self, op_id: str | None) -> Reply:
         return Reply(401, {"title": "Unauthorized", "status": 401,
@@ -133,7 +142,7 @@ class RunPodTwin(Twin):
     def _status(self, rental: Rental) -> str:
         phase = self.phase(rental)
         if phase == "killed":
-            return "EXITED" if rental.extra.get("spot") else "ERROR"
+            return "EXITED" if rental.extra.get("spot") or rental.extra.get("stopped") else "ERROR"
         if phase == "failed":
             return "ERROR"
         if phase == "booting":
@@ -193,7 +202,8 @@ class RunPodTwin(Twin):
         """The pod's billing records, one per ``bucket`` (hour, else day) it existed in."""
         now = until or self.wall()
         end = rental.deleted_at or now
-        gpu_end = min(t for t in (rental.killed_at if rental.extra.get("spot") else None, end) if t is not None)
+        stops = rental.extra.get("spot") or rental.extra.get("stopped")  # a stopped pod bills its disk alone
+        gpu_end = min(t for t in (rental.killed_at if stops else None, end) if t is not None)
         disk_gb = float(rental.extra.get("disk") or 20)
         records = []
         hour = rental.created_at.replace(minute=0, second=0, microsecond=0)
@@ -267,6 +277,29 @@ class RunPodTwin(Twin):
             raise Refused(Reply(500, {"title": "Internal Server Error", "status": 500,
                                       "detail": "something went wrong deleting the pod; try again"}))
         return Reply(204)
+
+    def op_podAction(self, params: dict[str, str], query: dict[str, Any], body: Any) -> Reply:
+        rental = self._rental(params["id"])
+        action = body["action"]
+        if action not in self._pod(rental)["actions"]:
+            raise Refused(_problem(409, "Conflict", f"cannot {action} a pod that is {self._status(rental)}"))
+        if action == "terminate":
+            self.delete(rental)
+            return Reply(204)
+        if action != "stop":
+            raise Refused(_problem(409, "Conflict", f"the twin does not {action} pods"))
+        rental.extra["stopped"] = True
+        rental.killed, rental.killed_at = "stopped", self.wall()
+        rental.offer.stock += 1  # a stopped pod gives its GPU back
+        reply = Reply(200, self._pod(rental))
+        # the container stops once the answer is on its way (the caller may run on the pod itself)
+        threading.Timer(0.2, self._stop_machine, args=(rental,)).start()
+        return reply
+
+    def _stop_machine(self, rental: Rental) -> None:
+        self._wait_started(rental)
+        if rental.machine is not None:
+            rental.machine.kill()
 
     def op_listPodBilling(self, params: dict[str, str], query: dict[str, Any], body: Any) -> Reply:
         if "lastN" in query and ("startTime" in query or "endTime" in query):

@@ -138,6 +138,8 @@ class Twin:
     launch_ops: frozenset[str] = frozenset()
     # who logs in to the machines: the provider's images' user
     login_user = "root"
+    # what a machine's own key (:meth:`machine_key`) may call, and only on that machine (path id = its ref)
+    machine_key_ops: frozenset[str] = frozenset()
 
     def __init__(self, root: Path, *, offers: Iterable[TwinOffer | dict[str, Any]] | None = None,
                  boot_delay_s: float = 1.0, clock: Callable[[], float] = time.monotonic, rate: float | None = None,
@@ -163,6 +165,7 @@ class Twin:
         self.gateway_status = gateway_status  # what that gateway answers: 503, or the API's own 500
         # a new machine is listed only this long (on ``clock``) after its launch: a listing lags (issue 42)
         self.listing_lag_s = listing_lag_s
+        self.machine_keys: dict[str, str] = {}  # a machine's own key -> the ref of the one machine it may act on
         self.requests: list[dict[str, Any]] = []
         self.violations: list[str] = []
         self.bugs: list[str] = []
@@ -264,6 +267,17 @@ class Twin:
 
     # -- the machines --------------------------------------------------------------------------
 
+    def machine_key(self, ref: str) -> str:
+        """A new key scoped to the machine ``ref``: it may call :attr:`machine_key_ops` on that machine only."""
+        key = f"twin-{self.provider}-machine-{secrets.token_hex(12)}"
+        with self.lock:
+            self.machine_keys[key] = ref
+        return key
+
+    def machine_env(self, rental: Rental) -> dict[str, str]:
+        """What the provider puts in the environment of every process on ``rental``'s machine."""
+        return {}
+
     def new_ref(self) -> str:
         with self.lock:
             self._seq += 1
@@ -291,7 +305,7 @@ class Twin:
         try:
             machine = start_machine(self.root, f"{self.provider}-{rental.ref}", gpus=rental.offer.gpus,
                                     driver=rental.offer.driver, cuda=rental.offer.cuda, user=self.login_user,
-                                    python=self.python_for(rental))
+                                    python=self.python_for(rental), env=self.machine_env(rental))
         except Exception as exc:  # noqa: BLE001 - reported through the API (and the test's view of it)
             rental.start_error = f"{type(exc).__name__}: {exc}"
             return
@@ -422,6 +436,10 @@ class Twin:
     def invalid(self, op_id: str, errors: list[str]) -> Reply:
         raise NotImplementedError
 
+    def forbidden(self, op_id: str | None) -> Reply:
+        """A key that may not do this (a machine's own key on another machine)."""
+        return self.unauthorized(op_id)
+
     def rate_limited(self, op_id: str | None, wait_s: float) -> Reply:
         raise NotImplementedError
 
@@ -496,11 +514,16 @@ class Twin:
         wait = self._take_token()
         if wait:
             return self._checked(op_id, self.rate_limited(op_id, wait))
-        if http.headers.get("Authorization") != f"Bearer {self.api_key}":
+        given = http.headers.get("Authorization") or ""
+        scoped = self.machine_keys.get(given.removeprefix("Bearer ")) if given.startswith("Bearer ") else None
+        if given != f"Bearer {self.api_key}" and scoped is None:
             return self._checked(op_id, self.unauthorized(op_id))
         if found is None:
             return self.not_found(path)
         op_id, params = found
+        if scoped is not None and (op_id not in self.machine_key_ops or params.get("id") != scoped):
+            entry["scoped_refused"] = True  # a machine's own key, used beyond its own machine
+            return self._checked(op_id, self.forbidden(op_id))
         errors = schemas.request_errors(self.provider, op_id, query_items, content)
         if errors:
             with self.lock:

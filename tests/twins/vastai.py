@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -57,6 +58,7 @@ class VastTwin(Twin):
     error_schema = {"type": "object", "properties": {"success": {"type": "boolean"}, "error": {"type": "string"},
                                                      "msg": {"type": "string"}, "detail": {"type": "string"}}}
     launch_ops = frozenset({"createInstance"})
+    machine_key_ops = frozenset({"manageInstance"})  # an instance's own CONTAINER_API_KEY acts on it alone
 
     def __init__(self, *args: Any, direct_ports: dict[str, int] | None = None,
                  broken_hosts: dict[str, str] | None = None, **kwargs: Any) -> None:
@@ -143,7 +145,9 @@ class VastTwin(Twin):
             "gpu_name": offer.model, "num_gpus": offer.count, "gpu_ram": offer.memory_mb,
             "gpu_totalram": offer.memory_mb * offer.count, "geolocation": offer.region, "dph_total": offer.price,
             "is_bid": False, "direct_port_count": 40}
-        if phase == "killed":
+        if phase == "killed" and rental.extra.get("stopped"):
+            inst.update(actual_status="stopped", intended_status="stopped", cur_state="stopped", status_msg=None)
+        elif phase == "killed":
             inst.update(actual_status="exited", cur_state="stopped", status_msg=rental.killed)
         elif rental.extra.get("silent"):
             # Vast's docs: "unknown" is no recent heartbeat from the host; the instance keeps its ports
@@ -234,6 +238,31 @@ class VastTwin(Twin):
         found = [i for i in (self._instance(r) for r in self.listed()) if i is not None]
         return Reply(200, {"success": True, "instances_found": len(found), "total_instances": len(found),
                            "next_token": None, "instances": found})
+
+    def machine_env(self, rental: Rental) -> dict[str, str]:
+        """What the instance's processes have: its id and its own key (Vast's CONTAINER_API_KEY)."""
+        return {"CONTAINER_ID": rental.ref, "CONTAINER_API_KEY": self.machine_key(rental.ref)}
+
+    def op_manageInstance(self, params: dict[str, str], body: Any) -> Reply:
+        rental = self._rental(params["id"])
+        if rental is None:
+            raise Refused(_error(404, "not_found", "Instance not found"))
+        if body.get("state") == "stopped" and not rental.extra.get("stopped"):
+            rental.extra["stopped"] = True
+            rental.killed, rental.killed_at = "stopped", self.wall()
+            rental.offer.stock += 1  # a stopped instance holds no GPU
+            # the container stops once the answer is on its way (the caller may run in it)
+            threading.Timer(0.2, self._stop_machine, args=(rental,)).start()
+        elif body.get("state") == "running" and rental.extra.get("stopped"):
+            raise Refused(_error(400, "invalid_state", "the twin does not start stopped instances"))
+        if "label" in body:
+            rental.name = body["label"]
+        return Reply(200, {"success": True})
+
+    def _stop_machine(self, rental: Rental) -> None:
+        self._wait_started(rental)
+        if rental.machine is not None:
+            rental.machine.kill()
 
     def op_destroyInstance(self, params: dict[str, str], body: Any) -> Reply:
         rental = self._rental(params["id"])

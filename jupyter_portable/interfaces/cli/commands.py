@@ -384,6 +384,12 @@ def _orchestrate(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str
         since = parse_iso_or_none(out.get("unreachable_since"))
         text = (f"{unreachable_line(out['state'], out['version'], since_text(since))} ({machine})" if since
                 else f"{state_line(out['state'], out['version'])} ({machine})")
+        from jupyter_portable.orchestration.idle import idle_release
+
+        released = idle_release(orch.lifecycle())  # an idle stop, here or by the machine while this side was away
+        if released is not None:
+            out["released"] = released
+            text += f"\n{released['message']}"
         from jupyter_portable.orchestration.budget import budget_report
 
         # the budget as `spend` and the sidebar say it (one report: orchestration/budget.py)
