@@ -1,4 +1,4 @@
-"""Each of the package's errors becomes one HTTP status, from one table (serverext/statuses)."""
+"""Each of the package's errors becomes one HTTP status, from one table (core/http_status)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 from jupyter_portable.core import errors
-from jupyter_portable.interfaces.serverext.statuses import HTTP_STATUS, status_for
+from jupyter_portable.core.http_status import HTTP_STATUS, status_for
 
 ALL = [c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, errors.PortableError)]
 

@@ -119,3 +119,33 @@ async def test_each_endpoint_refuses_what_its_schema_refuses_naming_the_field(
     assert json.loads((await jp_fetch("portable", "api", "settings")).body) == settings_before
     state = json.loads((await jp_fetch("portable", "api", "state")).body)
     assert state["continuing"] is False and state["lifecycle"]["state"] == "IDLE", state
+
+
+# endpoint, a query its schema refuses, what the 400 says (the schema's own words), a query it takes
+QUERIES: list[tuple[str, dict[str, str], str, dict[str, str]]] = [
+    ("routes", {"hours": "soon"}, "hours must be a number (at least 0.01 and at most 8760), not 'soon'",
+     {"hours": "8"}),
+    ("routes", {"hours": "0"}, "hours must be a number (at least 0.01 and at most 8760), not 0", {"hours": "0.5"}),
+    ("reservations", {"days": "40"}, "days must be a whole number from 1 to 31, not 40", {"days": "3"}),
+    ("reservations", {"days": "2.5"}, "days must be a whole number from 1 to 31, not '2.5'", {}),
+    ("orphans", {"refresh": "yes"}, "refresh must be one of 0, 1, not 'yes'", {"refresh": "0"}),
+    ("routes", {"hour": "8"}, "unknown field(s): hour", {}),
+]
+
+
+async def test_each_query_is_checked_against_its_schema_naming_the_parameter(
+        jp_serverapp: Any, jp_fetch: Any, jp_root_dir: Path) -> None:
+    """Issue 46: the server's query parameters are checked by the same machinery as its bodies
+    (schemas/*-query.json): a refused one is a 400 in the error answer's shape, and a good one is taken."""
+    from tornado.httpclient import HTTPClientError
+
+    shape = requests.validator("error.json")
+    for endpoint, bad, said, good in QUERIES:
+        with pytest.raises(UsageError, match="^" + said.replace("(", r"\(").replace(")", r"\)") + "$"):
+            requests.read_query({k: [v.encode()] for k, v in bad.items()}, f"{endpoint}-query.json")
+        with pytest.raises(HTTPClientError) as refused:
+            await jp_fetch("portable", "api", endpoint, params=bad)
+        answer = json.loads(refused.value.response.body)
+        assert refused.value.code == 400 and shape.is_valid(answer), (endpoint, bad, answer)
+        assert answer == {"error": said, "hint": None}, (endpoint, bad)
+        assert (await jp_fetch("portable", "api", endpoint, params=good)).code == 200, (endpoint, good)

@@ -2,7 +2,7 @@
 
 As jupyterlab-git keeps ``Git`` behind its handlers, the handlers of ``interfaces/serverext`` only
 read and check a request (its JSON Schema), call one method here, and write the answer; the status
-of an error is its row in ``serverext/statuses``. The methods take checked, typed arguments, may
+of an error is its row in ``core/http_status``. The methods take checked, typed arguments, may
 block (the handlers run them on the service's threads), return what the endpoint answers as plain
 JSON-ready values, and raise only the package's errors. Nothing here knows HTTP or Jupyter Server.
 """

@@ -1,11 +1,13 @@
 """The Jupyter server extension: thin handlers over the facade (orchestration/facade.py).
 
 A handler reads its request, checks a body against its committed JSON Schema
-(``schemas/*-request.json``, by ``requests.read_body``), calls one method of
-:class:`PortableFacade` (on the service's threads where it blocks) and writes the answer; an
-error's status is its row in ``statuses.HTTP_STATUS``. Every handler is ``@web.authenticated``
-(the server refuses anything else when ``allow_unauthenticated_access`` is off); bad JSON or bad
-values get a 400 with a one-line message. The API and its events are documented in ``docs/api.md``.
+(``schemas/*-request.json``, by ``requests.read_body``) and a query against its own
+(``schemas/*-query.json``), calls one method of :class:`PortableFacade` (on the service's
+threads where it blocks) and writes the answer, or raises. An error's status is its row in
+``core.http_status.HTTP_STATUS`` (the worker's API uses the same table), its answer
+``{"error", "hint"}``. Every handler is ``@web.authenticated`` (the server refuses anything else
+when ``allow_unauthenticated_access`` is off); bad JSON or bad values get a 400 with a one-line
+message. The API and its events are documented in ``docs/api.md``.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from jupyter_portable.core.errors import PortableError
+from jupyter_portable.core.http_status import error_answer, status_for
 from jupyter_portable.core.settings import RENAMED
-from jupyter_portable.interfaces.serverext.requests import read_body
-from jupyter_portable.interfaces.serverext.statuses import status_for
+from jupyter_portable.interfaces.serverext.requests import read_body, read_query
 from jupyter_portable.orchestration.facade import PortableFacade
 from jupyter_portable.orchestration.monitor import SCHEMAS, PortableService, find_workspace
 
@@ -52,6 +54,10 @@ class _Base(APIHandler):  # type: ignore[misc]
         """The body, checked against ``schemas/<schema>``: a 400 naming the field it refuses."""
         return read_body(self.request.body, schema, allow=allow)
 
+    def checked_query(self, schema: str) -> dict[str, Any]:
+        """The query parameters, typed and checked against ``schemas/<schema>``: a 400 naming the one it refuses."""
+        return read_query(self.request.query_arguments, schema)
+
     def reply(self, obj: Any, status: int = 200) -> None:
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
@@ -59,18 +65,12 @@ class _Base(APIHandler):  # type: ignore[misc]
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        hint = None
-        if isinstance(exc, PortableError):
-            message, hint = str(exc), exc.hint
-        elif isinstance(exc, web.HTTPError) and exc.reason:
-            message = exc.reason
-        else:
-            message = self._reason
+        reason = exc.reason if isinstance(exc, web.HTTPError) and exc.reason else self._reason
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"error": message, "hint": hint}))
+        self.finish(json.dumps(error_answer(exc, reason)))
 
     def _handle_request_exception(self, e: BaseException) -> None:
-        # Our typed errors become the status of their row in statuses.HTTP_STATUS; anything
+        # Our typed errors become the status of their row in core.http_status.HTTP_STATUS; anything
         # else (and a PortableError with no better row) stays a 500 with its traceback logged.
         status = status_for(e)
         if status is not None and status != 500 and not self._finished:
@@ -89,18 +89,6 @@ class _Base(APIHandler):  # type: ignore[misc]
         return await IOLoop.current().run_in_executor(self.service.pool, lambda: fn(*args, **kwargs))
 
 
-def _number(value: str | None, what: str, default: float, lo: float, hi: float) -> float:
-    if value is None:
-        return default
-    try:
-        n = float(value)
-    except ValueError:
-        raise web.HTTPError(400, reason=f"{what} must be a number") from None
-    if not lo <= n <= hi:
-        raise web.HTTPError(400, reason=f"{what} must be within {lo:g}..{hi:g}")
-    return n
-
-
 class StateHandler(_Base):
     @web.authenticated
     async def get(self) -> None:
@@ -110,8 +98,8 @@ class StateHandler(_Base):
 class RoutesHandler(_Base):
     @web.authenticated
     async def get(self) -> None:
-        hours = _number(self.get_argument("hours", None), "hours", 0, 0.01, 24 * 365) or None
-        self.reply(await self.blocking(self.facade.routes, hours))
+        query = self.checked_query("routes-query.json")
+        self.reply(await self.blocking(self.facade.routes, query.get("hours")))
 
 
 class ContinueHandler(_Base):
@@ -166,8 +154,8 @@ class FilesHandler(_Base):
 class ReservationsHandler(_Base):
     @web.authenticated
     async def get(self) -> None:
-        days = int(_number(self.get_argument("days", None), "days", 7, 1, 31))
-        self.reply(await self.blocking(self.facade.reservations, days))
+        query = self.checked_query("reservations-query.json")
+        self.reply(await self.blocking(self.facade.reservations, query.get("days", 7)))
 
     @web.authenticated
     async def post(self) -> None:
@@ -214,7 +202,8 @@ class OrphansHandler(_Base):
 
     @web.authenticated
     async def get(self) -> None:
-        self.reply(await self.blocking(self.facade.orphans, self.get_argument("refresh", "0") == "1"))
+        query = self.checked_query("orphans-query.json")
+        self.reply(await self.blocking(self.facade.orphans, query.get("refresh") == 1))
 
     @web.authenticated
     async def post(self) -> None:

@@ -1,4 +1,5 @@
-"""Which HTTP status each of the package's errors becomes: one table, read by the handlers.
+"""Which HTTP status each of the package's errors becomes, and the body that says it: one table,
+read by the server extension's handlers and the worker's alike.
 
 A class not in the table takes the status of its nearest listed base. What the statuses say:
 
@@ -11,10 +12,13 @@ A class not in the table takes the status of its nearest listed base. What the s
   credentials; the store gave bytes that do not match their hash, or lost an object);
 - 503: something this server relies on could not be reached (the provider's API, the store).
 
-Anything that is not a PortableError stays a 500, with its traceback in the server's log.
+Anything that is not a PortableError stays a 500, with its traceback in the server's log. Every
+error answer is :func:`error_answer`'s ``{"error", "hint"}`` (``serverext/schemas/error.json``).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from jupyter_portable.core.errors import (
     AdmissionRefused,
@@ -69,4 +73,12 @@ def status_for(exc: BaseException) -> int | None:
     return None
 
 
-__all__ = ["HTTP_STATUS", "status_for"]
+def error_answer(exc: BaseException | None, fallback: str) -> dict[str, Any]:
+    """The body of an error answer: the package's error with its hint apart, else ``fallback``
+    (the framework's reason: "a valid token is required", "Not Found")."""
+    if isinstance(exc, PortableError):
+        return {"error": str(exc), "hint": exc.hint}
+    return {"error": fallback, "hint": None}
+
+
+__all__ = ["HTTP_STATUS", "error_answer", "status_for"]
