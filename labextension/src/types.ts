@@ -11,12 +11,15 @@
  *   error.json
  *   files.json
  *   orphan-terminate.json
+ *   orphans-query.json
  *   orphans-request.json
  *   orphans.json
  *   reservation-check.json
  *   reservation-request.json
  *   reservation.json
+ *   reservations-query.json
  *   reservations.json
+ *   routes-query.json
  *   routes.json
  *   settings-request.json
  *   settings.json
@@ -203,6 +206,12 @@ export interface IOrphanMachine {
   why: string;
 }
 /**
+ * GET /portable/api/orphans?refresh=1: 1 sweeps the providers again first; 0 or left out, the last sweep.
+ */
+export interface IOrphansQuery {
+  refresh?: 0 | 1;
+}
+/**
  * POST /portable/api/orphans: terminate one listed orphan, named as provider/ref.
  */
 export interface IOrphansRequest {
@@ -306,6 +315,12 @@ export interface IBooking {
   cancel_refused?: string | null;
 }
 /**
+ * GET /portable/api/reservations?days=7: how many days of the calendar to show (left out: 7).
+ */
+export interface IReservationsQuery {
+  days?: number;
+}
+/**
  * GET /portable/api/reservations?days=7: the workspace's bookings and the calendar of slots.
  */
 export interface IReservationsAnswer {
@@ -350,6 +365,12 @@ export interface ICalendarSlot {
    * The reservation ids in the slot.
    */
   mine: string[];
+}
+/**
+ * GET /portable/api/routes?hours=8: the hours the routes are priced for (left out: the workspace's planned hours).
+ */
+export interface IRoutesQuery {
+  hours?: number;
 }
 /**
  * GET /portable/api/routes?hours=8: every route, ranked.
@@ -1000,12 +1021,12 @@ export interface IStopAnswer {
   verified?: boolean;
 }
 /**
- * The workspace's settings or its bookings changed in its store, from this server (the sidebar, the Settings Editor) or from anywhere else (`jupyter portable settings` or `reserve` in a terminal, another server): the sidebar reads them again, with the budget's figures. Seen by the server's check within seconds. `idle`: a change of the idle stop's minutes started the countdown again.
+ * The workspace's settings or its bookings changed in its store, from this server (the sidebar, the Settings Editor) or from anywhere else (`jupyter portable settings` or `reserve` in a terminal, another server): the sidebar reads them again, with the budget's figures. Seen by the server's check within seconds. `idle`: a change of the idle stop's minutes started the countdown again. `budget`: the running machine's spend moved by a cent: the budget's figures (spent, left, the routes' refusals) are read again.
  *
  */
 export interface IChangedEvent {
   workspace_id: string;
-  what: 'settings' | 'reservations' | 'idle';
+  what: 'settings' | 'reservations' | 'idle' | 'budget';
   [k: string]: unknown;
 }
 /**
