@@ -149,3 +149,14 @@ async def test_each_query_is_checked_against_its_schema_naming_the_parameter(
         assert refused.value.code == 400 and shape.is_valid(answer), (endpoint, bad, answer)
         assert answer == {"error": said, "hint": None}, (endpoint, bad)
         assert (await jp_fetch("portable", "api", endpoint, params=good)).code == 200, (endpoint, good)
+
+
+async def test_jupyterlabs_cache_buster_is_no_query_parameter(
+        jp_serverapp: Any, jp_fetch: Any, jp_root_dir: Path) -> None:
+    """JupyterLab's ServerConnection appends "?<ms since 1970>" to every GET (cache: no-store): the
+    sidebar's `routes?hours=8&1796581234229` is the hours alone, not an unknown field (issue 43)."""
+    from jupyter_portable.interfaces.serverext import requests
+
+    assert requests.read_query({"hours": [b"8"], "1796581234229": [b""]}, "routes-query.json") == {"hours": 8}
+    answer = await jp_fetch("portable", "api", "routes", params={"hours": "8", "1796581234229": ""})
+    assert answer.code == 200 and json.loads(answer.body)["hours"] == 8
