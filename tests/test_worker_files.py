@@ -19,6 +19,7 @@ import pytest
 from conftest import write_tree
 
 from jupyter_portable import Workspace
+from jupyter_portable.core.errors import UsageError
 from jupyter_portable.worker.protocol import READY_PREFIX
 
 pytestmark = pytest.mark.timeout(180)
@@ -74,7 +75,7 @@ def test_a_path_the_filesystem_cannot_hold_is_a_400_naming_the_problem(
     resp = _put(client, path)
     body: dict[str, Any] = resp.json()
     assert resp.status_code == 400, body
-    assert said in body["error"] and "to fix:" in body["error"] and len(body["error"]) < 300
+    assert said in body["error"] and body["hint"] and len(body["error"]) < 300
     assert sorted(p.name for p in work.iterdir()) == [".portable", "train.py"]  # nothing was written
 
 
@@ -96,7 +97,10 @@ def test_a_path_of_5000_characters_is_a_400_on_every_endpoint_that_takes_a_path(
         agent: tuple[httpx.Client, Path], endpoint: tuple[str, str], path: str, said: str) -> None:
     client, work = agent
     method, url = endpoint
-    resp = client.request(method, url, json={"path": path, "content": base64.b64encode(b"x").decode(), "base": None})
+    body: dict[str, Any] = {"path": path}
+    if url == "/files":
+        body.update(content=base64.b64encode(b"x").decode(), base=None)
+    resp = client.request(method, url, json=body)
     assert resp.status_code == 400, resp.text
     assert said in resp.json()["error"]
     assert sorted(p.name for p in work.iterdir()) == [".portable", "train.py"]
@@ -112,6 +116,37 @@ def test_a_deeply_nested_body_is_a_400_not_a_500(agent: tuple[httpx.Client, Path
     assert resp.status_code == 400, resp.text
     assert "nested too deeply" in resp.json()["error"]
     assert client.get("/status").json()["phase"] == "ready"  # the worker still serves
+
+
+def test_a_malformed_body_on_every_worker_route_is_the_servers_400(agent: tuple[httpx.Client, Path]) -> None:
+    """Issue 46: the worker's API checks bodies with the server's machinery (core.bodies) and answers
+    errors from the server's table (core.http_status): every route that takes a body refuses a body
+    that is not an object, and an unknown field, with the server's own words and answer shape."""
+    from jupyter_portable.interfaces.serverext import requests as server
+    from jupyter_portable.worker.api import ROUTES
+
+    client, work = agent
+    shape = server.validator("error.json")
+    taking = [(method.upper(), path) for path, handler in ROUTES for method in ("post", "put", "delete")
+              if method in vars(handler)]
+    assert sorted(taking) == [("DELETE", "/kernel"), ("POST", "/activity"), ("POST", "/fetch"), ("POST", "/kernel"),
+                              ("POST", "/kernel/signal"), ("POST", "/read"), ("POST", "/seal"), ("POST", "/shutdown"),
+                              ("POST", "/snapshot"), ("PUT", "/credentials"), ("PUT", "/files")]
+    for raw, said in ((b"[1]", "the body must be a JSON object"),
+                      (b'{"zz_unknown": 1}', "unknown field(s): zz_unknown")):
+        with pytest.raises(UsageError) as by_server:  # what the server's own reader says of the same body
+            server.read_body(raw, "empty-request.json")
+        assert str(by_server.value) == said
+        for method, path in taking:
+            resp = client.request(method, path, content=raw)
+            assert resp.status_code == 400, (method, path, resp.text)
+            assert shape.is_valid(resp.json()), (method, path, resp.text)
+            assert resp.json() == {"error": said, "hint": None}, (method, path)
+    # a field of the wrong type is named as the server names it; nothing was acted on, and the worker serves
+    resp = client.post("/kernel/signal", json={"signum": "TERM"})
+    assert resp.status_code == 400 and resp.json()["error"] == "signum must be a whole number from 1 to 64, not 'TERM'"
+    assert client.get("/status").json()["phase"] == "ready"
+    assert sorted(p.name for p in work.iterdir()) == [".portable", "train.py"]
 
 
 def _raw_put(port: int, token: str, body: bytes) -> tuple[bytes, bool]:

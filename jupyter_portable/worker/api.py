@@ -1,6 +1,11 @@
 """The worker agent's HTTP API: a tornado app on the machine's loopback only, every request
 carrying the per-allocation token.
 
+The server extension's boundary style: each body is checked against its schema
+(``worker/schemas``, by ``core.bodies``), a handler raises the package's typed errors and never
+answers an error itself, and an error's status and answer ``{"error", "hint"}`` are the ones
+the server gives (``core.http_status``). The routes are one table, :data:`ROUTES`.
+
 API (JSON; ``Authorization: token <token>``)::
 
     GET  /status                    phase, version, epoch, verification, progress, pending files
@@ -24,18 +29,23 @@ API (JSON; ``Authorization: token <token>``)::
 from __future__ import annotations
 
 import base64
+import binascii
 import errno
+import functools
 import hmac
 import json
 import signal
+from pathlib import Path
 from typing import Any
 
 from tornado import web
 from tornado.ioloop import IOLoop
 
-from jupyter_portable.core.errors import ConflictError, PortableError, UnsafePath, UsageError
+from jupyter_portable.core.bodies import SchemaSet
+from jupyter_portable.core.errors import ConflictError, UsageError
+from jupyter_portable.core.http_status import error_answer, status_for
 from jupyter_portable.core.paths import check_relpath
-from jupyter_portable.core.validate import loads_strict, short_repr
+from jupyter_portable.core.validate import short_repr
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
 from jupyter_portable.worker.agent import check_fits, list_files, put_file, seal, take_snapshot
 from jupyter_portable.worker.follow import FileHashes, read_file
@@ -44,6 +54,13 @@ from jupyter_portable.worker.state import AgentState
 
 _REQUEST_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR})
 MAX_BODY = 64 * 2**20  # an edit saved in JupyterLab; large data goes through the store (daemon's HTTPServer)
+SCHEMA_DIR = Path(__file__).parent / "schemas"
+
+
+@functools.cache
+def schemas() -> SchemaSet:
+    """Every schema of the worker's API, read once."""
+    return SchemaSet({p.name: json.loads(p.read_text()) for p in sorted(SCHEMA_DIR.glob("*.json"))})
 
 
 class _Handler(web.RequestHandler):
@@ -57,57 +74,43 @@ class _Handler(web.RequestHandler):
         scheme, _, token = given.partition(" ")
         if scheme.lower() != "token" or not hmac.compare_digest(token.encode(), self.state.token.encode()):
             raise web.HTTPError(403, reason="a valid token is required")
+        if self.state.guardian is not None:
+            self.state.guardian.heard()  # the user side is there (worker/guardian)
 
-    def body(self) -> dict[str, Any]:
-        if not self.request.body:
-            return {}
-        try:
-            # strict and bounded: a body nested past MAX_JSON_DEPTH is a 400, not a RecursionError
-            obj = loads_strict(self.request.body, "the body", error=UsageError)
-        except UsageError as exc:
-            raise web.HTTPError(400, reason=exc.one_line()) from None
-        if not isinstance(obj, dict):
-            raise web.HTTPError(400, reason="the body must be a JSON object")
-        return obj
+    def checked_body(self, schema: str) -> dict[str, Any]:
+        """The body (none: ``{}``), strict and checked against ``worker/schemas/<schema>``: a 400 naming
+        the field it refuses."""
+        return schemas().read_body(self.request.body, schema)
 
     def answer(self, obj: Any, status: int = 200) -> None:
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(obj))
-        if self.state.guardian is not None:
-            self.state.guardian.heard()  # the user side is there (worker/guardian)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        message = self._reason
-        if isinstance(exc, web.HTTPError) and exc.reason:
-            message = exc.reason
+        reason = exc.reason if isinstance(exc, web.HTTPError) and exc.reason else self._reason
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"error": message}))
+        self.finish(json.dumps(error_answer(exc, reason)))
+
+    def _handle_request_exception(self, e: BaseException) -> None:
+        # the server's table (core.http_status); anything else stays a 500 with its traceback logged
+        status = status_for(e)
+        if status is not None and status != 500 and not self._finished:
+            self.send_error(status, exc_info=(type(e), e, e.__traceback__))
+            return
+        super()._handle_request_exception(e)
 
     async def run(self, fn: Any, *args: Any) -> None:
+        """``fn(*args)`` off the loop, its result the answer; what it raises is the answer's error."""
         try:
             result = await IOLoop.current().run_in_executor(None, fn, *args)
-        except ConflictError as exc:
-            self.answer({"error": exc.one_line(), "type": "ConflictError", **_jsonable(exc.context)}, 409)
-            return
-        except (UsageError, UnsafePath) as exc:
-            self.answer({"error": exc.one_line(), "type": type(exc).__name__}, 400)
-            return
         except OSError as exc:
             if exc.errno not in _REQUEST_ERRNOS:
                 raise
             # a path the request named that this filesystem cannot hold or follow
-            self.answer({"error": f"{exc.strerror}: {short_repr(exc.filename or '')}", "type": "UsageError"}, 400)
-            return
-        except PortableError as exc:
-            self.answer({"error": exc.one_line(), "type": type(exc).__name__}, 500)
-            return
+            raise UsageError(f"{exc.strerror}: {short_repr(exc.filename or '')}") from exc
         self.answer(result)
-
-
-def _jsonable(context: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in context.items() if isinstance(v, (str, int, float, bool)) or v is None}
 
 
 class StatusHandler(_Handler):
@@ -117,17 +120,17 @@ class StatusHandler(_Handler):
 
 class KernelHandler(_Handler):
     async def post(self) -> None:
-        kernel_id = str(self.body().get("kernel_id") or "kernel")
-        if not kernel_id.replace("-", "").isalnum() or len(kernel_id) > 64:
-            raise web.HTTPError(400, reason="bad kernel_id")
+        kernel_id = self.checked_body("kernel-request.json").get("kernel_id") or "kernel"
         if self.state.phase != "ready":
-            raise web.HTTPError(409, reason=f"the worker is {self.state.phase}, not ready")
+            raise ConflictError(f"the worker is {self.state.phase}, not ready")
         await self.run(start_watched_kernel, self.state, kernel_id)
 
     def get(self) -> None:
         self.answer(self.state.kernel_status())
 
     async def delete(self) -> None:
+        self.checked_body("empty-request.json")
+
         def stop() -> dict[str, Any]:
             stop_kernel(self.state)
             return {"stopped": True}
@@ -137,21 +140,19 @@ class KernelHandler(_Handler):
 
 class KernelSignalHandler(_Handler):
     def post(self) -> None:
-        signum = self.body().get("signum")
-        if not isinstance(signum, int) or signum not in {s.value for s in signal.Signals}:
-            raise web.HTTPError(400, reason="signum must be a signal number")
+        signum = self.checked_body("signal-request.json")["signum"]
+        if signum not in {s.value for s in signal.Signals}:
+            raise UsageError(f"signum must be a signal number, not {signum}")
         k = self.state.kernel
         if k is None or k.poll() is not None:
-            raise web.HTTPError(409, reason="no kernel is running")
+            raise ConflictError("no kernel is running")
         k.send_signal(signum)
         self.answer({"sent": signum})
 
 
 class SnapshotHandler(_Handler):
     async def post(self) -> None:
-        message = self.body().get("message") or ""
-        if not isinstance(message, str):
-            raise web.HTTPError(400, reason="message must be text")
+        message = self.checked_body("snapshot-request.json").get("message") or ""
         await self.run(take_snapshot, self.state, message)
 
 
@@ -160,24 +161,20 @@ class FilesHandler(_Handler):
         await self.run(list_files, self.state)
 
     async def put(self) -> None:
-        body = self.body()
-        rel, content, base = body.get("path"), body.get("content"), body.get("base")
-        if not isinstance(rel, str) or not isinstance(content, str) or not (base is None or isinstance(base, str)):
-            raise web.HTTPError(400, reason="expected {path: str, content: base64 str, base: hash or null}")
+        body = self.checked_body("files-request.json")
         try:
-            data = base64.b64decode(content, validate=True)
-        except ValueError:
-            raise web.HTTPError(400, reason="content is not base64") from None
-        await self.run(put_file, self.state, rel, data, base)
+            data = base64.b64decode(body["content"], validate=True)
+        except (binascii.Error, ValueError):
+            raise UsageError("content must be the file's bytes in base64") from None
+        await self.run(put_file, self.state, body["path"], data, body.get("base"))
 
 
 class FetchHandler(_Handler):
     async def post(self) -> None:
         from jupyter_portable.engine.lazy import ensure
 
-        rel = self.body().get("path")
-        if not isinstance(rel, str):
-            raise web.HTTPError(400, reason="path must be text")
+        rel = self.checked_body("path-request.json")["path"]
+
         def fetch() -> dict[str, Any]:
             from jupyter_portable.engine.gate import InboundGate
 
@@ -203,28 +200,23 @@ class TreeHandler(_Handler):
 
 class ReadHandler(_Handler):
     async def post(self) -> None:
-        rel = self.body().get("path")
-        if not isinstance(rel, str):
-            raise web.HTTPError(400, reason="path must be text")
-        await self.run(read_file, self.state, rel)
+        await self.run(read_file, self.state, self.checked_body("path-request.json")["path"])
 
 
 class SealHandler(_Handler):
     async def post(self) -> None:
-        message = self.body().get("message") or ""
-        await self.run(seal, self.state, str(message))
+        message = self.checked_body("seal-request.json").get("message") or ""
+        await self.run(seal, self.state, message)
 
 
 class CredentialsHandler(_Handler):
     def put(self) -> None:
         from jupyter_portable.store.credentials import SessionCredentials, write
 
+        body = self.checked_body("credentials-request.json")
         if self.state.credentials_expiration is None:
-            raise web.HTTPError(409, reason="this worker's store takes no credentials")
-        try:
-            creds = SessionCredentials.from_json(self.body())
-        except UsageError as exc:
-            raise web.HTTPError(400, reason=exc.one_line()) from None
+            raise ConflictError("this worker's store takes no credentials")
+        creds = SessionCredentials.from_json(body)
         # botocore reads the file again when the credentials it holds near their expiry
         write(self.state.state_dir / "aws", creds)
         self.state.credentials_expiration = creds.expiration
@@ -233,12 +225,13 @@ class CredentialsHandler(_Handler):
 
 class ActivityHandler(_Handler):
     def post(self) -> None:
-        self.body()
+        self.checked_body("empty-request.json")
         self.answer({"kept_at": self.state.activity.keep()})
 
 
 class ShutdownHandler(_Handler):
     def post(self) -> None:
+        self.checked_body("empty-request.json")
         # the machine is going (released): its kernel ends with it, which is no kernel death
         self.state.machine_gone = True
         self.answer({"stopping": True})
@@ -250,13 +243,19 @@ def shutdown_soon(state: AgentState) -> None:
     IOLoop.current().stop()
 
 
+# (path, handler): every route of the worker's API, as the server's are one table
+ROUTES: tuple[tuple[str, type[_Handler]], ...] = (
+    (r"/status", StatusHandler), (r"/kernel", KernelHandler), (r"/kernel/signal", KernelSignalHandler),
+    (r"/snapshot", SnapshotHandler), (r"/files", FilesHandler), (r"/fetch", FetchHandler), (r"/seal", SealHandler),
+    (r"/shutdown", ShutdownHandler), (r"/credentials", CredentialsHandler), (r"/activity", ActivityHandler),
+    (r"/tree", TreeHandler), (r"/read", ReadHandler),
+)
+
+
 def make_app(state: AgentState) -> web.Application:
-    args = {"state": state}
-    return web.Application([
-        (r"/status", StatusHandler, args), (r"/kernel", KernelHandler, args),
-        (r"/kernel/signal", KernelSignalHandler, args), (r"/snapshot", SnapshotHandler, args),
-        (r"/files", FilesHandler, args), (r"/fetch", FetchHandler, args), (r"/seal", SealHandler, args),
-        (r"/shutdown", ShutdownHandler, args), (r"/credentials", CredentialsHandler, args),
-        (r"/activity", ActivityHandler, args),
-        (r"/tree", TreeHandler, {**args, "hashes": FileHashes()}), (r"/read", ReadHandler, args),
-    ])
+    hashes = FileHashes()
+    return web.Application([(path, handler, {"state": state, **({"hashes": hashes} if handler is TreeHandler else {})})
+                            for path, handler in ROUTES])
+
+
+__all__ = ["MAX_BODY", "ROUTES", "SCHEMA_DIR", "make_app", "schemas"]

@@ -371,10 +371,12 @@ class AgentClient:
             obj = resp.json()
         except ValueError:
             obj = {"error": resp.text[:200]}
+        # the worker answers an error as the server does (core.http_status): {"error", "hint"}
+        hint = obj.get("hint") if isinstance(obj, dict) and isinstance(obj.get("hint"), str) else None
         if resp.status_code == 409:
-            raise ConflictError(str(obj.get("error") or "conflict"), current=obj.get("current"))
+            raise ConflictError(str(obj.get("error") or "conflict"), hint=hint)
         if resp.status_code == 400:
-            raise UsageError(str(obj.get("error") or "bad request"))
+            raise UsageError(str(obj.get("error") or "bad request"), hint=hint)
         if resp.status_code >= 300:
             raise PortableError(f"the worker agent answered {resp.status_code}: {obj.get('error') or resp.text[:200]}")
         if not isinstance(obj, dict):

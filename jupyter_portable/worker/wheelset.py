@@ -72,7 +72,8 @@ _SET_FIELDS = frozenset({"format", "schema", "requirements", "env", "wheels", "c
 WORKER_REQUIREMENTS = ("blake3", "pathspec", "tornado", "jupyter_core", "jupyter_client", "traitlets", "ipykernel",
                        "ipython", "ipywidgets", "fsspec", "httpx", "tenacity", "uv",
                        "pip",  # pip fetches a lockfile environment's wheels the first time (worker/envcache)
-                       "inotify_simple")  # the kernel's change journal (engine/journal), pure Python
+                       "inotify_simple",  # the kernel's change journal (engine/journal), pure Python
+                       "jsonschema")  # the worker's API checks each body against its schema (core/bodies)
 STORE_REQUIREMENTS = {"s3": ("s3fs", "boto3"), "gs": ("gcsfs",), "gcs": ("gcsfs",), "az": ("adlfs",),
                       "abfs": ("adlfs",), "abfss": ("adlfs",), "hf": ("huggingface_hub",)}
 _WHEEL_NAME = re.compile(r"\A[A-Za-z0-9_.]+-[A-Za-z0-9_.!+]+(-[A-Za-z0-9_.]+){2,3}\.whl\Z")
