@@ -96,10 +96,21 @@ def test_the_record_and_the_words_the_user_side_shows() -> None:
 
 
 def test_a_route_without_self_stop_says_so_with_the_cost_of_one_idle_night() -> None:
-    assert G.no_self_stop_words("lambdalabs", 2.49) == ("if this laptop sleeps, nothing can stop this machine: one "
-                                                        "idle night (12 h) costs about $29.88")
+    assert G.no_self_stop_words("lambda", 2.49) == ("if this laptop sleeps, nothing can stop this machine: one "
+                                                    "idle night (12 h) costs about $29.88")
     assert G.no_self_stop_words("ssh", None) == "if this laptop sleeps, nothing can stop this machine"
-    assert [G.no_self_stop_words(p, 2.0) for p in ("runpod", "vastai", "aws", "gcp")] == [None] * 4
+    assert [G.no_self_stop_words(p, 2.0) for p in ("runpod", "vastai", "aws", "gcp", "local", "slurm")] == [None] * 6
+    # and the route says it, before anyone rents
+    from jupyter_portable.core.offers import Offer
+    from jupyter_portable.core.routing import Caps, Signals, WorkspaceFacts, rank_routes
+
+    offers = [Offer(provider=p, id=f"o-{p}", gpu="NVIDIA H100 80GB", gpu_count=1, gpu_memory_gb=80, driver="550.54.15",
+                    cuda="12.4", price_per_hour=2.49, region="us-east-1") for p in ("lambda", "runpod")]
+    facts = WorkspaceFacts(0, None, None, 0.0)
+    routes = {r.offer.provider: r for r in rank_routes(facts, offers, hours=1.0, caps=Caps(), signals=Signals())}
+    assert routes["lambda"].to_json()["words"]["unattended"] == (
+        "If this laptop sleeps, nothing can stop this machine: one idle night (12 h) costs about $29.88")
+    assert "unattended" not in routes["runpod"].words
 
 
 def test_the_machine_key_is_found_where_the_provider_puts_it(tmp_path: Path) -> None:

@@ -50,6 +50,7 @@ STILL_BILLS: dict[str, str] = {
     SHUTDOWN_STOP: "the stopped VM's boot disk, until you come back and it is deleted",
 }
 
+ENDS_ANYWAY = ("local", "slurm")
 OFF, PRESENT, BUSY, WAITING, STOP = "off", "present", "busy", "waiting", "stop"
 REASONS = ("idle", "budget")
 
@@ -60,8 +61,10 @@ def means_for(provider: str) -> str | None:
 
 
 def no_self_stop_words(provider: str, price_per_hour: float | None) -> str | None:
-    """What a route of a provider without self-stop says before it is rented (None where it has one)."""
-    if means_for(provider) is not None:
+    """What a route of a provider without self-stop says before it is rented (None where it has one, and
+    where something else ends the machine: the local market's machines end with this computer, a Slurm
+    job with its walltime)."""
+    if means_for(provider) is not None or provider in ENDS_ANYWAY:
         return None
     night = (f": one idle night ({IDLE_NIGHT_HOURS:g} h) costs about ${price_per_hour * IDLE_NIGHT_HOURS:,.2f}"
              if price_per_hour and price_per_hour > 0 else "")
@@ -231,7 +234,7 @@ def release_words(record: Mapping[str, Any]) -> str:
     return said
 
 
-__all__ = ["BUSY", "DEFAULT_ABSENT_GRACE_S", "IDLE_NIGHT_HOURS", "INSTANCE_KEY", "MEANS", "OFF", "POD_KEY",
-           "PRESENT", "REASONS", "SHUTDOWN_STOP", "SHUTDOWN_TERMINATE", "STILL_BILLS", "STOP", "WAITING",
+__all__ = ["BUSY", "DEFAULT_ABSENT_GRACE_S", "ENDS_ANYWAY", "IDLE_NIGHT_HOURS", "INSTANCE_KEY", "MEANS", "OFF",
+           "POD_KEY", "PRESENT", "REASONS", "SHUTDOWN_STOP", "SHUTDOWN_TERMINATE", "STILL_BILLS", "STOP", "WAITING",
            "GuardianDecision", "GuardianPolicy", "check_release", "decide", "means_for", "no_self_stop_words",
            "release_record", "release_words"]

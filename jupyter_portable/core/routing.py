@@ -41,6 +41,7 @@ from types import MappingProxyType
 from typing import Any
 
 from jupyter_portable.core.errors import UsageError
+from jupyter_portable.core.guardian import no_self_stop_words
 from jupyter_portable.core.offers import Checks, Offer, Requirements, unmet
 from jupyter_portable.core.risk import (
     BEST_MARGIN,
@@ -447,6 +448,9 @@ def _price_route(facts: WorkspaceFacts, offer: Offer, req: Requirements, hours: 
         "risk": risk_words(r, hours, history),
         "total": "Total: the whole cost of getting to the next verified state, the figure caps are held to",
     }
+    unattended = no_self_stop_words(offer.provider, price)
+    if unattended:  # said before renting: nothing on such a machine ends its billing (core/guardian)
+        words["unattended"] = unattended[0].upper() + unattended[1:]
     breakdown = (
         f"GPU: ${price:.2f}/h x {hours:g} h = {_money(gpu)}",
         f"egress: {gb:,.1f} GB x ${per_gb:.3f}/GB = {_money(egress)}",

@@ -21,6 +21,20 @@ describe('the cap message and the Total column', () => {
   });
 });
 
+describe('a route whose machine cannot stop itself', () => {
+  it('says so before renting, with the cost of one idle night (issue 42)', () => {
+    const lambda = ROUTES.filter(r => r.provider === 'lambda');
+    expect(lambda.length).toBeGreaterThan(0);
+    for (const r of lambda) {
+      const night = fmt.money(r.price_per_hour * 12);
+      expect(r.words?.unattended).toBe(
+        `If this laptop sleeps, nothing can stop this machine: one idle night (12 h) costs about ${night}`
+      );
+    }
+    expect(ROUTES.filter(r => r.provider === 'runpod').every(r => r.words?.unattended === undefined)).toBe(true);
+  });
+});
+
 describe('routes in words', () => {
   it('names a machine GPU first, with the provider as its users call it', () => {
     expect(machineName({ gpu: 'NVIDIA A100 80GB', provider: 'runpod', region: 'EU-RO-1' })).toBe(

@@ -129,6 +129,10 @@ function RouteCard(props: {
         Risk: {riskInWords(route, fmt.money, props.hours)}
       </p>
       {route.demoted ? <NotBest route={route} /> : null}
+      {route.words?.unattended ? (
+        // a provider whose machines cannot stop themselves: said before renting (core/guardian)
+        <p className="jp-Portable-cardUnattended">{route.words.unattended}</p>
+      ) : null}
       <p className="jp-Portable-cardChecks">Checks: {checksInWords(route)}</p>
       {route.blocked ? <BlockReasons route={route} id={`${inputId}-why`} /> : null}
     </li>
