@@ -10,313 +10,166 @@ import argparse
 import contextlib
 import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from jupyter_portable.core.errors import PortableError, UsageError
 from jupyter_portable.core.validate import terminal_safe
+from jupyter_portable.interfaces.cli.parser import build_parser
 
 EXIT_FAIL = 1
 EXIT_USAGE = 2
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
-
-
-def _build() -> argparse.ArgumentParser:
-    p = _Parser(prog="jupyter portable", description="A durable workspace for notebooks on rented GPUs.")
-    p.add_argument("--help-all", action="store_true",
-                   help="also list every setting (c.Portable.* in jupyter_server_config.py) and its environment "
-                        "variable")
-    sub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
-
-    def verb(name: str, help: str) -> argparse.ArgumentParser:
-        sp = sub.add_parser(name, help=help, description=help)
-        sp.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-        sp.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
-        return sp
-
-    sp = verb("init", "make a directory a new workspace")
-    sp.add_argument("dir", nargs="?", default=".", help="the directory (default: here)")
-    sp.add_argument("--store", help="store URL: file:///path (default: your data dir) or s3://bucket/prefix")
-
-    sp = verb("snapshot", "publish the workspace's files as a new version")
-    sp.add_argument("-m", "--message", default="", help="a note for the log")
-    sp.add_argument("--force", action="store_true",
-                    help="publish on top of a head that moved on since this copy's version")
-    sp.add_argument("-C", dest="dir", default=".", help="the workspace directory (default: here)")
-
-    sp = verb("log", "list the workspace's versions, newest first")
-    sp.add_argument("-C", dest="dir", default=".")
-
-    sp = verb("status", "which workspace, store and version this copy is, and what is pending")
-    sp.add_argument("-C", dest="dir", default=".")
-
-    sp = verb("restore", "materialize a version into a directory")
-    sp.add_argument("dest", help="destination directory (empty, or a copy of the same workspace)")
-    sp.add_argument("--store", required=True, help="store URL")
-    sp.add_argument("--workspace", required=True, help="workspace id")
-    sp.add_argument("--version", type=int, help="version (default: the latest)")
-    sp.add_argument("--lazy", action="store_true", help="fetch large files in the background")
-    sp.add_argument("--lazy-threshold", type=int, metavar="BYTES",
-                    help="files at least this big are fetched lazily (default 64 MiB)")
-    sp.add_argument("--delete", action="store_true",
-                    help="remove files the version does not have (with --force, each is kept as NAME.orig-TIME)")
-    sp.add_argument("--force", action="store_true",
-                    help="restore into a folder that holds other files; each that differs is kept as NAME.orig-TIME")
-
-    sp = verb("verify", "compare this copy byte for byte with a version and the store")
-    sp.add_argument("--version", type=int, help="version (default: the one this copy is based on)")
-    sp.add_argument("-C", dest="dir", default=".")
-
-    sp = verb("fetch", "fetch a file still pending from a lazy restore, now")
-    sp.add_argument("path", help="workspace-relative path")
-    sp.add_argument("-C", dest="dir", default=".")
-
-    sp = verb("checkpoint", "register a checkpoint: write check, upload, read-back, verified or rejected")
-    sp.add_argument("path", help="a checkpoint file or directory inside the workspace")
-    sp.add_argument("--step", type=int, help="the training step it was saved at")
-    sp.add_argument("--note", default="", help="a note to keep with it")
-    sp.add_argument("--settle", type=float, default=2.0, metavar="S",
-                    help="seconds it must hold still before it is checked (default 2)")
-    sp.add_argument("--timeout", type=float, default=30.0, metavar="S",
-                    help="give up waiting for it to hold still after this long (default 30)")
-    sp.add_argument("-C", dest="dir", default=".")
-
-    sp = verb("checkpoints", "list the registered checkpoints, oldest first")
-    sp.add_argument("-C", dest="dir", default=".")
-
-    sp = verb("diff", "what changed between two versions: files, packages, driver, GPU")
-    sp.add_argument("a", type=int, help="version A")
-    sp.add_argument("b", type=int, help="version B")
-    sp.add_argument("-C", dest="dir", default=".")
-
-    sp = verb("offers", "what the enabled providers list")
-    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
-                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
-    sp.add_argument("--gpu", help="only offers whose GPU model contains this")
-
-    sp = verb("routes", "every offer as a route to this workspace, ranked by whole cost")
-    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
-                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
-    sp.add_argument("--hours", type=float, help="planned GPU hours (default: the workspace setting, 8)")
-    sp.add_argument("--gpu", help="only offers whose GPU model contains this")
-    sp.add_argument("-C", dest="dir", default=".")
-
-    sp = verb("settings", "show or change what this workspace needs and may spend (kept with it)")
-    sp.add_argument("--gpu", action="append", dest="gpus", metavar="MODEL", help="acceptable GPU model (repeat)")
-    sp.add_argument("--gpu-count", type=int)
-    sp.add_argument("--min-gpu-memory", type=float, metavar="GB")
-    sp.add_argument("--driver", help="pin an exact driver version ('' to unpin)")
-    sp.add_argument("--min-cuda")
-    sp.add_argument("--container-image", metavar="IMAGE", help="the container image RunPod, Vast.ai and the local "
-                    "market start, such as nvcr.io/nvidia/pytorch:24.05-py3 ('' for each provider's default)")
-    sp.add_argument("--machine-image", metavar="IMAGE", help="the image AWS or Google Cloud boots: an AMI "
-                    "(ami-...) for AWS, projects/P/global/images/family/F for Google Cloud ('' for the default)")
-    sp.add_argument("--image", help=argparse.SUPPRESS)  # two settings now: said so if given
-    sp.add_argument("--region", action="append", dest="regions", metavar="REGION")
-    sp.add_argument("--max-price", type=float, metavar="USD_PER_HOUR", help="cap on $/h")
-    sp.add_argument("--budget", type=float, metavar="USD", help="total budget for this workspace")
-    sp.add_argument("--hours", type=float, help="planned GPU hours for route costs")
-    sp.add_argument("--autosnapshot", type=float, metavar="MINUTES",
-                    help="the kernel on the machine snapshots this often (0: off)")
-    sp.add_argument("--idle-minutes", type=float, metavar="MINUTES",
-                    help="seal and release the machine after this long with no cell run and an idle GPU "
-                         "(default 30; 0: never)")
-    sp.add_argument("-C", dest="dir", default=".")
-
-    sp = verb("reserve", "book GPU time ahead for an offer type")
-    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
-                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
-    sp.add_argument("offer", help="provider/offer-id, as `offers` shows")
-    sp.add_argument("--start", required=True, help="ISO time with a zone, on the hour: 2026-12-01T09:00Z")
-    sp.add_argument("--hours", type=float, required=True)
-    sp.add_argument("--charge", choices=("now", "before"), default="before",
-                    help="charge at booking, or automatically 2 h before the start (default)")
-    sp.add_argument("--quote", action="store_true",
-                    help="show what the booking would cost and where the figure comes from; buy nothing")
-    sp.add_argument("--max-price", type=float, metavar="DOLLARS",
-                    help="the price you confirm for a slot the provider sells (an AWS Capacity Block: paid when "
-                         "bought, final); without it such a booking is refused with its price")
-    sp.add_argument("-C", dest="dir", default=".")
-
-    sp = verb("reservations", "list (or cancel) this workspace's reservations")
-    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
-                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
-    sp.add_argument("--cancel", metavar="ID", help="cancel this reservation")
-    sp.add_argument("--calendar", type=int, metavar="DAYS", help="also show free and taken slots for DAYS days")
-    sp.add_argument("-C", dest="dir", default=".")
-
-    sp = verb("spend", "what this workspace has spent and where its budget stands")
-    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
-                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
-    sp.add_argument("--enforce", action="store_true",
-                    help="at the budget, seal the workspace and release its machines")
-    sp.add_argument("-C", dest="dir", default=".")
-
-    sp = verb("machines", "every machine the enabled providers hold for jupyter-portable, and which are orphans")
-    sp.add_argument("--orphans", action="store_true",
-                    help="only the orphans: machines that are not the current allocation of a known workspace")
-    sp.add_argument("--terminate", nargs="?", const="", metavar="ID",
-                    help="terminate the machine ID (provider ref or allocation id); with --orphans and no ID, "
-                         "every orphan")
-    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
-                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
-    sp.add_argument("-C", dest="dir", default=".", help="a workspace copy whose store says which workspaces are known")
-
-    sp = verb("market", "the local market: let it take a machine back, or list its machines")
-    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
-                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
-    sp.add_argument("action", choices=("lose", "list"))
-    sp.add_argument("allocation", nargs="?", help="allocation id (for lose)")
-
-    sp = verb("continue", "put the workspace on a fresh, verified machine (the first one too)")
-    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
-                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
-    sp.add_argument("--route", metavar="ID", help="the route to try first (see `routes`); the best one otherwise")
-    sp.add_argument("--hours", type=float, help="planned GPU hours for the route costs")
-    sp.add_argument("--environment", choices=("auto", "exact", "lockfile", "image"),
-                    help="the notebook's Python on the machine: auto (default: the recorded environment, the nearest "
-                         "compatible versions where the machine's Python differs, each difference shown), exact "
-                         "(refuse a machine where any recorded version does not fit), lockfile, or image (the "
-                         "machine's own Python); default $JUPYTER_PORTABLE_ENVIRONMENT, else auto")
-    sp.add_argument("-C", dest="dir", default=".")
-
-    sp = verb("stop", "seal the workspace on its machine (publish and read back), then release the machine")
-    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
-                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
-    sp.add_argument("-C", dest="dir", default=".")
-
-    sp = verb("state", "the workspace's machine: its state, and whether it still answers (detects a loss)")
-    sp.add_argument("--catalog", metavar="TOML", help="the local market's catalog (default: "
-                    "$JUPYTER_PORTABLE_CATALOG, else the demo catalog; format in docs/catalog.md)")
-    sp.add_argument("--events", action="store_true", help="also list every state change")
-    sp.add_argument("-C", dest="dir", default=".")
-
-    sp = verb("fsck", "check the store: every version of every history can be restored; orphans and what no "
-                      "version reaches are reported")
-    sp.add_argument("--store", help="store URL (default: this workspace's)")
-    sp.add_argument("--read-data", action="store_true",
-                    help="also read every object back, as a restore reads it (hashes, lengths, packed ranges)")
-    sp.add_argument("--read-data-subset", metavar="FRACTION",
-                    help="re-hash only a random sample: 10%%, 1/10 or 0.1 (implies --read-data)")
-    sp.add_argument("-C", dest="dir", default=".")
-    return p
+Answer = tuple[dict[str, Any], str, int]  # a verb's JSON, its human text, the exit status
 
 
 def _stream(args: argparse.Namespace) -> Any:
     return None if args.quiet else sys.stderr
 
 
-def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
-    """Do the verb; return its JSON, its human text and the exit status."""
-    from jupyter_portable.engine.workspace import Workspace, fsck_store
-
-    if args.verb == "init":
-        ws = Workspace.init(args.dir, args.store)
-        cfg = ws.config
-        warnings = ws.store.backend.durability_warnings()
-        for line in warnings:  # on stderr in both modes: --json readers get them in the object too
-            print(f"warning: {terminal_safe(line, one_line=True)}", file=sys.stderr)
-        made = {"workspace_id": cfg.workspace_id, "store": cfg.store, "path": str(ws.root), "warnings": warnings}
-        return made, f"initialized workspace {cfg.workspace_id} in {cfg.store}", 0
-    if args.verb == "restore":
-        from jupyter_portable.core.times import utcnow
-
-        restored = Workspace.restore(args.store, args.workspace, args.dest, version=args.version,
-                                     lazy=args.lazy, lazy_threshold=args.lazy_threshold,
-                                     delete=args.delete, progress=_stream(args), force=args.force,
-                                     now=utcnow())  # the one clock read: it names kept files
-        text = "\n".join(f"kept {path} as {aside}" for path, aside in sorted(restored.kept.items()))
-        for r in restored.refused:  # on stderr in both modes: --json readers get them in the object too
-            print(f"refused {terminal_safe(r['path'], one_line=True)}: {r['reason']}", file=sys.stderr)
-        return restored.to_json(), text, 0
-    if args.verb == "fsck":
-        from jupyter_portable.engine.verify import parse_subset
-
-        url = args.store or Workspace.find(args.dir).config.store
-        subset = parse_subset(args.read_data_subset)
-        checked = fsck_store(url, read_data=args.read_data or subset is not None, subset=subset)
-        return checked.to_json(), "\n".join(checked.lines()), 0 if checked.ok else EXIT_FAIL
+def _run(args: argparse.Namespace) -> Answer:
+    """Do the verb (its row of :data:`VERBS`); return its JSON, its human text and the exit status."""
     if getattr(args, "catalog", None):
         import os
 
         if not os.path.isfile(args.catalog):
             raise UsageError(f"--catalog {args.catalog}: no such file")
-    if args.verb in ("offers", "market"):
-        return _market(args)
-    if args.verb == "machines":
-        return _machines(args)
-    ws = Workspace.find(args.dir)
-    if args.verb == "spend":
-        from jupyter_portable.orchestration import budget
+    verb = VERBS.get(args.verb)
+    if verb is None:
+        raise UsageError("no verb given; try `jupyter portable --help`")
+    if not verb.workspace:
+        return verb.run(args)
+    from jupyter_portable.engine.workspace import Workspace
 
-        config = _config(args)
-        providers = config.make_providers()
-        # bookings hold money back by the calendar's clock (c.Portable.now), as the server's do
-        report = (budget.enforce_budget(ws, providers=providers, calendar_now=config.clock()()) if args.enforce
-                  else budget.budget_report(ws, providers=providers, calendar_now=config.clock()()))
-        text = report["message"] + (f" (measured by the providers ${report['measured']:,.2f}, estimated "
-                                    f"${report['estimated']:,.2f})" if "measured" in report else "")
-        return report, text, 0
-    if args.verb in ("routes", "settings", "reserve", "reservations"):
-        return _workspace_market(args, ws)
-    if args.verb in ("continue", "stop", "state"):
-        return _orchestrate(args, ws)
-    if args.verb == "snapshot":
-        snap = ws.snapshot(args.message, force=args.force, progress=_stream(args))
-        return snap.to_json(), "", 0
-    if args.verb == "log":
-        versions = ws.log()
-        # a message is one line of the table, whatever a worker or an old version wrote into it
-        text = "\n".join(f"{v['version']:>5}  {v['created']}  {v['files']:>7} files  {v['bytes']:>14} B  "
-                         f"{terminal_safe(str(v['message']), one_line=True)}" for v in versions) or "no versions yet"
-        return {"workspace_id": ws.workspace_id, "versions": versions}, text, 0
-    if args.verb == "status":
-        from jupyter_portable.interfaces.report import format_status
+    return verb.run(args, Workspace.find(args.dir))
 
-        st = _at_head(ws, ws.status())
-        return st, format_status(st), 0
-    if args.verb == "verify":
-        verified = ws.verify(args.version)
-        text = (f"ok: {verified.files} files match version {verified.version}" if verified.ok else
-                f"MISMATCH against version {verified.version}:\n"
-                + "\n".join(f"  {m['path']}: {m['reason']}" for m in verified.mismatches))
-        return verified.to_json(), text, 0 if verified.ok else EXIT_FAIL
-    if args.verb == "checkpoint":
-        if args.settle < 0 or args.timeout <= 0:
-            raise UsageError("--settle must be >= 0 and --timeout > 0")
-        import os
 
-        path = args.path if os.path.isabs(args.path) else os.path.join(os.getcwd(), args.path)
-        rec = ws.checkpoint(path, step=args.step, note=args.note, quiet_s=args.settle, timeout_s=args.timeout,
-                            progress=_stream(args))
-        out = {"path": rec.path, "step": rec.step, "status": rec.status, "reason": rec.reason,
-               "hash": rec.hash, "version": rec.version, "format": rec.format}
-        text = (f"verified: {rec.path} in version {rec.version}" if rec.verified
-                else f"REJECTED: {rec.path}: {rec.reason}")
-        return out, text, 0 if rec.verified else EXIT_FAIL
-    if args.verb == "checkpoints":
-        from jupyter_portable.engine.checkpoint.registry import latest as latest_of
-        from jupyter_portable.engine.checkpoint.registry import records
-        from jupyter_portable.interfaces.report import format_checkpoints
+def _init(args: argparse.Namespace) -> Answer:
+    """``init``: make a directory a new workspace."""
+    from jupyter_portable.engine.workspace import Workspace
 
-        # issue 16: the head's checkpoints (a worker may have published since this copy's version)
-        head = ws.store.read_head(ws.workspace_id)[0].version
-        manifest = ws.manifest(head) if head else None
-        recs, latest = records(manifest), latest_of(manifest)
-        copy_version = ws.config.version
-        return ({"checkpoints": [r.to_json() for r in recs], "latest": latest.to_json() if latest else None,
-                 "version": head, "copy_version": copy_version},
-                format_checkpoints(recs, version=head, copy_version=copy_version), 0)
-    if args.verb == "diff":
-        d = ws.diff(args.a, args.b)
-        return d, ws.format_diff(d), 0
-    if args.verb == "fetch":
-        ws.fetch(args.path)
-        return {"path": args.path, "fetched": True}, f"{args.path} is in place", 0
-    raise UsageError("no verb given; try `jupyter portable --help`")
+    ws = Workspace.init(args.dir, args.store)
+    cfg = ws.config
+    warnings = ws.store.backend.durability_warnings()
+    for line in warnings:  # on stderr in both modes: --json readers get them in the object too
+        print(f"warning: {terminal_safe(line, one_line=True)}", file=sys.stderr)
+    made = {"workspace_id": cfg.workspace_id, "store": cfg.store, "path": str(ws.root), "warnings": warnings}
+    return made, f"initialized workspace {cfg.workspace_id} in {cfg.store}", 0
+
+
+def _restore(args: argparse.Namespace) -> Answer:
+    """``restore``: materialize a version into a directory."""
+    from jupyter_portable.core.times import utcnow
+    from jupyter_portable.engine.workspace import Workspace
+
+    restored = Workspace.restore(args.store, args.workspace, args.dest, version=args.version,
+                                 lazy=args.lazy, lazy_threshold=args.lazy_threshold,
+                                 delete=args.delete, progress=_stream(args), force=args.force,
+                                 now=utcnow())  # the one clock read: it names kept files
+    text = "\n".join(f"kept {path} as {aside}" for path, aside in sorted(restored.kept.items()))
+    for r in restored.refused:  # on stderr in both modes: --json readers get them in the object too
+        print(f"refused {terminal_safe(r['path'], one_line=True)}: {r['reason']}", file=sys.stderr)
+    return restored.to_json(), text, 0
+
+
+def _fsck(args: argparse.Namespace) -> Answer:
+    """``fsck``: check a store's objects and versions."""
+    from jupyter_portable.engine.verify import parse_subset
+    from jupyter_portable.engine.workspace import Workspace, fsck_store
+
+    url = args.store or Workspace.find(args.dir).config.store
+    subset = parse_subset(args.read_data_subset)
+    checked = fsck_store(url, read_data=args.read_data or subset is not None, subset=subset)
+    return checked.to_json(), "\n".join(checked.lines()), 0 if checked.ok else EXIT_FAIL
+
+
+def _spend(args: argparse.Namespace, ws: Any) -> Answer:
+    """``spend``: the workspace's spend against its budget (``--enforce`` acts on it)."""
+    from jupyter_portable.orchestration import budget
+
+    config = _config(args)
+    providers = config.make_providers()
+    # bookings hold money back by the calendar's clock (c.Portable.now), as the server's do
+    report = (budget.enforce_budget(ws, providers=providers, calendar_now=config.clock()()) if args.enforce
+              else budget.budget_report(ws, providers=providers, calendar_now=config.clock()()))
+    text = report["message"] + (f" (measured by the providers ${report['measured']:,.2f}, estimated "
+                                f"${report['estimated']:,.2f})" if "measured" in report else "")
+    return report, text, 0
+
+
+def _snapshot(args: argparse.Namespace, ws: Any) -> Answer:
+    """``snapshot``: publish the copy's files as a new version."""
+    snap = ws.snapshot(args.message, force=args.force, progress=_stream(args))
+    return snap.to_json(), "", 0
+
+
+def _log(args: argparse.Namespace, ws: Any) -> Answer:
+    """``log``: the workspace's versions, newest first."""
+    versions = ws.log()
+    # a message is one line of the table, whatever a worker or an old version wrote into it
+    text = "\n".join(f"{v['version']:>5}  {v['created']}  {v['files']:>7} files  {v['bytes']:>14} B  "
+                     f"{terminal_safe(str(v['message']), one_line=True)}" for v in versions) or "no versions yet"
+    return {"workspace_id": ws.workspace_id, "versions": versions}, text, 0
+
+
+def _status(args: argparse.Namespace, ws: Any) -> Answer:
+    """``status``: which workspace, store and version this copy is, and what is pending."""
+    from jupyter_portable.interfaces.report import format_status
+
+    st = _at_head(ws, ws.status())
+    return st, format_status(st), 0
+
+
+def _verify(args: argparse.Namespace, ws: Any) -> Answer:
+    """``verify``: the copy's files against a version."""
+    verified = ws.verify(args.version)
+    text = (f"ok: {verified.files} files match version {verified.version}" if verified.ok else
+            f"MISMATCH against version {verified.version}:\n"
+            + "\n".join(f"  {m['path']}: {m['reason']}" for m in verified.mismatches))
+    return verified.to_json(), text, 0 if verified.ok else EXIT_FAIL
+
+
+def _checkpoint(args: argparse.Namespace, ws: Any) -> Answer:
+    """``checkpoint``: register a file once it passes its write check."""
+    if args.settle < 0 or args.timeout <= 0:
+        raise UsageError("--settle must be >= 0 and --timeout > 0")
+    import os
+
+    path = args.path if os.path.isabs(args.path) else os.path.join(os.getcwd(), args.path)
+    rec = ws.checkpoint(path, step=args.step, note=args.note, quiet_s=args.settle, timeout_s=args.timeout,
+                        progress=_stream(args))
+    out = {"path": rec.path, "step": rec.step, "status": rec.status, "reason": rec.reason,
+           "hash": rec.hash, "version": rec.version, "format": rec.format}
+    text = (f"verified: {rec.path} in version {rec.version}" if rec.verified
+            else f"REJECTED: {rec.path}: {rec.reason}")
+    return out, text, 0 if rec.verified else EXIT_FAIL
+
+
+def _checkpoints(args: argparse.Namespace, ws: Any) -> Answer:
+    """``checkpoints``: the head's checkpoints."""
+    from jupyter_portable.engine.checkpoint.registry import latest as latest_of
+    from jupyter_portable.engine.checkpoint.registry import records
+    from jupyter_portable.interfaces.report import format_checkpoints
+
+    # issue 16: the head's checkpoints (a worker may have published since this copy's version)
+    head = ws.store.read_head(ws.workspace_id)[0].version
+    manifest = ws.manifest(head) if head else None
+    recs, latest = records(manifest), latest_of(manifest)
+    copy_version = ws.config.version
+    return ({"checkpoints": [r.to_json() for r in recs], "latest": latest.to_json() if latest else None,
+             "version": head, "copy_version": copy_version},
+            format_checkpoints(recs, version=head, copy_version=copy_version), 0)
+
+
+def _diff(args: argparse.Namespace, ws: Any) -> Answer:
+    """``diff``: what changed between two versions."""
+    d = ws.diff(args.a, args.b)
+    return d, ws.format_diff(d), 0
+
+
+def _fetch(args: argparse.Namespace, ws: Any) -> Answer:
+    """``fetch``: a pending large file, now."""
+    ws.fetch(args.path)
+    return {"path": args.path, "fetched": True}, f"{args.path} is in place", 0
 
 
 def _at_head(ws: Any, st: dict[str, Any]) -> dict[str, Any]:
@@ -344,7 +197,8 @@ def _config(args: argparse.Namespace) -> Any:
     return Portable(config=load_config())
 
 
-def _orchestrate(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str, int]:
+def _orchestrator(args: argparse.Namespace, ws: Any) -> Any:
+    """An Orchestrator of ``ws`` with c.Portable's settings, its moves and progress on stderr."""
     from jupyter_portable.orchestration.orchestrator import Orchestrator
 
     def on_state(ev: dict[str, Any]) -> None:
@@ -359,18 +213,37 @@ def _orchestrate(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str
 
     config = _config(args)
     mode = getattr(args, "environment", None) or config.environment
-    orch = Orchestrator(ws, on_state=on_state, on_progress=on_progress, providers=config.make_providers(),
+    return Orchestrator(ws, on_state=on_state, on_progress=on_progress, providers=config.make_providers(),
                         environment={"mode": mode}, pass_env=config.pass_env, boot_timeout=config.boot_timeout)
+
+
+def _continue(args: argparse.Namespace, ws: Any) -> Answer:
+    """``continue``: the workspace on a fresh, verified machine."""
+    orch = _orchestrator(args, ws)
     try:
-        if args.verb == "continue":
-            out = orch.continue_(args.route, hours=args.hours)
-            env = out.get("environment") or {}
-            return out, (f"{out['state']} on {out['allocation_id']} (route {out['route']}), version "
-                         f"{out['version']}, verified"
-                         + (f"\nenvironment: {env['summary']}" if env.get("summary") else "")), 0
-        if args.verb == "stop":
-            out = orch.stop()
-            return out, f"sealed version {out['sealed_version']} and released the machine", 0
+        out = orch.continue_(args.route, hours=args.hours)
+    finally:
+        orch.close()
+    env = out.get("environment") or {}
+    return out, (f"{out['state']} on {out['allocation_id']} (route {out['route']}), version {out['version']}, "
+                 "verified" + (f"\nenvironment: {env['summary']}" if env.get("summary") else "")), 0
+
+
+def _stop(args: argparse.Namespace, ws: Any) -> Answer:
+    """``stop``: seal, read back, release."""
+    orch = _orchestrator(args, ws)
+    try:
+        out = orch.stop()
+    finally:
+        orch.close()
+    return out, f"sealed version {out['sealed_version']} and released the machine", 0
+
+
+def _state(args: argparse.Namespace, ws: Any) -> Answer:
+    """``state``: the workspace's state and machine in the words every view uses, and the budget."""
+    orch = _orchestrator(args, ws)
+    config = _config(args)
+    try:
         from jupyter_portable.core.reachability import since_text
         from jupyter_portable.core.state_words import state_line, unreachable_line
         from jupyter_portable.core.times import parse_iso_or_none
@@ -408,20 +281,25 @@ def _orchestrate(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str
         orch.close()
 
 
-def _market(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
+def _offers(args: argparse.Namespace) -> Answer:
+    """``offers``: what every enabled provider lists now."""
     from jupyter_portable.orchestration.routes import list_offers
 
     config = _config(args)
-    if args.verb == "offers":
-        offers, errors = list_offers(config.make_providers(), gpu=args.gpu)
-        rows = [f"{o.key:<28} {o.gpu_count} x {o.gpu:<24} {o.gpu_memory_gb:>5g} GB  ${o.price_per_hour:>6.2f}/h  "
-                f"{o.region:<12} driver {o.driver or '?':<10} capacity {o.capacity if o.capacity is not None else '?'}"
-                for o in offers]
-        rows += [f"({name}: {err})" for name, err in errors.items()]
-        failed = bool(errors) and not offers  # no provider answered: that is a failure, not "no offers"
-        return ({"offers": [o.to_json() for o in offers], "errors": errors},
-                ("no provider answered: " + "; ".join(f"{n}: {e}" for n, e in errors.items())) if failed
-                else "\n".join(rows) or "no offers", EXIT_FAIL if failed else 0)
+    offers, errors = list_offers(config.make_providers(), gpu=args.gpu)
+    rows = [f"{o.key:<28} {o.gpu_count} x {o.gpu:<24} {o.gpu_memory_gb:>5g} GB  ${o.price_per_hour:>6.2f}/h  "
+            f"{o.region:<12} driver {o.driver or '?':<10} capacity {o.capacity if o.capacity is not None else '?'}"
+            for o in offers]
+    rows += [f"({name}: {err})" for name, err in errors.items()]
+    failed = bool(errors) and not offers  # no provider answered: that is a failure, not "no offers"
+    return ({"offers": [o.to_json() for o in offers], "errors": errors},
+            ("no provider answered: " + "; ".join(f"{n}: {e}" for n, e in errors.items())) if failed
+            else "\n".join(rows) or "no offers", EXIT_FAIL if failed else 0)
+
+
+def _market(args: argparse.Namespace) -> Answer:
+    """``market``: the local market's machines (``list``), or one taken back (``lose``)."""
+    config = _config(args)
     from jupyter_portable.demo.market import LocalMarket, lose_allocation
 
     local = LocalMarket(config.catalog, config.market_dir)
@@ -437,54 +315,74 @@ def _market(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
             f"the market took {args.allocation} back", 0)
 
 
-def _workspace_market(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any], str, int]:
-    from jupyter_portable.orchestration import reservations
+def _routes(args: argparse.Namespace, ws: Any) -> Answer:
+    """``routes``: every route to a machine, ranked, with its cost's parts."""
     from jupyter_portable.orchestration import routes as routing
+
+    config = _config(args)
+    providers, clock = config.make_providers(), config.clock()
+    routes, errors = routing.compute_routes(ws, hours=args.hours, gpu=args.gpu, providers=providers,
+                                            calendar_now=clock())
+    lines = []
+    for i, r in enumerate(routes, 1):
+        c = r.cost
+        head = (f"{i:>2}. {r.offer.key:<28} {r.offer.gpu_count} x {r.offer.gpu:<22} total ${c.total:>8.2f}  "
+                f"(gpu {c.gpu:.2f}, egress {c.egress:.2f}, storage {c.storage:.2f}, queue {c.queue:.2f}, "
+                f"risk {c.risk:.2f})  ready in {r.time_to_ready_s:.0f} s")
+        lines.append(head + (f"\n      BLOCKED: {r.blocked}" if r.blocked else ""))
+    lines += [f"({name}: {err})" for name, err in errors.items()]
+    return {"routes": [r.to_json() for r in routes], "errors": errors}, "\n".join(lines) or "no routes", 0
+
+
+def _settings(args: argparse.Namespace, ws: Any) -> Answer:
+    """``settings``: what the workspace needs and may spend; the options given change it."""
     from jupyter_portable.orchestration import settings as workspace_settings
 
     config = _config(args)
     providers, clock = config.make_providers(), config.clock()
-    if args.verb == "routes":
-        routes, errors = routing.compute_routes(ws, hours=args.hours, gpu=args.gpu, providers=providers,
-                                                calendar_now=clock())
-        lines = []
-        for i, r in enumerate(routes, 1):
-            c = r.cost
-            head = (f"{i:>2}. {r.offer.key:<28} {r.offer.gpu_count} x {r.offer.gpu:<22} total ${c.total:>8.2f}  "
-                    f"(gpu {c.gpu:.2f}, egress {c.egress:.2f}, storage {c.storage:.2f}, queue {c.queue:.2f}, "
-                    f"risk {c.risk:.2f})  ready in {r.time_to_ready_s:.0f} s")
-            lines.append(head + (f"\n      BLOCKED: {r.blocked}" if r.blocked else ""))
-        lines += [f"({name}: {err})" for name, err in errors.items()]
-        return {"routes": [r.to_json() for r in routes], "errors": errors}, "\n".join(lines) or "no routes", 0
-    if args.verb == "settings":
-        changes = {"gpus": args.gpus, "gpu_count": args.gpu_count, "min_gpu_memory_gb": args.min_gpu_memory,
-                   "driver": args.driver, "min_cuda": args.min_cuda, "container_image": args.container_image,
-                   "machine_image": args.machine_image, "regions": args.regions,
-                   "budget_max_price_per_hour": args.max_price, "budget_total": args.budget, "hours": args.hours,
-                   "autosnapshot_minutes": args.autosnapshot, "idle_minutes": args.idle_minutes}
-        if args.image is not None:
-            changes["image"] = args.image  # refused, saying which two settings took its place
-        if any(v is not None for v in changes.values()):
-            settings = workspace_settings.update_settings(ws, **changes)
-        else:
-            settings = workspace_settings.load_settings(ws)
-        shown = settings.to_json()
-        from jupyter_portable.orchestration.budget import budget_report
+    changes = {"gpus": args.gpus, "gpu_count": args.gpu_count, "min_gpu_memory_gb": args.min_gpu_memory,
+               "driver": args.driver, "min_cuda": args.min_cuda, "container_image": args.container_image,
+               "machine_image": args.machine_image, "regions": args.regions,
+               "budget_max_price_per_hour": args.max_price, "budget_total": args.budget, "hours": args.hours,
+               "autosnapshot_minutes": args.autosnapshot, "idle_minutes": args.idle_minutes}
+    if args.image is not None:
+        changes["image"] = args.image  # refused, saying which two settings took its place
+    if any(v is not None for v in changes.values()):
+        settings = workspace_settings.update_settings(ws, **changes)
+    else:
+        settings = workspace_settings.load_settings(ws)
+    shown = settings.to_json()
+    from jupyter_portable.orchestration.budget import budget_report
 
-        standing = budget_report(ws, providers=providers, calendar_now=clock())
-        shown.update(spent=standing["spent"], committed=standing["committed"], left=standing["left"])
-        return shown, json.dumps(shown, indent=2), 0
-    if args.verb == "reserve" and args.quote:
+    standing = budget_report(ws, providers=providers, calendar_now=clock())
+    shown.update(spent=standing["spent"], committed=standing["committed"], left=standing["left"])
+    return shown, json.dumps(shown, indent=2), 0
+
+
+def _reserve(args: argparse.Namespace, ws: Any) -> Answer:
+    """``reserve``: book an offer for a slot (``--quote``: its price, nothing bought)."""
+    from jupyter_portable.orchestration import reservations
+
+    config = _config(args)
+    providers, clock = config.make_providers(), config.clock()
+    if args.quote:
         shown = reservations.quote(ws, args.offer, args.start, args.hours, providers=providers, now=clock())
         return shown, (f"{shown['offer']} from {shown['start']} for {shown['hours']:g} h: {shown['currency']} "
                        f"{shown['price']:,.2f} ({shown['price_source']}); nothing was bought"), 0
-    if args.verb == "reserve":
-        booking = reservations.reserve(ws, args.offer, args.start, args.hours, args.charge, providers=providers,
-                                       now=clock(), max_price=args.max_price)
-        b = booking.to_json()
-        return b, (f"booked {b['reservation_id']}: {b['offer_key']} from {b['start']} for {b['hours']:g} h, "
-                   f"${b['price']:.2f}, charged {'now' if b['charge'] == 'now' else 'at ' + b['charge_at']}; "
-                   f"guarantee: {b['guarantee']}"), 0
+    booking = reservations.reserve(ws, args.offer, args.start, args.hours, args.charge, providers=providers,
+                                   now=clock(), max_price=args.max_price)
+    b = booking.to_json()
+    return b, (f"booked {b['reservation_id']}: {b['offer_key']} from {b['start']} for {b['hours']:g} h, "
+               f"${b['price']:.2f}, charged {'now' if b['charge'] == 'now' else 'at ' + b['charge_at']}; "
+               f"guarantee: {b['guarantee']}"), 0
+
+
+def _reservations(args: argparse.Namespace, ws: Any) -> Answer:
+    """``reservations``: the workspace's bookings (``--cancel`` one; ``--calendar`` an offer's slots)."""
+    from jupyter_portable.orchestration import reservations
+
+    config = _config(args)
+    providers, clock = config.make_providers(), config.clock()
     if args.cancel:
         booking = reservations.cancel_reservation(ws, args.cancel, providers=providers, now=clock())
         return booking.to_json(), f"cancelled {booking.reservation_id}", 0
@@ -497,7 +395,7 @@ def _workspace_market(args: argparse.Namespace, ws: Any) -> tuple[dict[str, Any]
     return out, text, 0
 
 
-def _machines(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
+def _machines(args: argparse.Namespace) -> Answer:
     """``machines``: list (or terminate) what the providers hold with our labels."""
     from jupyter_portable.engine.workspace import Workspace
     from jupyter_portable.orchestration import machines
@@ -540,8 +438,29 @@ def _uptime(seconds: float | None) -> str:
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
+class Verb(NamedTuple):
+    """One verb: the function that does it, and whether it acts on the workspace found from ``-C``
+    (then it is called with it)."""
+
+    run: Callable[..., Answer]
+    workspace: bool
+
+
+# every verb of `jupyter portable`, as the server's routes are one table (its arguments: cli/parser.py)
+VERBS: dict[str, Verb] = {
+    "init": Verb(_init, False), "restore": Verb(_restore, False), "fsck": Verb(_fsck, False),
+    "offers": Verb(_offers, False), "market": Verb(_market, False), "machines": Verb(_machines, False),
+    "spend": Verb(_spend, True), "routes": Verb(_routes, True), "settings": Verb(_settings, True),
+    "reserve": Verb(_reserve, True), "reservations": Verb(_reservations, True),
+    "continue": Verb(_continue, True), "stop": Verb(_stop, True), "state": Verb(_state, True),
+    "snapshot": Verb(_snapshot, True), "log": Verb(_log, True), "status": Verb(_status, True),
+    "verify": Verb(_verify, True), "checkpoint": Verb(_checkpoint, True), "checkpoints": Verb(_checkpoints, True),
+    "diff": Verb(_diff, True), "fetch": Verb(_fetch, True),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = _build()
+    parser = build_parser()
     try:
         args = parser.parse_args(argv)
         if args.help_all:
