@@ -282,7 +282,24 @@ def test_the_ssh_provider_starts_a_worker_on_a_real_sshd_on_loopback(provider: S
         for port in ports:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/hello.txt", timeout=5) as answer:
                 assert answer.read() == b"hello from the host"
-        close()
+        # a tunnel whose connection ends by itself (a partition outlived its keepalive, the network
+        # changed) comes back on the same local ports (issue 42): its clients reconnect where they were
+        tunnel = close.__self__  # type: ignore[attr-defined]
+        tunnel._proc.kill()
+        assert _wait(lambda: tunnel.restarts == 1, 10)
+
+        def answers(port: int) -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/hello.txt", timeout=2) as answer:
+                    return answer.read() == b"hello from the host"
+            except OSError:
+                return False
+
+        assert _wait(lambda: all(answers(port) for port in ports), 10)
+        assert tunnels() == before + 1
+        close()  # closed for good: not started again
+        assert not _wait(lambda: tunnel.restarts > 1 or any(answers(port) for port in ports), 2)
+        assert tunnels() == before
         for port in ports:
             with pytest.raises(OSError):
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/hello.txt", timeout=2)
@@ -445,3 +462,10 @@ def test_a_cloud_machines_commands_share_one_connection_and_a_new_pin_gets_its_o
         other, other_shim = machine("al-share-2")  # a later rental on the same endpoint
         assert other.run(other_shim, ["true"])[0] == 0
         assert _wait(lambda: logins() >= 2, 10) and logins() == 2
+
+
+def test_a_keepalive_that_is_not_whole_seconds_and_a_count_is_refused(tmp_path: Path) -> None:
+    for bad in ((0, 3), (10, 0), (1.5, 2)):
+        with pytest.raises(UsageError, match="keepalive"):
+            SshLink([], state_dir=tmp_path, keepalive=bad)  # type: ignore[arg-type]
+    assert SshLink([], state_dir=tmp_path, keepalive=(1, 2)).keepalive == (1, 2)

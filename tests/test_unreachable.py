@@ -2,7 +2,13 @@
 partitioned for real (its sshd and every connection it holds frozen, as when packets are dropped),
 the loss check looks at it over 90 s of the time it is given, and the workspace stays ACTIVE,
 "unreachable since HH:MM" in the check and in ``jupyter portable state``, with its worker left
-running; when the network comes back the same worker answers and the session seals normally."""
+running; when the network comes back the same worker answers and the session seals normally.
+
+A cell runs across the partition, its kernel reached through SSH port forwards. The provider's
+keepalive is scaled down (ServerAlive 1 s x 2, instead of 10 s x 3) so that the forwards die
+within the partition's few wall seconds, as a 90 s partition kills them at 30 s: the test waits
+until every tunnel has died and been started again, then sees the cell's output arrive once the
+network is back (the tunnels come back on the same local ports and the kernel's sockets reconnect)."""
 
 from __future__ import annotations
 
@@ -96,6 +102,61 @@ def _alive(pid: int) -> bool:
     return True
 
 
+CELL = """
+import os, time
+n = 0
+while not os.path.exists({flag!r}):
+    n += 1
+    print("tick", n, flush=True)
+    time.sleep(0.3)
+print("after the partition", flush=True)
+"""
+
+
+def _until(done: Any, limit: float) -> bool:
+    """Poll ``done()`` for up to ``limit`` seconds (an upper bound for something to happen)."""
+    import time
+
+    deadline = time.monotonic() + limit
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def running_cell(record: Any, provider: Any, code: str) -> tuple[Any, Any, list[str]]:
+    """A kernel on the worker, reached through the provider's port forwards, running ``code``: the
+    worker's client, the kernel's, and the stream output so far (a thread reads the IOPub into it)."""
+    import threading
+
+    from jupyter_client import BlockingKernelClient
+
+    from jupyter_portable.worker.client import AgentClient
+
+    client = AgentClient(record, provider)
+    info = client.start_kernel("k-partition")
+    kc = BlockingKernelClient()
+    kc.load_connection_info({**info, **client.forward_kernel(info), "ip": "127.0.0.1"})
+    kc.hb_channel.time_to_dead = 30.0  # heartbeats cross the forward, which the partition stops
+    kc.start_channels()
+    kc.wait_for_ready(timeout=60)
+    output: list[str] = []
+
+    def read() -> None:
+        while kc.channels_running:
+            try:
+                msg = kc.get_iopub_msg(timeout=0.5)
+            except Exception:
+                continue
+            if msg["msg_type"] == "stream":
+                output.append(msg["content"]["text"])
+
+    kc.execute(code)
+    threading.Thread(target=read, daemon=True).start()
+    return client, kc, output
+
+
 def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
         tmp_path: Path, env: dict[str, str], sshd: Sshd, cli: Any) -> None:
     from jupyter_portable.compute.ssh import SshProvider
@@ -104,7 +165,7 @@ def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
     from jupyter_portable.orchestration.orchestrator import Orchestrator
 
     ws = make_workspace(tmp_path / "ws", tmp_path / "store")
-    provider = SshProvider(connect_timeout=2)
+    provider = SshProvider(connect_timeout=2, keepalive=(1, 2))
 
     def wall() -> datetime:
         raise AssertionError("the loss check read the wall clock although it was given now")
@@ -116,7 +177,13 @@ def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
         assert rec is not None
         pid = int(rec.allocation.details["pid"])
         assert orch.check(now=T0)["alive"] is True
+        flag = tmp_path / "go-on"
+        worker, kc, output = running_cell(rec, provider, CELL.format(flag=str(flag)))
+        assert _until(lambda: "tick" in "".join(output), 60), output  # the cell runs, its output arrives
+        tunnels = [close.__self__ for close in provider.link._forwards[rec.allocation_id]]
         with partitioned(sshd):
+            # every port forward (the worker's HTTP, the kernel's five ports) dies and is started again
+            assert _until(lambda: all(t.restarts >= 1 for t in tunnels), 60), [t.restarts for t in tunnels]
             looks = [orch.check(now=T0 + timedelta(seconds=s)) for s in (5, 50, 95)]
             assert [(a["state"], a["alive"]) for a in looks] == [(L.ACTIVE, False)] * 3, looks
             # the silence began at the first look that found no path, and every look says so
@@ -142,6 +209,16 @@ def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
         assert sidebar_state(ws, orch)["unreachable"] is None  # and then the machine again
         assert orch.record() is not None and orch.record().allocation_id == rec.allocation_id  # type: ignore[union-attr]
         assert [e.state for e in orch.lifecycle().events if e.state == L.LOST] == []
+        # the tunnels are back on the same local ports: the running cell's output arrives again, and
+        # its end and its reply after the test lets it finish
+        del output[:]
+        assert _until(lambda: "tick" in "".join(output), 60), "no output from the running cell after the partition"
+        flag.write_text("")
+        reply = kc.get_shell_msg(timeout=60)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        assert _until(lambda: "after the partition" in "".join(output), 30), output
+        kc.stop_channels()
+        worker.close()
         # the same worker answers: the session seals and releases as if nothing had happened
         stopped = orch.stop()
         assert orch.lifecycle().state == L.RELEASED, stopped

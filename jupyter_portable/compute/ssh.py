@@ -126,18 +126,21 @@ class SshProvider(Provider):
     def __init__(self, hosts: Sequence[Host] | None = None, *, hosts_file: Path | str | None = None,
                  state_dir: Path | str | None = None, ssh: str = "ssh", connect_timeout: float = 10.0,
                  command_timeout: float = 60.0, stale_after: float = 10.0, launch_wait: float = 20.0,
-                 known_hosts: Path | None = None, multiplex: bool = False) -> None:
+                 known_hosts: Path | None = None, multiplex: bool = False,
+                 keepalive: tuple[int, int] = (10, 3)) -> None:
         """``hosts`` fixes the host list; otherwise ``hosts_file`` (or the default) is re-read on each call,
         so edits apply without a restart. ``stale_after``: seconds without a heartbeat before a worker is lost.
         ``known_hosts``: a file of pinned host keys to hold the hosts to strictly (a cloud allocation's own,
         see :mod:`.keys`); without it, keys are trusted on first use into the state dir's. ``multiplex``:
-        share one connection between commands (see the module docstring)."""
+        share one connection between commands. ``keepalive``: ssh's ServerAlive (seconds, count); see
+        :class:`.SshLink`."""
         self._fixed = list(hosts) if hosts is not None else None
         self._hosts_file = hosts_file
         self.state_dir = Path(state_dir).expanduser() if state_dir is not None else default_state_dir()
         self._state = _State(self.state_dir)
         self.link = SshLink(self.hosts, state_dir=self.state_dir, ssh=ssh, connect_timeout=connect_timeout,
-                            command_timeout=command_timeout, known_hosts=known_hosts, multiplex=multiplex)
+                            command_timeout=command_timeout, known_hosts=known_hosts, multiplex=multiplex,
+                            keepalive=keepalive)
         self.connect_timeout = connect_timeout
         self.stale_after = stale_after
         self.launch_wait = launch_wait

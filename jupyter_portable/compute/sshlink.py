@@ -37,6 +37,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -71,10 +72,12 @@ class SshLink:
 
     def __init__(self, hosts: Callable[[], list[Host]] | Sequence[Host], *, state_dir: Path, ssh: str = "ssh",
                  connect_timeout: float = 10.0, command_timeout: float = 60.0, known_hosts: Path | None = None,
-                 multiplex: bool = False) -> None:
+                 multiplex: bool = False, keepalive: tuple[int, int] = (10, 3)) -> None:
         """``hosts``: the hosts, or a function that lists them (re-read on each call). ``state_dir``:
         where host keys are pinned on first use. ``known_hosts``: a file of pinned host keys to hold the
-        hosts to strictly instead. ``multiplex``: share one connection between commands."""
+        hosts to strictly instead. ``multiplex``: share one connection between commands. ``keepalive``:
+        (seconds between, count) of ssh's ServerAlive probes: a connection silent for their product ends,
+        and a tunnel then starts again (see :meth:`forward_ports`)."""
         self._hosts = hosts if callable(hosts) else (lambda fixed=list(hosts): list(fixed))
         self.state_dir = state_dir
         self._ssh = ssh
@@ -83,6 +86,10 @@ class SshLink:
         self._forwards: dict[str, list[Callable[[], None]]] = {}
         self._pinned = known_hosts
         self.multiplex = multiplex
+        interval, count = keepalive
+        if not (isinstance(interval, int) and isinstance(count, int) and interval >= 1 and count >= 1):
+            raise UsageError(f"ssh keepalive {keepalive!r} is not (seconds >= 1, count >= 1)")
+        self.keepalive = (interval, count)
 
     @property
     def known_hosts(self) -> Path:
@@ -139,7 +146,14 @@ class SshLink:
     def forward_ports(self, allocation: Allocation, remote_ports: Sequence[int], *, remote_host: str = "127.0.0.1",
                       timeout: float | None = None) -> tuple[list[int], Callable[[], None]]:
         """Forward a fresh local port to each of ``remote_ports`` through one SSH connection (a
-        kernel's five ports pay for one handshake, not five): ``(local ports in that order, closer)``."""
+        kernel's five ports pay for one handshake, not five): ``(local ports in that order, closer)``.
+
+        The tunnel comes back by itself: when its connection ends without the closer being called (a
+        partition outlived the keepalive, the laptop moved to another network, the machine's sshd
+        restarted), ssh is started again with the same forwards on the same local ports, with a
+        growing wait between tries, until it holds or the closer is called. A client of those ports
+        (a kernel's ZeroMQ sockets, the worker's HTTP) reconnects to them and the session goes on;
+        what the far end sent while no tunnel was up is that protocol's to resend."""
         host = self.host(allocation.offer_id)
         if not remote_ports:
             raise UsageError("no remote port to forward")
@@ -166,8 +180,9 @@ class SshLink:
                     break
                 time.sleep(0.05)
             if proc.poll() is None and time.monotonic() < deadline:
-                self._forwards.setdefault(allocation.allocation_id, []).append(close)
-                return ports, close
+                tunnel = _Tunnel(argv, proc, errors)
+                self._forwards.setdefault(allocation.allocation_id, []).append(tunnel.close)
+                return ports, tunnel.close
             if proc.poll() is None:
                 close()
                 raise ProviderUnavailable(f"ssh host {host.name}: the port forward did not come up in time",
@@ -203,7 +218,7 @@ class SshLink:
                 "-o", "UpdateHostKeys=no",
                 "-o", "HashKnownHosts=no",  # readable, so the user can find and remove a host's line
                 "-o", f"ConnectTimeout={max(1, round(self.connect_timeout))}",
-                "-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3",
+                "-o", f"ServerAliveInterval={self.keepalive[0]}", "-o", f"ServerAliveCountMax={self.keepalive[1]}",
                 "-o", "LogLevel=ERROR",  # stderr then carries the remote command's output and ssh's errors only
                 "-o", "ForwardAgent=no", "-o", "ForwardX11=no", "-o", "PermitLocalCommand=no",
                 "-o", "RequestTTY=no"]
@@ -351,6 +366,53 @@ def _closer(proc: subprocess.Popen[bytes], errors: IO[bytes]) -> Callable[[], No
         errors.close()
 
     return close
+
+
+class _Tunnel:
+    """One ``ssh -N`` process carrying port forwards on fixed local ports, started again on the same
+    ports whenever it exits by itself, until :meth:`close` (see :meth:`SshLink.forward_ports`)."""
+
+    FIRST_WAIT_S = 0.5
+    MAX_WAIT_S = 5.0
+
+    def __init__(self, argv: list[str], proc: subprocess.Popen[bytes], errors: IO[bytes]) -> None:
+        self._argv = argv
+        self._proc = proc
+        self._errors = errors
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self.restarts = 0  # how many times ssh was started again
+        threading.Thread(target=self._watch, name="ssh-tunnel", daemon=True).start()
+
+    def _watch(self) -> None:
+        wait = self.FIRST_WAIT_S
+        while True:
+            with self._lock:
+                proc = self._proc
+            began = time.monotonic()
+            proc.wait()
+            if time.monotonic() - began > 4 * self.MAX_WAIT_S:
+                wait = self.FIRST_WAIT_S  # it held for a while: this is a new outage, not the same one
+            if self._closed.wait(wait):
+                return
+            wait = min(wait * 2, self.MAX_WAIT_S)
+            with self._lock:
+                if self._closed.is_set():
+                    return
+                self._errors.close()
+                self._errors = tempfile.TemporaryFile()  # a file, not a pipe: nobody reads it while it runs
+                try:
+                    self._proc = subprocess.Popen(self._argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                                  stderr=self._errors)
+                except OSError:
+                    continue  # no ssh to run just now: try again after the next wait
+                self.restarts += 1
+
+    def close(self) -> None:
+        """Stop the tunnel for good (idempotent)."""
+        self._closed.set()
+        with self._lock:
+            _closer(self._proc, self._errors)()
 
 
 def first_line(text: str) -> str:
