@@ -74,6 +74,11 @@ def test_the_values_the_sidebar_is_generated_with_are_the_cores() -> None:
     assert _definitions("routes.json")["CheckName"]["enum"] == list(Checks().to_json())
     assert state["ResumeTag"]["const"] == resume.RESUME_TAG and state["ResumeTagMime"]["const"] == resume.TAG_MIME
     assert state["FirstMachineMessage"]["const"] == placeholder.FIRST_MACHINE_MSG
+    from jupyter_portable.compute import registry
+
+    # every provider the registry makes has its name in the sidebar's words, and no other
+    assert _definitions("routes.json")["ProviderName"]["const"] == registry.PROVIDER_NAME
+    assert set(registry.PROVIDER_NAME) == set(registry.PROVIDERS)
     # the Continue steps are steps progress/v1 names
     steps = yaml.safe_load((SERVEREXT / "events" / "progress.yaml").read_text())["properties"]["step"]["enum"]
     assert set(L.CONTINUE_STEPS) <= set(steps)

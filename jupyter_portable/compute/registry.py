@@ -24,6 +24,11 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "gcp": ("jupyter_portable.compute.gcp", "GcpProvider"),
     "slurm": ("jupyter_portable.compute.slurm", "SlurmProvider"),
 }
+# each provider by the name its users know it by (the sidebar's words: a schema x-constant, routes.json)
+PROVIDER_NAME: dict[str, str] = {
+    "local": "Local market", "ssh": "SSH host", "runpod": "RunPod", "vastai": "Vast.ai", "lambda": "Lambda",
+    "aws": "AWS", "gcp": "Google Cloud", "slurm": "Slurm",
+}
 
 
 def provider_names() -> list[str]:

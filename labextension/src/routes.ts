@@ -9,7 +9,7 @@
  * can always be put back.
  */
 
-import { CHECK_NAMES, ICost, IRoute, IRoutesAnswer, REASON_CATEGORY } from './types';
+import { CHECK_NAMES, ICost, IRoute, IRoutesAnswer, PROVIDER_NAME, REASON_CATEGORY } from './types';
 
 /** The cost terms, in dollars, in the order the table and the chart show them. */
 export const COST_TERMS = ['gpu', 'egress', 'storage', 'queue', 'risk'] as const satisfies readonly (keyof ICost)[];
@@ -229,19 +229,12 @@ export function routeLabel(route: IRoute): string {
   return [route.provider, gpu, route.region].filter(Boolean).join(' · ');
 }
 
-/** Providers by the names their users know them by. */
-export const PROVIDER_NAME: { [name: string]: string } = {
-  local: 'Local market',
-  runpod: 'RunPod',
-  vastai: 'Vast.ai',
-  lambda: 'Lambda',
-  aws: 'AWS',
-  gcp: 'Google Cloud',
-  ssh: 'SSH host'
-};
+/** Providers by the names their users know them by (generated: compute/registry.py PROVIDER_NAME). */
+export { PROVIDER_NAME };
 
 export function providerName(provider: string | null | undefined): string {
-  return provider ? (PROVIDER_NAME[provider] ?? provider) : '—';
+  const names: { readonly [name: string]: string } = PROVIDER_NAME;
+  return provider ? (names[provider] ?? provider) : '—';
 }
 
 /** "NVIDIA A100 80GB · RunPod · EU-RO-1": a machine in words, GPU first. */
