@@ -1078,6 +1078,8 @@ export const STATE_SCHEMA = 'https://events.jupyter-portable.org/state/v1';
 export const CHARGE_LEAD_HOURS = 2;
 /** The four separate checks of an offer, in the order they are made and shown (jupyter_portable/core/offers.py Checks). */
 export const CHECK_NAMES = ['listed', 'permitted', 'capacity', 'launched'] as const;
+/** Each provider by the name its users know it by (jupyter_portable/compute/registry.py PROVIDER_NAME). */
+export const PROVIDER_NAME = { 'local': 'Local market', 'ssh': 'SSH host', 'runpod': 'RunPod', 'vastai': 'Vast.ai', 'lambda': 'Lambda', 'aws': 'AWS', 'gcp': 'Google Cloud', 'slurm': 'Slurm' } as const;
 /** What kind of thing each reason key of a blocked route is: a cap, a requirement the offer does not meet, or the offer not available now (jupyter_portable/core/routing.py REASON_CATEGORY). */
 export const REASON_CATEGORY = { 'price_cap': 'cap', 'price': 'cap', 'budget': 'cap', 'gpu': 'admission', 'gpu_count': 'admission', 'gpu_memory': 'admission', 'driver': 'admission', 'cuda': 'admission', 'image': 'admission', 'region': 'admission', 'listed': 'capacity', 'permitted': 'capacity', 'capacity': 'capacity', 'launched': 'capacity' } as const;
 /** The idle stop of a workspace that sets none, in minutes (jupyter_portable/core/idle.py DEFAULT_IDLE_MINUTES). */
