@@ -28,6 +28,9 @@ ROUTE = {"id": "local/a100", "gpu": "NVIDIA A100-SXM4-80GB", "gpu_count": 1, "pr
 
 LOST = {"state": "LOST", "reason": "preempted by the market", "first": False, "route": ROUTE}
 FIRST = {"state": "IDLE", "reason": "no machine yet", "first": True, "route": ROUTE}
+# released while every route was over a cap (issue 43, item 1); the notebook's word awaited 1 s, not 10
+RELEASED_NO_ROUTE = {"state": "RELEASED", "reason": "stopped", "first": True, "ask": True, "route": None,
+                     "ask_wait_s": 1.0}
 
 
 @pytest.fixture
@@ -150,6 +153,49 @@ def test_the_first_cell_is_held_while_the_notebook_asks_and_cancel_ends_it_sayin
     assert "No machine was started: route r-0123456789 is over the $/h cap" in _traceback(reply)
 
 
+@pytest.mark.parametrize("placeholder", [RELEASED_NO_ROUTE], indirect=True, ids=["released"])
+def test_a_held_first_cell_no_notebook_asks_about_ends_saying_so(placeholder: Any) -> None:
+    # a notebook that said it asks, then never showed a question (issue 43, item 1: a silent [*])
+    _control(placeholder, {"asker": True})
+    msg_id = placeholder.execute("print(1)")
+    reply = _reply_to(placeholder, msg_id, 30)  # 1 s here, 10 s in use: never for ever
+    assert reply is not None and reply["content"]["ename"] == "NoGPUMachine"
+    text = _traceback(reply)
+    assert "No machine was started: the notebook did not ask whether to rent one" in text
+    assert "run a cell again and press Start, or press Continue in the portable sidebar" in text
+    # none was open when it started: it does not claim none is open now
+    assert "no route is open now" not in text and "Continue would take: see the routes in the portable sidebar" in text
+
+
+@pytest.mark.parametrize("placeholder", [RELEASED_NO_ROUTE], indirect=True, ids=["released"])
+def test_a_held_first_cell_names_the_route_the_notebook_read_and_a_closed_one_says_how_to_open_it(
+        placeholder: Any) -> None:
+    _control(placeholder, {"asker": True})
+    # every route over a cap, as the notebook read them: the cell ends with that reason at once
+    held = placeholder.execute("print(1)")
+    _control(placeholder, {"asking": True})
+    _control(placeholder, {"route": None})
+    _control(placeholder, {"answer": "failed", "reason": "no route is open: local/l4 $0.40/h is over the $0.10/h cap"})
+    reply = _reply_to(placeholder, held, 30)
+    assert reply is not None
+    text = _traceback(reply)
+    assert "No machine was started: no route is open: local/l4 $0.40/h is over the $0.10/h cap" in text
+    assert "raise the budget or the $/h cap" in text and "then run the cell again" in text
+    # the cap raised, the next cell's question names the route open now; the stop button ends it so
+    again = placeholder.execute("print(2)")
+    _control(placeholder, {"asking": True})
+    _control(placeholder, {"route": {**ROUTE, "extra": "dropped"}})
+    time.sleep(1.5)  # past the 1 s wait for the notebook's word: it said it asks, so the cell stays held
+    assert _reply_to(placeholder, again, 0.5) is None
+    placeholder.proc.send_signal(signal.SIGINT)
+    reply = _reply_to(placeholder, again, 30)
+    assert reply is not None
+    text = _traceback(reply)
+    assert "Nothing was rented: the new machine was cancelled, and the workspace stays" in text
+    assert "Continue would take: 1x NVIDIA A100-SXM4-80GB on local/a100 (local-a) at $1.50/h" in text
+    assert "no route is open now" not in text
+
+
 @pytest.mark.parametrize("placeholder", [FIRST], indirect=True, ids=["first"])
 def test_the_stop_button_ends_a_held_first_cell(placeholder: Any) -> None:
     _control(placeholder, {"asker": True})
@@ -265,7 +311,8 @@ async def test_opening_a_notebook_rents_nothing_and_start_runs_the_held_first_ce
     info = await kernel.send("shell", "kernel_info_request", {})
     assert (await kernel.reply(info, 60))[0] == "ok"
     # the notebook says it asks the user, then its first cell is held while the question is open
-    assert (await kernel.reply(await kernel.send("control", FIRST_MACHINE_MSG, {"asker": True}), 60))[0] == "ok"
+    asks = {"asker": True, "asking": True}  # as the notebook says it: it asks, and its question is open
+    assert (await kernel.reply(await kernel.send("control", FIRST_MACHINE_MSG, asks), 60))[0] == "ok"
     await kernel.busy(await kernel.execute("import os; print('on', os.environ['JUPYTER_PORTABLE_ALLOCATION'])"))
     assert _machines() == [], "a held cell rents nothing"
     routes = await _json(jp_fetch, "portable", "api", "routes")
@@ -292,7 +339,8 @@ async def test_a_start_that_finds_no_route_ends_the_held_first_cell_with_the_rea
     update_settings(Workspace.find(jp_root_dir), max_price_per_hour=0.05)  # under every offer's $/h
     kernel_id = await start_session(jp_fetch)
     kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
-    assert (await kernel.reply(await kernel.send("control", FIRST_MACHINE_MSG, {"asker": True}), 60))[0] == "ok"
+    asks = {"asker": True, "asking": True}  # as the notebook says it: it asks, and its question is open
+    assert (await kernel.reply(await kernel.send("control", FIRST_MACHINE_MSG, asks), 60))[0] == "ok"
     held = await kernel.execute("print('never here')")
     await kernel.busy(held)  # the placeholder holds it: the question is open
     # the setting "ask" off: the notebook starts the best route at once; the Continue fails on the cap

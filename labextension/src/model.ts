@@ -426,6 +426,9 @@ export class PortableModel implements IDisposable {
       } else if (ev.what === 'reservations') {
         // what bookings hold back is in the budget, the state and the routes' "left"
         void Promise.all([this.refreshReservations(), this.refreshState(), this.refreshRoutes()]);
+      } else if (ev.what === 'budget') {
+        // the running machine's spend moved a cent: the spend line and the routes' "left" tick with it
+        void Promise.all([this.refreshState(), this.refreshRoutes()]);
       } else {
         void this.refreshState();
       }

@@ -18,6 +18,7 @@ import { JupyterFrontEnd } from '@jupyterlab/application';
 import { Notification } from '@jupyterlab/apputils';
 import { INotebookTracker, Notebook, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 import { Event, Kernel, KernelMessage } from '@jupyterlab/services';
+import { ISessionContext } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import { PortableApiError, PortableClient } from './api';
@@ -64,6 +65,17 @@ export function machineStatus(state: string | null, words?: StateWordsTable | nu
   return '';
 }
 
+/** What JupyterLab's status bar says after the kernel's name ("Python (portable) | ..."): the
+ * kernel's own status while the workspace has a machine or is moving to one, the words of the
+ * state where it has none ("No machine (LOST)"): the placeholder kernel is idle, the work is not.
+ * ``kernelStatus``: JupyterLab's words for the kernel's status. */
+export function statusBarText(kernelStatus: string | undefined, state: string | null, words?: StateWordsTable | null): string | undefined {
+  if (state && NO_MACHINE.includes(state)) {
+    return machineStatus(state, words) || kernelStatus;
+  }
+  return kernelStatus;
+}
+
 /** "resumed: 3 cells, 4.2 s" */
 export function resumedText(cells: number, seconds: number, failed: number | null): string {
   const base = `resumed: ${cells} cell${cells === 1 ? '' : 's'}, ${seconds.toFixed(1)} s`;
@@ -80,6 +92,18 @@ interface IHeld {
   cellId: string;
 }
 
+/** The model of JupyterLab's kernel item in the status bar (apputils' KernelStatus.Model): what of it
+ * this reads and re-renders. */
+interface IKernelStatusBarModel {
+  readonly status: string | undefined;
+  readonly sessionContext: ISessionContext | null;
+  readonly stateChanged: { emit(value: void): void };
+}
+
+/** What the placeholder is told as a question is being asked: it holds the cell for the answer
+ * (without it, placeholder.py ASK_WAIT_S later, the cell ends saying nobody asked). */
+export const ASKING = { asking: true };
+
 export class PortableNotebooks {
   constructor(
     private readonly app: JupyterFrontEnd,
@@ -92,6 +116,13 @@ export class PortableNotebooks {
     app.serviceManager.events.stream.connect(this._onEvent, this);
     NotebookActions.executionScheduled.connect((_, args) => this._onScheduled(args.notebook, args.cell.model.id));
     NotebookActions.executed.connect((_, args) => this._applyResumeTag(args.cell));
+    Notification.manager.changed.connect((_, change) => {
+      if (change.type === 'removed' && change.notification.id === this._question) {
+        // the question was dismissed unanswered (the notification center's Dismiss): nothing is rented
+        this._question = null;
+        this._endHeld('cancel');
+      }
+    });
     void this.refresh();
   }
 
@@ -100,7 +131,11 @@ export class PortableNotebooks {
   words: StateWordsTable | null = null;
   workspaceId: string | null = null;
   private _held: IHeld[] = [];
+  /** The routes are being read for a question: a cell run now gets the same answer. */
   private _asking = false;
+  /** The open question's notification id (Start / Cancel not pressed yet). */
+  private _question: string | null = null;
+  private _statusBar: IKernelStatusBarModel | null = null;
   private _moving = false;
   private _notice = '';
   private _status = new Map<NotebookPanel, Widget>();
@@ -159,6 +194,31 @@ export class PortableNotebooks {
       item.node.dataset.state = this.state ?? '';
       item.setHidden(!text);
     }
+    this._statusBarModel()?.stateChanged.emit();
+  }
+
+  /** JupyterLab's kernel item in the status bar, made to say the workspace's state where it has no
+   * machine ("Python (portable) | No machine (LOST)", not "| Idle"): found once, among the status
+   * bar's widgets, by its model. */
+  private _statusBarModel(): IKernelStatusBarModel | null {
+    if (this._statusBar) {
+      return this._statusBar;
+    }
+    const found = findKernelStatusModel(this.app);
+    if (!found) {
+      return null; // not there yet: the next render looks again
+    }
+    const own = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(found), 'status');
+    const kernelStatus = () => (own?.get ? (own.get.call(found) as string | undefined) : undefined);
+    Object.defineProperty(found, 'status', {
+      configurable: true,
+      get: () => {
+        const panel = this.tracker.find(p => p.sessionContext === found.sessionContext);
+        return panel && this._portable(panel) ? statusBarText(kernelStatus(), this.state, this.words) : kernelStatus();
+      }
+    });
+    this._statusBar = found;
+    return found;
   }
 
   private _panelOf(notebook: Notebook): NotebookPanel | null {
@@ -186,6 +246,8 @@ export class PortableNotebooks {
       void this._isPlaceholder(panel).then(placeholder => {
         if (!placeholder) {
           this._held = this._held.filter(h => h.cellId !== cellId);
+        } else if (this._asking) {
+          void tellPlaceholder(panel, ASKING); // the routes are being read: it gets the same answer
         } else {
           void this._askFirstMachine();
         }
@@ -211,25 +273,57 @@ export class PortableNotebooks {
     }
   }
 
+  /** Tell the placeholder kernels that hold a first cell (``{asking}``, ``{route}``). */
+  private _tellHeld(content: { [key: string]: unknown }): void {
+    for (const panel of new Set(this._held.map(h => h.panel))) {
+      void tellPlaceholder(panel, content);
+    }
+  }
+
+  /** Close the open question without an answer (it is asked again, or no longer stands). */
+  private _dropQuestion(): void {
+    const id = this._question;
+    this._question = null; // first: its removal is then not taken for the user's Dismiss
+    if (id) {
+      Notification.dismiss(id);
+    }
+  }
+
   private async _askFirstMachine(): Promise<void> {
     if (this._asking) {
       return;
     }
     this._asking = true;
+    // a question still open (hidden, or left from before) is asked again, with the routes as they are now
+    this._dropQuestion();
+    this._tellHeld(ASKING);
     let route: { id: string; text: string } | null = null;
     let why = 'no route is open now: see the routes in the portable sidebar';
+    let facts: { [key: string]: unknown } | null = null;
     try {
       const answer = await this.client.routes(8);
       const best = answer.routes.find(r => r.id === answer.best) ?? null;
       if (best) {
         route = { id: best.id, text: firstMachineQuestion(best, this.state) };
+        facts = {
+          id: best.id,
+          gpu: best.gpu,
+          gpu_count: best.gpu_count,
+          provider: best.provider,
+          offer: best.offer,
+          region: best.region,
+          price_per_hour: best.price_per_hour
+        };
       } else if (answer.routes.length && answer.routes[0].blocked) {
         why = `no route is open: ${answer.routes[0].provider}/${answer.routes[0].offer} ${answer.routes[0].blocked}`;
       }
     } catch (reason) {
       why = `the routes could not be read: ${errorText(reason)}`;
     }
+    // the route as it is now: what the held cell's output names, however it ends
+    this._tellHeld({ route: facts });
     const start = () => {
+      this._question = null;
       this._asking = false;
       this._moving = true;
       this._render();
@@ -251,19 +345,21 @@ export class PortableNotebooks {
       start();
       return;
     }
-    Notification.info(route.text, {
+    this._question = Notification.info(route.text, {
       autoClose: false,
       actions: [
         { label: 'Start', callback: start, displayType: 'accent' },
         {
           label: 'Cancel',
           callback: () => {
+            this._question = null;
             this._asking = false;
             this._endHeld('cancel');
           }
         }
       ]
     });
+    this._asking = false;
   }
 
   private _onEvent(_: unknown, emission: Event.Emission): void {
@@ -277,12 +373,18 @@ export class PortableNotebooks {
       if (this.state !== 'ACTIVE') {
         this._notice = ''; // "Now on ..." never stays next to a newer state
       }
-      if (MOVING.includes(this.state)) {
-        this._moving = true;
+      if (MOVING.includes(this.state) || this.state === 'ACTIVE') {
+        this._moving = this._moving || this.state !== 'ACTIVE';
+        // a Continue begun elsewhere (the sidebar, a terminal): the question no longer stands
+        this._dropQuestion();
       } else if (this.state === 'FAILED' || this.state === 'LOST') {
         // the Continue did not get there: the held cells will not run
         this._moving = false;
         this._held = [];
+      } else if (NO_MACHINE.includes(this.state)) {
+        // back with no machine (a Continue cancelled, a stop): nothing is moving any more, and the
+        // next cell asks again; the placeholder ends what it held
+        this._moving = false;
       }
       this._render();
     } else if (id === NOTICE_SCHEMA && emission['kind'] === 'moved') {
@@ -448,6 +550,31 @@ async function tellPlaceholder(panel: NotebookPanel, content: { [key: string]: u
   } catch (reason) {
     console.warn('jupyter-portable: the placeholder kernel was not told', content, reason);
   }
+}
+
+/** The model of JupyterLab's kernel item in the status bar, among the widgets of the shell's bottom
+ * area (the status bar), known by what it has; null before the status bar has it. */
+function findKernelStatusModel(app: JupyterFrontEnd): IKernelStatusBarModel | null {
+  const seen = (w: Widget): IKernelStatusBarModel | null => {
+    const model = (w as unknown as { model?: unknown }).model;
+    if (model && typeof model === 'object' && 'sessionContext' in model && 'kernelName' in model && 'activityName' in model) {
+      return model as unknown as IKernelStatusBarModel;
+    }
+    for (const child of w.children()) {
+      const found = seen(child);
+      if (found) {
+        return found;
+      }
+    }
+    return null;
+  };
+  for (const widget of app.shell.widgets('bottom')) {
+    const found = seen(widget);
+    if (found) {
+      return found;
+    }
+  }
+  return null;
 }
 
 function errorText(reason: unknown): string {

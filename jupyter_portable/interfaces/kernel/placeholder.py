@@ -15,7 +15,10 @@ has said it will ask the user (the control message ``portable_first_machine_requ
 answers: Start begins a Continue and the cell is held until the kernel moves; Cancel (the same
 message with ``answer: cancel``), an interrupt, a failed start (``answer: failed`` with its
 reason) or a Continue that ends FAILED ends the cell at once with an error saying what happened
-and how to start. With no notebook to ask, the cell gets that error at once: nothing hangs.
+and how to start. With no notebook to ask, the cell gets that error at once; and a notebook that
+does not say it asks (``asking``) within ``ASK_WAIT_S`` of the cell (a page closed, a question
+that was never shown) ends it too, saying so: nothing hangs. The route each outcome names is the
+one the notebook read as it asked (``route``), not the one of the kernel's start.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import asyncio
 import json
 import os
 import signal
+import time
 from typing import Any
 
 from ipykernel.kernelbase import Kernel
@@ -34,14 +38,23 @@ SERVER_PID_ENV = "JUPYTER_PORTABLE_SERVER_PID"  # the server that started it: it
 ERROR_NAME = "NoGPUMachine"
 FIRST_MACHINE_MSG = "portable_first_machine_request"  # a control message: {asker} or {answer, reason}
 START_HINT = "To start one, run a cell again and press Start, or press Continue in the portable sidebar."
+NO_ROUTE_HINT = ("To open a route, raise the budget or the $/h cap (the portable settings, or `jupyter portable "
+                 "settings`), then run the cell again.")
+ASK_WAIT_S = 10.0  # a held first cell waits this long for the notebook to say it asks the user
 
 
-def route_text(route: dict[str, Any] | None) -> str:
-    """The route a Continue would take, in words ("1x NVIDIA L4 on local/l4 (local-a) at $0.40/h")."""
+def route_text(route: dict[str, Any] | None, known: bool = True) -> str:
+    """The route a Continue would take, in words ("1x NVIDIA L4 on local/l4 (local-a) at $0.40/h");
+    ``known``: whether ``route`` is as it stands now (else only the sidebar can say)."""
     if not route:
+        if not known:
+            return "see the routes in the portable sidebar"
         return "no route is open now: see the portable sidebar's routes"
     return (f"{route.get('gpu_count', 1)}x {route.get('gpu')} on {route.get('provider')}/{route.get('offer')} "
             f"({route.get('region')}) at ${float(route.get('price_per_hour') or 0):.2f}/h")
+
+
+ROUTE_KEYS = ("id", "gpu", "gpu_count", "provider", "offer", "region", "price_per_hour")
 
 
 def state_text(state: str, reason: str = "", version: int | None = None) -> str:
@@ -78,12 +91,17 @@ def first_machine_outcome(facts: dict[str, Any], answer: str, reason: str = "", 
         head = f"Nothing was rented: the {which} was cancelled, and the workspace stays {state}"
     elif answer == "starting":
         head = "Not run here: the first machine is starting, and the notebook runs this cell there once it is ready"
+    elif answer == "unasked":
+        head = "No machine was started: the notebook did not ask whether to rent one (is its page open?)"
     else:
         head = "No machine was started" + (f": {reason}" if reason else "")
     # a Continue that ended FAILED leaves the workspace so: the notebook asks again only while IDLE
     hint = ("Press Continue in the portable sidebar to choose a route (each blocked one says why)."
-            if answer == "continue-failed" else START_HINT)
-    lines = [head, hint, f"Continue would take: {route_text(facts.get('route'))}"]
+            if answer == "continue-failed" else NO_ROUTE_HINT if reason.startswith("no route is open")
+            else START_HINT)
+    # the route as the notebook read it when it asked; the kernel's own is as of its start
+    known = facts.get("route_told", True) is not False
+    lines = [head, hint, f"Continue would take: {route_text(facts.get('route'), known)}"]
     return head, "\n".join(lines)
 
 
@@ -142,7 +160,11 @@ class PlaceholderKernel(Kernel):  # type: ignore[misc]
         except ValueError:
             self.facts = {}
         self.asker = False  # a notebook asks the user before the first machine is rented
+        self.asking = False  # the notebook says its question is open (or the routes are being read for it)
         self.answer: dict[str, str] | None = None
+        self.answered_at = 0.0  # time.monotonic() of the answer: one that came just before its cell counts
+        if not self.facts.get("route"):
+            self.facts["route_told"] = False  # none was open at the start: only the notebook can say now
         self.control_handlers[FIRST_MACHINE_MSG] = self._first_machine_request
 
     def pre_handler_hook(self) -> None:
@@ -155,13 +177,24 @@ class PlaceholderKernel(Kernel):  # type: ignore[misc]
 
     def _on_interrupt(self, signum: int, frame: Any) -> None:
         self.answer = {"answer": "interrupt"}
+        self.answered_at = time.monotonic()
 
     async def _first_machine_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
         content = parent.get("content") or {}
         if content.get("asker"):
             self.asker = True
+        if content.get("asking"):  # a new question: an answer left from an earlier one is not its answer
+            self.asking = True
+            self.answer = None
+        if "route" in content:  # the route as the notebook read it now (None: none is open)
+            route = content["route"]
+            self.facts["route"] = ({k: route[k] for k in ROUTE_KEYS if k in route}
+                                   if isinstance(route, dict) else None)
+            self.facts["route_told"] = True
         if content.get("answer") in ("cancel", "failed"):
+            self.asking = False
             self.answer = {"answer": str(content["answer"]), "reason": str(content.get("reason") or "")[:500]}
+            self.answered_at = time.monotonic()
         if self.session is not None:
             self.session.send(stream, "portable_first_machine_reply", {"status": "ok", "asker": self.asker},
                               parent, ident=ident)
@@ -172,20 +205,31 @@ class PlaceholderKernel(Kernel):  # type: ignore[misc]
         A Continue begun by Start holds it until the kernel moves (the restart ends this process)."""
         from jupyter_portable.core import lifecycle as L
 
-        self.answer = None
+        # an answer that came while this cell was on its way (a start refused at once, before this
+        # kernel got to the cell) is this cell's; an older one was for a cell that ended already
+        wait = self.facts.get("ask_wait_s")
+        wait_s = float(wait) if isinstance(wait, (int, float)) and wait > 0 else ASK_WAIT_S
+        if self.answer is not None and time.monotonic() - self.answered_at > wait_s:
+            self.answer = None
         started = False
+        loop = asyncio.get_running_loop()
+        # the notebook says it asks well before this (``ask_wait_s`` in the facts: the tests' shorter wait)
+        unasked_at = loop.time() + wait_s
         while True:
             state, reason = await asyncio.to_thread(_lifecycle)
             moving = state in L.CONTINUE_STATES or state == L.ACTIVE
             started = started or moving
             if self.answer is not None:
-                answer = self.answer["answer"]
+                answer, reason = self.answer["answer"], self.answer.get("reason", "")
+                self.answer = None  # taken: the next cell waits for its own
                 if answer == "interrupt":
                     answer = "starting" if moving else "cancel"
-                return answer, self.answer.get("reason", "")
+                return answer, reason
             if _asks(state):
                 if started:
                     return "cancel", ""  # the Continue was cancelled before it rented anything
+                if not self.asking and loop.time() > unasked_at:
+                    return "unasked", ""  # nobody will answer: never a silent [*]
             elif not moving:  # FAILED: however fast it got there
                 return "continue-failed", reason or f"the workspace is {state}"
             await asyncio.sleep(0.25)
