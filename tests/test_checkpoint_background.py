@@ -138,7 +138,8 @@ def test_a_file_rewritten_while_it_is_read_back_is_never_verified(ws: Workspace)
         record = ws.checkpoint(ws.root / "a.pt", step=1, quiet_s=0, progress=None)
     finally:
         hooks._readbacks.remove(rewrite)
-    assert not record.verified and "torn upload is never verified" in (record.reason or "")
+    # caught by the snapshot (changed while read) or, later, by the signatures: never verified
+    assert not record.verified and "torn upload is never verified" in (record.reason or ""), record.reason
     assert ws.latest_checkpoint() is None
 
 
@@ -235,3 +236,56 @@ def test_a_sigkill_mid_upload_leaves_latest_on_the_previous_verified_checkpoint(
     assert inflight(again.copy) == []  # the dead process's record is stale, and gone
     record = again.checkpoint(again.root / "b.pt", step=2, quiet_s=0, progress=None)
     assert record.verified  # nothing the killed upload left behind stands in the way
+
+
+def test_a_large_checkpoint_is_read_back_part_by_part_as_it_goes_up_and_a_bad_part_is_caught(
+        ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_portable.store.repo import Store
+
+    big = os.urandom(3 * 1024 * 1024)  # above the packing bound: stored as parts
+    (ws.root / "big.bin").write_bytes(big)
+    late: list[str] = []
+    original = Store.verify_file
+
+    def verify_file(self: Store, entry, **kw) -> None:  # type: ignore[no-untyped-def]
+        late.append(entry.path)
+        original(self, entry, **kw)
+
+    monkeypatch.setattr(Store, "verify_file", verify_file)
+    seen: list[str] = []
+
+    def note(_store: object, keys: list[str]) -> None:
+        seen.extend(keys)
+
+    hooks.install(before_readback=note)
+    try:
+        record = ws.checkpoint(ws.root / "big.bin", step=1, quiet_s=0, progress=None)
+    finally:
+        hooks._readbacks.remove(note)
+    assert record.verified and late == []  # read back in the upload, not in a second pass after it
+    assert stored_bytes(ws, "big.bin", record.version or 0) == big
+    assert seen and all(k.startswith("objects/") for k in seen)
+
+    big2 = os.urandom(3 * 1024 * 1024)
+    (ws.root / "big.bin").write_bytes(big2)
+
+    done: list[str] = []
+
+    def corrupt(store: Store, keys: list[str]) -> None:  # as a faulty store would, between write and read
+        for key in keys:
+            if key in done:
+                continue  # once: a second flip would mend it
+            done.append(key)
+            raw = bytearray(store.backend.read(key))
+            raw[len(raw) // 2] ^= 0xFF
+            store.backend.write(key, bytes(raw))
+
+    hooks.install(before_readback=corrupt)  # type: ignore[arg-type]
+    try:
+        record = ws.checkpoint(ws.root / "big.bin", step=2, quiet_s=0, progress=None)
+    finally:
+        hooks._readbacks.remove(corrupt)  # type: ignore[arg-type]
+    assert not record.verified and "read-back from the store failed" in (record.reason or ""), record.reason
+    assert late == ["big.bin"]  # the part that did not hold was read again, whole, and refused
+    latest = ws.latest_checkpoint()
+    assert latest is not None and latest.step == 1

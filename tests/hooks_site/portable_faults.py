@@ -16,6 +16,7 @@ import threading
 _target = int(os.environ.get("JUPYTER_PORTABLE_KILL_AT", "0") or 0)
 _count = 0
 _lock = threading.Lock()
+_corrupted: set[str] = set()
 
 
 def corrupt_readback(store: object, keys: list[str]) -> None:
@@ -23,6 +24,10 @@ def corrupt_readback(store: object, keys: list[str]) -> None:
     between upload and read-back, as a faulty store would (tests only)."""
     if os.environ.get("JUPYTER_PORTABLE_CORRUPT_READBACK") != "1" or not keys:
         return
+    with _lock:
+        if keys[0] in _corrupted:  # once: the read-back of a part as it goes up, then again at the end
+            return
+        _corrupted.add(keys[0])
     backend = store.backend  # type: ignore[attr-defined]
     data = bytearray(backend.read(keys[0]))
     if data:

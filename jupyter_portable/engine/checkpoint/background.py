@@ -159,6 +159,7 @@ class CheckpointQueue:
         self.policy = DEFAULT_POLICY
         self.budget = DEFAULT_BUDGET
         self._cond = threading.Condition()
+        self._io = threading.Lock()  # the records in .portable/checkpoints-inflight/
         self._queue: list[tuple[CheckpointHandle, Job]] = []
         self._running: CheckpointHandle | None = None
         self._thread: threading.Thread | None = None
@@ -199,7 +200,8 @@ class CheckpointQueue:
                 else:
                     break
             self._queue.append((handle, job))
-            self._write(handle)
+            # its record is written beside the caller (a write and an fsync it need not wait for)
+            threading.Thread(target=self._write, args=(handle,), name="portable-inflight", daemon=True).start()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="portable-checkpoint", daemon=True)
                 self._thread.start()
@@ -236,17 +238,21 @@ class CheckpointQueue:
                 self._cond.notify_all()
 
     def _finish(self, handle: CheckpointHandle) -> None:
-        try:
-            self.copy.clear_inflight(handle.key)
-        except OSError:
-            pass
-        handle._done.set()
+        with self._io:
+            handle._done.set()
+            try:
+                self.copy.clear_inflight(handle.key)
+            except OSError:
+                pass
 
     def _write(self, handle: CheckpointHandle) -> None:
-        try:
-            self.copy.write_inflight(handle.key, json.dumps(handle.to_json()).encode())
-        except OSError:
-            pass  # what others see is a view; the upload does not depend on it
+        with self._io:  # never after its _finish: a record left behind would say it is still in flight
+            if handle.finished:
+                return
+            try:
+                self.copy.write_inflight(handle.key, json.dumps(handle.to_json()).encode())
+            except OSError:
+                pass  # what others see is a view; the upload does not depend on it
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until nothing is in flight; False if ``timeout`` passed first."""

@@ -76,7 +76,7 @@ def _hash_large(root: str, f: Found, up: Uploader, prev: FileEntry | None, part_
             whole.update(data)
             h = blake3.blake3(data, max_threads=blake3.blake3.AUTO).hexdigest()
             parts.append([h, len(data)])
-            up.add_part(h, data, known_parts)
+            up.add_part(h, data, known_parts, f.path)
             up.progress.add(nbytes=len(data))
         if sum(n for _, n in parts) != f.st.st_size or changed(stat_key(f.st), os.fstat(fh.fileno())):
             raise _Unstable(f.path)

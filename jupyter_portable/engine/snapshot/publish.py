@@ -145,6 +145,10 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
     base = BaseTree(store, base_root)
     opts = options if options is not None else tuning.DEFAULT
     up = Uploader(store, 8 if store.url.startswith("s3") else 2, progress, opts)
+    if extras is not None and isinstance(getattr(extras.before_publish, "read_back", None), set):
+        # a checkpoint's snapshot: its parts are read back as they go up (engine/checkpoint/registry)
+        up.read_back_under = getattr(extras.before_publish, "rel", None)
+        up.read_back = extras.before_publish.read_back  # type: ignore[union-attr]
     cache = copy.open_statcache(PortableError)
     try:
         cache.begin()

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from jupyter_portable.core import hooks
 from jupyter_portable.core.manifest import PackIndex
 from jupyter_portable.core.tree import pack_ref_text
 from jupyter_portable.engine.hashproc import Fragment
@@ -80,6 +81,10 @@ class Uploader:
         self.blobs: BlobReader | None = None
         self._packs_ok: dict[str, bool] = {}
         self.formed: list[tuple[str, str, int, int]] = []  # this run's packed blobs, for the stat cache
+        # A checkpoint's folder or file (its snapshot sets it): its parts are read back as they are
+        # written, and those that hashed equal to their names are kept in ``read_back``.
+        self.read_back_under: str | None = None
+        self.read_back: set[str] = set()
 
     def _reserve(self, n: int) -> None:
         with self._budget:
@@ -241,18 +246,29 @@ class Uploader:
 
         self.futures.append(self.pool.submit(run))
 
-    def add_part(self, h: str, data: bytes, known: set[str]) -> None:
+    def add_part(self, h: str, data: bytes, known: set[str], path: str = "") -> None:
         with self._lock:
             if h in known or h in self._parts_seen:
                 return
             self._parts_seen.add(h)
-        self._submit(len(data), self._write_part, h, data)
+        self._submit(len(data), self._write_part, h, data, self._reads_back(path))
 
-    def _write_part(self, h: str, data: bytes) -> int:
-        """Store a part unless the store has it (a renamed or copied file); the bytes written."""
+    def _reads_back(self, path: str) -> bool:
+        under = self.read_back_under
+        return under is not None and (path == under or path.startswith(under + "/"))
+
+    def _write_part(self, h: str, data: bytes, read_back: bool = False) -> int:
+        """Store a part unless the store has it (a renamed or copied file); the bytes written.
+        A checkpoint's part is read back as soon as it is written, beside the parts still going
+        up, and hashed against its name (``read_back``: the parts that held)."""
         if self.store.has_object(h):
             return 0
         self.store.backend.write_blob(object_key(h), data)
+        if read_back:
+            hooks.before_readback(self.store, [object_key(h)])
+        if read_back and digest(self.store.backend.read(object_key(h))) == h:
+            with self._lock:
+                self.read_back.add(h)
         return len(data)
 
     def finish(self) -> None:
