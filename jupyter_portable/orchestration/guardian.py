@@ -6,12 +6,16 @@ returns.
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any
 
 from jupyter_portable.compute.base import Allocation, Provider
-from jupyter_portable.core.errors import PortableError
+from jupyter_portable.core.errors import PortableError, UsageError
 from jupyter_portable.core.guardian import GuardianPolicy, means_for, release_words
+from jupyter_portable.core.validate import check_number
 from jupyter_portable.engine.workspace import Workspace
+
+IDLE_HOOK = "JUPYTER_PORTABLE_GUARDIAN_IDLE_MINUTES"  # a test hook: the guardian's idle window, in minutes
 
 
 def policy_for(ws: Workspace, allocation: Allocation, provider: Provider) -> dict[str, Any]:
@@ -35,7 +39,14 @@ def policy_for(ws: Workspace, allocation: Allocation, provider: Provider) -> dic
         left = budget_report(ws, figure=lambda _a: None).get("left")
     api = getattr(getattr(provider, "_api", None), "base_url", None)
     means = means_for(allocation.provider)
-    return GuardianPolicy(provider=allocation.provider, means=means, idle_minutes=float(settings.idle_minutes or 0),
+    idle_minutes = float(settings.idle_minutes or 0)
+    hook = os.environ.get(IDLE_HOOK)
+    if hook:  # tests and demos: an idle window of seconds, where the setting takes whole minutes
+        try:
+            idle_minutes = float(check_number(float(hook), IDLE_HOOK, minimum=0.0, error=UsageError))
+        except ValueError:
+            raise UsageError(f"{IDLE_HOOK} must be minutes, got {hook!r}") from None
+    return GuardianPolicy(provider=allocation.provider, means=means, idle_minutes=idle_minutes,
                           absent_grace_s=PortableRun.current().absent_grace,
                           budget_left=None if left is None else max(0.0, float(left)),
                           price_per_hour=price_per_hour, api_url=api if isinstance(api, str) else None,
