@@ -58,6 +58,11 @@ class LossWatch(AllocationClosing):
             asked = exc.one_line()  # the provider did not answer: it cannot say
         if status is not None:
             self.observed[rec.allocation_id] = status
+            if status.ends_at is not None and status.ends_at != rec.allocation.details.get("ends_saved"):
+                # a machine that ends by itself (a Slurm job's walltime): kept for the countdown (walltime.py)
+                rec.allocation.details.update(ends_at=status.ends_at, ends_saved=status.ends_at)
+                save_record(self.ws.copy, rec)
+                save_allocation(self.ws.copy, rec.allocation)
         if status is not None and status.state == "reachable":
             # a host-side restart may map SSH elsewhere (Vast): follow it, held to the pinned host key
             from jupyter_portable.compute.acquire import follow_endpoint

@@ -100,6 +100,8 @@ def judge(machine: MachineInfo, known: Known, *, grace_s: float = GRACE_S) -> tu
         return None, f"workspace {wsid} is not in this store; not judged here"
     if aid in known.current[wsid]:
         return False, f"the current allocation of {wsid}"
+    if aid and aid.startswith("next-") and aid[5:] in known.current[wsid]:
+        return False, f"queued ahead to take over from {aid[5:]}, the current allocation of {wsid}"
     if wsid not in known.local and machine.uptime_s is not None and machine.uptime_s < grace_s:
         return None, f"started {machine.uptime_s:.0f}s ago; a Continue of {wsid} elsewhere may not have recorded it"
     return True, f"not the current allocation of {wsid}"

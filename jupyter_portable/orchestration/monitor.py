@@ -31,6 +31,7 @@ from jupyter_portable.orchestration.hosting import ServerApp, ServerLoop
 from jupyter_portable.orchestration.idle import IdleWatch
 from jupyter_portable.orchestration.orchestrator import Orchestrator
 from jupyter_portable.orchestration.state_view import StateView
+from jupyter_portable.orchestration.walltime import JobEnd
 from jupyter_portable.store.repo import digest
 from jupyter_portable.workdir.conflicts import add_conflict, read_conflicts
 
@@ -76,6 +77,7 @@ class PortableService:
         self.view = StateView(ws, self.orchestrator, calendar=self.now) if ws is not None else None
         self.idle = IdleWatch(ws, self.orchestrator, notice=self.notice,
                               restarted=lambda: self._changed("idle")) if ws is not None else None
+        self.job_end = JobEnd(self.notice)  # a machine that ends by itself: its successor, or the user asked
         self.synced: dict[str, str] = {}  # path -> the hash both sides agreed on last
         self.started_reservations: set[str] = set()
         self._checking = False
@@ -394,6 +396,11 @@ class PortableService:
                     orch.check()
                     self._tell_reachability(was, orch.unreachable())
                     orch.refresh_credentials()  # the worker's store credentials, before they expire
+                if lc.state in (L.ACTIVE, L.READY, L.LOST):  # a job's known end (orchestration/walltime.py)
+                    take_over = self.job_end.look(orch, self.now())
+                    if take_over is not None:
+                        self.start_continue(take_over)
+                        return
                     self._tell_spend(orch, lc.allocation_id)
                 if self.idle is not None and orch.lifecycle().state == L.ACTIVE:
                     self.idle.check()  # seals and releases a machine idle for the workspace's idle_minutes

@@ -173,7 +173,11 @@ class ProtocolBase:
                               "host_key_fingerprint": allocation.details.get("host_key_fingerprint"),
                               "host_key_source": allocation.details.get("host_key_source"),
                               "python": allocation.details.get("python"),
-                              "interpreter": (allocation.details.get("bootstrap") or {}).get("interpreter")}
+                              "interpreter": (allocation.details.get("bootstrap") or {}).get("interpreter"),
+                              # a machine that ends by itself (a Slurm job's walltime), and the one queued
+                              # ahead to take over (orchestration/walltime.py)
+                              "ends_at": allocation.details.get("ends_at"),
+                              "next": (allocation.details.get("next") or {}).get("ref")}
             out["environment"] = allocation.details.get("environment_built")
         return out
 

@@ -9,6 +9,7 @@ from typing import Any
 from jupyter_portable.core import lifecycle as L
 from jupyter_portable.core.errors import ConflictError, PortableError, ProviderUnavailable, UsageError
 from jupyter_portable.orchestration.loss import LossWatch
+from jupyter_portable.orchestration.walltime import release_next
 from jupyter_portable.worker.client import AgentRecord
 
 
@@ -68,6 +69,7 @@ class StopProtocol(LossWatch):
             with contextlib.suppress(PortableError):
                 self.client(rec.allocation_id).shutdown()  # the agent goes first, then its machine
             provider.terminate(rec.allocation)  # only after SEALED (invariant 6)
+            release_next(provider, rec.allocation)  # a machine queued ahead to take over: nothing does now
         lc = self._move(L.RELEASED)
         if rec is not None:
             self._close_record(rec, state="released", reason=reason, spend=spend, epoch=lc.epoch)

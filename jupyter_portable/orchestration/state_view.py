@@ -205,7 +205,7 @@ class StateView:
                               "offer": rec.get("offer"), "gpu": rec.get("gpu"), "region": rec.get("region"),
                               "driver": rec.get("driver"), "price_per_hour": price, "spend": round(spend, 4),
                               "started": started, "uptime_s": uptime, "estimate": estimate_view(lc, rec),
-                              "environment": environment_view(lc, rec)}
+                              "environment": environment_view(lc, rec), **job_end_view(ws, lc.allocation_id)}
         if allocation is None and lc.allocation_id and lc.state in L.CONTINUE_STATES:
             # the machine being launched: what is known of it so far
             from jupyter_portable.worker.client import load_allocation
@@ -259,6 +259,19 @@ class StateView:
             "conflicts": list(conflicts), "machines": machines, "spend": spend_view,
             "states": state_words.table(),
         }
+
+
+def job_end_view(ws: Workspace, allocation_id: str) -> dict[str, Any]:
+    """When the machine ends by itself (a Slurm job's walltime: the sidebar counts down to it) and the
+    provider's id of the one queued ahead to take over; empty for a machine that does not end by itself."""
+    from jupyter_portable.worker.client import load_allocation
+
+    allocation = load_allocation(ws.copy, allocation_id)
+    ends_at = allocation.details.get("ends_at") if allocation is not None else None
+    if not isinstance(ends_at, str):
+        return {}
+    nxt = allocation.details.get("next") if allocation is not None else None
+    return {"ends_at": ends_at, "next_job": nxt.get("ref") if isinstance(nxt, dict) else None}
 
 
 def json_key(value: Any) -> Any:

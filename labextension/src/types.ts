@@ -757,6 +757,14 @@ export interface IAllocation {
   started: string | null;
   uptime_s: number | null;
   /**
+   * When the machine ends by itself (a Slurm job's walltime), ISO UTC: the sidebar counts down to it. Absent for a machine that does not.
+   */
+  ends_at?: string;
+  /**
+   * The provider's id of the machine queued ahead to take over when this one ends (c.PortableSlurm.queue_next); null when none is.
+   */
+  next_job?: string | null;
+  /**
    * What the route predicted for this machine and, once it was Ready, what was measured (the allocation record's predicted and measured); null for a machine from before estimates were recorded.
    */
   estimate?: IEstimate | null;
@@ -1030,7 +1038,7 @@ export interface IChangedEvent {
   [k: string]: unknown;
 }
 /**
- * What to tell the user once: lost, ready, failed, unreachable (no path reaches the machine: "unreachable since 14:02Z", nothing is released), reachable (it answers again, nothing was lost), conflict, budget, idle (a countdown began, or an idle machine was released), moved (the notebook's kernels now run on the new machine: "Now on GPU (provider, region). Workspace version N verified."), refused (files from the machine the inbound gate did not write into the user's copy, each with its reason: docs/security.md), offered (a file new on the machine that differs from the user's own: the user's stays, the machine's is kept there).
+ * What to tell the user once: lost, ready, failed, unreachable (no path reaches the machine: "unreachable since 14:02Z", nothing is released), reachable (it answers again, nothing was lost), conflict, budget, idle (a countdown began, or an idle machine was released), moved (the notebook's kernels now run on the new machine: "Now on GPU (provider, region). Workspace version N verified."), refused (files from the machine the inbound gate did not write into the user's copy, each with its reason: docs/security.md), offered (a file new on the machine that differs from the user's own: the user's stays, the machine's is kept there), walltime (a machine that ends by itself, a Slurm job's walltime: the user asked in time, the next job queued ahead, or the workspace going on by itself on it).
  *
  */
 export interface INoticeEvent {
@@ -1046,7 +1054,8 @@ export interface INoticeEvent {
     | 'refused'
     | 'offered'
     | 'unreachable'
-    | 'reachable';
+    | 'reachable'
+    | 'walltime';
   message: string;
   [k: string]: unknown;
 }

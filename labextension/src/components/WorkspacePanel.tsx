@@ -46,6 +46,20 @@ export function LostBanner(props: { state: IPortableState }): JSX.Element | null
   );
 }
 
+/**
+ * The countdown to a job's walltime (a Slurm job: `allocation.ends_at`), counted on the page's
+ * clock between fetches: "in 42 min (Mon 7 Dec 14:00); job 18 queued to take over", "ended".
+ */
+export function jobEndText(endsAt: string, nextJob: string | null, now: number): string {
+  const end = Date.parse(endsAt);
+  if (Number.isNaN(end)) {
+    return endsAt;
+  }
+  const left = (end - now) / 1000;
+  const when = left > 0 ? `in ${fmt.duration(left)} (${fmt.when(endsAt)})` : 'ended';
+  return nextJob ? `${when}; job ${nextJob} queued to take over` : when;
+}
+
 /** The machine serving the workspace now. */
 export function AllocationPanel(props: {
   state: IPortableState;
@@ -76,6 +90,9 @@ export function AllocationPanel(props: {
           ['Price', fmt.pricePerHour(a.price_per_hour)],
           ['Spend', fmt.money(a.spend)],
           ['Uptime', fmt.duration(uptime)],
+          ...(a.ends_at
+            ? [['Job ends', jobEndText(a.ends_at, a.next_job ?? null, now)] as [string, React.ReactNode]]
+            : []),
           ['Allocation', <code>{a.allocation_id}</code>]
         ]}
       />
