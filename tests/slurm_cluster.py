@@ -85,7 +85,7 @@ class SlurmCluster:
                 os.kill(proc.pid, signal.SIGTERM)
         for proc in reversed(self.procs):
             try:
-                proc.wait(10)
+                proc.wait(3)  # a daemon still ending jobs is killed: the cluster's folder goes with the test
             except subprocess.TimeoutExpired:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()

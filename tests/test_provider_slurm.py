@@ -4,6 +4,7 @@ see the cluster). The node is this machine, so the compute node's sshd is the lo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +28,8 @@ from jupyter_portable.compute.slurm import (
     parse_time_limit,
 )
 from jupyter_portable.core.errors import NotSupported, ProviderUnavailable, UsageError
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]  # the walltime's end, end to end, through a real server
 
 _NOW = datetime(2026, 12, 6, 12, 0, tzinfo=timezone.utc)  # history is read as of a time the test gives
 
@@ -140,6 +143,13 @@ def login(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> It
     sshd = start_sshd(tmp_path_factory.mktemp("login"), env=cluster.env, path_prefix=[bin_dir])
     yield sshd
     sshd.stop()
+
+
+@pytest.fixture(scope="session")
+def node_home(login: Sshd, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cluster's home folder for the end-to-end tests (c.PortableRemote.workdir), shared as a
+    cluster's shared filesystem is: the worker's venv the first job's bootstrap built is there for the next."""
+    return tmp_path_factory.mktemp("node-home")
 
 
 @pytest.fixture
@@ -331,19 +341,48 @@ def test_a_job_that_waits_in_the_queue_is_pending_with_slurms_reason(
     assert st.spend == 0.0  # type: ignore[union-attr]
 
 
-def test_the_walltime_warns_the_job_then_ends_it_as_time_limit_reached(
-        make_provider: Callable[..., SlurmProvider], cluster: SlurmCluster, tmp_path: Path) -> None:
+def test_a_job_asks_for_its_walltime_and_is_warned_at_most_half_of_it_before(
+        make_provider: Callable[..., SlurmProvider], cluster: SlurmCluster) -> None:
     provider = make_provider(time_limit_s=60, signal_lead_s=40)
     offer = _offer(provider, "batch.a100x1")
     assert offer.extra["time_limit_s"] == 60
     alloc = provider.launch(offer, allocation_id="a-wall")
     assert alloc.details["walltime_s"] == 60 and alloc.details["signal_lead_s"] == 30  # at most half the walltime
-    assert _job(cluster, alloc.ref)["time_limit"] == 1
-    folder = tmp_path / "cluster-home" / "allocations" / "a-wall"
-    _until(lambda: (folder / "walltime-warning").exists(), "the warning signal reaches the job", tries=400)
-    assert provider.status(alloc).state == "running"  # warned, still running
-    st = _until(lambda: (s := provider.status(alloc)).state == "lost" and s, "the walltime ends the job", tries=400)
-    assert st.reason == f"job {alloc.ref}: time limit reached"  # type: ignore[union-attr]
+    job = _job(cluster, alloc.ref)
+    assert job["time_limit"] == 1
+    st = _until(lambda: (s := provider.status(alloc)).state == "running" and s, "the job runs")
+    assert st.ends_at == datetime.fromtimestamp(_job(cluster, alloc.ref)["end_time"], timezone.utc).strftime(  # type: ignore
+        "%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_the_next_job_queues_behind_this_one_and_a_launch_for_the_workspace_takes_it_up(
+        make_provider: Callable[..., SlurmProvider], cluster: SlurmCluster, tmp_path: Path) -> None:
+    """c.PortableSlurm.queue_next: the successor waits on this job (afterany) while it runs, starts when
+    it ends, whatever ended it, and the next launch of the same shape for the workspace is that job."""
+    assert make_provider().queue_next(Allocation("a-x", "slurm", "batch.a100x1", "1", "")) is None  # off
+    provider = make_provider(queue_next_job=True)
+    offer = _offer(provider, "batch.a100x1")
+    first = provider.launch(offer, allocation_id="a-first", env={WORKSPACE_ENV: "ws-q"})
+    _until(lambda: provider.status(first).state == "running", "the first job runs")
+    nxt = provider.queue_next(first)
+    assert nxt is not None and nxt != first.ref
+    job = _job(cluster, nxt)
+    assert job["job_state"] == "PENDING" and job["state_reason"] == "Dependency", job
+    assert parse_machine_name(job["name"]) == ("next-a-first", "ws-q") and job["requeue"] is False
+    assert job["tres_per_node"] == "gres:gpu:a100:1"
+    # a launch for another workspace, or of another shape, is a job of its own
+    other = provider.launch(offer, allocation_id="a-other", env={WORKSPACE_ENV: "ws-other"})
+    assert other.ref not in (first.ref, nxt)
+    provider.terminate(other)
+    cluster.run("scancel", first.ref)  # ended by an admin here; a walltime's end is the end-to-end test's
+    assert _until(lambda: _job(cluster, nxt)["job_state"] == "RUNNING", "the next job starts", tries=200)
+    taken = provider.launch(offer, allocation_id="a-second", env={WORKSPACE_ENV: "ws-q"})
+    assert taken.ref == nxt and taken.details["queued_ahead_as"] == "next-a-first"
+    assert parse_machine_name(_job(cluster, nxt)["name"]) == ("a-second", "ws-q")
+    assert provider.status(taken).state == "running"
+    assert (tmp_path / "cluster-home" / "allocations" / "next-a-first" / "agent").resolve() == \
+        tmp_path / "cluster-home" / "allocations" / "a-second" / "agent"
+    assert [m.allocation_id for m in provider.list_machines() if m.state == "running"] == ["a-second"]
 
 
 def test_malformed_answers_from_the_login_node_are_refused(make_provider: Callable[..., SlurmProvider],
@@ -375,7 +414,7 @@ def test_the_slurm_provider_keeps_the_contract(make_provider: Callable[..., Slur
 
 
 def test_continue_puts_the_workspace_on_a_slurm_job_and_a_preemption_loses_it_with_its_reason(
-        cluster: SlurmCluster, login: Sshd, tmp_path: Path, wheelhouse: Path, cli: Any,
+        cluster: SlurmCluster, login: Sshd, node_home: Path, tmp_path: Path, wheelhouse: Path, cli: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole way, by the CLI: routes list the partitions, Continue submits the job, pins the node's
     host key, bootstraps the worker there from the store and reads the workspace back (READY, ACTIVE);
@@ -388,7 +427,7 @@ def test_continue_puts_the_workspace_on_a_slurm_job_and_a_preemption_loses_it_wi
            "JUPYTER_PORTABLE_SLURM_PORT": str(login.port), "JUPYTER_PORTABLE_SLURM_USER": login.user,
            "JUPYTER_PORTABLE_SLURM_NODE_SSH_PORT": str(login.port), "JUPYTER_PORTABLE_SSH_KEY": str(login.client_key),
            "JUPYTER_PORTABLE_SSH_STATE": str(tmp_path / "ssh"),
-           "JUPYTER_PORTABLE_REMOTE_WORKDIR": str(tmp_path / "node"),
+           "JUPYTER_PORTABLE_REMOTE_WORKDIR": str(node_home),
            "JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES": "0", "JUPYTER_PORTABLE_ENVIRONMENT": "image",
            "JUPYTER_PORTABLE_WHEEL_FIND_LINKS": str(wheelhouse), "JUPYTER_PORTABLE_NO_INDEX": "1"}
     try:
@@ -440,5 +479,119 @@ def test_continue_puts_the_workspace_on_a_slurm_job_and_a_preemption_loses_it_wi
         # the worker was started over SSH, outside the job (no pam_slurm_adopt here): it does not end with it
         from conftest import kill_worker_group
 
-        for agent_json in (tmp_path / "node").glob("allocations/*/agent/agent.json"):
+        for agent_json in node_home.glob("allocations/*/agent/agent.json"):
             kill_worker_group(agent_json)
+
+
+# -- the walltime's end, end to end: a real server, a real kernel, the job queued ahead ---------------
+
+
+def _node_env(login: Sshd, node_home: Path, tmp_path: Path) -> dict[str, str]:
+    return {"JUPYTER_PORTABLE_PROVIDERS": "slurm", "JUPYTER_PORTABLE_SLURM_LOGIN": "127.0.0.1",
+            "JUPYTER_PORTABLE_SLURM_PORT": str(login.port), "JUPYTER_PORTABLE_SLURM_USER": login.user,
+            "JUPYTER_PORTABLE_SLURM_NODE_SSH_PORT": str(login.port), "JUPYTER_PORTABLE_SSH_KEY": str(login.client_key),
+            "JUPYTER_PORTABLE_SSH_STATE": str(tmp_path / "ssh"),
+            "JUPYTER_PORTABLE_REMOTE_WORKDIR": str(node_home),
+            "JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES": "0", "JUPYTER_PORTABLE_ENVIRONMENT": "image"}
+
+
+@pytest.fixture
+def queue_next_server(cluster: SlurmCluster, login: Sshd, node_home: Path, tmp_path: Path, wheelhouse: Path,
+                      monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A server's environment: the cluster as its one provider, with the next job queued ahead; the
+    session opened rents the first job. Every job and worker is gone after the test."""
+    for name, value in {**_node_env(login, node_home, tmp_path), "JUPYTER_PORTABLE_SLURM_QUEUE_NEXT": "1",
+                        "JUPYTER_PORTABLE_FIRST_MACHINE": "open"}.items():
+        monkeypatch.setenv(name, value)
+    yield tmp_path
+    cluster.run("scancel", "-u", "root", check=False)
+    from conftest import kill_worker_group
+
+    for agent_json in node_home.glob("allocations/*/agent/agent.json"):
+        kill_worker_group(agent_json)
+
+
+@pytest.fixture
+def jp_root_dir(tmp_path: Path, queue_next_server: Path) -> Path:
+    from jupyter_e2e import make_workspace
+
+    root = tmp_path / "workspace"
+    make_workspace(root, tmp_path / "store")
+    return root
+
+
+@pytest.mark.timeout(360)
+async def test_a_notebook_whose_job_hits_its_walltime_goes_on_by_itself_on_the_job_queued_ahead(
+        jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any, jp_root_dir: Path, cluster: SlurmCluster) -> None:
+    """c.PortableSlurm.queue_next on: the next job queues behind the notebook's; the state counts down to
+    the job's end; at Slurm's warning the worker publishes a version and reads it back; at the walltime
+    (TIMEOUT) the workspace is lost with that reason and Continue happens by itself onto the queued job:
+    the same kernel id runs its next cell there, on the same files and the last checkpoint."""
+    from jupyter_e2e import EventStream, KernelSocket, is_state, start_session
+
+    from jupyter_portable import Workspace
+    from jupyter_portable.worker.client import load_allocation
+    from jupyter_portable.worker.warning import MESSAGE
+
+    async def state() -> dict[str, Any]:
+        return json.loads((await jp_fetch("portable", "api", "state")).body)  # type: ignore[no-any-return]
+
+    events = EventStream(await jp_ws_fetch("api", "events", "subscribe"))
+    kernel_id = await start_session(jp_fetch)
+    await events.wait_for(is_state("ACTIVE"), timeout=180)
+    first = (await state())["allocation"]
+    kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
+    status, out = await kernel.run("open('results.txt', 'w').write('loss 0.125\\n'); open('step.txt', 'w').write('7')")
+    assert status == "ok", out
+    status, out = await kernel.run("%workspace checkpoint step.txt --step 7 --settle 0.2 --wait")
+    assert status == "ok" and "verified" in out, out
+    cps = json.loads((await jp_fetch("portable", "api", "checkpoints")).body)
+    recorded = cps["latest"]["hash"]
+    status, out = await kernel.run("open('progress.txt', 'w').write('epoch 8')")  # only the warning publishes it
+    assert status == "ok", out
+
+    # the next job is queued behind this one, and the state says when this one ends
+    queued = await events.wait_for(lambda e: e.get("kind") == "walltime" and "queued" in e["message"], timeout=60)
+    seen = (await state())["allocation"]
+    job = seen.get("next_job")
+    assert job and job in queued["message"] and seen["ends_at"], seen
+    ws = Workspace.find(jp_root_dir)
+    held = load_allocation(ws.copy, first["allocation_id"])
+    assert held is not None
+    ref = held.ref
+    pending = _job(cluster, job)
+    assert pending["job_state"] == "PENDING" and pending["dependency"] == f"afterany:{ref}(unfulfilled)", pending
+
+    # the walltime comes sooner: the admin sets the job's end 32 s ahead (Slurm warns and ends jobs on its
+    # 30 s tick: the warning comes at the next one, the end at the one after); the countdown follows it
+    cluster.run("scontrol", "update", f"JobId={ref}", "EndTime=now+32")
+    end = datetime.fromtimestamp(_job(cluster, ref)["end_time"], timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for _ in range(60):
+        if (await state())["allocation"].get("ends_at") == end:
+            break
+        await asyncio.sleep(0.5)
+    assert (await state())["allocation"]["ends_at"] == end
+
+    mark = len(events.seen)
+    lost = await events.wait_for(is_state("LOST"), timeout=120, after=mark)
+    assert lost["allocation_id"] == first["allocation_id"] and lost["reason"] == f"job {ref}: time limit reached"
+    # the worker published at the warning, before the end, and read it back
+    head, _ = ws.store.read_head(ws.workspace_id)
+    messages = [ws.store.read_manifest(ws.workspace_id, v).message for v in range(1, head.version + 1)]
+    assert MESSAGE in messages, messages
+    # no click: Continue by itself, onto the job queued ahead
+    ready = await events.wait_for(is_state("READY"), timeout=180, after=mark)
+    await events.wait_for(is_state("ACTIVE"), timeout=120, after=mark)
+    now = await state()
+    second = now["lifecycle"]["allocation_id"]
+    assert second != first["allocation_id"] and now["allocation"]["provider"] == "slurm"
+    taken = load_allocation(ws.copy, second)
+    assert taken is not None and taken.ref == job
+    assert ready["verified"] is True and ready["detail"]["checkpoints"]["step.txt"] == recorded
+    assert [k["id"] for k in json.loads((await jp_fetch("api", "kernels")).body)] == [kernel_id]
+    await kernel.follow_restart(lambda: jp_ws_fetch("api", "kernels", kernel_id, "channels"))
+    status, out = await kernel.run("import os; print(os.environ['JUPYTER_PORTABLE_ALLOCATION']);"
+                                   "print(open('results.txt').read().strip()); print(open('progress.txt').read())",
+                                   timeout=120)
+    assert status == "ok", out
+    assert out.split("\n")[:3] == [second, "loss 0.125", "epoch 8"], out
