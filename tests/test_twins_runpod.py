@@ -6,6 +6,7 @@ rises, which the offer's risk says before anything is rented."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -15,6 +16,7 @@ from test_twins import BOOT_S, H100, FakeClock, ssh, wait_reachable
 from twins.runpod import RunPodTwin
 from twins.server import TwinOffer
 
+from jupyter_portable.compute.base import Allocation
 from jupyter_portable.compute.gpu_catalog import SPOT_RELIABILITY
 from jupyter_portable.compute.runpod import DEFAULT_SPOT_BID, MIN_BID_RELIABILITY, RENT_SPOT, RunPodProvider
 from jupyter_portable.core.errors import UsageError
@@ -59,6 +61,25 @@ def _rent_spot(twin: RunPodTwin, bid: float) -> httpx.Response:
                       json={"query": RENT_SPOT, "variables": {"input": spec}})
 
 
+def test_a_spot_pod_asked_without_a_public_ip_has_no_direct_ssh(tmp_path: Path) -> None:
+    """What the twin does without supportPublicIp (the provider's launch asks for it, below): the
+    pod runs with RunPod's proxy SSH only, no direct TCP endpoint for 22."""
+    clock = FakeClock()
+    with _spot_twin(tmp_path, clock) as twin:
+        pod = _rent_spot(twin, 2.0).json()["data"]["podRentInterruptable"]
+        assert twin.rentals[pod["id"]].extra["public_ip"] is False
+        p = RunPodProvider(**twin.provider_kwargs(), sleep=clock.sleep, clock=clock)
+        shim = Allocation("al-nopublic", "runpod", "x", pod["id"], "2026-12-06T00:00:00Z")
+        for _ in range(200):  # its machine (a real sshd) is up: an upper bound for that to happen
+            if twin.rentals[pod["id"]].machine is not None:
+                break
+            subprocess.run(["sleep", "0.05"], check=True)
+        clock.sleep(BOOT_S + 1)
+        st = p.status(shim)
+        assert twin.rentals[pod["id"]].machine is not None and st.state == "running" and st.ssh is None, st
+        assert twin.violations == []
+
+
 def test_the_twin_refuses_a_bid_under_the_minimum_and_a_spot_pod_costs_its_bid(tmp_path: Path) -> None:
     clock = FakeClock()
     with _spot_twin(tmp_path, clock, stock=2) as twin:
@@ -85,6 +106,9 @@ def test_runpod_spot_bids_a_fraction_of_on_demand_not_the_minimum(tmp_path: Path
         assert rent["status"] == 200
         assert twin.rentals[allocation.ref].extra["bid_per_gpu"] == bid  # what RunPod was sent
         assert allocation.details["cost_per_hour"] == bid  # and what it charges
+        # on a host with a public IP (supportPublicIp): its SSH is reachable directly once it is up
+        assert twin.rentals[allocation.ref].extra["public_ip"] is True
+        assert wait_reachable(p, allocation, clock)[-1].ssh is not None
         p.terminate(allocation)
         assert twin.violations == []
 

@@ -364,6 +364,9 @@ class RunPodProvider(HttpProvider):
                                 "gpuCount": max(1, offer.gpu_count), "bidPerGpu": round(float(bid), 4),
                                 "cloudType": self.cloud, "containerDiskInGb": self.disk_gb, "volumeInGb": 0,
                                 "ports": "22/tcp", "startSsh": True,
+                                # a host with a public IP, so that 22/tcp is reachable directly (not
+                                # only through RunPod's proxy, which forwards no port): issue 42
+                                "supportPublicIp": True,
                                 "env": [{"key": k, "value": v} for k, v in env.items()]}
         if offer.extra.get("data_center_id"):
             spec["dataCenterId"] = offer.extra["data_center_id"]

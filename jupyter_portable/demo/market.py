@@ -40,7 +40,7 @@ from jupyter_portable.demo.fake_nvidia_smi import write_fake_nvidia_smi
 from jupyter_portable.workdir.files import atomic_write, file_lock
 
 MARKET_DIR_ENV = "JUPYTER_PORTABLE_MARKET_DIR"
-SEED_ENV = "JUPYTER_PORTABLE_MARKET_SEED"
+SEED_ENV = "JUPYTER_PORTABLE_MARKET_SEED"  # c.PortableLocal.seed
 STATE_VERSION = 1
 LOST_BY_MARKET = "preempted by the market"
 _ALLOCATION_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
@@ -186,8 +186,11 @@ class LocalMarket(Provider):
 
     def __init__(self, catalog_path: str | os.PathLike[str] | None = None,
                  state_dir: str | os.PathLike[str] | None = None, *, heartbeat_timeout_s: float = 10.0,
-                 stop_grace_s: float = 10.0, clock: Callable[[], float] = time.time) -> None:
+                 stop_grace_s: float = 10.0, clock: Callable[[], float] = time.time,
+                 seed: str | None = None) -> None:
         self.catalog_path = Path(catalog_path) if catalog_path else default_catalog_path()
+        # c.PortableLocal.seed: None reads it (its variable) at each draw, as every process sharing the market does
+        self.seed = seed
         self.state_dir = Path(state_dir) if state_dir else default_market_dir()
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.stop_grace_s = stop_grace_s
@@ -294,7 +297,7 @@ class LocalMarket(Provider):
         """Start a worker process in a fresh folder; it is ``pending`` for the offer's ``boot_seconds``.
 
         Fails with LaunchFailed at the offer's ``launch_failure_rate`` (reproducibly when
-        ``$JUPYTER_PORTABLE_MARKET_SEED`` is set). ``ssh_public_key`` is unused: local workers
+        ``c.PortableLocal.seed`` is set). ``ssh_public_key`` is unused: local workers
         are reached through their folder.
         """
         if not _ALLOCATION_ID.match(allocation_id):
@@ -326,7 +329,9 @@ class LocalMarket(Provider):
         return self._allocation(rec)
 
     def _draw(self, n: int) -> float:
-        seed = os.environ.get(SEED_ENV)
+        from jupyter_portable.compute.settings import PortableLocal
+
+        seed = self.seed if self.seed is not None else PortableLocal().seed
         # seeded per launch number, so every process sharing the market draws the same sequence
         return random.Random(f"{seed}/{n}").random() if seed else random.random()
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
-KEEP = 100
+KEEP = 100  # a conflict is listed until a later save of its file reaches the worker (resolve_conflicts)
 
 
 def read_conflicts(copy: WorkspaceCopy) -> list[dict[str, Any]]:
@@ -24,6 +24,17 @@ def read_conflicts(copy: WorkspaceCopy) -> list[dict[str, Any]]:
     if not isinstance(obj, list):
         return []
     return [c for c in obj if isinstance(c, dict) and isinstance(c.get("path"), str)][-KEEP:]
+
+
+def resolve_conflicts(copy: WorkspaceCopy, path: str) -> bool:
+    """``path`` is the same on both sides again (a later save of it was forwarded): its conflicts
+    are resolved and no longer listed. True when there were any."""
+    if not any(c["path"] == path for c in read_conflicts(copy)):
+        return False
+    with copy.conflicts_lock():
+        entries = [c for c in read_conflicts(copy) if c["path"] != path]
+        copy.write_conflicts(json.dumps(entries, allow_nan=False).encode())
+    return True
 
 
 def add_conflict(copy: WorkspaceCopy, path: str, at: str, kept: str) -> list[dict[str, Any]]:

@@ -154,7 +154,7 @@ class RunPodTwin(Twin):
         up = status == "RUNNING" and self.phase(rental) == "up" and rental.machine is not None
         direct = None
         runtime = None
-        if up and rental.machine is not None:
+        if up and rental.machine is not None and rental.extra.get("public_ip", True):
             host, port = rental.machine.host, rental.machine.port
             direct = {"host": host, "port": port, "username": "root", "command": f"ssh root@{host} -p {port}"}
             runtime = {"uptime": 1, "gpus": [{"util": 0, "memoryUtil": 0}], "cpu": {"util": 0}, "memory": {"util": 0},
@@ -345,7 +345,10 @@ class RunPodTwin(Twin):
                            image=spec.get("imageName", ""), disk=spec.get("containerDiskInGb", 20), env=env,
                            ports=[p for p in str(spec.get("ports", "")).split(",") if p], spot=True,
                            cloud=spec.get("cloudType", "SECURE"), bid_per_gpu=float(bid),
-                           gpu_count=int(spec.get("gpuCount") or 1))
+                           gpu_count=int(spec.get("gpuCount") or 1),
+                           # GraphQL's launches place a pod on a host with a public IP only when asked
+                           # (supportPublicIp); without one its SSH is RunPod's proxy alone, no direct TCP
+                           public_ip=spec.get("supportPublicIp") is True)
         return Reply(200, {"data": {"podRentInterruptable": {"id": rental.ref, "desiredStatus": "RUNNING",
                                                              "costPerHr": self.price(rental)}}})
 
