@@ -88,9 +88,22 @@ class PortableLocal(EnvConfigurable):
         <jupyter data dir>/portable/market. Environment: JUPYTER_PORTABLE_MARKET_DIR.""").tag(
         config=True, env="JUPYTER_PORTABLE_MARKET_DIR")
 
+    seed = Unicode("", help="""Makes the market's launch failures (a catalog's launch_failure_rate)
+        repeatable: each launch draws from this seed and its number, in every process sharing the
+        market. Default: none (a fresh draw each time). Environment: JUPYTER_PORTABLE_MARKET_SEED.
+        Example: c.PortableLocal.seed = "1" """).tag(config=True, env="JUPYTER_PORTABLE_MARKET_SEED")
+
     @default("catalog")
     def _catalog_default(self) -> str:
         return str(Path(__file__).parents[1] / "demo" / "demo-catalog.toml")
+
+    @validate("seed")
+    def _check_seed(self, proposal: Any) -> str:
+        value = str(proposal["value"]).strip()
+        if len(value) > 64 or not value.isprintable():
+            raise UsageError(f"{self.named('seed')} must be printable text of at most 64 characters, "
+                             f"got {short_repr(value)}")
+        return value
 
     @default("market_dir")
     def _market_dir_default(self) -> str:
@@ -285,7 +298,7 @@ class PortableSlurm(EnvConfigurable):
 
 # each provider's section, and how its traits become its class's keyword arguments
 SECTIONS: dict[str, tuple[type[EnvConfigurable], dict[str, str]]] = {
-    "local": (PortableLocal, {"catalog": "catalog_path", "market_dir": "state_dir"}),
+    "local": (PortableLocal, {"catalog": "catalog_path", "market_dir": "state_dir", "seed": "seed"}),
     "ssh": (PortableSsh, {"hosts_file": "hosts_file", "state_dir": "state_dir"}),
     "runpod": (PortableRunPod, {"api_url": "base_url", "graphql_url": "graphql_url", "image": "default_image",
                                 "spot": "include_spot", "spot_bid": "spot_bid"}),

@@ -127,6 +127,12 @@ class EnvConfigurable(Configurable):  # type: ignore[misc]
         return (getattr(self, "_from_env", None) or getattr(self, "_set_by_env", {}).get(name)
                 or f"c.{self.section()}.{name}")
 
+    def named(self, name: str) -> str:
+        """The trait as the user set it, for an error message: ``VARIABLE (c.Class.trait)``, or
+        ``c.Class.trait`` where the configuration set it."""
+        var = getattr(self, "_from_env", None) or getattr(self, "_set_by_env", {}).get(name)
+        return f"{var} (c.{self.section()}.{name})" if var else f"c.{self.section()}.{name}"
+
     @classmethod
     def env_names(cls) -> dict[str, str]:
         """``{"c.Class.trait": "VARIABLE"}`` for each trait the environment can set."""
@@ -395,8 +401,76 @@ class PortableS3(EnvConfigurable):
         return int(value)
 
 
-SECTIONS: tuple[type[EnvConfigurable], ...] = (PortableRemote, PortableWheels, PortableS3)
+DEFAULT_AUTOSNAPSHOT_MINUTES = 10.0
+DEFAULT_FULL_WALK_MINUTES = 60.0
+DEFAULT_SCRUB_MB = 64.0
+DEFAULT_GPU_SAMPLE_S = 10.0
+MIN_GPU_SAMPLE_S = 0.5
+
+
+def _number_of(setting: str) -> Any:
+    """A variable's text as a number, or a UsageError naming the variable and ``setting`` (c.Class.trait)."""
+    def parse(raw: str, where: str) -> float:
+        try:
+            return float(raw)
+        except ValueError:
+            raise UsageError(f"{where} ({setting}) must be a number, got {short_repr(raw)}") from None
+
+    return parse
+
+
+class PortableKernel(EnvConfigurable):
+    """A notebook kernel's own settings (``%load_ext jupyter_portable``). A kernel reads no Jupyter
+    configuration: it takes these from its environment (a worker sets the first from the workspace's
+    setting); a configuration file's values hold where the configuration is loaded (the CLI, the server)."""
+
+    autosnapshot_minutes = Float(DEFAULT_AUTOSNAPSHOT_MINUTES, help=f"""Minutes between the kernel's
+        automatic snapshots; 0 turns them off. Default: {DEFAULT_AUTOSNAPSHOT_MINUTES:g} (on a rented
+        machine: the workspace's setting, jupyter portable settings --autosnapshot). Environment:
+        JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES.""").tag(config=True, env="JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES",
+        parse=_number_of("c.PortableKernel.autosnapshot_minutes"))
+
+    full_walk_minutes = Float(DEFAULT_FULL_WALK_MINUTES, help=f"""Minutes between the snapshots
+        that walk the whole tree although the change journal says what changed; 0: only when the
+        journal cannot be trusted. Default: {DEFAULT_FULL_WALK_MINUTES:g}. Environment:
+        JUPYTER_PORTABLE_FULL_WALK_MINUTES.""").tag(config=True, env="JUPYTER_PORTABLE_FULL_WALK_MINUTES",
+        parse=_number_of("c.PortableKernel.full_walk_minutes"))
+
+    scrub_mb = Float(DEFAULT_SCRUB_MB, help=f"""MiB the scrub after each automatic snapshot re-reads
+        at least (more where a day of runs would not re-read every file once); 0 turns the scrub off.
+        Default: {DEFAULT_SCRUB_MB:g}. Environment: JUPYTER_PORTABLE_SCRUB_MB.""").tag(
+        config=True, env="JUPYTER_PORTABLE_SCRUB_MB",
+        parse=_number_of("c.PortableKernel.scrub_mb"))
+
+    @validate("autosnapshot_minutes", "full_walk_minutes", "scrub_mb")
+    def _check_not_negative(self, proposal: Any) -> float:
+        value, name = proposal["value"], proposal["trait"].name
+        if not 0 <= value < float("inf"):
+            raise UsageError(f"{self.named(name)} must be 0 (off) or more, got {short_repr(value)}")
+        return float(value)
+
+
+class PortableWorker(EnvConfigurable):
+    """The worker agent's own settings, read from its environment on the machine."""
+
+    gpu_sample_seconds = Float(DEFAULT_GPU_SAMPLE_S, help=f"""Seconds between the worker's samples of
+        GPU use (what keeps a busy machine from being stopped as idle). Default: {DEFAULT_GPU_SAMPLE_S:g};
+        at least {MIN_GPU_SAMPLE_S:g}. Environment: JUPYTER_PORTABLE_GPU_SAMPLE_SECONDS.""").tag(
+        config=True, env="JUPYTER_PORTABLE_GPU_SAMPLE_SECONDS",
+        parse=_number_of("c.PortableWorker.gpu_sample_seconds"))
+
+    @validate("gpu_sample_seconds")
+    def _check_interval(self, proposal: Any) -> float:
+        value = proposal["value"]
+        if not MIN_GPU_SAMPLE_S <= value < float("inf"):
+            raise UsageError(f"{self.named('gpu_sample_seconds')} must be at least {MIN_GPU_SAMPLE_S:g} seconds, "
+                             f"got {short_repr(value)}")
+        return float(value)
+
+
+SECTIONS: tuple[type[EnvConfigurable], ...] = (PortableRemote, PortableWheels, PortableS3, PortableKernel,
+                                               PortableWorker)
 
 __all__ = ["BOOT_TIMEOUT_ENV", "DEFAULT_CLOUD_BOOT_TIMEOUT_S", "ENVIRONMENT_MODES", "FIRST_MACHINE_MODES", "SECTIONS",
-           "EnvConfigurable", "PortableRemote", "PortableRun", "PortableS3", "PortableWheels", "boot_timeouts",
-           "first_machine_mode", "use_config"]
+           "EnvConfigurable", "PortableKernel", "PortableRemote", "PortableRun", "PortableS3", "PortableWheels",
+           "PortableWorker", "boot_timeouts", "first_machine_mode", "use_config"]

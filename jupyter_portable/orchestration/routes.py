@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import uuid
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -89,9 +88,10 @@ def checkpoint_cadence_s(checkpoints: Any) -> float | None:
 def _where(ws: Workspace, providers: dict[str, Provider], size: int) -> WorkspaceFacts:
     url = ws.config.store
     if url.startswith("s3"):
-        custom = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-        return WorkspaceFacts(bytes_to_move=size, store_region=region, store_provider=None if custom else "aws",
+        from jupyter_portable.store.s3 import s3_location  # the store's own reading of botocore's configuration
+
+        region, provider = s3_location()
+        return WorkspaceFacts(bytes_to_move=size, store_region=region, store_provider=provider,
                               store_egress_per_gb=0.09, workspace_bytes=size)
     catalog = getattr(providers.get("local"), "catalog", None)
     if catalog is not None:

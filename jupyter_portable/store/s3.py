@@ -7,6 +7,8 @@ and the credential chain. Nothing here reads or logs a secret.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from jupyter_portable.core import hooks
@@ -25,6 +27,15 @@ def _code(exc: BaseException) -> str:
             return str(response.get("Error", {}).get("Code", ""))
         seen = seen.__cause__ or seen.__context__
     return str(exc)
+
+
+def s3_location(environ: Mapping[str, str] | None = None) -> tuple[str, str | None]:
+    """Where an s3:// store is, as botocore's configuration says: ``(region, "aws")``, or
+    ``(region, None)`` for another endpoint (MinIO, R2, moto), whose provider is not AWS's."""
+    env = os.environ if environ is None else environ
+    custom = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return region, None if custom else "aws"
 
 
 class S3Backend(RemoteBackend):

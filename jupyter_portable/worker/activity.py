@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import subprocess
 import threading
@@ -16,13 +15,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from jupyter_portable.core.envconfig import PortableWorker
 from jupyter_portable.core.idle import gpu_busy
 from jupyter_portable.core.times import from_timestamp_iso
 
 log = logging.getLogger("jupyter_portable.worker")
 
-GPU_SAMPLE_ENV = "JUPYTER_PORTABLE_GPU_SAMPLE_SECONDS"
-DEFAULT_GPU_SAMPLE_S = 10.0
+GPU_SAMPLE_ENV = "JUPYTER_PORTABLE_GPU_SAMPLE_SECONDS"  # c.PortableWorker.gpu_sample_seconds
 UTILIZATION_ARGS = ["--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
 # a cell, or a widget's message to the kernel: what a person does with a notebook
 _USE = ("execute_request", "comm_msg")
@@ -126,10 +125,7 @@ def sample_gpus(activity: Activity, interval_s: float | None = None) -> None:
     """The sampler thread: ``nvidia-smi``'s utilization every ``interval_s``; a machine without
     one has no GPU samples (its kernel alone says whether it is used)."""
     if interval_s is None:
-        try:
-            interval_s = max(0.5, float(os.environ.get(GPU_SAMPLE_ENV) or DEFAULT_GPU_SAMPLE_S))
-        except ValueError:
-            interval_s = DEFAULT_GPU_SAMPLE_S
+        interval_s = PortableWorker.current().gpu_sample_seconds
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return
@@ -233,7 +229,10 @@ def _subscribe(ctx: Any, state: Any, kernel: Any, info: dict[str, Any], session:
 
 def start_watchers(state: Any) -> None:
     threading.Thread(target=watch_kernel, args=(state,), daemon=True, name="kernel-activity").start()
-    threading.Thread(target=sample_gpus, args=(state.activity,), daemon=True, name="gpu-utilization").start()
+    # c.PortableWorker.gpu_sample_seconds, read (and a bad value refused, naming it) before the thread starts
+    interval = PortableWorker.current().gpu_sample_seconds
+    threading.Thread(target=sample_gpus, args=(state.activity, interval), daemon=True,
+                     name="gpu-utilization").start()
 
 
 __all__ = ["Activity", "GPU_SAMPLE_ENV", "parse_utilization", "sample_gpus", "start_watchers", "watch_kernel"]

@@ -70,6 +70,16 @@ class Options:
     # its own).
     tree_batch: int = 256
 
+    # -- the uploader: objects sent to the store at once -----------------------------------------
+    # An s3:// store answers each request in tens of milliseconds, so 8 are sent at once; a
+    # file:// store is this disk's fsyncs, and the other stores keep to 2 as well (no run of its own).
+    uploads: int = 2
+    uploads_s3: int = 8
+
+    def upload_pool(self, store_url: str) -> int:
+        """How many objects the uploader sends to the store at ``store_url`` at once."""
+        return self.uploads_s3 if store_url.startswith("s3") else self.uploads
+
 
 DEFAULT = Options()
 

@@ -144,7 +144,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
     base_root = as_tree(store, base_manifest)[0] if base_manifest is not None else None
     base = BaseTree(store, base_root)
     opts = options if options is not None else tuning.DEFAULT
-    up = Uploader(store, 8 if store.url.startswith("s3") else 2, progress, opts)
+    up = Uploader(store, opts.upload_pool(store.url), progress, opts)
     if extras is not None and isinstance(getattr(extras.before_publish, "read_back", None), set):
         # a checkpoint's snapshot: its parts are read back as they go up (engine/checkpoint/registry)
         up.read_back_under = getattr(extras.before_publish, "rel", None)

@@ -2,12 +2,13 @@
 
 It never blocks a cell: it runs beside the kernel, and a file being written while it
 reads is left for the next snapshot. A verified checkpoint (itself a snapshot) restarts
-the timer. ``JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES`` sets the interval (default 10, 0 off).
+the timer. ``c.PortableKernel.autosnapshot_minutes`` (``JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES``) sets
+the interval (default 10, 0 off; a bad value is refused, naming it).
 
 While it runs, a change journal (``engine/journal``) watches the workspace where the kernel
 runs (this computer, or the worker's machine), so an auto-snapshot (and ``%workspace
 snapshot``) reads only what changed. The whole tree is still walked on a schedule,
-``JUPYTER_PORTABLE_FULL_WALK_MINUTES`` (default 60; 0: only when the journal cannot be
+``c.PortableKernel.full_walk_minutes`` (default 60; 0: only when the journal cannot be
 trusted), and a stop's final version always comes from a full walk (worker/agent.seal).
 """
 
@@ -18,14 +19,13 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from jupyter_portable.core.envconfig import PortableKernel
 from jupyter_portable.interfaces.kernel.lock import OPERATION_LOCK
 
 if TYPE_CHECKING:
     from jupyter_portable.engine.journal import ChangeJournal, Cut
     from jupyter_portable.engine.snapshot import SnapshotResult
 
-DEFAULT_MINUTES = 10.0
-DEFAULT_FULL_WALK_MINUTES = 60.0
 
 
 class _State:
@@ -50,31 +50,20 @@ STATE = _State()
 
 
 def default_minutes() -> float:
-    raw = os.environ.get("JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES", "")
-    try:
-        return max(0.0, float(raw)) if raw else DEFAULT_MINUTES
-    except ValueError:
-        return DEFAULT_MINUTES
+    """``c.PortableKernel.autosnapshot_minutes`` (``JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES``): a bad
+    value is a UsageError naming it, never the default in its place."""
+    return float(PortableKernel.current().autosnapshot_minutes)
 
 
 def scrub_least_bytes() -> int:
-    """``JUPYTER_PORTABLE_SCRUB_MB``: what the scrub after each auto-snapshot reads at least
-    (more where a day of runs would not read every file once; 0 turns the scrub off)."""
-    from jupyter_portable.engine.scrub import DEFAULT_BUDGET
-
-    raw = os.environ.get("JUPYTER_PORTABLE_SCRUB_MB", "")
-    try:
-        return max(0, int(float(raw) * 1024 * 1024)) if raw else DEFAULT_BUDGET
-    except ValueError:
-        return DEFAULT_BUDGET
+    """``c.PortableKernel.scrub_mb`` (``JUPYTER_PORTABLE_SCRUB_MB``) in bytes: what the scrub after each
+    auto-snapshot reads at least (more where a day of runs would not read every file once; 0: off)."""
+    return int(PortableKernel.current().scrub_mb * 1024 * 1024)
 
 
 def full_walk_minutes() -> float:
-    raw = os.environ.get("JUPYTER_PORTABLE_FULL_WALK_MINUTES", "")
-    try:
-        return max(0.0, float(raw)) if raw else DEFAULT_FULL_WALK_MINUTES
-    except ValueError:
-        return DEFAULT_FULL_WALK_MINUTES
+    """``c.PortableKernel.full_walk_minutes`` (``JUPYTER_PORTABLE_FULL_WALK_MINUTES``)."""
+    return float(PortableKernel.current().full_walk_minutes)
 
 
 def _start_journal(state: _State) -> None:
