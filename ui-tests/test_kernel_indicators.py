@@ -119,31 +119,39 @@ def indicator(page: Any) -> Any:
     return page.locator(".jp-NotebookPanel:visible .jp-Notebook-ExecutionIndicator")
 
 
-def check_after_move(page: Any, since: int, what: str) -> None:
+def in_effect(log: list[dict[str, Any]], t: float) -> list[dict[str, Any]]:
+    """The status bar's texts from ``t`` on: the one shown at ``t`` (stamped ``t``), then each change."""
+    bars = [e for e in log if "bar" in e]
+    before = [{**e, "t": t} for e in bars if e["t"] <= t][-1:]
+    return before + [e for e in bars if e["t"] > t]
+
+
+def check_after_move(page: Any, since: int, what: str, settled: str = "Python (portable) | Idle") -> None:
     """The indicators after the move that began after ``since``. JupyterLab's status bar: within
     SETTLE_MS of the session's last reconnect it says the kernel's state (Starting while the new
     process has not answered), not Unknown; within SETTLE_MS of the new process's first message
-    it reads Idle, and after that never Unknown nor Starting. The execution indicator is idle."""
+    it reads ``settled`` (Idle on a machine; with none, that there is none: issue 43, item 7), and
+    after that never Unknown nor Starting. The execution indicator is idle."""
     time.sleep(WATCH_S)  # the record goes on in the page: nothing may say Unknown in this time
     log = page.evaluate(f"() => window.__indicators.slice({since})")
     connected = [i for i, e in enumerate(log) if e.get("connection") == "connected"]
     assert connected, f"{what}: the notebook's kernel never reconnected: {log}"
     rest = log[connected[-1]:]
     t_connected = rest[0]["t"]
-    after = [e for e in rest if "bar" in e]
+    after = in_effect(log, t_connected)
     told = [e for e in after if not re.search(r"\| (Unknown|Connecting)$", e["bar"])]
     assert told and told[0]["t"] - t_connected <= SETTLE_MS, \
         f"{what}: the status bar said Unknown for more than {SETTLE_MS} ms after the reconnect: {rest}"
     processes = [e["t"] for e in log if "process" in e]
     answered = max(t_connected, processes[-1]) if processes else t_connected
-    idle = [e for e in after if e["t"] >= answered and e["bar"] == "Python (portable) | Idle"]
-    assert idle, f"{what}: the status bar never read Idle after the kernel answered: {rest}"
+    idle = [e for e in in_effect(log, answered) if e["bar"] == settled]
+    assert idle, f"{what}: the status bar never read {settled!r} after the kernel answered: {rest}"
     assert idle[0]["t"] - answered <= SETTLE_MS, \
-        f"{what}: Idle {idle[0]['t'] - answered:.0f} ms after the kernel answered: {rest}"
+        f"{what}: {settled!r} {idle[0]['t'] - answered:.0f} ms after the kernel answered: {rest}"
     wrong = [e for e in after if e["t"] >= idle[0]["t"] and re.search(r"\| (Unknown|Starting)$", e["bar"])]
     assert not wrong, f"{what}: the status bar said {wrong[0]['bar']!r} after the move settled: {rest}"
     # the toolbar's indicator, now: the kernel is idle, and so is it; no cell count left open
-    expect(status_bar(page)).to_have_text("Python (portable) | Idle")
+    expect(status_bar(page)).to_have_text(settled)
     try:
         expect(indicator(page)).to_have_attribute("data-status", "idle")
     except AssertionError as exc:  # what the page saw since the move, for whoever reads the failure
@@ -163,7 +171,8 @@ def shots(lab: Lab, page: Any, name: str) -> None:
 
 
 def test_the_first_machine_leaves_the_status_bar_idle(page: Any, lab: Lab) -> None:
-    expect(status_bar(page)).to_have_text("Python (portable) | Idle", timeout=60_000)
+    # no machine yet: the status bar says so, not "Idle" (issue 43, item 7)
+    expect(status_bar(page)).to_have_text("Python (portable) | No machine yet", timeout=60_000)
     since = mark(page)
     out = run(page, 0).locator(".jp-OutputArea")
     expect(out).to_contain_text(re.compile(r"ran on al-\w+"), timeout=240_000)
@@ -185,7 +194,7 @@ def test_a_loss_with_cells_running_and_queued_leaves_no_busy_indicator(page: Any
     # the move: the kernel is now the local placeholder
     expect(page.locator(f'{STATUS}[data-kernel="portable-placeholder"]')).to_have_count(1, timeout=90_000)
     expect(page.locator(STATUS)).to_have_text("No machine (LOST)", timeout=30_000)
-    check_after_move(page, since, "the loss")
+    check_after_move(page, since, "the loss", "Python (portable) | No machine (LOST)")
     shots(lab, page, "51-indicators-after-a-loss")
 
 
@@ -207,5 +216,5 @@ def test_an_idle_stop_leaves_the_status_bar_idle(page: Any, lab: Lab) -> None:
     lab.portable("settings", "--idle-minutes", "1")
     expect(badge(page)).to_have_text("RELEASED", timeout=240_000)
     expect(page.locator(f'{STATUS}[data-kernel="portable-placeholder"]')).to_have_count(1, timeout=60_000)
-    check_after_move(page, since, "the idle stop")
+    check_after_move(page, since, "the idle stop", "Python (portable) | No machine (RELEASED)")
     shots(lab, page, "53-indicators-after-an-idle-stop")

@@ -142,9 +142,10 @@ def test_the_idle_release_shows_no_kernel_died_dialog(page: Any, lab: Lab) -> No
     # a minute after Keep running the machine is sealed and released; the notebook's kernel moves
     # to the local placeholder quietly
     expect(badge(page)).to_have_text("RELEASED", timeout=180_000)
-    # the kernel answers again (the placeholder, restarted plainly), and no dialog ever showed
-    expect(page.locator(".jp-StatusBar-Widget", has_text="Python (portable) | Idle").first).to_be_visible(
-        timeout=60_000)
+    # the kernel answers again (the placeholder, restarted plainly), and no dialog ever showed; the
+    # status bar says there is no machine (issue 43, item 7)
+    expect(page.locator(".jp-StatusBar-Widget", has_text="Python (portable) | No machine (RELEASED)").first
+           ).to_be_visible(timeout=60_000)
     dialogs = page.evaluate("() => window.__portableDialogs")
     assert not [d for d in dialogs if re.search("Kernel Restarting|appears to have died", d)], dialogs
     expect(page.locator(".jp-StatusBar-Widget", has_text="Unknown")).to_have_count(0)
