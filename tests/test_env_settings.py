@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from traitlets.config import Config
 
-from jupyter_portable.compute.settings import PortableLocal, provider_kwargs
+from jupyter_portable.compute.config import PortableLocal, provider_kwargs
 from jupyter_portable.core.envconfig import PortableKernel, PortableWorker
 from jupyter_portable.core.errors import UsageError
 

@@ -105,8 +105,8 @@ def test_a_provider_without_a_login_node_or_with_a_bad_rate_is_refused() -> None
 
 def test_the_provider_is_built_from_its_settings_and_bad_ones_name_where_they_were_set(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_portable.compute.config import PortableSlurm, provider_kwargs
     from jupyter_portable.compute.registry import make_provider
-    from jupyter_portable.compute.settings import PortableSlurm, provider_kwargs
 
     monkeypatch.setenv("JUPYTER_PORTABLE_SLURM_LOGIN", "login.hpc.example.edu")
     monkeypatch.setenv("JUPYTER_PORTABLE_SLURM_GPU_HOUR_RATE", "0.5")
@@ -444,8 +444,8 @@ def test_continue_puts_the_workspace_on_a_slurm_job_and_a_preemption_loses_it_wi
         from test_env_any_python import run_cell
 
         from jupyter_portable import Workspace
+        from jupyter_portable.compute.config import provider_kwargs
         from jupyter_portable.compute.registry import make_provider
-        from jupyter_portable.compute.settings import provider_kwargs
         from jupyter_portable.worker.client import AgentClient, load_record
 
         for name, value in env.items():

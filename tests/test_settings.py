@@ -1,4 +1,4 @@
-"""Each provider's settings, the Jupyter way (compute/settings): a trait of its own section
+"""Each provider's settings, the Jupyter way (compute/config): a trait of its own section
 (``c.PortableRunPod.api_url``) set in a Jupyter config file reaches the provider, its environment
 variable sets it where no config file does (the Jupyter order: an argument, the file, the variable,
 the default), a bad value is refused naming what the user set, and ``jupyter portable --help-all``
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from conftest import Cli
 
+from jupyter_portable.compute.config import PROVIDER_NAMES, SECTIONS, PortableLocal, PortableRunPod
 from jupyter_portable.compute.registry import PROVIDERS, enabled_providers
-from jupyter_portable.compute.settings import PROVIDER_NAMES, SECTIONS, PortableLocal, PortableRunPod
 from jupyter_portable.core.envconfig import PortableRun, use_config
 from jupyter_portable.core.errors import UsageError
 from jupyter_portable.core.secretenv import SECRET_NAMES, is_secret
@@ -323,14 +323,14 @@ def test_every_variable_the_package_reads_is_a_setting_or_documented_as_not_one(
     traits = set(ENV.values())
     not_settings = ("internal", "test hook", "setting of the kernel")
     undocumented = sorted(n for n in read - traits if not kinds.get(n, "").startswith(not_settings))
-    assert undocumented == [], "make each a trait (core.envconfig, compute.settings) or list it as internal"
+    assert undocumented == [], "make each a trait (core.envconfig, compute.config) or list it as internal"
     assert all(kinds.get(var, "").startswith("setting") for var in traits if var.startswith("JUPYTER_PORTABLE_"))
     assert "JUPYTER_PORTABLE_SSH_KEY" in traits and "JUPYTER_PORTABLE_GPU_SAMPLE_SECONDS" in read  # the scan works
 
 
 def test_the_providers_variable_is_read_and_refused_the_same_way_with_or_without_a_config(
         conf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from jupyter_portable.compute.settings import env_provider_names
+    from jupyter_portable.compute.config import env_provider_names
 
     monkeypatch.setenv("JUPYTER_PORTABLE_PROVIDERS", "runpod, nope")
     messages = []

@@ -65,7 +65,7 @@ from jupyter_portable.compute.base import (
     spend_since,
 )
 from jupyter_portable.compute.cloudinit import HostKey, check_host_key, cloud_config, parse_zone_offer_id
-from jupyter_portable.compute.settings import AWS_IMAGE, PortableAws
+from jupyter_portable.compute.config import AWS_IMAGE, PortableAws
 from jupyter_portable.core.errors import (
     ComputeError,
     LaunchFailed,
@@ -123,7 +123,7 @@ class AwsProvider(Provider):
         self.key_name = key_name
         self.security_group_ids = tuple(security_group_ids)
         self.subnets = dict(subnets or {})
-        # what is not given comes from the environment or the default (compute.settings)
+        # what is not given comes from the environment or the default (compute.config)
         given = {"ssh_user": ssh_user or None, "ssh_cidr": ssh_cidr or None}
         settings = PortableAws(**{k: v for k, v in given.items() if v is not None})
         self.ssh_user = settings.ssh_user

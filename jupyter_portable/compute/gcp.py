@@ -70,7 +70,7 @@ from jupyter_portable.compute.base import (
 )
 from jupyter_portable.compute.boundary import Boundary
 from jupyter_portable.compute.cloudinit import HostKey, check_host_key, cloud_config, parse_zone_offer_id
-from jupyter_portable.compute.settings import GCP_IMAGE, PortableGcp
+from jupyter_portable.compute.config import GCP_IMAGE, PortableGcp
 from jupyter_portable.core.errors import (
     AuthError,
     ComputeError,
@@ -127,7 +127,7 @@ class GcpProvider(Provider):
         self.now = now  # the wall clock spend so far is counted to
         self.sleep = sleep  # between tries of a delete (passed in so that tests do not wait)
         self.terminate_attempts = max(1, terminate_attempts)
-        # what is not given comes from the environment or the default (compute.settings)
+        # what is not given comes from the environment or the default (compute.config)
         given = {"project": project or None, "ssh_user": ssh_user or None, "endpoint": endpoint or None}
         settings = PortableGcp(**{k: v for k, v in given.items() if v is not None})
         self._project = settings.project or None

@@ -76,8 +76,8 @@ class Host:
 
 
 def default_hosts_path() -> Path:
-    """``$JUPYTER_PORTABLE_HOSTS``, else ``<jupyter config dir>/portable/hosts.toml`` (compute.settings)."""
-    from jupyter_portable.compute.settings import PortableSsh
+    """``$JUPYTER_PORTABLE_HOSTS``, else ``<jupyter config dir>/portable/hosts.toml`` (compute.config)."""
+    from jupyter_portable.compute.config import PortableSsh
 
     return Path(PortableSsh().hosts_file).expanduser()
 
@@ -88,7 +88,7 @@ def load_hosts(path: Path | str | None = None) -> list[Host]:
     A missing default file means no hosts; a missing file that was named explicitly (argument
     or environment) is a UsageError, as is anything malformed.
     """
-    from jupyter_portable.compute.settings import PortableSsh
+    from jupyter_portable.compute.config import PortableSsh
 
     section = PortableSsh()
     explicit = path is not None or section.names_hosts_file()

@@ -42,6 +42,7 @@ from jupyter_portable.compute.base import (
     parse_machine_name,
 )
 from jupyter_portable.compute.cloudinit import cloud_config
+from jupyter_portable.compute.config import LAMBDA_API, LAMBDA_SSH_USER, PortableLambda
 from jupyter_portable.compute.http import (
     NUMBER,
     ApiClient,
@@ -55,7 +56,6 @@ from jupyter_portable.compute.http import (
     opt,
     spend_since,
 )
-from jupyter_portable.compute.settings import LAMBDA_API, LAMBDA_SSH_USER, PortableLambda
 from jupyter_portable.core.errors import (
     AuthError,
     ComputeError,
@@ -129,7 +129,7 @@ class LambdaProvider(HttpProvider):
                  clock: Callable[[], float] = time.monotonic, transport: httpx.BaseTransport | None = None,
                  now: Callable[[], datetime] = utcnow) -> None:
         self.now = now  # the wall clock spend so far is counted to
-        # what is not given comes from the environment or the default (compute.settings)
+        # what is not given comes from the environment or the default (compute.config)
         given = {"ssh_key_names": ssh_key_names, "ssh_user": ssh_user or None, "api_url": base_url or None}
         settings = PortableLambda(**{k: v for k, v in given.items() if v is not None})
         self.ssh_key_names = list(settings.ssh_key_names)

@@ -2,7 +2,7 @@
 and class that implement it, imported only when asked for. ``c.Portable.providers`` (or
 ``JUPYTER_PORTABLE_PROVIDERS``; default ``local``, plus ``ssh`` when a hosts file exists) chooses
 them; cloud providers are opt-in, so no API is called unless asked for. Names and each provider's
-settings are read and checked in ``compute.settings``.
+settings are read and checked in ``compute.config``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import importlib
 from typing import Any
 
 from jupyter_portable.compute.base import Provider
-from jupyter_portable.compute.settings import env_provider_names, provider_kwargs
+from jupyter_portable.compute.config import env_provider_names, provider_kwargs
 from jupyter_portable.core.errors import ComputeError, UsageError
 
 PROVIDERS: dict[str, tuple[str, str]] = {
@@ -51,5 +51,5 @@ def make_provider(name: str, **kwargs: Any) -> Provider:
 
 def enabled_providers() -> dict[str, Provider]:
     """The providers of the environment alone (no config file), each built from its settings
-    (``compute.settings``): what orchestration asks when it is given none."""
+    (``compute.config``): what orchestration asks when it is given none."""
     return {name: make_provider(name, **provider_kwargs(name)) for name in provider_names()}

@@ -44,6 +44,13 @@ from jupyter_portable.compute.base import (
     machine_name,
     parse_machine_name,
 )
+from jupyter_portable.compute.config import (
+    RUNPOD_API,
+    RUNPOD_IMAGE,
+    RUNPOD_SPOT_BID,
+    PortableRunPod,
+    spot_bid_fraction,
+)
 from jupyter_portable.compute.http import (
     NUMBER,
     ApiClient,
@@ -57,13 +64,6 @@ from jupyter_portable.compute.http import (
     opt,
     slug,
     spend_since,
-)
-from jupyter_portable.compute.settings import (
-    RUNPOD_API,
-    RUNPOD_IMAGE,
-    RUNPOD_SPOT_BID,
-    PortableRunPod,
-    spot_bid_fraction,
 )
 from jupyter_portable.core.errors import (
     AuthError,
@@ -186,7 +186,7 @@ class RunPodProvider(HttpProvider):
             raise ValueError(f"cloud must be SECURE or COMMUNITY, not {cloud!r}")
         if spot_bid is not None:
             spot_bid = spot_bid_fraction(spot_bid, "spot_bid")
-        # what is not given comes from the environment or the default (compute.settings)
+        # what is not given comes from the environment or the default (compute.config)
         given = {"spot": include_spot, "spot_bid": spot_bid, "api_url": base_url, "graphql_url": graphql_url}
         settings = PortableRunPod(**{k: v for k, v in given.items() if v is not None})
         self.include_spot = settings.spot

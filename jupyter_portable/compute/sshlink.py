@@ -285,8 +285,8 @@ class SshLink:
 
 
 def default_state_dir() -> Path:
-    """``$JUPYTER_PORTABLE_SSH_STATE``, else ``<jupyter data dir>/portable/ssh`` (compute.settings)."""
-    from jupyter_portable.compute.settings import PortableSsh
+    """``$JUPYTER_PORTABLE_SSH_STATE``, else ``<jupyter data dir>/portable/ssh`` (compute.config)."""
+    from jupyter_portable.compute.config import PortableSsh
 
     return Path(PortableSsh().state_dir).expanduser()
 

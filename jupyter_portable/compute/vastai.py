@@ -51,6 +51,7 @@ from jupyter_portable.compute.base import (
     machine_name,
     parse_machine_name,
 )
+from jupyter_portable.compute.config import VAST_API, VAST_IMAGE, PortableVast
 from jupyter_portable.compute.http import (
     NUMBER,
     ApiClient,
@@ -65,7 +66,6 @@ from jupyter_portable.compute.http import (
     opt,
     spend_since,
 )
-from jupyter_portable.compute.settings import VAST_API, VAST_IMAGE, PortableVast
 from jupyter_portable.core.errors import (
     AuthError,
     ComputeError,

@@ -47,8 +47,8 @@ class Catalog:
 
 
 def default_catalog_path() -> Path:
-    """``$JUPYTER_PORTABLE_CATALOG``, else the demo catalog shipped with the package (compute.settings)."""
-    from jupyter_portable.compute.settings import PortableLocal
+    """``$JUPYTER_PORTABLE_CATALOG``, else the demo catalog shipped with the package (compute.config)."""
+    from jupyter_portable.compute.config import PortableLocal
 
     return Path(PortableLocal().catalog)
 

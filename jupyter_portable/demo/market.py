@@ -50,8 +50,8 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def default_market_dir() -> Path:
-    """``$JUPYTER_PORTABLE_MARKET_DIR``, else ``<jupyter data dir>/portable/market`` (compute.settings)."""
-    from jupyter_portable.compute.settings import PortableLocal
+    """``$JUPYTER_PORTABLE_MARKET_DIR``, else ``<jupyter data dir>/portable/market`` (compute.config)."""
+    from jupyter_portable.compute.config import PortableLocal
 
     return Path(PortableLocal().market_dir)
 
@@ -329,7 +329,7 @@ class LocalMarket(Provider):
         return self._allocation(rec)
 
     def _draw(self, n: int) -> float:
-        from jupyter_portable.compute.settings import PortableLocal
+        from jupyter_portable.compute.config import PortableLocal
 
         seed = self.seed if self.seed is not None else PortableLocal().seed
         # seeded per launch number, so every process sharing the market draws the same sequence

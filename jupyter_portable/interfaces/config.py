@@ -1,7 +1,7 @@
 """Configuration, the Jupyter way: ``c.Portable.<name>`` in ``jupyter_server_config.py`` (or
 ``jupyter_portable_config.py``) in any Jupyter config directory, read by the server extension
 and by ``jupyter portable``. ``c.Portable`` holds what is not one provider's; each provider has
-a section of its own (``c.PortableRunPod``, ``c.PortableAws``, ...: ``compute.settings``). Each
+a section of its own (``c.PortableRunPod``, ``c.PortableAws``, ...: ``compute.config``). Each
 setting's environment variable, where it has one, is its default: a config file's value wins over
 it, and a command's flag over both; ``jupyter portable --help-all`` lists them with their help.
 Secrets (API keys, credentials) are never settings here: they stay in the environment and the
@@ -24,8 +24,7 @@ from traitlets import Float, Unicode, default, validate
 from traitlets.config import Config
 
 from jupyter_portable.compute.base import Provider
-from jupyter_portable.compute.registry import make_provider
-from jupyter_portable.compute.settings import (
+from jupyter_portable.compute.config import (
     SETTINGS_CLASSES,
     EnvConfigurable,
     PortableLocal,
@@ -33,6 +32,7 @@ from jupyter_portable.compute.settings import (
     ProviderChoice,
     provider_kwargs,
 )
+from jupyter_portable.compute.registry import make_provider
 from jupyter_portable.core.envconfig import SECTIONS as GENERAL_SECTIONS
 from jupyter_portable.core.envconfig import PortableRun, use_config
 from jupyter_portable.core.errors import UsageError
