@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from jupyter_portable import Workspace
 from jupyter_portable.engine.journal import ChangeJournal, available
-from jupyter_portable.engine.scan import Lister
+from jupyter_portable.engine.listing import Lister
 from jupyter_portable.engine.snapshot import SnapshotResult
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=f"no change journal here: {available()}")

@@ -14,7 +14,7 @@ from conftest import read_tree, write_tree
 
 from jupyter_portable import Workspace
 from jupyter_portable.engine.hashproc import read_small
-from jupyter_portable.engine.scan import Found
+from jupyter_portable.engine.listing import Found
 from jupyter_portable.engine.snapshot import file_saver, options, scanner, uploader, walk
 from jupyter_portable.store.repo import digest
 
@@ -103,7 +103,7 @@ def test_processes_publish_the_same_version_as_threads(tmp_path: Path, monkeypat
 
 def test_a_folder_listed_elsewhere_is_what_the_walk_lists(tmp_path: Path) -> None:
     from jupyter_portable.engine.hashproc import list_and_pack
-    from jupyter_portable.engine.scan import Lister
+    from jupyter_portable.engine.listing import Lister
 
     write_tree(tmp_path, {"a/x.txt": "x", "a/big.bin": "b" * 300, "a/skip.tmp": "ignored", "a/sub/y.txt": "y",
                           "a/cache/z.txt": "z", "a/.ipynb_checkpoints/c.txt": "c", ".portableignore": "*.tmp\ncache/\n",
@@ -276,7 +276,7 @@ def test_folders_statted_ahead_by_another_process_see_each_change(tmp_path: Path
 
 def test_quick_folders_refuses_other_ignore_rules_and_reports_a_gone_folder(tmp_path: Path) -> None:
     from jupyter_portable.engine.hashproc import quick_folders
-    from jupyter_portable.engine.scan import Lister
+    from jupyter_portable.engine.listing import Lister
 
     write_tree(tmp_path, {"a/x.txt": "x", "a/b/y.txt": "y"})
     lister = Lister(tmp_path)
@@ -301,7 +301,7 @@ def test_a_look_ahead_whose_helper_died_leaves_every_folder_to_the_walk(tmp_path
     import signal
 
     from jupyter_portable.engine.hashproc import helper_pool
-    from jupyter_portable.engine.scan import Lister
+    from jupyter_portable.engine.listing import Lister
 
     write_tree(tmp_path, {f"d{i:02d}/f.txt": str(i) for i in range(40)})
     folders = [("", 0)] + [(f"d{i:02d}", 1) for i in range(40)]

@@ -11,7 +11,7 @@ import pytest
 from conftest import read_tree, write_tree
 
 from jupyter_portable import Workspace
-from jupyter_portable.engine.scan import Lister
+from jupyter_portable.engine.listing import Lister
 from jupyter_portable.store.repo import digest
 from jupyter_portable.workdir.statcache import StatCache
 

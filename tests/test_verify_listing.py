@@ -9,7 +9,7 @@ from pathlib import Path
 from conftest import write_tree
 
 from jupyter_portable import Workspace
-from jupyter_portable.engine.scan import Lister
+from jupyter_portable.engine.listing import Lister
 
 
 def _restored(tmp_path: Path) -> tuple[Workspace, Path]:

@@ -39,7 +39,7 @@ import pathspec
 from jupyter_portable.core.errors import UnsafePath
 from jupyter_portable.core.paths import check_relpath
 from jupyter_portable.engine.fetch import Placer
-from jupyter_portable.engine.scan import IGNORE_FILE, ignore_spec
+from jupyter_portable.engine.listing import IGNORE_FILE, ignore_spec
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
 # gitignore syntax: paths that run or configure code when the user's Python, shell, git or

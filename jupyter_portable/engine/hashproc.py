@@ -23,8 +23,8 @@ from typing import NamedTuple
 
 from jupyter_portable.core.tree import entry_text, packed_text
 from jupyter_portable.engine.fetch import Placer, process_umask, restored_mode
+from jupyter_portable.engine.listing import Lister, Plain, PlainFile
 from jupyter_portable.engine.process_lifetime import die_with
-from jupyter_portable.engine.scan import Lister, Plain, PlainFile
 from jupyter_portable.store.repo import digest, hash_file
 from jupyter_portable.workdir.statcache import Row, changed, file_row, settled, stat_key
 

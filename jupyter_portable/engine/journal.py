@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jupyter_portable.engine.journal_tree import META, WatchTree
-from jupyter_portable.engine.scan import IGNORE_FILE, Lister
+from jupyter_portable.engine.listing import IGNORE_FILE, Lister
 
 MAX_PATHS = 100_000  # changed paths kept before a cut is given up as invalid (a walk costs as much)
 REARM_MOST = 64  # folders a full walk watches again one by one; past that the next cut watches all afresh

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jupyter_portable.engine.scan import Lister
+from jupyter_portable.engine.listing import Lister
 
 META = ".portable"  # the copy's own folder: never watched
 

@@ -555,7 +555,7 @@ def _remove_others(dest: Path, cache: StatCache, keep: set[str], aside: dict[str
                    now: datetime | None = None) -> list[str]:
     """Delete every file of ``dest`` the version does not have (the cache now lists exactly its files);
     with ``aside`` (and ``now``), move each to ``NAME.orig-TIME`` instead and record it there."""
-    from jupyter_portable.engine.scan import Lister
+    from jupyter_portable.engine.listing import Lister
 
     lister = Lister(dest, warn=False, strict=False)
     removed: list[str] = []

@@ -17,7 +17,7 @@ from jupyter_portable.core.manifest import FileEntry, Manifest
 from jupyter_portable.core.tree import Node, SubTree, show_path
 from jupyter_portable.engine.fsck import FsckResult, fsck, parse_subset  # noqa: F401 - re-exported
 from jupyter_portable.engine.hashproc import check_file, check_files, helper_pool
-from jupyter_portable.engine.scan import Lister
+from jupyter_portable.engine.listing import Lister
 from jupyter_portable.engine.trees import most_folders, node_name
 from jupyter_portable.store.repo import (
     Store,

@@ -290,7 +290,7 @@ def _write_edit(state: AgentState, rel: str, content: bytes, base: str | None, n
 
 def list_files(state: AgentState) -> dict[str, Any]:
     from jupyter_portable.engine.lazy import pending_paths
-    from jupyter_portable.engine.scan import walk
+    from jupyter_portable.engine.listing import walk
 
     copy = WorkspaceCopy(state.workdir)
     files = [{"path": f.path, "size": f.st.st_size} for f in walk(state.workdir, warn=False) if f.target is None]

@@ -36,7 +36,7 @@ class FileHashes:
         """``{"version", "files": [{"path", "size", "hash"}], "pending"}``; ``hash`` is None for a file
         over the limit or one being written."""
         from jupyter_portable.engine.lazy import pending_paths
-        from jupyter_portable.engine.scan import walk
+        from jupyter_portable.engine.listing import walk
 
         copy = WorkspaceCopy(state.workdir)
         with self._lock:

@@ -20,8 +20,8 @@ from jupyter_portable.core.manifest import FileEntry, Manifest
 from jupyter_portable.core.records import CheckpointRecord, latest_verified
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.engine.checkpoint.writecheck import WriteCheck, check_checkpoint, not_a_file
+from jupyter_portable.engine.listing import ignore_spec
 from jupyter_portable.engine.progress import Progress
-from jupyter_portable.engine.scan import ignore_spec
 from jupyter_portable.store.repo import Store, object_key
 
 

@@ -20,8 +20,8 @@ import blake3
 from jupyter_portable.core.manifest import FileEntry, PackRef
 from jupyter_portable.core.tree import Node
 from jupyter_portable.engine.hashproc import PERMS, Fragment, Read, helper_pool, read_small, read_whole
+from jupyter_portable.engine.listing import Found, Stat
 from jupyter_portable.engine.progress import Progress
-from jupyter_portable.engine.scan import Found, Stat
 from jupyter_portable.engine.snapshot.context import Context
 from jupyter_portable.engine.snapshot.folder import Entry, Folder
 from jupyter_portable.engine.snapshot.uploader import Frag, Uploader

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_portable.core.manifest import FileEntry
-from jupyter_portable.engine.scan import Found
+from jupyter_portable.engine.listing import Found
 from jupyter_portable.engine.snapshot.uploader import Frag
 from jupyter_portable.workdir.statcache import Key
 

@@ -22,7 +22,7 @@ from jupyter_portable.core.manifest import FileEntry
 from jupyter_portable.core.tree import MAX_DEPTH, show_path
 from jupyter_portable.engine.hashproc import Fragment, Quick, Read, list_and_pack, quick_folders
 from jupyter_portable.engine.journal import Cut
-from jupyter_portable.engine.scan import IGNORE_FILE, LINK_OUT, Found, Lister, Listing, Plain, Stat
+from jupyter_portable.engine.listing import IGNORE_FILE, LINK_OUT, Found, Lister, Listing, Plain, Stat
 from jupyter_portable.engine.snapshot.context import Context
 from jupyter_portable.engine.snapshot.file_saver import FileSaver, fragment_reads
 from jupyter_portable.engine.snapshot.folder import Folder

@@ -17,7 +17,7 @@ from typing import Any
 
 from jupyter_portable.core.manifest import FileEntry
 from jupyter_portable.core.tree import Node, encode_texts, entry_text, node_json
-from jupyter_portable.engine.scan import Found
+from jupyter_portable.engine.listing import Found
 from jupyter_portable.engine.snapshot.context import Context
 from jupyter_portable.engine.snapshot.file_saver import FileSaver
 from jupyter_portable.engine.snapshot.folder import Entry, Folder, Result, entry_size
