@@ -117,6 +117,16 @@ def test_an_instance_in_the_block_is_priced_at_the_blocks_price(twin: AwsTwin, w
     [listed] = [m for m in later.list_machines() if m.ref == allocation.ref]
     assert listed.price_per_hour == pytest.approx(DAY_FEE / 24) and listed.spend == pytest.approx(status.spend)
     assert listed.spend_source == "provider-rate"
+    # the budget rebuilds the allocation from its record, without the launch's details: priced at
+    # the block's rate all the same (from the instance's tag), with or without the booking named
+    from jupyter_portable.orchestration.budget import provider_figure
+
+    record = {"allocation_id": "al-block01", "provider": "aws", "offer": route.offer.id, "ref": allocation.ref,
+              "started": allocation.started, "reservation_id": booking.reservation_id,
+              "price_per_hour": route.offer.price_per_hour}
+    for rebuilt in (record, {k: v for k, v in record.items() if k not in ("reservation_id", "price_per_hour")}):
+        spend, source = provider_figure({"aws": later})(rebuilt)  # type: ignore[misc]
+        assert spend == pytest.approx(status.spend, rel=1e-3) and source == "provider-rate", (rebuilt, spend)
     later.terminate(allocation)
 
 

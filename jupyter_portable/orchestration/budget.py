@@ -34,7 +34,15 @@ MEASURED_BY = frozenset({"runpod", "vastai", "aws"})
 
 
 def _allocation(a: dict[str, Any]) -> Allocation:
-    return Allocation(a["allocation_id"], a["provider"], a.get("offer", ""), a["ref"], a.get("started", ""))
+    """The allocation an allocation record describes, for its provider to price or release. One
+    launched into a booking the provider sold (an AWS Capacity Block) names that booking; its
+    provider prices it at what was paid, from the machine's own record of the rate (AWS: the
+    instance's block-price tag), not on-demand (issue 42)."""
+    details: dict[str, Any] = {}
+    if a.get("reservation_id"):
+        details["capacity_reservation_id"] = a["reservation_id"]
+    return Allocation(a["allocation_id"], a["provider"], a.get("offer", ""), a["ref"], a.get("started", ""),
+                      details=details)
 
 
 def provider_figure(providers: dict[str, Provider]) -> SpendFigure:
