@@ -12,7 +12,7 @@ import pytest
 from conftest import read_tree, write_tree
 
 from jupyter_portable import ManifestError, UnsafePath, Workspace
-from jupyter_portable.core.tree import MAX_DEPTH, encode_tree
+from jupyter_portable.core.tree_object import MAX_DEPTH, encode_tree
 from jupyter_portable.engine.trees import write_trees
 from jupyter_portable.store.backend import LocalBackend
 from jupyter_portable.store.repo import Store, digest, object_key

@@ -18,7 +18,7 @@ from conftest import write_tree
 from jupyter_portable import Workspace
 from jupyter_portable.core.manifest import Head, Manifest, ParentRef
 from jupyter_portable.core.times import now_iso
-from jupyter_portable.core.tree import MAX_DEPTH
+from jupyter_portable.core.tree_object import MAX_DEPTH
 from jupyter_portable.engine.fsck import fsck
 from jupyter_portable.store.repo import digest, head_key, manifest_key
 

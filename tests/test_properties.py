@@ -324,7 +324,7 @@ tree_entries = sound_files | sound_dirs | packed_files | dir_entries | st.dictio
 def test_a_tree_is_encoded_exactly_as_json_dumps_would(entries: list[dict[str, Any]]) -> None:
     """The tree encoder writes the common entries itself; every byte must be json.dumps's
     (a tree's hash is its name: one byte more and an unchanged folder is stored again)."""
-    from jupyter_portable.core.tree import TREE_FORMAT, TREE_SCHEMA, encode_tree
+    from jupyter_portable.core.tree_object import TREE_FORMAT, TREE_SCHEMA, encode_tree
 
     doc = {"format": TREE_FORMAT, "schema": TREE_SCHEMA, "entries": entries}
     try:
@@ -343,7 +343,7 @@ def test_a_tree_is_encoded_exactly_as_json_dumps_would(entries: list[dict[str, A
 def test_a_packed_entry_written_around_its_pack_ref_is_the_whole_entry(entry: dict[str, Any]) -> None:
     """A first snapshot's helper writes a packed file's entry before its pack is formed, and
     the walk puts the pack ref in between: the same bytes as json.dumps of the whole entry."""
-    from jupyter_portable.core.tree import pack_ref_text, packed_text
+    from jupyter_portable.core.tree_object import pack_ref_text, packed_text
 
     ref = entry["pack"]
     head, tail = packed_text(entry["name"], entry["hash"], entry["mode"], entry["mtime_ns"], entry["size"])

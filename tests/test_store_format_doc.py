@@ -27,7 +27,7 @@ import blake3
 import pytest
 
 from jupyter_portable.core.manifest import FileEntry, Head, Manifest, PackIndex
-from jupyter_portable.core.tree import parse_tree
+from jupyter_portable.core.tree_object import parse_tree
 from jupyter_portable.store.repo import Store
 from jupyter_portable.workdir.workcopy import CopyConfig
 

@@ -18,7 +18,7 @@ from test_hostile_trees import _file, _nest, _publish, _tree, _workspace
 from test_store_format_doc import DOC, _doc_python_reader
 
 from jupyter_portable import Workspace
-from jupyter_portable.core.tree import MAX_DEPTH
+from jupyter_portable.core.tree_object import MAX_DEPTH
 from jupyter_portable.store.repo import head_key, object_key
 
 

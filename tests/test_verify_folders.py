@@ -14,7 +14,7 @@ import pytest
 from conftest import write_tree
 
 from jupyter_portable import ManifestError, Workspace
-from jupyter_portable.core.tree import MAX_DEPTH, encode_tree
+from jupyter_portable.core.tree_object import MAX_DEPTH, encode_tree
 from jupyter_portable.engine import verify as V
 from jupyter_portable.engine.hashproc import helper_pool
 from jupyter_portable.store.repo import digest, object_key

@@ -13,7 +13,7 @@ from typing import Any
 from jupyter_portable.core.errors import ManifestError, UnsafePath
 from jupyter_portable.core.paths import check_link_target, check_relpath, disk_name
 from jupyter_portable.core.records import CheckpointRecord, check_allocation, check_next_action, symlink_record_read
-from jupyter_portable.core.tree import LazyFiles, TreeReader
+from jupyter_portable.core.tree_object import LazyFiles, TreeReader
 from jupyter_portable.core.validate import (
     HASH_RE,
     MTIME_NS_MAX,

@@ -27,7 +27,7 @@ import blake3
 
 from jupyter_portable.core.errors import ManifestError, ObjectMissing, PortableError, StoreError, UnsupportedStore
 from jupyter_portable.core.manifest import FileEntry, Head, Manifest, ManifestLink
-from jupyter_portable.core.tree import Node, SubTree
+from jupyter_portable.core.tree_object import Node, SubTree
 from jupyter_portable.engine.trees import TreeCount, check_count, count_trees
 from jupyter_portable.store.repo import Store, digest, manifest_key, manifests_prefix, parse_manifest_key
 

@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
-from jupyter_portable.core.tree import entry_text, packed_text
+from jupyter_portable.core.tree_object import entry_text, packed_text
 from jupyter_portable.engine.fetch import Placer, process_umask, restored_mode
 from jupyter_portable.engine.listing import Lister, Plain, PlainFile
 from jupyter_portable.engine.process_lifetime import die_with

@@ -22,7 +22,7 @@ from typing import Any
 
 from jupyter_portable.core.errors import UsageError
 from jupyter_portable.core.manifest import FileEntry, Manifest
-from jupyter_portable.core.tree import SubTree
+from jupyter_portable.core.tree_object import SubTree
 from jupyter_portable.engine.fetch import Placer, already_there, fetch_large
 from jupyter_portable.engine.gate import InboundGate
 from jupyter_portable.engine.hashproc import StatKey, helper_pool, place_files

@@ -9,7 +9,7 @@ from typing import Any
 
 from jupyter_portable.core.errors import ManifestError
 from jupyter_portable.core.manifest import FileEntry, Manifest
-from jupyter_portable.core.tree import (
+from jupyter_portable.core.tree_object import (
     MAX_DEPTH,
     Node,
     SubTree,

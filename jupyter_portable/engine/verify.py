@@ -14,7 +14,7 @@ from typing import Any
 
 from jupyter_portable.core.errors import ManifestError, StoreError
 from jupyter_portable.core.manifest import FileEntry, Manifest
-from jupyter_portable.core.tree import Node, SubTree, show_path
+from jupyter_portable.core.tree_object import Node, SubTree, show_path
 from jupyter_portable.engine.fsck import FsckResult, fsck, parse_subset  # noqa: F401 - re-exported
 from jupyter_portable.engine.hashproc import check_file, check_files, helper_pool
 from jupyter_portable.engine.listing import Lister

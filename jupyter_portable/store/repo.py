@@ -48,7 +48,7 @@ from jupyter_portable.core.manifest import (
     check_workspace_id,
 )
 from jupyter_portable.core.times import now_iso
-from jupyter_portable.core.tree import MAX_DEPTH, Node, SubTree, parse_tree, show_path
+from jupyter_portable.core.tree_object import MAX_DEPTH, Node, SubTree, parse_tree, show_path
 from jupyter_portable.core.validate import MTIME_NS_MAX, MTIME_NS_MIN, loads_strict
 from jupyter_portable.store import open_backend
 from jupyter_portable.store.backend import Backend
@@ -321,7 +321,7 @@ class Store:
     # -- trees (format 2) ------------------------------------------------------------
 
     def put_tree(self, body: bytes) -> str:
-        """Store one tree object (its bytes from :func:`~jupyter_portable.core.tree.encode_tree`)."""
+        """Store one tree object (its bytes from :func:`~jupyter_portable.core.tree_object.encode_tree`)."""
         return self.put_object(body)
 
     def read_tree(self, h: str, dirpath: str = "", depth: int = 0) -> list[Node]:

@@ -18,7 +18,7 @@ from typing import Any
 import blake3
 
 from jupyter_portable.core.manifest import FileEntry, PackRef
-from jupyter_portable.core.tree import Node
+from jupyter_portable.core.tree_object import Node
 from jupyter_portable.engine.hashproc import PERMS, Fragment, Read, helper_pool, read_small, read_whole
 from jupyter_portable.engine.listing import Found, Stat
 from jupyter_portable.engine.progress import Progress

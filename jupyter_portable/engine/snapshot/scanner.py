@@ -19,7 +19,7 @@ from pathlib import Path
 
 from jupyter_portable.core.errors import PortableError
 from jupyter_portable.core.manifest import FileEntry
-from jupyter_portable.core.tree import MAX_DEPTH, show_path
+from jupyter_portable.core.tree_object import MAX_DEPTH, show_path
 from jupyter_portable.engine.hashproc import Fragment, Quick, Read, list_and_pack, quick_folders
 from jupyter_portable.engine.journal import Cut
 from jupyter_portable.engine.listing import IGNORE_FILE, LINK_OUT, Found, Lister, Listing, Plain, Stat

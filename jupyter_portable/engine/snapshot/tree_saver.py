@@ -16,7 +16,7 @@ from operator import itemgetter
 from typing import Any
 
 from jupyter_portable.core.manifest import FileEntry
-from jupyter_portable.core.tree import Node, encode_texts, entry_text, node_json
+from jupyter_portable.core.tree_object import Node, encode_texts, entry_text, node_json
 from jupyter_portable.engine.listing import Found
 from jupyter_portable.engine.snapshot.context import Context
 from jupyter_portable.engine.snapshot.file_saver import FileSaver

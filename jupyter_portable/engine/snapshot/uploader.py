@@ -14,7 +14,7 @@ from typing import Any
 
 from jupyter_portable.core import hooks
 from jupyter_portable.core.manifest import PackIndex
-from jupyter_portable.core.tree import pack_ref_text
+from jupyter_portable.core.tree_object import pack_ref_text
 from jupyter_portable.engine.hashproc import Fragment
 from jupyter_portable.engine.progress import Progress
 from jupyter_portable.engine.snapshot.options import DEFAULT, Options
