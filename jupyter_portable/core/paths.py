@@ -6,7 +6,13 @@ import posixpath
 
 from jupyter_portable.core.errors import UnsafePath
 
-_RESERVED_TOP = ".portable"
+# the one top-level name no workspace file may have: the copy's own folder (workdir/ owns what is in it)
+RESERVED_TOP = ".portable"
+
+
+def in_reserved(path: str) -> bool:
+    """Whether the workspace-relative ``path`` is the copy's own folder or inside it."""
+    return path.split("/")[0] == RESERVED_TOP
 
 
 def disk_name(text: str) -> bytes:
@@ -47,7 +53,7 @@ def check_relpath(path: object, *, what: str = "path") -> str:
     for part in parts:
         if part in ("", ".", ".."):
             raise UnsafePath(f"{what} {path!r} has a {part or 'empty'!r} segment")
-    if parts[0] == _RESERVED_TOP:
+    if parts[0] == RESERVED_TOP:
         raise UnsafePath(f"{what} {path!r} is inside the reserved .portable directory")
     check_encodable(path, what)
     return path
@@ -65,6 +71,6 @@ def check_link_target(path: str, target: object) -> str:
     resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
     if resolved == ".." or resolved.startswith("../") or resolved == ".":
         raise UnsafePath(f"symlink {path!r} points outside the workspace ({target!r})")
-    if resolved.split("/")[0] == _RESERVED_TOP:
+    if in_reserved(resolved):
         raise UnsafePath(f"symlink {path!r} points into .portable")
     return target

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from jupyter_portable.core.errors import ManifestError, UnsafePath
-from jupyter_portable.core.paths import check_encodable, disk_name
+from jupyter_portable.core.paths import RESERVED_TOP, check_encodable, disk_name
 from jupyter_portable.core.validate import HASH_RE, check_hash, dumps_strict, loads_strict, short_repr
 
 TREE_FORMAT = "jupyter-portable.tree"
@@ -39,7 +39,7 @@ def check_name(name: object, where: str, *, top: bool) -> str:
         raise UnsafePath(f"an entry of tree {where} has no name (got {short_repr(name)})")
     if "/" in name or "\x00" in name or "\\" in name or name in (".", ".."):
         raise UnsafePath(f"tree {where} has an unsafe entry name {name!r}")
-    if top and name == ".portable":
+    if top and name == RESERVED_TOP:
         raise UnsafePath("the root tree names the reserved .portable folder")
     check_encodable(name, f"an entry of tree {where}:")
     return name
@@ -122,7 +122,7 @@ def _parse_fast(data: bytes, dirpath: str, entry_from_json: Callable[[object], A
             raise _Unusual
         name = item.pop("name", None)
         if (type(name) is not str or not name or "/" in name or "\x00" in name or "\\" in name
-                or name in (".", "..") or (top and name == ".portable") or name in names):
+                or name in (".", "..") or (top and name == RESERVED_TOP) or name in names):
             raise _Unusual
         names.add(name)
         if not name.isascii():

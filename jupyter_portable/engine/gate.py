@@ -37,7 +37,7 @@ from pathlib import Path
 import pathspec
 
 from jupyter_portable.core.errors import UnsafePath
-from jupyter_portable.core.paths import check_relpath
+from jupyter_portable.core.paths import check_relpath, in_reserved
 from jupyter_portable.engine.fetch import Placer
 from jupyter_portable.engine.listing import IGNORE_FILE, ignore_spec
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
@@ -114,7 +114,7 @@ class InboundGate:
         # a case-insensitive filesystem (macOS, Windows) takes .VENV/ for .venv/: the deny-list and
         # the reserved names are matched on the lower-case path too
         low = path.lower()
-        if low.split("/")[0] == ".portable":
+        if in_reserved(low):
             return f"{path!r} is the copy's own .portable folder, on a filesystem that ignores case"
         allowed = self.allow is not None and self.allow.match_file(path)
         if low == IGNORE_FILE and self.own_rules and not allowed:

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jupyter_portable.core.paths import RESERVED_TOP
 from jupyter_portable.engine.listing import Lister
 
-META = ".portable"  # the copy's own folder: never watched
+META = RESERVED_TOP  # the copy's own folder: never watched
 
 
 @dataclass

@@ -16,7 +16,7 @@ import blake3
 import pathspec
 
 from jupyter_portable.core.errors import PortableError, UnsafePath
-from jupyter_portable.core.paths import check_link_target
+from jupyter_portable.core.paths import RESERVED_TOP, check_link_target
 
 IGNORE_FILE = ".portableignore"
 DEFAULT_IGNORES = (
@@ -194,7 +194,7 @@ class Lister:
         for entry in entries:
             name = entry.name
             rel = f"{rel_dir}/{name}" if rel_dir else name
-            if not rel_dir and name == ".portable":
+            if not rel_dir and name == RESERVED_TOP:
                 continue
             try:
                 st = entry.stat(follow_symlinks=False)
@@ -269,7 +269,7 @@ class Lister:
             with os.scandir(abs_dir) as it:
                 for entry in it:
                     name = entry.name
-                    if not rel_dir and name == ".portable":
+                    if not rel_dir and name == RESERVED_TOP:
                         continue
                     if "\\" in name:
                         return None
@@ -323,7 +323,7 @@ class Lister:
             return None
         prefix = f"{rel_dir}/" if rel_dir else ""
         match = self.match
-        subdirs = [(n, p) for n, p in dirs if (rel_dir or n != ".portable") and not match(f"{prefix}{n}/")]
+        subdirs = [(n, p) for n, p in dirs if (rel_dir or n != RESERVED_TOP) and not match(f"{prefix}{n}/")]
         return names, stats, subdirs
 
     def names(self, rel_dir: str, abs_dir: str) -> tuple[_Names, _Dirs] | None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from jupyter_portable.core.errors import UsageError
 from jupyter_portable.core.manifest import FileEntry, Manifest
+from jupyter_portable.core.paths import RESERVED_TOP
 from jupyter_portable.core.tree_object import SubTree
 from jupyter_portable.engine.fetch import Placer, already_there, fetch_large
 from jupyter_portable.engine.gate import InboundGate
@@ -267,7 +268,7 @@ def _holds_files(dest: Path) -> bool:
     """Whether ``dest`` holds anything besides ``.portable``."""
     try:
         with os.scandir(dest) as entries:
-            return any(e.name != ".portable" for e in entries)
+            return any(e.name != RESERVED_TOP for e in entries)
     except (FileNotFoundError, NotADirectoryError):
         return False
 

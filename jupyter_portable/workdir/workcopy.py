@@ -19,13 +19,14 @@ from urllib.parse import urlparse
 
 from jupyter_portable.core import hooks
 from jupyter_portable.core.errors import ManifestError, PortableError, UnsafePath, UsageError, WorkspaceNotFound
+from jupyter_portable.core.paths import RESERVED_TOP
 from jupyter_portable.core.validate import check_workspace_id, short_repr
 from jupyter_portable.workdir.files import atomic_open, file_lock
 
 if TYPE_CHECKING:
     from jupyter_portable.workdir.statcache import StatCache
 
-PORTABLE_DIR = ".portable"
+PORTABLE_DIR = RESERVED_TOP  # core.paths: the one top-level name no workspace file may have
 CONFIG_NAME = "workspace.json"
 CONFIG_FORMAT = "jupyter-portable.workspace"
 CONFIG_MAX = 64 * 1024  # the file holds a few short fields; anything bigger is not ours

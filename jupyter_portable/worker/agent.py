@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_portable.core.errors import ConflictError, PortableError, UnsafePath, UsageError
-from jupyter_portable.core.paths import check_relpath
+from jupyter_portable.core.paths import check_relpath, in_reserved
 from jupyter_portable.store.repo import digest, hash_file
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
 from jupyter_portable.worker.envbuild import build_environment, image_will_do
@@ -256,7 +256,7 @@ def put_file(state: AgentState, rel: str, content: bytes, base: str | None) -> d
     if not state.accepting:
         raise ConflictError("this worker is sealing: it takes no new writes")
     rel = check_relpath(rel)
-    if rel == ".portable" or rel.startswith(".portable/"):
+    if in_reserved(rel):
         raise UnsafePath(f"{rel}: the workspace's own records cannot be edited")
     check_fits(state.workdir, rel)
     new = digest(content)

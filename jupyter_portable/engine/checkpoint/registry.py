@@ -17,6 +17,7 @@ import blake3
 from jupyter_portable.core import hooks
 from jupyter_portable.core.errors import IntegrityError, StoreError, UsageError
 from jupyter_portable.core.manifest import FileEntry, Manifest
+from jupyter_portable.core.paths import in_reserved
 from jupyter_portable.core.records import CheckpointRecord, latest_verified
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.engine.checkpoint.writecheck import WriteCheck, check_checkpoint, not_a_file
@@ -39,7 +40,7 @@ def relative_to_workspace(root: Path, path: str | os.PathLike[str]) -> str:
     text = rel.as_posix()
     if text in ("", "."):
         raise UsageError("the workspace folder itself cannot be a checkpoint")
-    if text.split("/")[0] == ".portable":
+    if in_reserved(text):
         raise UsageError(f"{path} is inside .portable")
     spec = ignore_spec(root)
     if spec.match_file(text) or spec.match_file(text + "/"):
