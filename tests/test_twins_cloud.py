@@ -160,7 +160,9 @@ def test_gcp_machine_is_reached_with_the_metadata_key_and_the_pinned_host_key(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     key = keygen(tmp_path / "user_ed25519")
     public = key.with_suffix(".pub").read_text().strip()
-    with GcpTwin(tmp_path / "gcp", boot_delay_s=0.3) as twin:
+    # the project turns OS Login on (enable-oslogin=TRUE in its metadata): the VM's own metadata turns
+    # it off, so the key in ssh-keys logs in (issue 42)
+    with GcpTwin(tmp_path / "gcp", boot_delay_s=0.3, os_login="project") as twin:
         monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
         for name, value in twin.env().items():
             monkeypatch.setenv(name, value)
@@ -178,7 +180,7 @@ def test_gcp_machine_is_reached_with_the_metadata_key_and_the_pinned_host_key(
         vm = twin.vms[alloc.ref].resource
         assert vm.labels[ALLOCATION_LABEL] == "alloc-1" and vm.labels[WORKSPACE_LABEL] == "ws-42"
         metadata = {item.key: item.value for item in vm.metadata.items}
-        assert metadata["ssh-keys"] == f"ubuntu:{public}"
+        assert metadata["ssh-keys"] == f"ubuntu:{public}" and metadata["enable-oslogin"] == "FALSE"
         assert "set_host_keys = false" in metadata["user-data"]  # the guest agent keeps the pinned key
 
         out = ssh(key, status, pinned(tmp_path, "kh", status, host_key[1]),
@@ -192,6 +194,30 @@ def test_gcp_machine_is_reached_with_the_metadata_key_and_the_pinned_host_key(
         assert machine_gone(twin, alloc.ref) and twin.running() == []
         assert provider.status(alloc).state == "terminated"
         assert twin.errors == []
+
+
+def test_gcp_where_an_organization_requires_os_login_the_refused_login_is_named_and_the_vm_released(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_portable.compute.acquire import acquire
+    from jupyter_portable.core.errors import NoCapacity
+    from jupyter_portable.core.offers import Requirements
+
+    key = keygen(tmp_path / "user_ed25519")
+    with GcpTwin(tmp_path / "gcp", boot_delay_s=0.1, os_login="required") as twin:
+        monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
+        for name, value in {**twin.env(), "JUPYTER_PORTABLE_SSH_KEY": str(key),
+                            "JUPYTER_PORTABLE_SSH_STATE": str(tmp_path / "ssh-state")}.items():
+            monkeypatch.setenv(name, value)
+        provider = GcpProvider(**twin.provider_kwargs())
+        offer = {o.id: o for o in provider.offers()}["g2-standard-4@us-central1-a:spot"]
+        with pytest.raises(NoCapacity) as failed:
+            acquire([offer], {"gcp": provider}, Requirements(), allocation_id_factory=lambda: "al-oslogin1",
+                    ssh_public_key=key.with_suffix(".pub").read_text(), boot_timeout_s=120, poll_interval_s=0.2,
+                    poll_max_s=0.5)
+        [attempt] = failed.value.context["attempts"]
+        assert "refused the login" in attempt.reason and "constraints/compute.requireOsLogin" in attempt.reason, \
+            attempt.reason
+        assert twin.running() == [] and twin.errors == []  # the VM that no key could log in to was released
 
 
 def test_gcp_guest_agent_replaces_the_pinned_host_key_unless_the_user_data_told_it_not_to(

@@ -68,20 +68,21 @@ def test_a_create_answered_500_whose_machine_is_listed_late_is_looked_up_until_f
         assert twin.running() == []
 
 
-def test_a_gcp_insert_answered_503_is_found_by_its_name_and_its_request_id_makes_it_once(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("status", [503, 500])
+def test_a_gcp_insert_answered_5xx_is_found_by_its_name_and_its_request_id_makes_it_once(
+        status: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from twins.gcp import GcpTwin
 
     from jupyter_portable.compute.gcp import GcpProvider, instance_name, request_id
 
-    with GcpTwin(tmp_path / "gcp", boot_delay_s=0.1, gateway_errors=1) as twin:
+    with GcpTwin(tmp_path / "gcp", boot_delay_s=0.1, gateway_errors=1, gateway_status=status) as twin:
         for name, value in twin.env().items():
             monkeypatch.setenv(name, value)
         provider = GcpProvider(sleep=lambda s: None)
         offer = {o.id: o for o in provider.offers()}["g2-standard-4@us-central1-a:spot"]
         allocation = provider.launch(offer, allocation_id="al-gateway0002")
         inserts = [r for r in twin.requests if r[0] == "POST" and r[1].endswith("/instances")]
-        assert len(inserts) == 1 and twin.gateway_errors == 0  # sent once; the twin answered 503
+        assert len(inserts) == 1 and twin.gateway_errors == 0  # sent once; the twin answered 5xx
         assert allocation.ref == f"us-central1-a/{instance_name('al-gateway0002')}"
         assert twin.running() == [allocation.ref]
         assert list(twin.request_ids) == [request_id("al-gateway0002")]
@@ -161,15 +162,16 @@ def _aws_offer() -> object:
                  region="us-east-1", spot=True)
 
 
-def test_an_aws_launch_answered_503_after_it_was_carried_out_is_found_by_its_tag(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("status", [503, 500])
+def test_an_aws_launch_answered_5xx_after_it_was_carried_out_is_found_by_its_tag(
+        status: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from twins.aws import AwsTwin
 
-    with AwsTwin(tmp_path / "aws", boot_delay_s=0.1, gateway_errors=1) as twin:
+    with AwsTwin(tmp_path / "aws", boot_delay_s=0.1, gateway_errors=1, gateway_status=status) as twin:
         provider: Any = _aws(twin, monkeypatch, resend=False)
         allocation = provider.launch(_aws_offer(), allocation_id="al-gateway0003",
                                      env={"JUPYTER_PORTABLE_WORKSPACE_ID": "ws-lost"})
-        assert [a for a in twin.actions if a[0] == "RunInstances"] == [("RunInstances", 503)]  # sent once
+        assert [a for a in twin.actions if a[0] == "RunInstances"] == [("RunInstances", status)]  # sent once
         assert twin.running() == [allocation.ref]  # the instance it made is the allocation
         [found] = provider.list_machines()
         assert (found.ref, found.allocation_id, found.workspace_id) == (allocation.ref, "al-gateway0003", "ws-lost")

@@ -346,6 +346,9 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
             if isinstance(exc, NoCapacity) and stage == "launch":
                 checks.capacity = False  # the launch itself found none: the capacity answer was wrong
             reason = str(exc)
+            refused_hint = getattr(provider, "login_refused_hint", None)
+            if refused_hint and stage in ("boot", "probe", "admission") and "refused the login" in reason:
+                reason += f" ({refused_hint})"  # the provider's own reason a key may not log in
             fault = isinstance(exc, AdmissionRefused)
             if fault:
                 checks.notes["admission"] = reason

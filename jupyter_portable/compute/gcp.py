@@ -114,6 +114,11 @@ class GcpProvider(Provider):
 
     name = "gcp"
     accepts_host_key = True  # launch(host_key=...) pins the VM's host key through user-data
+    # what a refused SSH login to one of its VMs most likely means (acquire adds it to the reason)
+    login_refused_hint = ("Google Cloud: the key travels in the VM's ssh-keys metadata with enable-oslogin=FALSE; "
+                          "a project whose organization policy requires OS Login "
+                          "(constraints/compute.requireOsLogin) ignores both, so no metadata key logs in. "
+                          "Use a project without that policy, or ask its admin for an exception")
 
     def __init__(self, *, project: str | None = None, zones: Sequence[str] = (), credentials: Any = None,
                  image: str = DLVM_IMAGE, network: str = "global/networks/default", subnetwork: str | None = None,
@@ -292,6 +297,9 @@ class GcpProvider(Provider):
                  c.Items(key="install-nvidia-driver", value="True")]
         if ssh_public_key:
             items.append(c.Items(key="ssh-keys", value=f"{self.ssh_user}:{ssh_public_key.strip()}"))
+            # the key in metadata counts only without OS Login: the VM's own metadata turns it off over a
+            # project's enable-oslogin=TRUE (an organization policy that requires OS Login still wins)
+            items.append(c.Items(key="enable-oslogin", value="FALSE"))
         user_data = cloud_config(None, env, host_key=host_key,
                                  files=[_GUEST_AGENT_CONFIG] if host_key is not None else [])
         if user_data:

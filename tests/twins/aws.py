@@ -15,7 +15,8 @@ tcp/22 covering the user's address (:attr:`AwsTwin.caller_address`: the network 
 :meth:`AwsTwin.move_user` gives the user another address and ends the connections open from the old
 one. ``run_instances`` with a ``ClientToken`` is done once (the same token again answers the same
 reservation, EC2's idempotency); with ``gateway_errors``, that many launches are carried out and then
-answered 503 (``Unavailable``); with ``lose_answers``, that many launches are carried out and their
+answered 503 (``Unavailable``; with ``gateway_status=500``, ``InternalError``); with ``lose_answers``,
+that many launches are carried out and their
 answer held back for ``LOST_ANSWER_S`` (a client reading with a shorter timeout gives up); with
 ``fail_first_delete``, each instance's first
 ``terminate_instances`` answers 503 and terminates nothing. :attr:`AwsTwin.actions` lists each call
@@ -127,13 +128,14 @@ class AwsTwin:
                  boot_delay_s: float = 0.5, region: str = "us-east-1", ssh_cidr: str = "198.51.100.7/32",
                  images: Mapping[str, str] | None = None, python: str = BARE_PYTHON, gateway_errors: int = 0,
                  fail_first_delete: bool = False, capacity_blocks: Mapping[str, float] | None = None,
-                 lose_answers: int = 0) -> None:
+                 lose_answers: int = 0, gateway_status: int = 503) -> None:
         self.root = Path(root)
         self.lose_answers = lose_answers
         self.capacity_blocks = dict(capacity_blocks or {})  # instance type -> $ per instance per day
         self.offerings: dict[str, dict[str, Any]] = {}  # CapacityBlockOfferingId -> the offering described
         self.purchases: list[dict[str, Any]] = []  # the capacity reservations bought
         self.gateway_errors = gateway_errors
+        self.gateway_status = gateway_status  # what that front end answers: 503 Unavailable, or 500 InternalError
         self.fail_first_delete = fail_first_delete
         self.terminates: dict[str, int] = {}  # instance id -> terminate_instances calls naming it
         self.shutdowns: list[tuple[str, str]] = []  # (instance id, its shutdown behaviour) of each machine's shutdown
@@ -482,6 +484,9 @@ def start_behind_security_group(root: Path, machine_id: str, offer: AwsOffer, ke
 _UNAVAILABLE = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>Unavailable</Code>'
                 b"<Message>The server is overloaded and cannot handle the request at this time.</Message>"
                 b"</Error></Errors><RequestID>twin-gateway</RequestID></Response>")
+_INTERNAL = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>InternalError</Code>'
+             b"<Message>An internal error has occurred.</Message>"
+             b"</Error></Errors><RequestID>twin-gateway</RequestID></Response>")
 
 
 class _Gateway:
@@ -570,11 +575,13 @@ class _Gateway:
         return [data]
 
     def _unavailable(self, action: str, start_response: Any) -> list[bytes]:
+        status = self.twin.gateway_status
         with self.twin.lock:
-            self.twin.actions.append((action, 503))
-        start_response("503 Service Unavailable", [("Content-Type", "text/xml"),
-                                                   ("Content-Length", str(len(_UNAVAILABLE)))])
-        return [_UNAVAILABLE]
+            self.twin.actions.append((action, status))
+        body, line = (_INTERNAL, "500 Internal Server Error") if status == 500 else (_UNAVAILABLE,
+                                                                                     "503 Service Unavailable")
+        start_response(line, [("Content-Type", "text/xml"), ("Content-Length", str(len(body)))])
+        return [body]
 
 
 class _Refused(Exception):

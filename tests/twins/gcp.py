@@ -13,7 +13,7 @@ client library and the API agree on.
 Calls served: ``acceleratorTypes.aggregatedList``, ``regions.get``, ``projects.get``,
 ``instances.insert/get/delete``, ``zoneOperations.get``. An insert that carries a ``requestId``
 is done once: the same id again answers the first operation (Compute Engine's idempotency). With
-``gateway_errors``, that many inserts are carried out and then answered 503; with
+``gateway_errors``, that many inserts are carried out and then answered 503 (or ``gateway_status``); with
 ``lose_answers``, that many inserts are carried out and no answer is sent (the connection is
 held open until the twin stops: only a client that reads with a timeout gives up); with
 ``fail_first_delete``, each VM's first delete answers 503 and deletes nothing. A delete that
@@ -132,11 +132,15 @@ class GcpTwin:
     def __init__(self, root: Path, *, offers: Iterable[GcpOffer | dict[str, Any]] | None = None,
                  boot_delay_s: float = 0.5, project: str = PROJECT, images: dict[str, str] | None = None,
                  gateway_errors: int = 0, fail_first_delete: bool = False, delete_delay_s: float = 0.3,
-                 lose_answers: int = 0) -> None:
+                 lose_answers: int = 0, gateway_status: int = 503, os_login: str = "") -> None:
         self.root = Path(root)
+        # OS Login: "" off; "project" (the project's metadata says enable-oslogin=TRUE, which a VM's own
+        # enable-oslogin=FALSE overrides); "required" (an organization policy: metadata keys never log in)
+        self.os_login = os_login
         self.lose_answers = lose_answers
         self.delete_delay_s = delete_delay_s
         self.gateway_errors = gateway_errors
+        self.gateway_status = gateway_status  # what the front end answers then: 503, or the API's own 500
         self.fail_first_delete = fail_first_delete
         self.request_ids: dict[str, Any] = {}  # requestId -> the insert's operation
         self.deletes: dict[str, int] = {}  # VM ref -> deletes asked
@@ -435,6 +439,8 @@ class GcpTwin:
                 self.request_ids[request_id] = operation
             if self.gateway_errors > 0:
                 self.gateway_errors -= 1  # done, but the caller sees the front end's error
+                if self.gateway_status == 500:
+                    raise HttpError(500, "Internal error. Please try again or contact Google Support.", "backendError")
                 raise HttpError(503, "The service is currently unavailable.", "backendError")
             return operation
 
@@ -547,7 +553,9 @@ class GcpTwin:
         metadata = {item.key: item.value for item in vm.resource.metadata.items}
         config = cloud_config(metadata.get("user-data"))
         keys = list(config.get("ssh_authorized_keys") or [])
-        for line in (metadata.get("ssh-keys") or "").splitlines():
+        os_login = self.os_login == "required" or (self.os_login == "project"
+                                                   and str(metadata.get("enable-oslogin", "")).upper() != "FALSE")
+        for line in (metadata.get("ssh-keys") or "").splitlines() if not os_login else []:
             user, _, key = line.partition(":")
             if user.strip() == CLOUD_USER and key.strip():
                 keys.append(key.strip())
