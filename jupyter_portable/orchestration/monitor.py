@@ -24,6 +24,7 @@ from jupyter_portable.compute.base import Provider
 from jupyter_portable.core import lifecycle as L
 from jupyter_portable.core.envconfig import PortableRun
 from jupyter_portable.core.errors import ConflictError, PortableError
+from jupyter_portable.core.paths import in_reserved
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.engine.gate import outbound_reason
 from jupyter_portable.engine.workspace import Workspace
@@ -486,7 +487,7 @@ class PortableService:
             rel = Path(os_path).resolve().relative_to(root).as_posix()
         except ValueError:
             return  # not in the workspace
-        if rel.startswith(".portable/") or rel.startswith(".ipynb_checkpoints/") or "/.ipynb_checkpoints/" in rel:
+        if in_reserved(rel) or rel.startswith(".ipynb_checkpoints/") or "/.ipynb_checkpoints/" in rel:
             return
         why = outbound_reason(root, rel)  # the outbound gate: a file the user keeps out is never read to be sent
         if why is not None:
