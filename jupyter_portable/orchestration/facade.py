@@ -68,14 +68,15 @@ class PortableFacade:
 
     # -- POST continue, cancel, stop, keep-running, snapshot ------------------------------------------
 
-    def continue_(self, route: str | None) -> dict[str, Any]:
-        """Start a Continue in the background, first on ``route`` when one is named (it must be open)."""
+    def start_continue(self, route_id: str | None) -> dict[str, Any]:
+        """Start a Continue in the background (``Orchestrator.continue_`` on the service's threads),
+        first on the route ``route_id`` when one is named (it must be open)."""
         ws = self.workspace()
-        if route is not None:
+        if route_id is not None:
             from jupyter_portable.orchestration.routes import open_route
 
-            open_route(ws, route, providers=self.service.orchestrator().providers)
-        self.service.start_continue(route)
+            open_route(ws, route_id, providers=self.service.orchestrator().providers)
+        self.service.start_continue(route_id)
         return {"started": True, "state": self.service.orchestrator().lifecycle().state}
 
     def cancel(self) -> dict[str, Any]:

@@ -211,7 +211,7 @@ class PortableService:
     def is_continuing(self) -> bool:
         return self.continuing is not None and not self.continuing.done()
 
-    def start_continue(self, route: str | None) -> None:
+    def start_continue(self, route_id: str | None) -> None:
         orch = self.orchestrator()
         with self._lock:
             if self.is_continuing():
@@ -227,7 +227,7 @@ class PortableService:
 
             def run() -> Any:
                 try:
-                    return orch.continue_(route)
+                    return orch.continue_(route_id)
                 except PortableError as exc:
                     log.warning("jupyter-portable: Continue failed: %s", exc.one_line())
                     raise

@@ -106,7 +106,7 @@ class ContinueHandler(_Base):
     @web.authenticated
     async def post(self) -> None:
         body = self.checked_body("continue-request.json")
-        self.reply(await self.blocking(self.facade.continue_, body.get("route")), 202)
+        self.reply(await self.blocking(self.facade.start_continue, body.get("route")), 202)
 
 
 class CancelHandler(_Base):
