@@ -9,6 +9,7 @@ the server back) is ``tests/test_guardian_e2e.py``.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -285,3 +286,41 @@ def test_an_aws_instance_that_shuts_down_is_terminated_as_launched(tmp_path: Pat
             time.sleep(0.05)
         assert (states[ids["terminate"]], states[ids["stop"]]) == ("terminated", "stopped"), states
         assert sorted(twin.shutdowns) == sorted([(ids["terminate"], "terminate"), (ids["stop"], "stop")])
+
+
+def test_a_release_that_fails_leaves_the_machine_as_it_was_and_is_tried_again_later(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store does not answer the seal: nothing is stopped, the worker takes writes again, and the
+    guardian tries again after RETRY_S, not at every tick."""
+    from types import SimpleNamespace
+
+    from jupyter_portable.core.errors import StoreError
+    from jupyter_portable.worker import guardian as WG
+    from jupyter_portable.worker.activity import Activity as Seen
+
+    now = [1_000_000.0]
+    seen = Seen(clock=lambda: now[0])
+    seen.ready()
+    state = SimpleNamespace(activity=seen, phase="ready", accepting=True, sealed=None)
+    calls: list[str] = []
+
+    def seal(st: Any, message: str) -> dict[str, Any]:
+        calls.append(message)
+        st.accepting, st.phase = False, "sealing"
+        raise StoreError("the store did not answer")
+
+    monkeypatch.setattr("jupyter_portable.worker.agent.seal", seal)
+    g = WG.Guardian(state, _policy(idle_minutes=1.0, absent_grace_s=10.0), {"key": "pod-key-b7e1", "id": "p"},
+                    clock=lambda: now[0])
+    g.heard()
+    now[0] += 61
+    assert g.tick().state == G.STOP and len(calls) == 1
+    assert (state.accepting, state.phase, g.released) == (True, "ready", None)
+    assert "the store did not answer" in (g.failed or "") and g.view()["failed"] == g.failed
+    now[0] += 1
+    g.tick()
+    assert len(calls) == 1  # not at every tick
+    now[0] += WG.RETRY_S
+    g.tick()
+    assert len(calls) == 2
+    assert "pod-key-b7e1" not in json.dumps(g.view()) and g.view()["key"] is True  # /status: only that it has one

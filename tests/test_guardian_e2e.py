@@ -37,8 +37,10 @@ pytestmark = pytest.mark.timeout(300)
 
 TOKEN = "guardian-e2e-token"
 AFTER = bytes(range(256)) * 64  # the cell's last write: its bytes must come back exactly
-CELL = ("import pathlib, time\n"
+CELL = ("import os, pathlib, time\n"
         "pathlib.Path('before.txt').write_text('written as the cell began\\n')\n"
+        # the pod's own key is the worker's alone: the kernel never has it
+        "pathlib.Path('key.txt').write_text(repr(os.environ.get('RUNPOD_API_KEY')))\n"
         "time.sleep(7)\n"
         "pathlib.Path('after.bin').write_bytes(bytes(range(256)) * 64)\n")
 
@@ -181,9 +183,11 @@ def test_a_stopped_server_past_the_idle_window_finds_its_machine_released_by_its
         sealed = released["version"]
         # nothing was released while the cell ran: its last write is in the version the machine sealed
         assert store.read_manifest(ws.workspace_id, sealed).find("after.bin") is not None
-        # the pod-scoped key never reached the store, the worker's log or an answer
+        # the pod-scoped key never reached the store
         key = next(k for k, r in runpod.machine_keys.items() if r == ref)
-        assert not any(key.encode() in p.read_bytes() for p in (tmp_path / "store").rglob("*") if p.is_file())
+        machine = runpod.machines[ref]
+        assert not any(key.encode() in p.read_bytes() for folder in (tmp_path / "store", machine.home)
+                       for p in folder.rglob("*") if p.is_file())  # nor the machine's files (the worker's log)
         kc.stop_channels()
 
         # the laptop wakes: the server reads what the machine did and shows it
@@ -202,5 +206,6 @@ def test_a_stopped_server_past_the_idle_window_finds_its_machine_released_by_its
         restore(store, ws.workspace_id, out, version=sealed)
         assert (out / "after.bin").read_bytes() == AFTER
         assert (out / "before.txt").read_text() == "written as the cell began\n"
+        assert (out / "key.txt").read_text() == "None"
     finally:
         server.close()

@@ -49,6 +49,7 @@ from jupyter_portable.core.times import to_iso
 log = logging.getLogger("jupyter_portable.worker")
 
 TICK_S = 0.5
+RETRY_S = 60.0  # after a release that failed (the store did not answer): the next try
 # where each provider puts a machine's own key and its id (the key first)
 KEY_NAMES = {G.POD_KEY: ("RUNPOD_API_KEY", "RUNPOD_POD_ID"), G.INSTANCE_KEY: ("CONTAINER_API_KEY", "CONTAINER_ID")}
 DEFAULT_API = {G.POD_KEY: "https://api.runpod.io", G.INSTANCE_KEY: "https://console.vast.ai"}
@@ -94,6 +95,8 @@ class Guardian:
         self.user_seen: float | None = None
         self.decision: G.GuardianDecision | None = None
         self.released: dict[str, Any] | None = None
+        self.failed: str | None = None  # why the last release did not happen (shown in /status)
+        self._retry_at = 0.0
         self._lock = threading.Lock()
 
     def heard(self) -> None:
@@ -104,7 +107,7 @@ class Guardian:
         """``/status``'s ``guardian``: the policy (no key), whether the means is at hand, the last decision."""
         return {"policy": self.policy.to_json(), "key": self._key is not None if self.policy.means in KEY_NAMES
                 else None, "decision": self.decision.to_json() if self.decision else None,
-                "released": self.released}
+                "released": self.released, "failed": self.failed}
 
     def tick(self) -> G.GuardianDecision:
         now = self.clock()
@@ -115,11 +118,23 @@ class Guardian:
                      user_seen=_dt(self.user_seen) if self.user_seen is not None else None,
                      activity=activity_from_status(status))
         self.decision = d
-        if d.state == G.STOP and self.released is None and self.state.accepting:
+        ready = self.state.accepting or self.state.sealed is not None  # not while a seal of the user side runs
+        if d.state == G.STOP and self.released is None and ready and now >= self._retry_at:
             with self._lock:
                 if self.released is None:
-                    self.release(d)
+                    self._try_release(d, now)
         return d
+
+    def _try_release(self, d: G.GuardianDecision, now: float) -> None:
+        try:
+            self.release(d)
+        except Exception as exc:  # noqa: BLE001 - the machine stays as it was, its writes open again
+            self.failed = exc.one_line() if isinstance(exc, PortableError) else f"{type(exc).__name__}: {exc}"
+            log.error("guardian: the release failed, nothing was stopped: %s", self.failed)
+            if self.state.sealed is None:  # not sealed: the worker takes writes again
+                self.state.accepting = True
+                self.state.phase = "ready"
+            self._retry_at = now + RETRY_S  # and tries again later (a sealed one: the record and the stop)
 
     def loop(self) -> None:
         while self.released is None:
@@ -138,7 +153,7 @@ class Guardian:
         why = "the budget ran out" if d.reason == "budget" else f"{self.policy.idle_minutes:g} min idle"
         log.warning("guardian: the user side has been away since %s and %s: sealing and releasing",
                     to_iso(d.absent_since) if d.absent_since else "?", why)
-        sealed = seal(self.state, f"sealed by the machine: {why} while the user side was away")
+        sealed = self.state.sealed or seal(self.state, f"sealed by the machine: {why} while the user side was away")
         at = _dt(self.clock())
         record = G.release_record(d, self.policy, at=at, version=int(sealed["version"]))
         self._record(record, at)
