@@ -3,10 +3,11 @@ and plain ``torch.save``.
 
 Each registers exactly what the trainer wrote, with its step, right after the trainer wrote it,
 and returns at once (``Workspace.checkpoint_async``): the upload and read-back run beside the
-training loop, and "latest" moves only when the read-back holds. The trainer's own limits stay
-the trainer's: ``save_total_limit`` (Hugging Face) and ``save_top_k`` (Lightning) delete old
-checkpoints as before; one deleted before its upload was verified is rejected, never verified,
-and "latest" stays on the last that was.
+training loop, and "latest" moves only when the read-back holds. While the trainer saves, the
+uploads of earlier checkpoints pause between parts, so that the save has the disk and the CPU.
+The trainer's own limits stay the trainer's: ``save_total_limit`` (Hugging Face) and
+``save_top_k`` (Lightning) delete old checkpoints as before; one deleted before its upload was
+verified is rejected, never verified, and "latest" stays on the last that was.
 
 - :func:`hf_callback` -> a ``transformers.TrainerCallback``: on every ``on_save``, the folder
   ``OUTPUT_DIR/checkpoint-STEP`` the Trainer just finished (and rotated the old ones out).
@@ -24,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from jupyter_portable.engine.checkpoint.background import CheckpointHandle
+from jupyter_portable.engine.checkpoint.background import CheckpointHandle, queue_for
 from jupyter_portable.engine.workspace import Workspace
 
 
@@ -47,13 +48,17 @@ class saving:  # noqa: N801 - used as a context manager, like open()
         self.handle: CheckpointHandle | None = None
 
     def __enter__(self) -> saving:
+        # the uploads of earlier checkpoints make way while the trainer saves (never past 2 min)
+        self._ws = _workspace(self._workspace, self.path)
+        queue_for(self._ws.copy).pause()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, _exc: BaseException | None,
                  _tb: TracebackType | None) -> None:
+        queue_for(self._ws.copy).resume()
         if kind is not None:
             return
-        ws = _workspace(self._workspace, self.path)
+        ws = self._ws
         # the writer returned: nothing is still writing it, so no quiet window is waited for
         self.handle = ws.checkpoint_async(self.path, step=self.step, note=self.note, quiet_s=0,
                                           policy=self.policy)
@@ -70,13 +75,18 @@ def hf_callback(workspace: Workspace | None = None, *, policy: str | None = None
         def __init__(self) -> None:
             self.handles: list[CheckpointHandle] = []
 
+        def on_step_end(self, args: Any, state: Any, control: Any, **_kwargs: Any) -> None:
+            if control.should_save and state.is_world_process_zero:  # the Trainer saves next
+                queue_for(_workspace(workspace, Path(args.output_dir) / "x").copy).pause()
+
         def on_save(self, args: Any, state: Any, control: Any, **_kwargs: Any) -> None:
             if not state.is_world_process_zero:
                 return
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            ws = _workspace(workspace, folder)
+            queue_for(ws.copy).resume()
             if not folder.is_dir():
                 return  # nothing written by this save (a save_strategy that wrote elsewhere)
-            ws = _workspace(workspace, folder)
             self.handles.append(ws.checkpoint_async(folder, step=int(state.global_step), quiet_s=0,
                                                     note="transformers Trainer", policy=policy))
 
@@ -94,10 +104,16 @@ def lightning_checkpoint(*args: Any, workspace: Workspace | None = None, policy:
         handles: list[CheckpointHandle]
 
         def _save_checkpoint(self, trainer: Any, filepath: str) -> None:
-            super()._save_checkpoint(trainer, filepath)  # written: trainer.save_checkpoint returned
-            if not trainer.is_global_zero or not os.path.isfile(filepath):
+            ws = _workspace(workspace, filepath) if trainer.is_global_zero else None
+            if ws is not None:
+                queue_for(ws.copy).pause()  # the uploads in flight make way for this save
+            try:
+                super()._save_checkpoint(trainer, filepath)  # written: trainer.save_checkpoint returned
+            finally:
+                if ws is not None:
+                    queue_for(ws.copy).resume()
+            if ws is None or not os.path.isfile(filepath):
                 return
-            ws = _workspace(workspace, filepath)
             self.handles.append(ws.checkpoint_async(filepath, step=int(trainer.global_step), quiet_s=0,
                                                     note="Lightning ModelCheckpoint", policy=policy))
 

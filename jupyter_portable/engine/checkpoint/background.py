@@ -164,6 +164,10 @@ class CheckpointQueue:
         self._running: CheckpointHandle | None = None
         self._thread: threading.Thread | None = None
         self._seq = 0
+        # set while the uploads may run; cleared while the training loop saves (``pause``)
+        self._running_ok = threading.Event()
+        self._running_ok.set()
+        self._paused_until = 0.0
 
     # -- what is in flight -----------------------------------------------------------------
 
@@ -208,9 +212,26 @@ class CheckpointQueue:
             self._cond.notify_all()
         return handle
 
+    # -- making way for the training loop's own save ---------------------------------------------
+
+    def pause(self, max_s: float = 120.0) -> None:
+        """Uploads in flight stop taking the disk and the CPU, part by part (a part already on its
+        way finishes), until ``resume`` or ``max_s`` seconds: the trainer is about to save."""
+        self._paused_until = time.monotonic() + max_s
+        self._running_ok.clear()
+
+    def resume(self) -> None:
+        self._running_ok.set()
+
+    def _gate(self) -> None:
+        """Called by the upload between parts: wait while paused (never past the bound)."""
+        if not self._running_ok.is_set():
+            self._running_ok.wait(max(0.0, self._paused_until - time.monotonic()))
+
     # -- the uploading thread ------------------------------------------------------------------
 
     def _run(self) -> None:
+        _lower_priority()
         while True:
             with self._cond:
                 if not self._queue:
@@ -222,7 +243,9 @@ class CheckpointQueue:
             handle.state = "uploading"
             self._write(handle)
             meter = _Meter(self, handle)
-            progress = meter.progress = Progress("checkpoint", sink=meter)
+            # called between parts, often: the pause takes hold within a part (the record is
+            # written at most every quarter second)
+            progress = meter.progress = Progress("checkpoint", sink=meter, interval=0.0)
             try:
                 with OPERATION_LOCK:
                     record = job(handle, progress)
@@ -238,12 +261,12 @@ class CheckpointQueue:
                 self._cond.notify_all()
 
     def _finish(self, handle: CheckpointHandle) -> None:
-        with self._io:
-            handle._done.set()
+        with self._io:  # the record goes first: whoever waits on the handle sees it gone
             try:
                 self.copy.clear_inflight(handle.key)
             except OSError:
                 pass
+            handle._done.set()
 
     def _write(self, handle: CheckpointHandle) -> None:
         with self._io:  # never after its _finish: a record left behind would say it is still in flight
@@ -266,6 +289,21 @@ class CheckpointQueue:
         return True
 
 
+BACKGROUND_NICE = 10  # how much lower than the training loop the uploads run, where the system allows it
+
+
+def _lower_priority() -> None:
+    """This thread, and the threads it starts (the upload's), at a lower CPU priority than the
+    training loop: on Linux a thread is a task of its own, and its threads inherit its nice."""
+    if not sys.platform.startswith("linux"):
+        return  # elsewhere the call would reach the whole process
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + BACKGROUND_NICE))
+    except OSError:
+        pass
+
+
 class _Meter:
     """The snapshot's progress, turned into the handle's stage, bytes and rate and its record
     on disk (at most every quarter second: ``Progress`` calls it that often)."""
@@ -276,11 +314,14 @@ class _Meter:
         self.stage = ""
         self.started = time.monotonic()
         self.echoed = 0.0
+        self.written = 0.0
 
     def __call__(self, _line: str) -> None:
+        self.queue._gate()
         p, h = self.progress, self.handle
-        if p is None:
+        if p is None or time.monotonic() - self.written < 0.25:
             return
+        self.written = time.monotonic()
         stage = "verifying" if p.stage == "verifying" else "uploading"
         if stage != self.stage:
             self.stage, self.started = stage, time.monotonic()
