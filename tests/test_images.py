@@ -171,6 +171,44 @@ def test_runpod_starts_the_container_image_and_is_admitted_on_it(tmp_path: Path)
 
 
 @needs_machines
+def test_a_custom_runpod_image_is_warned_about_before_the_pod_and_named_when_its_ssh_never_answers(
+        tmp_path: Path) -> None:
+    """RunPod reaches a pod's SSH only in an image that follows its convention (issue 42): a custom
+    image is warned about before the pod is rented, and when the pod never answers SSH the boot
+    timeout's reason says why; RunPod's own images get no warning."""
+    key = keygen(tmp_path / "user")
+    custom = "ghcr.io/lab/trainer:3"
+
+    class Started(Clock):
+        """Each wait also lets the pods' machines start in real time (an upper bound, not a wait)."""
+
+        def sleep(self, seconds: float) -> None:
+            super().sleep(seconds)
+            for _ in range(200):
+                if all(r.machine is not None or r.start_error for r in twin.rentals.values()):
+                    break
+                time.sleep(0.05)
+
+    clock = Started()
+    with RunPodTwin(tmp_path / "machines", offers=[TwinOffer(**{**vars(H100), "stock": 2})], clock=clock,
+                    boot_delay_s=BOOT_S, sshless_images=[custom]) as twin:
+        p = RunPodProvider(**twin.provider_kwargs(), sleep=clock.sleep, clock=clock)
+        assert p.image_warning(None) is None and p.image_warning(CONTAINER.replace("nvcr.io/nvidia", "runpod")) is None
+        [offer] = p.offers()
+        events: list[dict[str, Any]] = []
+        with pytest.raises(Exception) as failed:
+            acquire([offer], {"runpod": p}, Requirements(container_image=custom), allocation_id_factory=lambda: "al-x1",
+                    on_event=events.append, ssh_public_key=key.with_suffix(".pub").read_text(), boot_timeout_s=30,
+                    poll_interval_s=1.0, poll_max_s=1.0, clock=clock, sleep=clock.sleep)
+        states = [e["state"] for e in events]
+        assert states[:2] == ["ACQUIRING", "WARNING"] and "convention" in events[1]["reason"], events[:2]
+        [attempt] = failed.value.context["attempts"]  # type: ignore[attr-defined]
+        assert attempt.error == "Timeout" and "not one of RunPod's images" in attempt.reason, attempt.reason
+        assert "no SSH endpoint" not in attempt.reason  # the pod ran with 22/tcp mapped: its sshd never answered
+        assert twin.running() == [] and twin.violations == []  # the pod that never answered was released
+
+
+@needs_machines
 def test_aws_boots_the_machine_image_and_never_a_container_image(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     clock = None  # the AWS twin's machines boot on real time

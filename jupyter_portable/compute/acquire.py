@@ -272,7 +272,7 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
     admitted (``exc.context["attempts"]`` holds them). A launch whose answer was lost and whose
     machine could not be confirmed absent (``may_be_running``) ends it there, with that error: no
     other route is launched while a machine may run unseen. Events, one dict each, go to
-    ``on_event``: ``{"state": "ACQUIRING" | "PROBING" | "REFUSED" | "FAILED" | "ACQUIRED",
+    ``on_event``: ``{"state": "ACQUIRING" | "WARNING" | "PROBING" | "REFUSED" | "FAILED" | "ACQUIRED",
     "offer": key, "reason": ..., "checks": {...}, ...}``. While a machine boots its status is
     polled every ``poll_interval_s``, backing off to ``poll_max_s`` (never faster than the
     provider's ``min_poll_interval_s``), on ``clock`` and ``sleep``, for ``boot_timeouts[provider]``
@@ -316,6 +316,11 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
             launched_at = clock()
             # each provider gets only its own kind of image (core/images): never an AMI as a container
             image = image_for(provider.name, requirements.container_image, requirements.machine_image)
+            # what the provider can say against the image before anything is rented (RunPod: a custom image)
+            warning = provider.image_warning(image) if callable(getattr(provider, "image_warning", None)) else None
+            if warning:
+                checks.notes["image"] = warning
+                emit("WARNING", offer, checks, reason=warning)
             allocation = provider.launch(offer, allocation_id=allocation_id_factory(), image=image,
                                          ssh_public_key=ssh_public_key, env=launch_env, **launch_kw)
             launch_kw.clear()  # the private host key lives in the machine's user data only
@@ -346,6 +351,8 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
             if isinstance(exc, NoCapacity) and stage == "launch":
                 checks.capacity = False  # the launch itself found none: the capacity answer was wrong
             reason = str(exc)
+            if isinstance(exc, _BootTimeout) and checks.notes.get("image"):
+                reason += f" ({checks.notes['image']})"  # the likely why, said before the launch too
             refused_hint = getattr(provider, "login_refused_hint", None)
             if refused_hint and stage in ("boot", "probe", "admission") and "refused the login" in reason:
                 reason += f" ({refused_hint})"  # the provider's own reason a key may not log in

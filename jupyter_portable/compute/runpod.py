@@ -174,6 +174,18 @@ class RunPodProvider(HttpProvider):
 
     name = "runpod"
 
+    def image_warning(self, image: str | None) -> str | None:
+        """What may go wrong with ``image`` before a pod is rented from it: SSH into a pod works only in
+        an image that follows RunPod's convention (its start script runs sshd and installs PUBLIC_KEY
+        for root, as RunPod's own ``runpod/`` images do); a custom image that does not boots, never
+        answers on 22/tcp, and is billed until the boot wait gives up. None for RunPod's images."""
+        name = image or self.default_image
+        if name.startswith("runpod/"):
+            return None
+        return (f"{name} is not one of RunPod's images: a pod of it is reachable only if the image starts "
+                "sshd on 22/tcp and installs $PUBLIC_KEY for root (RunPod's convention); otherwise it boots, "
+                "never answers SSH and is billed until the boot wait gives up")
+
     def __init__(self, api_key: str | None = None, *, cloud: str = "SECURE", include_spot: bool | None = None,
                  spot_bid: float | None = None, default_image: str = DEFAULT_IMAGE, disk_gb: int = 50,
                  base_url: str | None = None, graphql_url: str | None = None, timeout: float = 30.0, retries: int = 4,

@@ -96,6 +96,8 @@ class ContinueProtocol(StopProtocol):
                                       f"{fail.get('stage')}: {fail.get('reason')}",
                                detail={"given_up": fail.get("offer"), "why": fail.get("reason")})
                 self._progress("acquire", f"launching {ev['offer']}")
+            elif st == "WARNING":  # said before the machine is rented (a custom image's SSH, compute/acquire)
+                self._progress("acquire", f"{ev['offer']}: warning: {ev.get('reason')}")
             elif st == "BOOTING":
                 waited = int(ev.get("waited_s") or 0)
                 self._progress("acquire", f"waiting for the machine ({waited // 60}:{waited % 60:02d}): "

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -61,9 +62,24 @@ class RunPodTwin(Twin):
     launch_ops = frozenset({"createPod", "graphql.podRentInterruptable"})
     machine_key_ops = frozenset({"podAction"})  # a pod's own RUNPOD_API_KEY acts on that pod alone
 
-    def __init__(self, *args: Any, account_keys: list[str] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, account_keys: list[str] | None = None, sshless_images: Iterable[str] = (),
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.account_keys = list(account_keys or [])
+        # custom images without RunPod's sshd convention: their pods run, 22/tcp is mapped, nothing listens
+        self.sshless_images = frozenset(sshless_images)
+
+    def on_started(self, rental: Rental) -> None:
+        machine = rental.machine
+        if machine is not None and rental.extra.get("image") in self.sshless_images:
+            machine.sshd.proc.terminate()  # the container runs; nothing in it starts sshd
+            machine.sshd.proc.wait(5)
+
+    def phase(self, rental: Rental) -> str:
+        phase = super().phase(rental)
+        if phase == "starting" and rental.machine is not None and rental.extra.get("image") in self.sshless_images:
+            return "up"  # RUNNING, 22/tcp mapped, and nothing listening behind it
+        return phase
 
     def env(self) -> dict[str, str]:
         return {**super().env(), "RUNPOD_GRAPHQL_URL": f"{self.url}/graphql"}
