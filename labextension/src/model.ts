@@ -28,6 +28,14 @@ import {
   STATE_SCHEMA
 } from './events';
 import { DEFAULT_SETTINGS, IPortableSettings } from './settings';
+
+/** While a machine runs, the routes are read again at most this often unless the budget's left decides one. */
+const ROUTES_TICK_MS = 60000;
+
+/** Whether what is left of the budget blocks a route now (its refusal quotes the figure, which ticks). */
+export function budgetDecidesRoutes(routes: { routes: Array<{ blocked?: string | null }> } | null): boolean {
+  return !!routes?.routes.some(r => (r.blocked ?? '').includes('left of the budget'));
+}
 import { IBookingCheck, IBookingRequest, IPortableState, IReservationsAnswer, IRoutesAnswer } from './types';
 import {
   changedKeys,
@@ -108,6 +116,7 @@ export class PortableModel implements IDisposable {
   fetchedAt = 0;
   stateError: PortableApiError | null = null;
   routes: IRoutesAnswer | null = null;
+  private _routesAt = 0; // when the routes were last read (Date.now())
   routesError: PortableApiError | null = null;
   hours: number = DEFAULT_SETTINGS.plannedHours;
   selectedRoute: string | null = null;
@@ -289,6 +298,7 @@ export class PortableModel implements IDisposable {
       try {
         const answer = await this.client.routes(hours);
         this.routes = answer;
+        this._routesAt = Date.now();
         this.routesError = null;
         this.selectedRoute = keepSelection(this.selectedRoute, answer);
       } catch (error) {
@@ -427,8 +437,13 @@ export class PortableModel implements IDisposable {
         // what bookings hold back is in the budget, the state and the routes' "left"
         void Promise.all([this.refreshReservations(), this.refreshState(), this.refreshRoutes()]);
       } else if (ev.what === 'budget') {
-        // the running machine's spend moved a cent: the spend line and the routes' "left" tick with it
-        void Promise.all([this.refreshState(), this.refreshRoutes()]);
+        // the running machine's spend moved a cent: the spend line ticks with it, and so do the routes
+        // where what is left decides them (each route read asks every provider for its offers: not
+        // at every cent otherwise)
+        void this.refreshState();
+        if (budgetDecidesRoutes(this.routes) || Date.now() - this._routesAt > ROUTES_TICK_MS) {
+          void this.refreshRoutes();
+        }
       } else {
         void this.refreshState();
       }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 
 import { budgetLeftText } from '../components/WorkspacePanel';
+import { budgetDecidesRoutes } from '../model';
 
 describe("the sidebar's budget line says the server's left", () => {
   it('cap - spent - committed, with what bookings hold back (issue 30, item 2)', () => {
@@ -19,5 +20,15 @@ describe("the sidebar's budget line says the server's left", () => {
   it('an older server without left or committed: worked out the same way', () => {
     expect(budgetLeftText({ state: 'ok', cap: 10, spent: 3 })).toBe('budget $10.00, $7.00 left');
     expect(budgetLeftText({ state: 'ok', cap: null, spent: 3 })).toBe('');
+  });
+});
+
+describe('while a machine runs, the routes tick where the budget decides them (issue 43, item 4)', () => {
+  it('a refusal that quotes what is left is read again at each cent; others are not', () => {
+    const blocked = (text: string | null) => ({ routes: [{ blocked: null }, { blocked: text }] });
+    expect(budgetDecidesRoutes(blocked('$20.00 total for 8 h is over the $18.00 left of the budget'))).toBe(true);
+    expect(budgetDecidesRoutes(blocked('$4.80/h is over the cap of $1.00/h'))).toBe(false);
+    expect(budgetDecidesRoutes(blocked(null))).toBe(false);
+    expect(budgetDecidesRoutes(null)).toBe(false);
   });
 });
