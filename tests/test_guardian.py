@@ -324,3 +324,39 @@ def test_a_release_that_fails_leaves_the_machine_as_it_was_and_is_tried_again_la
     g.tick()
     assert len(calls) == 2
     assert "pod-key-b7e1" not in json.dumps(g.view()) and g.view()["key"] is True  # /status: only that it has one
+
+
+def test_a_gcp_vm_that_shuts_down_is_stopped_and_its_disk_kept(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """GCP's means: a shutdown from the machine stops the VM (TERMINATED, not preempted: the provider
+    says stopped), and its boot disk stays (what still bills, docs/continue.md)."""
+    import time
+
+    from test_twins_cloud import wait_reachable
+    from twins.gcp import GcpTwin
+    from twins.machines import unavailable
+
+    from jupyter_portable.compute.gcp import GcpProvider
+    from jupyter_portable.compute.keys import host_key_pair
+
+    if unavailable():
+        pytest.skip(unavailable())
+    with GcpTwin(tmp_path / "gcp", boot_delay_s=0.0) as twin:
+        for name, value in twin.env().items():
+            monkeypatch.setenv(name, value)
+        provider = GcpProvider()
+        offer = next(o for o in provider.offers() if not o.spot)
+        alloc = provider.launch(offer, allocation_id="alloc-gcp", host_key=host_key_pair())
+        wait_reachable(provider, alloc)
+        [ref] = twin.running()
+        machine = twin.vms[ref].machine
+        machine.authorize([machine.sshd.client_key.with_suffix(".pub").read_text()])
+        done = subprocess.run(machine.sshd.ssh_argv('sudo -n "$(command -v shutdown)" -h now'),
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        for _ in range(200):
+            if provider.status(alloc).state != "reachable":
+                break
+            time.sleep(0.05)
+        assert provider.status(alloc).state == "stopped" and twin.shutdowns == [ref]
+        assert not twin.vms[ref].deleted  # the VM and its disk are there until the user side deletes them

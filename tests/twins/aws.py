@@ -452,7 +452,8 @@ class AwsTwin:
 
 
 def start_on_public_address(root: Path, machine_id: str, offer: AwsOffer, keys: list[str],
-                            host_key: tuple[str, str] | None, *, python: str | None = None) -> TwinMachine:
+                            host_key: tuple[str, str] | None, *, python: str | None = None,
+                            shutdown_url: str | None = None) -> TwinMachine:
     """A machine with its own "public IP" on loopback (a random 127.x.y.z) and sshd on port 22, for
     ``ubuntu`` with sudo (the clouds' images), with ``python`` (default: the offer's)."""
     for _attempt in range(20):
@@ -460,7 +461,7 @@ def start_on_public_address(root: Path, machine_id: str, offer: AwsOffer, keys: 
         with contextlib.suppress(OSError):  # that address's port 22 is taken (another twin's machine): pick another
             return start_machine(root, machine_id, gpus=offer.gpus, driver=offer.driver, cuda=offer.cuda,
                                  public_keys=keys, host=address, port=22, host_key=host_key, user=CLOUD_USER,
-                                 python=python or offer.python)
+                                 python=python or offer.python, shutdown_url=shutdown_url)
     raise RuntimeError("no free loopback address for the machine's sshd")
 
 

@@ -61,6 +61,8 @@ from jupyter_portable.compute import gpu_catalog
 from twins.aws import AwsOffer, cloud_config, start_on_public_address
 from twins.machines import BARE_PYTHON, CLOUD_USER, TwinMachine
 
+POWER_PATH = "/twin-machine/shutdown/"  # where a VM's `shutdown` reports (machines.start_machine)
+
 PROJECT = "twin-project"
 AGENT_CONFIG = "/etc/default/instance_configs.cfg"  # the guest agent's user configuration
 _NAME = re.compile(r"\A[a-z]([-a-z0-9]{0,61}[a-z0-9])?\Z")
@@ -154,6 +156,7 @@ class GcpTwin:
         self.operations: dict[str, Any] = {}
         self.requests: list[tuple[str, str]] = []
         self.errors: list[str] = []
+        self.shutdowns: list[str] = []  # the VMs (ZONE/NAME) whose machine ran its own shutdown
         self._server: ThreadingHTTPServer | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -188,6 +191,24 @@ class GcpTwin:
         """Refs (ZONE/NAME) of the VMs that exist and are not TERMINATED."""
         with self.lock:
             return [ref for ref, vm in self.vms.items() if vm.status != "TERMINATED" and not vm.deleted]
+
+    def machine_shutdown(self, ref: str) -> dict[str, Any]:
+        """The VM's machine ran ``shutdown``: Compute Engine stops the VM (TERMINATED, no reason: not a
+        preemption), its boot disk kept (and billed). Done once the answer is on its way: the caller
+        runs on the machine that goes down."""
+        with self.lock:
+            vm = self.vms[ref]
+            self.shutdowns.append(ref)
+
+        def power_off() -> None:
+            with self.lock:
+                vm.ended = True
+                if vm.machine is not None:
+                    vm.machine.kill()
+                vm.status, vm.status_message = "TERMINATED", ""
+
+        threading.Timer(0.2, power_off).start()
+        return {}
 
     def kill(self, ref: str, reason: str = "Instance was preempted.") -> None:
         """Compute Engine preempts the VM: the machine dies, the VM reads TERMINATED with ``reason``."""
@@ -271,6 +292,8 @@ class GcpTwin:
         try:
             if path == "/token" and method == "POST":
                 status, answer = 200, self._token(body)
+            elif path.startswith(POWER_PATH) and method == "POST":  # not the API: a VM's own shutdown
+                status, answer = 200, self.machine_shutdown(path[len(POWER_PATH):])
             else:
                 if not self._authorized(request.headers.get("Authorization") or ""):
                     raise HttpError(401, "Request is missing required authentication credential.", "required")
@@ -579,7 +602,8 @@ class GcpTwin:
         with self.lock:
             if vm.ended:
                 return
-            vm.machine = start_on_public_address(self.root, vm.name, offer, keys, host_key, python=python)
+            vm.machine = start_on_public_address(self.root, vm.name, offer, keys, host_key, python=python,
+                                                 shutdown_url=f"{self.url}{POWER_PATH}{vm.zone}/{vm.name}")
             vm.status = "RUNNING"
 
 
