@@ -317,7 +317,8 @@ def acquire(offers_in_rank_order: list[Offer], providers: dict[str, Provider], r
             # each provider gets only its own kind of image (core/images): never an AMI as a container
             image = image_for(provider.name, requirements.container_image, requirements.machine_image)
             # what the provider can say against the image before anything is rented (RunPod: a custom image)
-            warning = provider.image_warning(image) if callable(getattr(provider, "image_warning", None)) else None
+            image_warning = getattr(provider, "image_warning", None)
+            warning = image_warning(image) if callable(image_warning) else None
             if warning:
                 checks.notes["image"] = warning
                 emit("WARNING", offer, checks, reason=warning)
