@@ -10,11 +10,13 @@ No admin rights and no slurmrestd are needed.
   cannot place is listed with capacity 0 and Slurm's reason).
 - **Launch** submits a batch job named ``jupyter-portable.<allocation>.<workspace>`` (so that
   ``squeue`` finds every one of ours) with ``--no-requeue`` and ``--signal=B:USR1@<lead>``. The job
-  holds the GPUs on its compute node and keeps a heartbeat under
-  ``<workdir>/allocations/<allocation>/``; at the warning signal it writes ``walltime-warning`` there.
-  Once it runs, the allocation's SSH endpoint is its node (the address Slurm has for it, port
-  ``node_ssh_port``), reached as every rented machine is: its host key pinned on first contact for
-  this allocation, the worker installed by the same bootstrap (:mod:`jupyter_portable.worker.bootstrap`).
+  holds the GPUs on its compute node and keeps a heartbeat under ``<workdir>/allocations/<allocation>/``;
+  it passes the warning signal on to the allocation's worker (which publishes, worker/warning.py) and
+  ends the worker when it ends. A job queued ahead (:meth:`SlurmProvider.queue_next`) is taken up by
+  the next launch of its shape for the workspace. Once it runs, the allocation's SSH endpoint is its
+  node (the address Slurm has for it, port ``node_ssh_port``), reached as every rented machine is: its
+  host key pinned on first contact for this allocation, the worker installed by the same bootstrap
+  (:mod:`jupyter_portable.worker.bootstrap`).
 - **Status and losses** are Slurm's own states (``squeue --json``): PENDING is pending (Slurm's
   reason said), RUNNING is running; TIMEOUT is lost "time limit reached", PREEMPTED is lost
   "preempted by partition <the partition whose job took the node>", NODE_FAIL "node failure",
