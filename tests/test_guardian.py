@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jupyter_e2e import env, make_workspace  # noqa: F401 - env: the local market's fixture
 
 from jupyter_portable.core import guardian as G
 from jupyter_portable.core.errors import ManifestError, UsageError
@@ -360,3 +361,40 @@ def test_a_gcp_vm_that_shuts_down_is_stopped_and_its_disk_kept(tmp_path: Path,
             time.sleep(0.05)
         assert provider.status(alloc).state == "stopped" and twin.shutdowns == [ref]
         assert not twin.vms[ref].deleted  # the VM and its disk are there until the user side deletes them
+
+
+def test_a_machine_its_guardian_sealed_but_could_not_stop_is_released_when_the_user_side_is_back(
+        env: dict[str, Path], tmp_path: Path) -> None:  # noqa: F811 - the fixture
+    """The guardian sealed and recorded, but its provider's means failed (a refused key): the worker
+    still answers, sealed. The user side, back, takes the release in as its own, says why the machine
+    could not stop itself, and releases it."""
+    from datetime import datetime, timezone
+
+    from jupyter_portable.core import lifecycle as L
+    from jupyter_portable.orchestration.idle import idle_release
+    from jupyter_portable.orchestration.orchestrator import Orchestrator
+
+    ws = make_workspace(tmp_path / "ws", env["store"])
+    orch = Orchestrator(ws)
+    try:
+        aid = orch.continue_()["allocation_id"]
+        rec = orch.record()
+        assert rec is not None
+        sealed = orch.client(aid).seal("sealed by the machine: 30 min idle while the user side was away")
+        # what the guardian records when the provider refused its key (worker/guardian.release)
+        head = ws.store.read_manifest(ws.workspace_id, ws.store.read_head(ws.workspace_id)[0].version)
+        record = next(a for a in reversed(head.allocations) if a["allocation_id"] == aid)
+        decision = G.GuardianDecision(G.STOP, "idle", absent_since=T0, idle_since=T0)
+        released = {**G.release_record(decision, _policy(), at=datetime(2026, 12, 6, 3, 12, tzinfo=timezone.utc),
+                                       version=sealed["version"]), "error": "the provider answered HTTP 403"}
+        ws.record_allocation({**record, "released_by": released}, epoch=orch.lifecycle().epoch)  # the worker's
+        out = orch.check(now=T0)
+        assert out["state"] == L.RELEASED, out
+        said = idle_release(orch.lifecycle())
+        assert said is not None and said["message"] == (
+            f"Released at 03:12Z after 30 min idle while you were away; saved as version {sealed['version']} "
+            "(the machine could not end its own billing: the provider answered HTTP 403)")
+        assert orch.lifecycle().version == sealed["version"]
+        assert orch.provider_of(rec.allocation).status(rec.allocation).state in ("terminated", "lost")
+    finally:
+        orch.close()

@@ -80,32 +80,34 @@ class LossWatch(AllocationClosing):
         answer = R.provider_answer(status.state if status is not None else None)
         said = (status.reason or (f"the provider says the machine is {status.state}" if answer == R.GONE else None)
                 ) if status is not None else asked
-        reached = False
+        reached = sealed_here = False
         if answer != R.GONE:
             try:
                 try:
-                    self.client(rec.allocation_id).status(timeout=5)
+                    heard = self.client(rec.allocation_id).status(timeout=5)
                 except PortableError:
                     # the user's address may have changed (another network): where the provider's firewall
                     # admits addresses, the new one is let in first, and the worker asked again
                     if not self._admit_caller(rec):
                         raise
-                    self.client(rec.allocation_id).status(timeout=5)
+                    heard = self.client(rec.allocation_id).status(timeout=5)
                 reached = True
+                # sealed by its guardian, whose provider's means did not stop it: the release is taken in too
+                sealed_here = heard.get("phase") == "sealed"
             except PortableError as exc:
                 said = f"{said}; heartbeat: {exc.one_line()}" if said else f"heartbeat: {exc.one_line()}"
                 stale = self._clients.pop(rec.allocation_id, None)  # the next look connects afresh
                 if stale is not None:
                     stale.close()
+        if (not reached or sealed_here) and lc.state == L.ACTIVE and self._released_by_machine(lc, rec) is not None:
+            # the machine looked after itself while this side was away: a release, not a loss (core/guardian)
+            self._unreachable = None
+            return {**self.summary(), "alive": False, "unreachable_since": None}
         since = self._unreachable[1] if self._unreachable and self._unreachable[0] == rec.allocation_id else None
         decision = R.decide(answer, reached=reached, since=since, now=at, grace_s=self.unreachable_grace_s,
                             said=said)
         if decision.verdict == R.LOST:
             self._unreachable = None
-        if not reached and lc.state == L.ACTIVE and self._released_by_machine(lc, rec) is not None:
-            # the machine looked after itself while this side was away: a release, not a loss (core/guardian)
-            self._unreachable = None
-            return {**self.summary(), "alive": False, "unreachable_since": None}
             self._lost(lc, decision.reason or "lost", spend=(status.spend or 0.0) if status else 0.0)
             return {**self.summary(), "alive": False, "unreachable_since": None}
         if decision.verdict == R.UNREACHABLE:
@@ -121,15 +123,15 @@ class LossWatch(AllocationClosing):
         self._unreachable = None
         return {**self.summary(lc), "alive": True, "unreachable_since": None}
 
-    def unreachable(self) -> dict[str, Any] | None:
-        """The active machine that no path reaches, as the last check saw it (state.json ``unreachable``):
-        ``{"allocation_id", "since", "line": "unreachable since 14:02Z", "reason"}``; None while it answers."""
-        from jupyter_portable.core.reachability import UNREACHABLE, Decision
-
     def _released_by_machine(self, lc: L.Lifecycle, rec: AgentRecord) -> dict[str, Any] | None:
         """What the machine recorded when it released itself, once this side has taken it in (the Stop
         protocol does: ``sealing``); None when it did not."""
         return None
+
+    def unreachable(self) -> dict[str, Any] | None:
+        """The active machine that no path reaches, as the last check saw it (state.json ``unreachable``):
+        ``{"allocation_id", "since", "line": "unreachable since 14:02Z", "reason"}``; None while it answers."""
+        from jupyter_portable.core.reachability import UNREACHABLE, Decision
 
         held = self._unreachable
         lc = self.lifecycle()

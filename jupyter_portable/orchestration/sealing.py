@@ -107,6 +107,8 @@ class StopProtocol(LossWatch):
             seen = self.observed.get(rec.allocation_id)
             spend = float(seen.spend or 0.0) if seen is not None else 0.0
             with contextlib.suppress(PortableError):
+                self.client(rec.allocation_id).shutdown()  # a sealed worker its provider's means did not stop
+            with contextlib.suppress(PortableError):
                 self.provider_of(rec.allocation).terminate(rec.allocation)
             lc = self._move(L.RELEASED)
             self._close_record(rec, state="released", reason=f"released by the machine ({released['reason']})",
