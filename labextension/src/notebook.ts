@@ -242,7 +242,18 @@ export class PortableNotebooks {
     if (this._asks(this.state)) {
       // no machine yet, or released (an idle stop): the placeholder holds the cell while the
       // question is open, as for the first machine; Start runs it on the machine
+      const holding = this._held.some(h => h.panel === panel);
       this._held.push({ panel, cellId });
+      if (holding) {
+        // its kernel is the placeholder, busy holding the cell before (a kernel_info would wait
+        // behind it): ask again, this cell with it
+        if (this._asking) {
+          void tellPlaceholder(panel, ASKING);
+        } else {
+          void this._askFirstMachine();
+        }
+        return;
+      }
       void this._isPlaceholder(panel).then(placeholder => {
         if (!placeholder) {
           this._held = this._held.filter(h => h.cellId !== cellId);
