@@ -266,7 +266,10 @@ def _state(args: argparse.Namespace, ws: Any) -> Answer:
         from jupyter_portable.orchestration.budget import budget_report
 
         # the budget as `spend` and the sidebar say it (one report: orchestration/budget.py)
-        out["budget"] = budget_report(ws, providers=orch.providers, calendar_now=config.clock()())
+        try:
+            out["budget"] = budget_report(ws, providers=orch.providers, calendar_now=config.clock()())
+        except PortableError as exc:  # the machine's state still said; the budget says why not
+            out["budget"] = {"state": "unknown", "message": f"unknown: {exc.one_line()}"}
         text += f"\nbudget: {out['budget']['message']}"
         if args.events:
             events = orch.lifecycle().events
