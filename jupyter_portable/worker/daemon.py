@@ -17,7 +17,7 @@ from typing import Any
 from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
 
-from jupyter_portable.workdir.files import atomic_write
+from jupyter_portable.workdir.outside import write_outside_copy
 from jupyter_portable.worker.activity import start_watchers
 from jupyter_portable.worker.agent import prepare
 from jupyter_portable.worker.api import MAX_BODY, make_app, shutdown_soon
@@ -35,7 +35,7 @@ def _heartbeat(state: AgentState, machine_pid: int | None) -> None:
     beat = state.state_dir / "heartbeat"
     while True:
         try:
-            atomic_write(beat, f"{time.time():.3f}\n".encode())
+            write_outside_copy(beat, f"{time.time():.3f}\n".encode())
         except OSError:
             if not state.state_dir.exists():  # the machine's folder is gone: so is the machine
                 log.warning("the allocation's folder %s is gone: stopping", state.state_dir)
@@ -95,7 +95,7 @@ def serve(config: dict[str, Any], ready_out: Any) -> int:
     sockets = __import__("tornado.netutil", fromlist=["bind_sockets"]).bind_sockets(0, "127.0.0.1")
     server.add_sockets(sockets)
     port = sockets[0].getsockname()[1]
-    atomic_write(state.state_dir / "agent.json",
+    write_outside_copy(state.state_dir / "agent.json",
                  json.dumps({"pid": os.getpid(), "port": port, "allocation_id": state.allocation_id}).encode())
     ready_out.write(READY_PREFIX + json.dumps({"port": port, "pid": os.getpid(), "token": state.token}) + "\n")
     ready_out.close()  # whoever started the agent reads to the end of this pipe

@@ -23,7 +23,7 @@ from typing import Any
 
 from jupyter_portable.core.errors import IntegrityError, PortableError
 from jupyter_portable.store.repo import digest
-from jupyter_portable.workdir.files import atomic_write
+from jupyter_portable.workdir.outside import write_outside_copy
 
 TRUST_FILE_ENV = "JUPYTER_PORTABLE_TRUST_FILE"
 FORMAT = "jupyter-portable.trust"
@@ -64,7 +64,7 @@ def record(store_url: str, key: str, data: bytes) -> str:
     sets[_name(store_url, key)] = d = digest(data)
     path = trust_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps({"format": FORMAT, "schema": 1, "sets": sets}, indent=1).encode(), mode=0o600)
+    write_outside_copy(path, json.dumps({"format": FORMAT, "schema": 1, "sets": sets}, indent=1).encode(), mode=0o600)
     return d
 
 
@@ -108,7 +108,8 @@ def remember_layout(key: str, h: str, size: int) -> None:
     layouts[key] = [h, size]
     path = _layouts_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps({"format": LAYOUT_FORMAT, "schema": 1, "layouts": layouts}).encode(), mode=0o600)
+    write_outside_copy(path, json.dumps({"format": LAYOUT_FORMAT, "schema": 1, "layouts": layouts}).encode(),
+                       mode=0o600)
 
 
 __all__ = ["LAYOUT_FORMAT", "TRUST_FILE_ENV", "check", "laid_out", "record", "remember_layout", "trust_path",
