@@ -15,10 +15,9 @@
  */
 
 import { JupyterFrontEnd } from '@jupyterlab/application';
-import { Notification } from '@jupyterlab/apputils';
+import { ISessionContext, Notification } from '@jupyterlab/apputils';
 import { INotebookTracker, Notebook, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 import { Event, Kernel, KernelMessage } from '@jupyterlab/services';
-import { ISessionContext } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import { PortableApiError, PortableClient } from './api';
@@ -69,7 +68,11 @@ export function machineStatus(state: string | null, words?: StateWordsTable | nu
  * kernel's own status while the workspace has a machine or is moving to one, the words of the
  * state where it has none ("No machine (LOST)"): the placeholder kernel is idle, the work is not.
  * ``kernelStatus``: JupyterLab's words for the kernel's status. */
-export function statusBarText(kernelStatus: string | undefined, state: string | null, words?: StateWordsTable | null): string | undefined {
+export function statusBarText(
+  kernelStatus: string | undefined,
+  state: string | null,
+  words?: StateWordsTable | null
+): string | undefined {
   if (state && NO_MACHINE.includes(state)) {
     return machineStatus(state, words) || kernelStatus;
   }
@@ -214,7 +217,9 @@ export class PortableNotebooks {
       configurable: true,
       get: () => {
         const panel = this.tracker.find(p => p.sessionContext === found.sessionContext);
-        return panel && this._portable(panel) ? statusBarText(kernelStatus(), this.state, this.words) : kernelStatus();
+        return panel && this._portable(panel)
+          ? statusBarText(kernelStatus(), this.state, this.words)
+          : kernelStatus();
       }
     });
     this._statusBar = found;
