@@ -28,13 +28,14 @@ from jupyter_portable.core.paths import in_reserved
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.engine.gate import outbound_reason
 from jupyter_portable.engine.workspace import Workspace
+from jupyter_portable.orchestration.follow import AgreedHashes
 from jupyter_portable.orchestration.hosting import ServerApp, ServerLoop
 from jupyter_portable.orchestration.idle import IdleWatch
 from jupyter_portable.orchestration.orchestrator import Orchestrator
 from jupyter_portable.orchestration.state_view import StateView
 from jupyter_portable.orchestration.walltime import JobEnd
 from jupyter_portable.store.repo import digest
-from jupyter_portable.workdir.conflicts import add_conflict, read_conflicts
+from jupyter_portable.workdir.conflicts import add_conflict, read_conflicts, resolve_conflicts
 
 STATE_SCHEMA = "https://events.jupyter-portable.org/state/v1"
 PROGRESS_SCHEMA = "https://events.jupyter-portable.org/progress/v1"
@@ -79,7 +80,7 @@ class PortableService:
         self.idle = IdleWatch(ws, self.orchestrator, notice=self.notice,
                               restarted=lambda: self._changed("idle")) if ws is not None else None
         self.job_end = JobEnd(self.notice)  # a machine that ends by itself: its successor, or the user asked
-        self.synced: dict[str, str] = {}  # path -> the hash both sides agreed on last
+        self.synced = AgreedHashes()  # path -> the hash both sides agreed on last, with the serving worker
         self.started_reservations: set[str] = set()
         self._checking = False
         self._told_spend: tuple[str | None, int] | None = None  # the machine and its spend in cents, as last told
@@ -494,14 +495,20 @@ class PortableService:
             log.info("jupyter-portable: %s was not forwarded to the worker: %s", rel, why)
             return
         orch = self.orchestrator()
-        if orch.lifecycle().state != L.ACTIVE:
+        lc = orch.lifecycle()
+        if lc.state != L.ACTIVE:
             return  # no worker: the edit stays here and goes to the next worker with the next Continue
         data = Path(os_path).read_bytes()
+        # what this worker holds as far as this side knows: agreed with it, else the version it stands
+        # on; never what was agreed with the machine before it (issue 43: every save after a Continue
+        # was then a conflict of the notebook with itself)
+        self.synced.switch(lc.allocation_id)
         base = self.synced.get(rel) or self._published_hash(rel)
         try:
             client = orch.client()
             client.put_file(rel, data, base)
             self.synced[rel] = digest(data)
+            resolve_conflicts(self.ws.copy, rel)  # both sides hold this save now: nothing is in conflict
         except ConflictError:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             kept = f"{rel}.conflict-lab-{stamp}"
