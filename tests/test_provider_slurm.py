@@ -562,23 +562,31 @@ async def test_a_notebook_whose_job_hits_its_walltime_goes_on_by_itself_on_the_j
     pending = _job(cluster, job)
     assert pending["job_state"] == "PENDING" and pending["dependency"] == f"afterany:{ref}(unfulfilled)", pending
 
-    # the walltime comes sooner: the admin sets the job's end 32 s ahead (Slurm warns and ends jobs on its
-    # 30 s tick: the warning comes at the next one, the end at the one after); the countdown follows it
-    cluster.run("scontrol", "update", f"JobId={ref}", "EndTime=now+32")
+    # the admin moves the job's end: the countdown follows it
+    cluster.run("scontrol", "update", f"JobId={ref}", "EndTime=now+600")
     end = datetime.fromtimestamp(_job(cluster, ref)["end_time"], timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     for _ in range(60):
         if (await state())["allocation"].get("ends_at") == end:
             break
         await asyncio.sleep(0.5)
     assert (await state())["allocation"]["ends_at"] == end
+    # Slurm's warning, as --signal=B:USR1@<lead> sends it to the job's shell (sent now rather than on
+    # Slurm's own 30 s tick): the worker publishes what the kernel wrote since, and reads it back
+    cluster.run("scancel", "--batch", "--signal=USR1", ref)
+    head, _ = ws.store.read_head(ws.workspace_id)
+    for _ in range(120):
+        head, _ = ws.store.read_head(ws.workspace_id)
+        if ws.store.read_manifest(ws.workspace_id, head.version).message == MESSAGE:
+            break
+        await asyncio.sleep(0.5)
+    assert ws.store.read_manifest(ws.workspace_id, head.version).message == MESSAGE
+    assert "progress.txt" in {f.path for f in ws.store.read_manifest(ws.workspace_id, head.version).files}
 
+    # the walltime: the job's end moved to now, Slurm ends it on its next tick (TIMEOUT)
     mark = len(events.seen)
+    cluster.run("scontrol", "update", f"JobId={ref}", "EndTime=now")
     lost = await events.wait_for(is_state("LOST"), timeout=120, after=mark)
     assert lost["allocation_id"] == first["allocation_id"] and lost["reason"] == f"job {ref}: time limit reached"
-    # the worker published at the warning, before the end, and read it back
-    head, _ = ws.store.read_head(ws.workspace_id)
-    messages = [ws.store.read_manifest(ws.workspace_id, v).message for v in range(1, head.version + 1)]
-    assert MESSAGE in messages, messages
     # no click: Continue by itself, onto the job queued ahead
     ready = await events.wait_for(is_state("READY"), timeout=180, after=mark)
     await events.wait_for(is_state("ACTIVE"), timeout=120, after=mark)
