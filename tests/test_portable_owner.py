@@ -60,6 +60,7 @@ def test_what_the_copy_keeps_is_its_table_under_the_names_on_disk(tmp_path: Path
     next_action.update_next_action(copy, text="train")
     copy.write_inbound_allow([".venv/"])
     copy.write_runtime(b"{}")
+    copy.write_inflight("123-1-1", b"{}")
     copy.write_intent(1, "ab" * 32)
     copy.write_restoring("ws-owner")
     copy.tmp_dir.mkdir()

@@ -216,7 +216,10 @@ class Workspace:
         echo = sink
         if echo is None and progress is not None:
             stream = progress
-            echo = lambda line: (stream.write(line + "\n"), stream.flush())  # noqa: E731
+
+            def echo(line: str) -> None:
+                stream.write(line + "\n")
+                stream.flush()
         handle = self.checkpoint_async(path, step=step, note=note, quiet_s=quiet_s, timeout_s=timeout_s,
                                        echo=echo, policy="keep-both")
         record = handle.wait()
