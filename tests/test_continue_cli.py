@@ -76,7 +76,10 @@ def test_continue_state_stop_and_fencing(env: dict[str, Path], root: Path, cli: 
 
     said = cli("state", cwd=root).stdout
     assert said.startswith("RELEASED at version ") and words("RELEASED").meaning in said, said
-    assert said.rstrip().endswith(")") and "(no machine; the last was al-" in said, said
+    # the state's line ends with the machine; the budget follows on a line of its own (issue 43 item 4)
+    line, budget = said.splitlines()[:2]
+    assert line.endswith(")") and "(no machine; the last was al-" in line, said
+    assert budget.startswith("budget: "), said
     nothing = cli("stop", cwd=root, check=False)
     assert nothing.returncode != 0 and "nothing to stop" in nothing.stderr
 
