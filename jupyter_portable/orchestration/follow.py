@@ -63,22 +63,6 @@ log = logging.getLogger("jupyter_portable.follow")
 SAVE_GRACE = timedelta(seconds=30)  # a save that began this long ago and never ended no longer holds its file
 
 
-class AgreedHashes(dict[str, str]):
-    """path -> the hash the user's side and the serving worker last agreed on: the base a forwarded
-    save names. It holds for one worker only: a new one starts from a version of its own, and what
-    was agreed with the machine before it says nothing about what this one holds."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.allocation_id: str | None = None
-
-    def switch(self, allocation_id: str | None) -> None:
-        """Forget what was agreed with another worker than ``allocation_id``."""
-        if allocation_id != self.allocation_id:
-            self.clear()
-            self.allocation_id = allocation_id
-
-
 @dataclass
 class TickResult:
     """What one tick did, path by path."""
@@ -460,4 +444,4 @@ def start_following(service: PortableService, contents_manager: ContentsManager,
     return follower
 
 
-__all__ = ["SAVE_GRACE", "AgreedHashes", "Follower", "TickResult", "start_following", "worker_listing"]
+__all__ = ["SAVE_GRACE", "Follower", "TickResult", "start_following", "worker_listing"]

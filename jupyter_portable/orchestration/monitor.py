@@ -28,7 +28,7 @@ from jupyter_portable.core.paths import in_reserved
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.engine.gate import outbound_reason
 from jupyter_portable.engine.workspace import Workspace
-from jupyter_portable.orchestration.follow import AgreedHashes
+from jupyter_portable.orchestration.agreed import AgreedHashes
 from jupyter_portable.orchestration.hosting import ServerApp, ServerLoop
 from jupyter_portable.orchestration.idle import IdleWatch
 from jupyter_portable.orchestration.orchestrator import Orchestrator
