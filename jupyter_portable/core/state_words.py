@@ -11,7 +11,7 @@ and ``ask`` (a cell run asks "Start a machine?" before renting one, as for the f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Any
@@ -94,6 +94,29 @@ def words(state: str) -> StateWords:
         raise KeyError(f"{state!r} is not a lifecycle state (one of {', '.join(L.STATES)})") from None
 
 
+# The words of a move, the same in the sidebar's progress line and the CLI: the first machine of a
+# workspace is a start; after any machine served it (ACTIVE, lost, released), every one is a Continue.
+MOVE_WORDS: Mapping[bool, str] = MappingProxyType({True: "Starting the first machine", False: "Continuing"})
+SERVED = (L.ACTIVE, L.DRAINING, L.SEALED, L.RELEASED, L.LOST)  # states only a workspace a machine served reaches
+
+
+def first_start(states: Iterable[str], machines: Iterable[Mapping[str, Any]] = (), current: str | None = None) -> bool:
+    """Whether no machine has served the workspace yet: none of its lifecycle's ``states`` is one
+    of :data:`SERVED`, and no machine of its history but ``current`` got further than a failed
+    launch."""
+    if any(s in SERVED for s in states):
+        return False
+    return not any(m.get("allocation_id") != current and m.get("state") not in ("failed", "refused")
+                   for m in machines)
+
+
+def safe_version(lifecycle_version: int | None, head_version: int | None) -> int | None:
+    """The version the workspace is safe at: the newest published one (a machine may have published
+    past the version the lifecycle last recorded), the same in `jupyter portable state` and the sidebar."""
+    known = [v for v in (lifecycle_version, head_version) if v]
+    return max(known) if known else None
+
+
 def state_line(state: str, version: int | None = None) -> str:
     """One line for a state, the same in the CLI and a cell's error:
     "RELEASED at version 9: the workspace was sealed and its machine released; nothing is rented"."""
@@ -107,5 +130,5 @@ def table() -> dict[str, dict[str, Any]]:
     return {state: WORDS[state].to_json() for state in L.STATES}
 
 
-__all__ = ["UNREACHABLE", "UNREACHABLE_WORDS", "WORDS", "StateWords", "state_line", "table", "unreachable_line",
-           "words"]
+__all__ = ["MOVE_WORDS", "SERVED", "UNREACHABLE", "UNREACHABLE_WORDS", "WORDS", "StateWords", "first_start",
+           "safe_version", "state_line", "table", "unreachable_line", "words"]

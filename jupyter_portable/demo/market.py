@@ -420,7 +420,8 @@ class LocalMarket(Provider):
         parse_iso(start, "start")
         if not listed.capacity:
             raise NoCapacity(f"{listed.key} has no capacity for a slot at {start} ({hours:g} h)",
-                             provider=self.name, offer=listed.id)
+                             provider=self.name, offer=listed.id,
+                             hint="choose another start time, fewer hours, or another offer")
         res = Reservation(reservation_id=f"res-{uuid.uuid4().hex[:12]}", provider=self.name, offer_id=listed.id,
                           start=start, hours=float(hours), guarantee="capacity-checked",
                           price=round(listed.price_per_hour * hours, 2), details={"region": listed.region})

@@ -51,14 +51,29 @@ def format_in_flight(items: list[dict[str, Any]]) -> str:
     return "\n".join(f"  in flight  {i.get('path')}: {i.get('line')}" for i in items)
 
 
+def fenced_line(st: dict[str, Any]) -> str | None:
+    """What a newer epoch on the head means for this copy, or None when it holds the newest.
+
+    On the user's side (a copy with a lifecycle) that is normal use: each Continue gives the
+    workspace's history to the machine it rents, and the user's saves reach that machine. Only a
+    copy without one (a machine's copy that lost its lease, or a stale restore) is fenced."""
+    if not st.get("fenced"):
+        return None
+    if st.get("lifecycle"):
+        return ("publishing: by the machines a Continue rents (they hold the workspace's newest epoch);"
+                " your saves here are forwarded to the one serving it")
+    return "FENCED: a newer allocation owns this workspace; this copy cannot publish"
+
+
 def format_status(st: dict[str, Any]) -> str:
     lines = [f"workspace {st['workspace_id']} in {st['store']}"]
     if "copy_version" in st:  # issue 16: what follows describes the head
         lines.append(f"workspace version {st['head_version']} (head){_copy_words(st['head_version'], st['version'])}")
     else:
         lines.append(f"this copy: version {st['version']} (latest: {st['head_version']})")
-    if st.get("fenced"):
-        lines.append("FENCED: a newer allocation owns this workspace; this copy cannot publish")
+    fenced = fenced_line(st)
+    if fenced:
+        lines.append(fenced)
     lifecycle = st.get("lifecycle")
     if lifecycle:  # the same words as the sidebar and a cell's error (core/state_words.py)
         lines.append(f"machine: {lifecycle['line']}; {lifecycle['words']['action']}")

@@ -125,13 +125,19 @@ def machines_report(providers: dict[str, Provider], copies: Iterable[Workspace],
                     now: datetime | None = None, grace_s: float = GRACE_S) -> dict[str, Any]:
     """``{"machines": [...each with orphan and why], "orphans": [...], "problems": [...], "checked_at"}``."""
     listed, problems = list_machines(providers)
+    unlisted = sorted(name for name, p in providers.items() if not _can_list(p))
     known = known_workspaces(copies)
     rows = []
     for m in listed:
         orphan, why = judge(m, known, grace_s=grace_s)
         rows.append({**m.to_json(), "orphan": orphan, "why": why})
     return {"machines": rows, "orphans": [r for r in rows if r["orphan"] is True], "problems": problems,
-            "checked_at": to_iso(now or utcnow())}
+            "unlisted": unlisted, "checked_at": to_iso(now or utcnow())}
+
+
+def _can_list(provider: Provider) -> bool:
+    """Whether ``provider`` lists its machines (it overrides Provider.list_machines)."""
+    return type(provider).list_machines is not Provider.list_machines
 
 
 def find_allocation(providers: dict[str, Provider], allocation_id: str) -> Allocation | None:

@@ -105,6 +105,8 @@ def _find_offer(providers: dict[str, Provider], offer_key: str) -> tuple[Provide
 
 
 RECORD_TRIES = 5
+# what a refused booking advises: never "book a reservation", which is what was refused
+BOOKING_HINT = "choose another start time, fewer hours, or another offer"
 
 
 def _record(ws: Workspace, booking: Booking, *, check: Any) -> None:
@@ -229,7 +231,7 @@ def _admit(ws: Workspace, offer_key: str, start: str, hours: float, charge: str,
         reason = can_book(offer.key, when, hours, existing, capacity, now=now)
         if reason and "capacity" in reason:
             raise NoCapacity(f"cannot book {offer.key} at {start} for {hours:g} h: {reason}",
-                             provider=provider.name, offer=offer.id)
+                             provider=provider.name, offer=offer.id, hint=BOOKING_HINT)
         if reason:
             raise UsageError(f"cannot book {offer.key} at {start} for {hours:g} h: {reason}")
 

@@ -246,7 +246,9 @@ class StateView:
                           "path": str(ws.root)},
             "lifecycle": {"state": lc.state, "allocation_id": lc.allocation_id, "route": lc.route,
                           "version": lc.version, "verified": lc.verified, "epoch": lc.epoch, "updated": lc.updated,
-                          "attempts": list(lc.attempts), "events": [e.to_json() for e in lc.events[-50:]]},
+                          "attempts": list(lc.attempts), "events": [e.to_json() for e in lc.events[-50:]],
+                          # the words `jupyter portable state` says, from the same table (core/state_words.py)
+                          **lifecycle_words(lc, manifest.version if manifest is not None else None, machines)},
             "allocation": allocation, "lost": lost, "continuing": continuing,
             # the machine no path reaches now (core/reachability.py): shown, nothing released
             "unreachable": orch.unreachable() if lc.state in (L.ACTIVE, L.READY) else None,
@@ -259,6 +261,15 @@ class StateView:
             "conflicts": list(conflicts), "machines": machines, "spend": spend_view,
             "states": state_words.table(),
         }
+
+
+def lifecycle_words(lc: L.Lifecycle, head_version: int | None, machines: list[dict[str, Any]]) -> dict[str, Any]:
+    """The state's line, the version the workspace is safe at and the words of a move, as the CLI
+    says them: ``{"line", "safe_version", "move"}``."""
+    version = state_words.safe_version(lc.version, head_version)
+    first = state_words.first_start((e.state for e in lc.events), machines, lc.allocation_id)
+    return {"line": state_words.state_line(lc.state, version), "safe_version": version,
+            "move": state_words.MOVE_WORDS[first]}
 
 
 def job_end_view(ws: Workspace, allocation_id: str) -> dict[str, Any]:

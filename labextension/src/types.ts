@@ -685,6 +685,18 @@ export interface ILifecycle {
    * The version the machine was verified at.
    */
   version: number;
+  /**
+   * The state in words, as `jupyter portable state` says it (core/state_words.py): "LOST at version 4: the machine went away ...".
+   */
+  line?: string;
+  /**
+   * The version the workspace is safe at: the newest published (a machine may have published past version); null before the first.
+   */
+  safe_version?: number | null;
+  /**
+   * The words of a move in progress: "Starting the first machine" until a machine has served the workspace, then "Continuing".
+   */
+  move?: string;
   verified: boolean;
   epoch: number;
   updated: string;

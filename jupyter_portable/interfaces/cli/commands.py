@@ -245,7 +245,7 @@ def _state(args: argparse.Namespace, ws: Any) -> Answer:
     config = _config(args)
     try:
         from jupyter_portable.core.reachability import since_text
-        from jupyter_portable.core.state_words import state_line, unreachable_line
+        from jupyter_portable.core.state_words import safe_version, state_line, unreachable_line
         from jupyter_portable.core.times import parse_iso_or_none
 
         out = orch.check()
@@ -255,8 +255,13 @@ def _state(args: argparse.Namespace, ws: Any) -> Answer:
         machine = (alive if not aid else f"{aid}, {alive}" if out["alive"] is not None
                    else f"{alive}; the last was {aid}")
         since = parse_iso_or_none(out.get("unreachable_since"))
-        text = (f"{unreachable_line(out['state'], out['version'], since_text(since))} ({machine})" if since
-                else f"{state_line(out['state'], out['version'])} ({machine})")
+        # the version the sidebar says the workspace is safe at: the newest published (a machine
+        # publishes past the version the lifecycle last recorded), one rule (core/state_words.py)
+        head, _ = ws.store.read_head(ws.workspace_id)
+        out["safe_version"] = version = safe_version(out["version"], head.version)
+        out["line"] = state_line(out["state"], version)
+        text = (f"{unreachable_line(out['state'], version, since_text(since))} ({machine})" if since
+                else f"{out['line']} ({machine})")
         from jupyter_portable.orchestration.idle import idle_release
 
         released = idle_release(orch.lifecycle())  # an idle stop, here or by the machine while this side was away
@@ -423,7 +428,15 @@ def _machines(args: argparse.Namespace) -> Answer:
                  f"{r['state']:<10} {_uptime(r['uptime_s']):>8} "
                  f"{_dollars(r['spend']):>8} "
                  f"{'ORPHAN' if r['orphan'] else '' if r['orphan'] is False else 'not judged'}  {r['why']}"
-                 for r in rows] or [("no orphans" if args.orphans else "no machines")]
+                 for r in rows]
+        listing = sorted(set(providers) - set(out["unlisted"]))
+        if not rows:
+            lines = ["no orphans" if args.orphans else f"no machines listed by {', '.join(listing)}" if listing
+                     else "no enabled provider lists its machines here"]
+        # a provider that cannot list its machines is said, never taken for one that has none (issue 43)
+        lines += [f"{name}: cannot list its machines here"
+                  + ("; `jupyter portable market list` shows the local market's" if name == "local" else "")
+                  for name in out["unlisted"]]
         if args.orphans:
             out = {**out, "machines": out["orphans"]}
     lines += [f"warning: {p}" for p in out["problems"]]

@@ -10,7 +10,7 @@ from typing import Any
 from jupyter_portable.core.errors import PortableError
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.interfaces.kernel.lock import OPERATION_LOCK
-from jupyter_portable.interfaces.report import format_gpus
+from jupyter_portable.interfaces.report import fenced_line, format_gpus
 
 
 def _rows(ws: Workspace) -> str:
@@ -54,8 +54,10 @@ def _rows(ws: Workspace) -> str:
             if allocation else "this machine (no allocation recorded)"),
         row("Next action", html.escape(nxt.get("text") or nxt.get("state") or "not recorded")),
     ]
-    if st.get("fenced"):
-        rows.insert(0, row("WARNING", "a newer allocation owns this workspace; this copy cannot publish"))
+    fenced = fenced_line(st)
+    if fenced:
+        rows.insert(0, row("WARNING" if fenced.startswith("FENCED") else "Publishing",
+                           html.escape(fenced.removeprefix("FENCED: ").removeprefix("publishing: "))))
     return "<table>" + "".join(rows) + "</table>"
 
 

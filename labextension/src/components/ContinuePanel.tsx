@@ -37,8 +37,17 @@ function humanMessage(message: string, state: IPortableState): React.ReactNode {
   );
 }
 
-/** No machine served the workspace before this one: a first start, not a move. */
+/** The words of a move in progress, as the server says them (core/state_words.MOVE_WORDS). */
+export function moveWords(state: IPortableState): string {
+  return state.lifecycle.move ?? (isFirstStart(state) ? 'Starting the first machine' : 'Continuing');
+}
+
+/** No machine served the workspace before this one: a first start, not a move (the server's
+ * lifecycle.move says it where given). */
 export function isFirstStart(state: IPortableState): boolean {
+  if (state.lifecycle.move) {
+    return state.lifecycle.move !== 'Continuing';
+  }
   const machines = (state.machines ?? []).filter(m => m.state !== 'failed' && m.state !== 'refused');
   return machines.length <= (state.allocation ? 1 : 0) && state.lifecycle.state !== 'LOST';
 }
@@ -181,7 +190,7 @@ export function ContinuePanel(props: {
       ) : (
         <div className="jp-Portable-row">
           <p className="jp-Portable-grow" role="status">
-            {first ? 'Starting the first machine' : 'Continuing'} on <strong>{describe(progress.route, routes)}</strong> (
+            {moveWords(props.state)} on <strong>{describe(progress.route, routes)}</strong> (
             {progress.state ?? 'starting'})
           </p>
           <Button

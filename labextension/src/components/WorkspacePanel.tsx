@@ -24,7 +24,8 @@ export function WorkspaceHeader(props: { state: IPortableState }): JSX.Element {
 
 /** The last published version: the store's head, which the lifecycle may not have caught up with. */
 export function safeVersion(state: IPortableState): number {
-  return Math.max(state.snapshot?.version ?? 0, state.lifecycle.version);
+  // the server's figure, the one `jupyter portable state` says (core/state_words.safe_version)
+  return state.lifecycle.safe_version ?? Math.max(state.snapshot?.version ?? 0, state.lifecycle.version);
 }
 
 /** The GPU is gone: a banner that cannot be missed. */
