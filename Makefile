@@ -8,6 +8,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTHON ?= python3
 
+DOCS_BUILT   := docs/_build/html/index.html
+DOCS_SOURCES := $(wildcard docs/*.md docs/conf.py docs/_templates/*.html docs/images/*.png)
+
 .PHONY: setup demo test checks docs test-load bench bench-scale clean lock test-latest
 
 setup: $(STAMP)
@@ -20,7 +23,7 @@ $(STAMP): pyproject.toml scripts/setup.sh $(wildcard requirements/*.txt) require
 	PYTHON=$(PYTHON) scripts/setup.sh
 	touch $(STAMP)
 
-demo: setup
+demo: setup $(DOCS_BUILT)
 	$(PY) scripts/demo.py --start
 
 test: setup
@@ -44,6 +47,12 @@ checks:
 # the documentation site (docs/) into docs/_build/html; any warning fails the build
 docs:
 	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+
+# `make demo` builds the site too (docs/_build/html/index.html, to open beside the demo), again only
+# when a page, an image or the configuration changed
+$(DOCS_BUILT): $(STAMP) $(DOCS_SOURCES)
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	touch $(DOCS_BUILT)
 
 # the whole suite 5 times in a row beside one busy loop per core; it must pass 5/5 (RUNS=n for fewer)
 test-load: setup

@@ -21,11 +21,15 @@ myst_enable_extensions = ["colon_fence", "deflist"]
 html_theme = "pydata_sphinx_theme"
 html_title = "jupyter-portable"
 html_static_path: list[str] = []
+templates_path = ["_templates"]
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
+    "header_links_before_dropdown": 6,
     "secondary_sidebar_items": ["page-toc"],
     "footer_start": ["copyright"],
     "footer_end": [],
 }
-html_sidebars: dict[str, list[str]] = {"**": ["sidebar-nav-bs"]}
+# every page, the index too, lists the whole site (docs/_templates/sidebar-nav-all.html): with the
+# theme's own sidebar-nav-bs the sidebar was empty, every page being top-level
+html_sidebars: dict[str, list[str]] = {"**": ["sidebar-nav-all"]}

@@ -1,6 +1,7 @@
 /**
- * The sidebar's commands for the palette and the keyboard: Continue, Stop (asked first),
- * Snapshot, Show routes, and refresh. Their shortcuts are in schema/plugin.json.
+ * The sidebar's commands for the palette: Continue, Stop (asked first), Snapshot, Show routes,
+ * and refresh. None has a default shortcut (issue 43: the keys browsers leave free are too few to
+ * be sure of, docs/shortcuts.md); a user binds one in Settings > Settings Editor > Keyboard Shortcuts.
  */
 
 import { JupyterFrontEnd } from '@jupyterlab/application';
@@ -19,7 +20,12 @@ export namespace CommandIDs {
   export const refresh = 'jupyter-portable:refresh';
 }
 
-/** Add the commands, their palette entries and keyboard shortcuts. */
+/** Where a command was run from, as a snapshot's message says it. */
+export function snapshotMessage(args: { origin?: unknown } | undefined): string {
+  return args?.origin === 'palette' ? 'from the command palette' : args?.origin === 'sidebar' ? 'from the sidebar' : 'from JupyterLab';
+}
+
+/** Add the commands and their palette entries. */
 export function addCommands(
   app: JupyterFrontEnd,
   model: PortableModel,
@@ -52,7 +58,8 @@ export function addCommands(
   });
   commands.addCommand(CommandIDs.snapshot, {
     label: 'Portable: Snapshot the Workspace',
-    execute: () => model.snapshot('from the command palette')
+    // the palette says where it ran from (its item's args); a shortcut a user bound, or another caller, does not
+    execute: args => model.snapshot(snapshotMessage(args as { origin?: unknown }))
   });
   commands.addCommand(CommandIDs.showRoutes, {
     label: 'Portable: Show Routes',
@@ -67,9 +74,7 @@ export function addCommands(
     execute: () => Promise.all([model.refreshState(), model.refreshRoutes(), model.refreshReservations()])
   });
   for (const command of Object.values(CommandIDs)) {
-    palette?.addItem({ command, category: 'Portable' });
+    palette?.addItem({ command, category: 'Portable', args: { origin: 'palette' } });
   }
-  // The keyboard shortcuts are declared in schema/plugin.json ("jupyter.lab.shortcuts"), so they
-  // are in JupyterLab's own shortcut registry and its Settings Editor, where a user can change them.
   model.changed.connect(() => commands.notifyCommandChanged());
 }
