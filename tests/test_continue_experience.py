@@ -172,9 +172,9 @@ def test_a_held_first_cell_names_the_route_the_notebook_read_and_a_closed_one_sa
         placeholder: Any) -> None:
     _control(placeholder, {"asker": True})
     # every route over a cap, as the notebook read them: the cell ends with that reason at once
-    held = placeholder.execute("print(1)")
     _control(placeholder, {"asking": True})
     _control(placeholder, {"route": None})
+    held = placeholder.execute("print(1)")
     _control(placeholder, {"answer": "failed", "reason": "no route is open: local/l4 $0.40/h is over the $0.10/h cap"})
     reply = _reply_to(placeholder, held, 30)
     assert reply is not None
@@ -182,11 +182,12 @@ def test_a_held_first_cell_names_the_route_the_notebook_read_and_a_closed_one_sa
     assert "No machine was started: no route is open: local/l4 $0.40/h is over the $0.10/h cap" in text
     assert "raise the budget or the $/h cap" in text and "then run the cell again" in text
     # the cap raised, the next cell's question names the route open now; the stop button ends it so
-    again = placeholder.execute("print(2)")
-    _control(placeholder, {"asking": True})
+    _control(placeholder, {"asking": True})  # said as the cell goes: here first, whatever the machine's load
     _control(placeholder, {"route": {**ROUTE, "extra": "dropped"}})
+    again = placeholder.execute("print(2)")
     time.sleep(1.5)  # past the 1 s wait for the notebook's word: it said it asks, so the cell stays held
-    assert _reply_to(placeholder, again, 0.5) is None
+    early = _reply_to(placeholder, again, 0.5)
+    assert early is None, _traceback(early)
     placeholder.proc.send_signal(signal.SIGINT)
     reply = _reply_to(placeholder, again, 30)
     assert reply is not None

@@ -207,10 +207,10 @@ class PlaceholderKernel(Kernel):  # type: ignore[misc]
 
         # an answer that came while this cell was on its way (a start refused at once, before this
         # kernel got to the cell) is this cell's; an older one was for a cell that ended already
+        if self.answer is not None and time.monotonic() - self.answered_at > ASK_WAIT_S:
+            self.answer = None
         wait = self.facts.get("ask_wait_s")
         wait_s = float(wait) if isinstance(wait, (int, float)) and wait > 0 else ASK_WAIT_S
-        if self.answer is not None and time.monotonic() - self.answered_at > wait_s:
-            self.answer = None
         started = False
         loop = asyncio.get_running_loop()
         # the notebook says it asks well before this (``ask_wait_s`` in the facts: the tests' shorter wait)
