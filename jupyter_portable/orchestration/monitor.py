@@ -398,12 +398,12 @@ class PortableService:
                     orch.check()
                     self._tell_reachability(was, orch.unreachable())
                     orch.refresh_credentials()  # the worker's store credentials, before they expire
+                    self._tell_spend(orch, lc.allocation_id)
                 if lc.state in (L.ACTIVE, L.READY, L.LOST):  # a job's known end (orchestration/walltime.py)
                     take_over = self.job_end.look(orch, self.now())
                     if take_over is not None:
                         self.start_continue(take_over)
                         return
-                    self._tell_spend(orch, lc.allocation_id)
                 if self.idle is not None and orch.lifecycle().state == L.ACTIVE:
                     self.idle.check()  # seals and releases a machine idle for the workspace's idle_minutes
                 self._watch_head()
