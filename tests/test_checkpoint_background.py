@@ -289,3 +289,37 @@ def test_a_large_checkpoint_is_read_back_part_by_part_as_it_goes_up_and_a_bad_pa
     assert late == ["big.bin"]  # the part that did not hold was read again, whole, and refused
     latest = ws.latest_checkpoint()
     assert latest is not None and latest.step == 1
+
+
+def test_a_seal_waits_for_the_checkpoints_in_flight_and_says_so(ws: Workspace, tmp_path: Path) -> None:
+    from jupyter_portable.worker.agent import seal
+    from jupyter_portable.worker.state import AgentState
+
+    cfg = ws.config
+    state = AgentState({"workspace_id": cfg.workspace_id, "allocation_id": "alloc-seal", "store": cfg.store,
+                        "version": cfg.version, "epoch": cfg.epoch, "workdir": str(ws.root),
+                        "state_dir": str(tmp_path / "agent")})
+    want = save(ws.root / "c.pt", 3)
+    sealed: list[dict] = []
+    with OPERATION_LOCK:  # the kernel's upload is held until the test lets it go
+        handle = ws.checkpoint_async(ws.root / "c.pt", step=3, quiet_s=0)
+        for _ in range(300):
+            if inflight(ws.copy):
+                break
+            time.sleep(0.01)
+        sealer = threading.Thread(target=lambda: sealed.append(seal(state, "stop")))
+        sealer.start()
+        for _ in range(300):
+            if "waiting for 1 checkpoint(s) in flight" in state.phase:
+                break
+            time.sleep(0.01)
+        assert state.phase == "sealing: waiting for 1 checkpoint(s) in flight"
+        assert sealed == [] and not handle.finished  # the seal waits: the kernel is not stopped under it
+    sealer.join(60)
+    assert handle.finished and handle.verified
+    (out,) = sealed
+    assert out["checkpoints_waited"] and out["checkpoints_waited"][0].startswith("step 3:")
+    assert out["checkpoints_abandoned"] == []
+    latest = Workspace.find(ws.root).latest_checkpoint()
+    assert latest is not None and latest.step == 3 and (latest.version or 0) <= out["version"]
+    assert stored_bytes(ws, "c.pt", out["version"]) == want
