@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from portable_lab import CATALOG, CHROMIUM, OUTPUT, PRICE_CAP, Lab, free_port
+from portable_lab import CATALOG, CHROMIUM, OUTPUT, PRICE_CAP, ROOT, Lab, free_port
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
@@ -69,6 +69,14 @@ def start_lab(tmp: Path, lab_settings: dict[str, dict[str, Any]] | None = None, 
 
     catalog_file = tmp / "catalog.toml"
     catalog_file.write_text(catalog)
+    # the lab extension as built in this tree (`jlpm build`), not the copy pip installed in the
+    # environment when it last ran: JupyterLab takes the first jupyter-portable on its path
+    built = ROOT / "jupyter_portable" / "labextension"
+    extension = tmp / "share" / "jupyter" / "labextensions" / "jupyter-portable"
+    extension.mkdir(parents=True)
+    for part in built.iterdir():
+        (extension / part.name).symlink_to(part)
+    shutil.copyfile(ROOT / "labextension" / "install.json", extension / "install.json")
     market, store, root = tmp / "market", tmp / "store", tmp / "workspace"
     env = {
         **os.environ,
@@ -81,6 +89,8 @@ def start_lab(tmp: Path, lab_settings: dict[str, dict[str, Any]] | None = None, 
         "JUPYTER_CONFIG_DIR": str(tmp / "jupyter-config"),
         "JUPYTERLAB_SETTINGS_DIR": str(tmp / "lab-settings"),
         "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "lab-workspaces"),
+        "JUPYTER_PATH": os.pathsep.join(p for p in (str(tmp / "share" / "jupyter"), os.environ.get("JUPYTER_PATH"))
+                                        if p),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     # no "get Jupyter news?" toast over the screenshots
