@@ -152,14 +152,18 @@ def loop_rounds(state_mb: int, steps: int, compute_s: float, tmp: Path,
             os.fsync(fh.fileno())
 
     alone: list[float] = []
-    work = tmp / "loop-alone"
-    work.mkdir()
-    for i in range(steps):
-        time.sleep(compute_s)
-        t0 = time.perf_counter()
-        save(work / f"ckpt-{i % 2}.pt")
-        alone.append(time.perf_counter() - t0)
-    shutil.rmtree(work)
+
+    def saving_alone(n_steps: int) -> None:
+        work = tmp / "loop-alone"
+        work.mkdir()
+        for i in range(n_steps):
+            time.sleep(compute_s)
+            t0 = time.perf_counter()
+            save(work / f"ckpt-{i % 2}.pt")
+            alone.append(time.perf_counter() - t0)
+        shutil.rmtree(work)
+
+    saving_alone(steps // 2)  # half before the loop with uploads, half after: the machine's load drifts
 
     work = tmp / "loop-ours"
     ws = Workspace.init(work, f"s3://{bucket}/loop-{uuid.uuid4().hex[:8]}")
@@ -181,6 +185,7 @@ def loop_rounds(state_mb: int, steps: int, compute_s: float, tmp: Path,
         if i >= 3 and handles[i - 3].finished:
             old.unlink()  # a trainer's own limit: only what finished goes (else it would be rejected)
     queue_for(ws.copy).drain()
+    saving_alone(steps - steps // 2)
     verified = sum(1 for h in handles if h.state == "verified")
     skipped = sum(1 for h in handles if h.state == "skipped")
     latest = ws.latest_checkpoint()
