@@ -94,6 +94,15 @@ def test_a_squeue_answer_that_is_not_squeues_is_refused() -> None:
             check_job(bad, "7")
 
 
+def test_the_way_through_the_login_node_is_one_ssh_command_with_no_token_of_ours(tmp_path: Path) -> None:
+    provider = SlurmProvider("login.hpc.example.edu", login_port=2222, login_user="alice",
+                             key=tmp_path / "100%" / "id_ed25519", state_dir=tmp_path / "state")
+    proxy = provider.through_login()
+    assert proxy is not None and proxy.startswith("ssh -p 2222 -l alice -o BatchMode=yes")
+    assert f"-i {tmp_path}/100%%/id_ed25519" in proxy  # ssh would expand a % of ours as a token
+    assert proxy.endswith("-W %h:%p -- login.hpc.example.edu")
+
+
 def test_a_provider_without_a_login_node_or_with_a_bad_rate_is_refused() -> None:
     with pytest.raises(UsageError, match="login node"):
         SlurmProvider("")
@@ -264,6 +273,15 @@ def test_a_launch_is_a_batch_job_that_runs_on_the_node_and_is_reached_over_ssh(
     alloc = provider.launch(offer, allocation_id="a-1", env={WORKSPACE_ENV: "ws-1"})
     st = _until(lambda: (s := provider.status(alloc)).state == "running" and s, "the job runs")
     assert st.ssh is not None and (st.ssh.host, st.ssh.port) == ("127.0.0.1", login.port)  # type: ignore[union-attr]
+    # the node is reached through the login node (ProxyJump), held to the login node's pinned key; its
+    # own host key, read through it, is the one its sshd presents
+    from jupyter_portable.compute.keys import scan_host_key
+
+    proxy = st.ssh.proxy  # type: ignore[union-attr]
+    assert proxy == provider.through_login() and proxy.endswith("-W %h:%p -- 127.0.0.1")
+    assert "StrictHostKeyChecking=yes" in proxy and f"-p {login.port}" in proxy
+    assert scan_host_key("127.0.0.1", login.port, proxy=proxy) == scan_host_key("127.0.0.1", login.port) is not None
+    assert make_provider(proxy_jump=False).through_login() is None
     job = _job(cluster, alloc.ref)
     assert alloc.details["ends_at"] == datetime.fromtimestamp(job["end_time"], timezone.utc).strftime(
         "%Y-%m-%dT%H:%M:%SZ") and job["end_time"] - job["start_time"] == 7200  # the partition's time limit

@@ -89,7 +89,7 @@ def cloud_ssh(allocation: Allocation, key: str | None = None) -> tuple[Any, Allo
     python = allocation.details.get("python")
     remote = PortableRemote.current()
     host = Host(name=allocation.allocation_id, host=allocation.ssh.host, port=allocation.ssh.port,
-                user=allocation.ssh.user, key=key_path if key_path.exists() else None,
+                user=allocation.ssh.user, key=key_path if key_path.exists() else None, proxy=allocation.ssh.proxy,
                 python=python if isinstance(python, str) and python else
                 remote.python or "python3", workdir=remote.workdir)
     return (SshLink([host], state_dir=default_state_dir(), known_hosts=require_pinned(allocation.allocation_id),
@@ -149,7 +149,7 @@ def _ssh_ready(allocation: Allocation, st: Any) -> str | None:
 
     if st.ssh is None:
         return "running, but no SSH endpoint yet"
-    presented = scan_host_key(st.ssh.host, st.ssh.port)
+    presented = scan_host_key(st.ssh.host, st.ssh.port, proxy=st.ssh.proxy)
     if presented is None:
         return f"running at {st.ssh.host}:{st.ssh.port}, but sshd does not answer yet"
     sent = allocation.details.get("host_key")

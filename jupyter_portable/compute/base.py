@@ -143,9 +143,13 @@ class SshEndpoint:
     host: str
     port: int = 22
     user: str = "root"
+    # how ssh reaches the host through another (a Slurm compute node through its login node): an ssh
+    # ProxyCommand the provider made, held to the other host's pinned key; None: directly
+    proxy: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"host": self.host, "port": self.port, "user": self.user}
+        return {"host": self.host, "port": self.port, "user": self.user,
+                **({"proxy": self.proxy} if self.proxy else {})}
 
 
 @dataclass

@@ -276,6 +276,11 @@ class PortableSlurm(EnvConfigurable):
     node_ssh_port = Int(22, help="""sshd's port on the compute nodes. Environment:
         JUPYTER_PORTABLE_SLURM_NODE_SSH_PORT.""").tag(config=True, env="JUPYTER_PORTABLE_SLURM_NODE_SSH_PORT")
 
+    proxy_jump = Bool(True, help="""Reach the compute nodes through the login node (ssh's ProxyJump,
+        held to the login node's pinned host key), as on most clusters, where only the login node is
+        reachable from outside. False: directly, at the address Slurm has for each node.
+        Example: c.PortableSlurm.proxy_jump = False""").tag(config=True)
+
     queue_next = Bool(False, help="""Queue each job's successor while it runs (sbatch
         --dependency=afterany on it), and Continue onto it by itself when the job ends (its walltime,
         a preemption): the same notebook, kernel id and checkpoint go on there, with no click. Off: the
@@ -310,7 +315,8 @@ SECTIONS: dict[str, tuple[type[EnvConfigurable], dict[str, str]]] = {
                               "gpu_hour_rate": "gpu_hour_rate",
                               "signal_lead_s": "signal_lead_s", "time_limit_s": "time_limit_s",
                               "partitions": "partitions",
-                              "node_ssh_port": "node_ssh_port", "queue_next": "queue_next_job"}),
+                              "node_ssh_port": "node_ssh_port", "queue_next": "queue_next_job",
+                              "proxy_jump": "proxy_jump"}),
 }
 SETTINGS_CLASSES: tuple[type[EnvConfigurable], ...] = tuple(cls for cls, _ in SECTIONS.values())
 

@@ -64,6 +64,7 @@ class Host:
     cuda: str | None = None
     region: str = "self-hosted"
     price_per_hour: float = 0.0
+    proxy: str | None = None  # an ssh ProxyCommand that reaches it through another host (base.SshEndpoint)
 
     def offer(self, capacity: int) -> Offer:
         """This host as an offer of the ``ssh`` provider; ``capacity`` is 1 when free, 0 when in use."""

@@ -226,6 +226,8 @@ class SshLink:
             argv += ["-o", "GlobalKnownHostsFile=/dev/null"]  # this allocation's pinned key and no other
         if host.key is not None:
             argv += ["-i", str(host.key), "-o", "IdentitiesOnly=yes"]
+        if host.proxy:
+            argv += ["-o", f"ProxyCommand={host.proxy}"]  # through another host (a Slurm login node)
         return [*argv, *options, "--", host.host, *([command] if command is not None else [])]
 
     def _shared(self, host: Host) -> list[str]:
