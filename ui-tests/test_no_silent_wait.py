@@ -113,14 +113,29 @@ def test_a_question_left_open_while_the_sidebar_continues_goes_away(page: Any, l
     expect(question(page)).to_have_count(0, timeout=30_000)
 
 
+def refusal_left(page: Any) -> float:
+    """The left a route's refusal quotes in the sidebar ("over the $29.95 left of the budget")."""
+    found = re.search(r"over the \$(\d+\.\d\d) left of the budget", page.locator(SIDEBAR).inner_text())
+    assert found, page.locator(SIDEBAR).inner_text()
+    return float(found.group(1))
+
+
 def test_the_money_left_ticks_while_the_machine_runs_and_every_view_says_it(page: Any, lab: Lab) -> None:
-    sidebar_at(page, 720)
+    sidebar = sidebar_at(page, 720)
     spend = page.locator(f'{SIDEBAR} [aria-label="spend"]')
-    lab.portable("settings", "--budget", "50")
-    expect(spend).to_contain_text("budget $50.00", timeout=20_000)
-    # nothing else happens: the figure moves by itself, a cent every 7.5 s at $4.80/h
-    before = spend.inner_text()
+    # $30: the A10's planned 8 h ($38.40) are over what is left, and its refusal quotes the figure
+    lab.portable("settings", "--budget", "30")
+    expect(spend).to_contain_text("budget $30.00", timeout=20_000)
+    expect(sidebar).to_contain_text("left of the budget", timeout=20_000)
+    # nothing else happens: the figure moves by itself, a cent every 7.5 s at $4.80/h, in the
+    # spend line and in the route's refusal alike
+    before, quoted = spend.inner_text(), refusal_left(page)
     expect(spend).not_to_have_text(before, timeout=30_000)
+    deadline = time.monotonic() + 30
+    while refusal_left(page) == quoted:
+        assert time.monotonic() < deadline, "the route's refusal still quotes what was left before"
+        time.sleep(0.5)
+    assert abs(refusal_left(page) - money_left(spend.inner_text())) <= 0.011
     lab.screenshot(page, "60-budget-ticking-720px")
     # one figure: `spend` and `state`, asked between two looks at the sidebar, fall between them
     seen = money_left(spend.inner_text())
@@ -154,8 +169,8 @@ def test_after_stop_with_every_route_over_the_cap_the_status_bar_and_a_cell_say_
 
 
 def test_with_the_cap_raised_the_question_and_an_interrupt_name_the_route_open_now(page: Any, lab: Lab) -> None:
-    lab.portable("settings", "--max-price", "5")
-    expect(page.locator(f"{SIDEBAR}")).to_contain_text("Budget cap $50.00")
+    lab.portable("settings", "--max-price", "5", "--budget", "50")  # the A10's 8 h fit again
+    expect(page.locator(f"{SIDEBAR}")).to_contain_text("Budget cap $50.00", timeout=20_000)
     held = run(page, 1)
     expect(question(page)).to_be_visible(timeout=30_000)
     expect(held.locator(".jp-InputPrompt")).to_contain_text("[*]")
