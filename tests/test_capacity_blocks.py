@@ -110,6 +110,7 @@ def test_a_bought_block_is_recorded_and_the_launch_at_its_start_goes_into_it(ec2
     assert first is block and block.extra["capacity_reservation_id"] == "cr-0abc"
     stub.add_response("run_instances", {"Instances": [{"InstanceId": "i-0block", "LaunchTime": START}]}, {
         "ImageId": ANY, "InstanceType": "p5.48xlarge", "MinCount": 1, "MaxCount": 1, "ClientToken": "al-block",
+        "InstanceInitiatedShutdownBehavior": "terminate",
         "Placement": {"AvailabilityZone": "us-east-1a"}, "TagSpecifications": ANY,
         "InstanceMarketOptions": {"MarketType": "capacity-block"},
         "CapacityReservationSpecification": {"CapacityReservationTarget": {"CapacityReservationId": "cr-0abc"}}})

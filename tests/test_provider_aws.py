@@ -79,6 +79,7 @@ def instance(state: str, code: int, **fields: Any) -> dict[str, Any]:
 
 def dry_run_params(instance_type: str = "g5.xlarge", zone: str = "us-east-1a") -> dict[str, Any]:
     return {"DryRun": True, "ImageId": DLAMI_IMAGE, "InstanceType": instance_type, "MinCount": 1, "MaxCount": 1,
+            "InstanceInitiatedShutdownBehavior": "terminate",
             "Placement": {"AvailabilityZone": zone},
             "TagSpecifications": [{"ResourceType": "instance", "Tags": [
                 {"Key": "jupyter-portable:allocation", "Value": "dry-run"},
@@ -179,6 +180,7 @@ def test_launch_tags_the_allocation_and_hands_over_the_key(ec2: tuple[Any, Stubb
                                 lambda params, **_: sent.append(dict(params)))
     stub.add_response("run_instances", launched(), {
         "ImageId": "ami-0abc", "InstanceType": "g5.xlarge", "MinCount": 1, "MaxCount": 1, "ClientToken": "alloc-7",
+        "InstanceInitiatedShutdownBehavior": "terminate",
         "Placement": {"AvailabilityZone": "us-east-1a"}, "KeyName": "mine", "SecurityGroupIds": ["sg-1"],
         "TagSpecifications": [{"ResourceType": "instance", "Tags": [
             {"Key": "jupyter-portable:allocation", "Value": "alloc-7"},
@@ -206,6 +208,7 @@ def test_launch_into_a_capacity_block(ec2: tuple[Any, Stubber]) -> None:
     client, stub = ec2
     stub.add_response("run_instances", launched(), {
         "ImageId": DLAMI_IMAGE, "InstanceType": "p5.48xlarge", "MinCount": 1, "MaxCount": 1,
+        "InstanceInitiatedShutdownBehavior": "terminate",
         "ClientToken": "alloc-8", "Placement": {"AvailabilityZone": "us-east-1a"}, "TagSpecifications": ANY,
         "InstanceMarketOptions": {"MarketType": "capacity-block"},
         "CapacityReservationSpecification": {"CapacityReservationTarget": {"CapacityReservationId": "cr-0abc"}}})
