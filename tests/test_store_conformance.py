@@ -432,3 +432,28 @@ def test_every_store_server_listens_on_loopback_and_reports_nothing_outside(kind
     assert listening and listening <= {"127.0.0.1"}, f"{kind} listens on {listening}"
     for flag in _QUIET_FLAGS[kind]:
         assert flag in proc.cmdline(), f"{kind} runs without {flag}: {proc.cmdline()}"
+
+
+def test_a_large_checkpoint_goes_up_in_parallel_parts_each_read_back_as_it_lands(new_store: Callable[[], str],
+                                                                                 tmp_path: Path) -> None:
+    """A checkpoint of several parts (issue 44): the parts go up several at a time and each is
+    read back as soon as it is written, on every backend; "verified" with the bytes in the store."""
+    from jupyter_portable.core import hooks
+    from jupyter_portable.engine.snapshot import PART_SIZE
+    from jupyter_portable.engine.trees import iter_under
+
+    ws = Workspace.init(tmp_path / "ws", new_store())
+    data = os.urandom(2 * PART_SIZE + 1234)
+    (ws.root / "model.bin").write_bytes(data)
+    read_back: list[str] = []
+    hooks.install(before_readback=lambda _store, keys: read_back.extend(keys))
+    try:
+        handle = ws.checkpoint_async(ws.root / "model.bin", step=5, quiet_s=0)
+        record = handle.wait(300)
+    finally:
+        hooks._readbacks.pop()
+    assert record is not None and record.verified, record
+    manifest = ws.store.read_manifest(ws.workspace_id, record.version or 0)
+    (entry,) = list(iter_under(ws.store, manifest.tree or "", "model.bin"))
+    assert len(entry.parts) == 3 and sorted(read_back) == sorted(f"objects/{h[:2]}/{h}" for h, _n in entry.parts)
+    assert ws.store.read_file_range(entry, 0, entry.size) == data

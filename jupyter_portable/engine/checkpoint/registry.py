@@ -124,19 +124,19 @@ class CheckpointStep:
         if torn is not None:
             self.record = self._record(base, status="rejected", reason=torn)
             return [self.record.to_json()], {self.rel}
-        hooks.before_readback(self.store, [object_key(h) for e in mine for h in e.object_keys()])
+        # a file whose every part was read back as it went up, and hashed equal to its name, is
+        # back already: its hash is over those same parts, in order
+        back = [e for e in mine if e.pack is None and e.target is None and e.parts
+                and all(h in self.read_back for h, _n in e.parts)]
+        later = [e for e in mine if e not in back]
+        if later:
+            hooks.before_readback(self.store, [object_key(h) for e in later for h in e.object_keys()])
         p = self.progress
         if p is not None:
-            p.bytes_done, p.bytes_total = 0, sum(e.size for e in mine)
+            p.bytes_done, p.bytes_total = sum(e.size for e in back), sum(e.size for e in mine)
             p.set_stage("verifying")
         try:
-            for e in mine:
-                if e.pack is None and e.target is None and e.parts and all(h in self.read_back for h, _n in e.parts):
-                    # every part was read back as it went up and hashed equal to its name, and the
-                    # file's hash is over those same parts, in order: its bytes are back already
-                    if p is not None:
-                        p.add(nbytes=e.size)
-                    continue
+            for e in later:
                 self.store.verify_file(e, on_bytes=None if p is None else (lambda n: p.add(nbytes=n)))
         except (IntegrityError, StoreError) as exc:
             self.record = self._record(base, status="rejected", reason=f"read-back from the store failed: {exc}")
