@@ -221,7 +221,7 @@ class Workspace:
                 stream.write(line + "\n")
                 stream.flush()
         handle = self.checkpoint_async(path, step=step, note=note, quiet_s=quiet_s, timeout_s=timeout_s,
-                                       echo=echo, policy="keep-both")
+                                       echo=echo, policy="keep-both", low_priority=False)
         record = handle.wait()
         if record is None:
             raise UsageError(f"checkpoint {handle.path} was skipped: {handle.reason}")
@@ -229,11 +229,14 @@ class Workspace:
 
     def checkpoint_async(self, path: str | os.PathLike[str], *, step: int | None = None, note: str = "",
                          quiet_s: float = 2.0, timeout_s: float = 30.0, policy: str | None = None,
-                         budget: int | None = None, echo: Callable[[str], None] | None = None) -> CheckpointHandle:
+                         budget: int | None = None, echo: Callable[[str], None] | None = None,
+                         low_priority: bool = True) -> CheckpointHandle:
         """Register a checkpoint; return once it is safely on local disk (write check passed,
         fsynced) with a handle, while a thread of this process uploads it, reads it back and
         publishes it (``engine/checkpoint/background.py``). ``handle.wait()`` waits for the
-        verdict. ``policy``/``budget``: the queue's, for this one (``checkpoint_queue``)."""
+        verdict. ``policy``/``budget``: the queue's, for this one (``checkpoint_queue``).
+        ``low_priority``: the upload runs at a lower CPU priority than the caller (Linux), as
+        beside a training loop; a caller that waits for it anyway says False."""
         from jupyter_portable.engine.checkpoint.background import (
             CheckpointHandle,
             fsync_checkpoint,
@@ -255,7 +258,7 @@ class Workspace:
                 raise UsageError(f"cannot register {rel}: {exc.strerror or exc}") from exc
         queue = queue_for(self.copy)
         handle = CheckpointHandle(rel, step, note or "", sum(s[0] for s in (signed or {}).values()), queue.new_key())
-        handle.echo = echo
+        handle.echo, handle.low_priority = echo, low_priority
         if not check.ok:
             handle.reason = check.reason  # published as rejected, with this reason, in turn
         # a file's name may hold what a terminal acts on; the message of a version may not

@@ -109,6 +109,7 @@ class CheckpointHandle:
     total_bytes: int = 0
     rate: float = 0.0  # bytes a second, of the upload or the read-back
     echo: Callable[[str], None] | None = field(default=None, repr=False)  # progress lines, for a waiting caller
+    low_priority: bool = True  # beside a training loop; False when the caller waits for it anyway
     _done: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
@@ -231,7 +232,6 @@ class CheckpointQueue:
     # -- the uploading thread ------------------------------------------------------------------
 
     def _run(self) -> None:
-        _lower_priority()
         while True:
             with self._cond:
                 if not self._queue:
@@ -247,8 +247,7 @@ class CheckpointQueue:
             # written at most every quarter second)
             progress = meter.progress = Progress("checkpoint", sink=meter, interval=0.0)
             try:
-                with OPERATION_LOCK:
-                    record = job(handle, progress)
+                record = self._job(handle, job, progress)
                 handle.record = record
                 handle.state = "verified" if record.verified else "rejected"
                 handle.reason = record.reason
@@ -259,6 +258,30 @@ class CheckpointQueue:
                 self._running = None
                 self._finish(handle)
                 self._cond.notify_all()
+
+    def _job(self, handle: CheckpointHandle, job: Job, progress: Progress) -> CheckpointRecord:
+        """Run ``job`` under the operation lock; one the caller does not wait for runs in a thread
+        of lower CPU priority (it, and the upload threads it starts, inherit it)."""
+        if not handle.low_priority:
+            with OPERATION_LOCK:
+                return job(handle, progress)
+        out: list[CheckpointRecord] = []
+        failed: list[BaseException] = []
+
+        def lowered() -> None:
+            _lower_priority()
+            try:
+                with OPERATION_LOCK:
+                    out.append(job(handle, progress))
+            except BaseException as exc:  # handed to the queue's thread, which records it
+                failed.append(exc)
+
+        worker = threading.Thread(target=lowered, name="portable-checkpoint-upload", daemon=True)
+        worker.start()
+        worker.join()
+        if failed:
+            raise failed[0]
+        return out[0]
 
     def _finish(self, handle: CheckpointHandle) -> None:
         with self._io:  # the record goes first: whoever waits on the handle sees it gone

@@ -163,7 +163,7 @@ class WorkspaceMagics(Magics):
                 raise UsageError("--settle must be >= 0 and --timeout > 0")
             handle = ws.checkpoint_async(path, step=args.step, note=args.note, quiet_s=quiet,
                                          timeout_s=args.timeout, policy=args.queue,
-                                         echo=CellProgress() if args.wait else None)
+                                         echo=CellProgress() if args.wait else None, low_priority=not args.wait)
             if not args.wait:
                 step = f" (step {args.step})" if args.step is not None else ""
                 if handle.reason is None:
