@@ -197,8 +197,9 @@ def _config(args: argparse.Namespace) -> Any:
     return Portable(config=load_config())
 
 
-def _orchestrator(args: argparse.Namespace, ws: Any) -> Any:
-    """An Orchestrator of ``ws`` with c.Portable's settings, its moves and progress on stderr."""
+def _orchestrator(args: argparse.Namespace, ws: Any, config: Any = None) -> Any:
+    """An Orchestrator of ``ws`` with c.Portable's settings (``config``, else read), its moves and
+    progress on stderr."""
     from jupyter_portable.orchestration.orchestrator import Orchestrator
 
     def on_state(ev: dict[str, Any]) -> None:
@@ -211,7 +212,7 @@ def _orchestrator(args: argparse.Namespace, ws: Any) -> Any:
         if not args.quiet:
             print(terminal_safe(f"  {ev['step']}: {ev['message']}", one_line=True), file=sys.stderr)
 
-    config = _config(args)
+    config = config if config is not None else _config(args)
     mode = getattr(args, "environment", None) or config.environment
     return Orchestrator(ws, on_state=on_state, on_progress=on_progress, providers=config.make_providers(),
                         environment={"mode": mode}, pass_env=config.pass_env, boot_timeout=config.boot_timeout)
@@ -241,8 +242,8 @@ def _stop(args: argparse.Namespace, ws: Any) -> Answer:
 
 def _state(args: argparse.Namespace, ws: Any) -> Answer:
     """``state``: the workspace's state and machine in the words every view uses, and the budget."""
-    orch = _orchestrator(args, ws)
     config = _config(args)
+    orch = _orchestrator(args, ws, config)
     try:
         from jupyter_portable.core.reachability import since_text
         from jupyter_portable.core.state_words import safe_version, state_line, unreachable_line
