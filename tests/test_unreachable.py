@@ -261,14 +261,28 @@ def test_vast_unknown_for_a_while_mid_session_is_unreachable_not_lost(tmp_path: 
         assert orch.continue_()["state"] == L.ACTIVE
         [ref] = vast.running()
         assert orch.check(now=T0)["alive"] is True
+        rec = orch.record()
+        flag = tmp_path / "go-on"
+        worker, kc, output = running_cell(rec, orch.providers["vastai"], CELL.format(flag=str(flag)))
+        assert _until(lambda: "tick" in "".join(output), 60), output
         with vast.host_silent(ref):
             looks = [orch.check(now=T0 + timedelta(seconds=s)) for s in (5, 35, 65)]
             assert [(a["state"], a["alive"]) for a in looks] == [(L.ACTIVE, False)] * 3, looks
             assert looks[-1]["unreachable"] == "unreachable since 14:02Z"
+            assert sidebar_state(ws, orch)["unreachable"]["line"] == "unreachable since 14:02Z"
             assert "no recent heartbeat" in (looks[-1]["unreachable_reason"] or "")
             assert orch.observed[looks[-1]["allocation_id"]].state == "unknown"  # what Vast said, as shown
         back = orch.check(now=T0 + timedelta(seconds=70))
         assert (back["state"], back["alive"], back["unreachable_since"]) == (L.ACTIVE, True, None), back
+        assert sidebar_state(ws, orch)["unreachable"] is None  # and then the machine again
+        # the cell ran on through it: its output arrives, then its end and its reply
+        del output[:]
+        assert _until(lambda: "tick" in "".join(output), 60), "no output from the running cell after the silence"
+        flag.write_text("")
+        assert kc.get_shell_msg(timeout=60)["content"]["status"] == "ok"
+        assert _until(lambda: "after the partition" in "".join(output), 30), output
+        kc.stop_channels()
+        worker.close()
         # nothing was destroyed while Vast could not say, and the same instance serves on
         assert vast.running() == [ref]
         assert [r for r in vast.requests if r["op"] == "destroyInstance"] == []
