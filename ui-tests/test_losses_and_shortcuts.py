@@ -168,13 +168,17 @@ def test_losing_the_machine_three_times_changes_the_best_route(page: Any, lab: L
     spot = spot_route(after)
     best = next(r for r in after["routes"] if r["id"] == after["best"])
     assert best["offer"] != SPOT and after["routes"][0]["id"] == best["id"]
-    # still the cheapest, which is why the rule and not the price moved it
-    assert spot["cost"]["total"] < best["cost"]["total"] <= spot["cost"]["total"] * 1.5
     assert [h.split(" ")[0] for h in spot["history"]] == ["preempted"] * 3
-    assert spot["demoted"].startswith("Not marked best: preempted 3 times in the last hour, and ")
-
     card = sidebar.locator(f'li.jp-Portable-routeCard[data-route="{spot["id"]}"]')
-    expect(card.locator(".jp-Portable-demoted")).to_have_text(spot["demoted"], timeout=60_000)
+    if spot["cost"]["total"] < best["cost"]["total"]:
+        # still the cheapest: the rule, not the price, moved it, and its card says why
+        assert best["cost"]["total"] <= spot["cost"]["total"] * 1.5
+        assert spot["demoted"].startswith("Not marked best: preempted 3 times in the last hour, and ")
+        expect(card.locator(".jp-Portable-demoted")).to_have_text(spot["demoted"], timeout=60_000)
+    else:
+        # priced out by its own risk (issue 43: three preemptions, and the two checkpoints made at
+        # the start grow old, so a loss now costs the work since then): no rule was needed
+        assert spot["demoted"] is None and spot["cost"]["risk"] > spot_route(first)["cost"]["risk"]
     expect(card.locator(".jp-Portable-best")).to_have_count(0)
     expect(sidebar.locator(f'li.jp-Portable-routeCard.jp-mod-best[data-route="{best["id"]}"]')).to_have_count(1)
     risk = card.locator(".jp-Portable-cardRisk")
@@ -183,7 +187,7 @@ def test_losing_the_machine_three_times_changes_the_best_route(page: Any, lab: L
         r" (\$\d+\.\d\d|<\$0\.01) expected \(preempted (just now|\d+ (s|min) ago),"
         r" preempted (just now|\d+ (s|min) ago), preempted (just now|\d+ (s|min) ago)\)$"))
     expect(risk).to_have_attribute("title", re.compile(
-        r"^A lost machine costs \d+ s to notice, \d+ s to Continue again and \d+ (s|min|\.\d h) of work since"
+        r"^A lost machine costs \d+ s to notice, \d+ s to Continue again and (\d+ s|\d+ min|\d+\.\d h) of work since"
         r" the last verified checkpoint, on average \((no verified checkpoint yet|the last is [^)]+ old[^)]*)\)$"))
     assert best["demoted"] is None
     # the best route is listed first, the cheaper spot offer right after it
@@ -198,9 +202,12 @@ def test_losing_the_machine_three_times_changes_the_best_route(page: Any, lab: L
     expect(row).to_be_visible()
     expect(row.locator(".jp-Portable-best")).to_have_count(0)
     expect(sidebar.locator(f'tr.jp-Portable-route.jp-mod-best[data-route="{best["id"]}"]')).to_have_count(1)
-    why = row.locator("xpath=following-sibling::tr[1]")
-    expect(why.locator(".jp-Portable-demoted")).to_have_text(spot["demoted"])
-    expect(why).to_contain_text(re.compile(r"h lost, (\$\d+\.\d\d|<\$0\.01) expected \(preempted "))
+    if spot["demoted"]:  # put back by the rule: the row under it says why
+        why = row.locator("xpath=following-sibling::tr[1]")
+        expect(why.locator(".jp-Portable-demoted")).to_have_text(spot["demoted"])
+        expect(why).to_contain_text(re.compile(r"h lost, (\$\d+\.\d\d|<\$0\.01) expected \(preempted "))
+    else:  # priced out: the best route is the table's first row
+        expect(sidebar.locator("tr.jp-Portable-route").first).to_have_attribute("data-route", best["id"])
     row.evaluate("el => el.scrollIntoView({block: 'center'})")
     shot(lab, page, "34-three-losses-best-changes-720px")
 
