@@ -458,6 +458,9 @@ def test_continue_puts_the_workspace_on_a_slurm_job_and_a_preemption_loses_it_wi
         assert out["state"] == "ACTIVE" and out["provider"] == "slurm", out
         state = cli.json("state", cwd=root, extra_env=env)
         assert state["machine"]["ssh"]["port"] == login.port and state["machine"]["host_key_source"] == "first use"
+        job = _job(cluster, state["machine"]["ref"])  # the countdown's end, as the CLI says it: the job's walltime
+        assert state["machine"]["ends_at"] == datetime.fromtimestamp(job["end_time"], timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%SZ") and state["machine"]["next"] is None  # nothing queued ahead: the setting is off
         # a cell runs on the job's node, in a kernel the worker there starts, on the files read back
         from test_env_any_python import run_cell
 
