@@ -141,7 +141,8 @@ def test_the_first_cell_is_held_while_the_notebook_asks_and_cancel_ends_it_sayin
     reply = _reply_to(placeholder, msg_id, 30)
     assert reply is not None and reply["content"]["ename"] == "NoGPUMachine"
     text = _traceback(reply)
-    assert "Nothing was rented: the first machine was cancelled, and the workspace stays IDLE" in text
+    assert ("Nothing was rented: the question to rent 1x NVIDIA A100-SXM4-80GB on local/a100 (local-a) at $1.50/h "
+            "was cancelled, and the workspace stays IDLE") in text
     assert "run a cell again and press Start, or press Continue in the portable sidebar" in text
     assert "Continue would take: 1x NVIDIA A100-SXM4-80GB on local/a100 (local-a) at $1.50/h" in text
     # the next cell is held again: the question comes back
@@ -192,9 +193,40 @@ def test_a_held_first_cell_names_the_route_the_notebook_read_and_a_closed_one_sa
     reply = _reply_to(placeholder, again, 30)
     assert reply is not None
     text = _traceback(reply)
-    assert "Nothing was rented: the new machine was cancelled, and the workspace stays" in text
+    assert ("Nothing was rented: the question to rent 1x NVIDIA A100-SXM4-80GB on local/a100 (local-a) at $1.50/h "
+            "was cancelled, and the workspace stays") in text
     assert "Continue would take: 1x NVIDIA A100-SXM4-80GB on local/a100 (local-a) at $1.50/h" in text
     assert "no route is open now" not in text
+
+
+L4 = {"id": "local/l4", "gpu": "NVIDIA L4", "gpu_count": 1, "provider": "local", "offer": "l4", "region": "local-a",
+      "price_per_hour": 0.4}
+RTX = {"id": "local/rtx4090", "gpu": "NVIDIA GeForce RTX 4090", "gpu_count": 1, "provider": "local",
+       "offer": "rtx4090", "region": "local-b", "price_per_hour": 0.35}
+# after a Stop the provisioner names the stopped machine's own route first (the RTX 4090 a fallback put
+# the notebook on), while the notebook's question names the best route (the L4): issue 43, item 5
+RELEASED_ON_RTX = {"state": "RELEASED", "reason": "stopped", "first": True, "ask": True, "route": RTX,
+                   "ask_wait_s": 1.0}
+
+
+@pytest.mark.parametrize("placeholder", [RELEASED_ON_RTX], indirect=True, ids=["released"])
+def test_cancel_names_the_machine_the_question_offered_and_says_nothing_was_rented(placeholder: Any) -> None:
+    _control(placeholder, {"asker": True})
+    _control(placeholder, {"asking": True, "route": L4})  # the question is asked: "Rent NVIDIA L4 ...?"
+    held = placeholder.execute("print(1)")
+    assert _reply_to(placeholder, held, 1.5) is None  # held while the question is open
+    # a later read (another cell's question) named another route; the Cancel pressed is the L4 question's
+    _control(placeholder, {"route": RTX})
+    _control(placeholder, {"answer": "cancel", "reason": "", "route": L4})
+    reply = _reply_to(placeholder, held, 30)
+    assert reply is not None
+    l4 = "1x NVIDIA L4 on local/l4 (local-a) at $0.40/h"
+    # the error's head (what the cell shows folded) names the offered machine and that nothing was rented
+    assert reply["content"]["evalue"] == (f"Nothing was rented: the question to rent {l4} was cancelled, "
+                                          "and the workspace stays RELEASED")
+    text = _traceback(reply)
+    assert f"Continue would take: {l4}" in text
+    assert "RTX 4090" not in text and "new machine" not in text, text
 
 
 @pytest.mark.parametrize("placeholder", [FIRST], indirect=True, ids=["first"])

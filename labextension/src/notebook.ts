@@ -95,6 +95,17 @@ interface IHeld {
   cellId: string;
 }
 
+/** A route as the placeholder kernel names it (placeholder.py ROUTE_KEYS). */
+interface IRouteFacts {
+  id: string;
+  gpu: string;
+  gpu_count: number;
+  provider: string;
+  offer: string;
+  region: string | null;
+  price_per_hour: number;
+}
+
 /** The model of JupyterLab's kernel item in the status bar (apputils' KernelStatus.Model): what of it
  * this reads and re-renders. */
 interface IKernelStatusBarModel {
@@ -123,7 +134,7 @@ export class PortableNotebooks {
       if (change.type === 'removed' && change.notification.id === this._question) {
         // the question was dismissed unanswered (the notification center's Dismiss): nothing is rented
         this._question = null;
-        this._endHeld('cancel');
+        this._endHeld('cancel', '', this._questionRoute);
       }
     });
     void this.refresh();
@@ -138,6 +149,8 @@ export class PortableNotebooks {
   private _asking = false;
   /** The open question's notification id (Start / Cancel not pressed yet). */
   private _question: string | null = null;
+  /** The route the open question names: its answer carries it, so the cell's output names that one. */
+  private _questionRoute: IRouteFacts | null = null;
   private _statusBar: IKernelStatusBarModel | null = null;
   private _moving = false;
   private _notice = '';
@@ -281,11 +294,13 @@ export class PortableNotebooks {
   }
 
   /** End the held first cells (Cancel, or a start that failed): each gets an output saying why. */
-  private _endHeld(answer: 'cancel' | 'failed', reason = ''): void {
+  private _endHeld(answer: 'cancel' | 'failed', reason = '', route?: IRouteFacts | null): void {
     const panels = new Set(this._held.map(h => h.panel));
     this._held = [];
+    // the route the question named goes with the answer: the output names the machine the user refused
+    const content = route === undefined ? { answer, reason } : { answer, reason, route };
     for (const panel of panels) {
-      void tellPlaceholder(panel, { answer, reason });
+      void tellPlaceholder(panel, content);
     }
   }
 
@@ -315,7 +330,7 @@ export class PortableNotebooks {
     this._tellHeld(ASKING);
     let route: { id: string; text: string } | null = null;
     let why = 'no route is open now: see the routes in the portable sidebar';
-    let facts: { [key: string]: unknown } | null = null;
+    let facts: IRouteFacts | null = null;
     try {
       const answer = await this.client.routes(8);
       const best = answer.routes.find(r => r.id === answer.best) ?? null;
@@ -361,6 +376,7 @@ export class PortableNotebooks {
       start();
       return;
     }
+    this._questionRoute = facts;
     this._question = Notification.info(route.text, {
       autoClose: false,
       actions: [
@@ -370,7 +386,7 @@ export class PortableNotebooks {
           callback: () => {
             this._question = null;
             this._asking = false;
-            this._endHeld('cancel');
+            this._endHeld('cancel', '', facts);
           }
         }
       ]

@@ -18,7 +18,8 @@ reason) or a Continue that ends FAILED ends the cell at once with an error sayin
 and how to start. With no notebook to ask, the cell gets that error at once; and a notebook that
 does not say it asks (``asking``) within ``ASK_WAIT_S`` of the cell (a page closed, a question
 that was never shown) ends it too, saying so: nothing hangs. The route each outcome names is the
-one the notebook read as it asked (``route``), not the one of the kernel's start.
+one the notebook's question named (``route``, sent as it asks and again with the answer), not the one
+of the kernel's start (after a stop, the provisioner names the stopped machine's own route first).
 """
 
 from __future__ import annotations
@@ -86,9 +87,15 @@ def first_machine_outcome(facts: dict[str, Any], answer: str, reason: str = "", 
     """(evalue, traceback text) of a first cell (or the first after a release) whose start was
     cancelled or failed; ``state``: the workspace's state now, where known."""
     state = state or str(facts.get("state") or "IDLE")
+    # the route the question named (its answer carries it), else the last the notebook read
+    known = facts.get("route_told", True) is not False
+    route = facts.get("route") if known else None
     if answer == "cancel":
-        which = "first machine" if state == "IDLE" else "new machine"
-        head = f"Nothing was rented: the {which} was cancelled, and the workspace stays {state}"
+        # the question was answered before anything was rented: no machine exists to be cancelled
+        asked = f" to rent {route_text(route)}" if route else ""
+        head = f"Nothing was rented: the question{asked} was cancelled, and the workspace stays {state}"
+    elif answer == "continue-cancelled":
+        head = f"The Continue was cancelled before the kernel moved to a machine, and the workspace stays {state}"
     elif answer == "starting":
         head = "Not run here: the first machine is starting, and the notebook runs this cell there once it is ready"
     elif answer == "unasked":
@@ -99,9 +106,7 @@ def first_machine_outcome(facts: dict[str, Any], answer: str, reason: str = "", 
     hint = ("Press Continue in the portable sidebar to choose a route (each blocked one says why)."
             if answer == "continue-failed" else NO_ROUTE_HINT if reason.startswith("no route is open")
             else START_HINT)
-    # the route as the notebook read it when it asked; the kernel's own is as of its start
-    known = facts.get("route_told", True) is not False
-    lines = [head, hint, f"Continue would take: {route_text(facts.get('route'), known)}"]
+    lines = [head, hint, f"Continue would take: {route_text(route, known)}"]
     return head, "\n".join(lines)
 
 
@@ -186,7 +191,9 @@ class PlaceholderKernel(Kernel):  # type: ignore[misc]
         if content.get("asking"):  # a new question: an answer left from an earlier one is not its answer
             self.asking = True
             self.answer = None
-        if "route" in content:  # the route as the notebook read it now (None: none is open)
+        if "route" in content:
+            # the route as the notebook read it now (None: none is open); with an answer, the route of
+            # the question answered: the outcome names that one, whatever the kernel's start or a later read
             route = content["route"]
             self.facts["route"] = ({k: route[k] for k in ROUTE_KEYS if k in route}
                                    if isinstance(route, dict) else None)
@@ -227,7 +234,9 @@ class PlaceholderKernel(Kernel):  # type: ignore[misc]
                 return answer, reason
             if _asks(state):
                 if started:
-                    return "cancel", ""  # the Continue was cancelled before it rented anything
+                    # Start was pressed and the Continue cancelled (the sidebar's Cancel): what it rented
+                    # on the way, if anything, was released; the question's Cancel is another answer
+                    return "continue-cancelled", ""
                 if not self.asking and loop.time() > unasked_at:
                     return "unasked", ""  # nobody will answer: never a silent [*]
             elif not moving:  # FAILED: however fast it got there
