@@ -323,3 +323,13 @@ def test_a_seal_waits_for_the_checkpoints_in_flight_and_says_so(ws: Workspace, t
     latest = Workspace.find(ws.root).latest_checkpoint()
     assert latest is not None and latest.step == 3 and (latest.version or 0) <= out["version"]
     assert stored_bytes(ws, "c.pt", out["version"]) == want
+
+
+def test_a_folder_checkpoint_with_a_link_inside_is_verified_with_its_files(ws: Workspace) -> None:
+    folder = ws.root / "run" / "step-4"
+    folder.mkdir(parents=True)
+    save(folder / "model.pt", 4)
+    (folder / "latest.pt").symlink_to("model.pt")  # as Lightning's save_last="link" makes one
+    record = ws.checkpoint_async(folder, step=4, quiet_s=0).wait(60)
+    assert record is not None and record.verified, record
+    assert (record.path, record.kind) == ("run/step-4", "directory")

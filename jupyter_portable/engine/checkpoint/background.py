@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import stat
 import sys
 import threading
 import time
@@ -61,6 +62,8 @@ def signatures(root: Path, rel: str) -> dict[str, Signature]:
     out: dict[str, Signature] = {}
     for p in paths:
         st = p.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            continue  # stored as its target's name: no bytes of its own to hold to a signature
         out[p.relative_to(root).as_posix()] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
     return out
 
