@@ -233,9 +233,10 @@ class PlaceholderKernel(Kernel):  # type: ignore[misc]
                     answer = "starting" if moving else "cancel"
                 return answer, reason
             if _asks(state):
-                if started:
-                    # Start was pressed and the Continue cancelled (the sidebar's Cancel): what it rented
-                    # on the way, if anything, was released; the question's Cancel is another answer
+                if started and state:
+                    # a Continue began and the workspace is back where a cell asks: it did not go on (one
+                    # cancelled in the sidebar ends FAILED, below); the question's Cancel is another answer.
+                    # An unreadable lifecycle file ("") is no such end: the next look tells
                     return "continue-cancelled", ""
                 if not self.asking and loop.time() > unasked_at:
                     return "unasked", ""  # nobody will answer: never a silent [*]
