@@ -13,6 +13,7 @@ network is back (the tunnels come back on the same local ports and the kernel's 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -108,6 +109,9 @@ n = 0
 while not os.path.exists({flag!r}):
     n += 1
     print("tick", n, flush=True)
+    if os.path.exists({flag!r} + ".during") and not os.path.exists({flag!r} + ".said"):
+        print("during the partition", flush=True)
+        open({flag!r} + ".said", "w").close()
     time.sleep(0.3)
 print("after the partition", flush=True)
 """
@@ -132,6 +136,7 @@ def running_cell(record: Any, provider: Any, code: str) -> tuple[Any, Any, list[
 
     from jupyter_client import BlockingKernelClient
 
+    from jupyter_portable.worker.catchup import CatchUp
     from jupyter_portable.worker.client import AgentClient
 
     client = AgentClient(record, provider)
@@ -142,15 +147,20 @@ def running_cell(record: Any, provider: Any, code: str) -> tuple[Any, Any, list[
     kc.start_channels()
     kc.wait_for_ready(timeout=60)
     output: list[str] = []
+    # what the kernel published while a forward was down comes from the worker's record, once, in
+    # order (worker/catchup.py, as the server's kernel websocket passes its messages on)
+    catchup = CatchUp(client.iopub_after, client.forward_restarts)
 
     def read() -> None:
         while kc.channels_running:
             try:
-                msg = kc.get_iopub_msg(timeout=0.5)
+                live = kc.get_iopub_msg(timeout=0.5)
             except Exception:
                 continue
-            if msg["msg_type"] == "stream":
-                output.append(msg["content"]["text"])
+            for frames in catchup.passing(live["header"]["msg_id"]):
+                msg = live if frames is None else kc.session.deserialize(kc.session.feed_identities(frames)[1])
+                if msg["msg_type"] == "stream":
+                    output.append(msg["content"]["text"])
 
     kc.execute(code)
     threading.Thread(target=read, daemon=True).start()
@@ -184,6 +194,9 @@ def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
         with partitioned(sshd):
             # every port forward (the worker's HTTP, the kernel's five ports) dies and is started again
             assert _until(lambda: all(t.restarts >= 1 for t in tunnels), 60), [t.restarts for t in tunnels]
+            # the cell prints while no forward reaches it: that line must arrive all the same, once
+            Path(f"{flag}.during").write_text("")
+            assert _until(Path(f"{flag}.said").exists, 30)
             looks = [orch.check(now=T0 + timedelta(seconds=s)) for s in (5, 50, 95)]
             assert [(a["state"], a["alive"]) for a in looks] == [(L.ACTIVE, False)] * 3, looks
             # the silence began at the first look that found no path, and every look says so
@@ -211,12 +224,17 @@ def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
         assert [e.state for e in orch.lifecycle().events if e.state == L.LOST] == []
         # the tunnels are back on the same local ports: the running cell's output arrives again, and
         # its end and its reply after the test lets it finish
-        del output[:]
-        assert _until(lambda: "tick" in "".join(output), 60), "no output from the running cell after the partition"
+        before = len(output)
+        assert _until(lambda: "tick" in "".join(output[before:]), 60), "no output from the cell after the partition"
         flag.write_text("")
         reply = kc.get_shell_msg(timeout=60)
         assert reply["content"]["status"] == "ok", reply["content"]
         assert _until(lambda: "after the partition" in "".join(output), 30), output
+        # and what it printed while the forwards were down arrived too: every line once, in order
+        text = "".join(output)
+        assert text.count("during the partition") == 1, text
+        ticks = [int(n) for n in re.findall(r"^tick (\d+)$", text, re.M)]
+        assert ticks == list(range(1, len(ticks) + 1)), ticks
         kc.stop_channels()
         worker.close()
         # the same worker answers: the session seals and releases as if nothing had happened

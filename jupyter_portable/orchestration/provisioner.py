@@ -93,6 +93,11 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         return self._no_machine is not None
 
     @property
+    def agent_client(self) -> AgentClient | None:
+        """The worker's client of the kernel running now (its forwards, its IOPub record); None for a placeholder."""
+        return self._client if self._no_machine is None and self._alive else None
+
+    @property
     def has_process(self) -> bool:
         if self._placeholder is not None:
             return self._placeholder.poll() is None

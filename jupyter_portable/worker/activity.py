@@ -18,6 +18,7 @@ from typing import Any
 from jupyter_portable.core.envconfig import PortableWorker
 from jupyter_portable.core.idle import gpu_busy
 from jupyter_portable.core.times import from_timestamp_iso
+from jupyter_portable.worker.iopub_log import IOPubLog
 
 log = logging.getLogger("jupyter_portable.worker")
 
@@ -173,6 +174,7 @@ def watch_kernel(state: Any) -> None:
             assert info is not None
             session = Session(key=str(info["key"]).encode(), signature_scheme=info.get("signature_scheme")
                               or "hmac-sha256")
+            state.iopub_log.follow(f"{info['iopub_port']}:{k.pid}")  # what the user side may ask again
             sock = _subscribe(ctx, state, k, info, session)
             if sock is None:
                 time.sleep(0.05)  # the kernel ended or changed before it was heard
@@ -182,14 +184,17 @@ def watch_kernel(state: Any) -> None:
         try:
             if not sock.poll(100):
                 continue
-            _read(sock, session, activity)
+            _read(sock, session, activity, state.iopub_log)
         except (zmq.ZMQError, ValueError, KeyError, TypeError) as exc:
             log.debug("iopub message not read: %s", exc)
 
 
-def _read(sock: Any, session: Any, activity: Activity) -> None:
-    _idents, parts = session.feed_identities(sock.recv_multipart(), copy=True)
-    activity.saw_message(session.deserialize(parts, content=True))
+def _read(sock: Any, session: Any, activity: Activity, log: IOPubLog) -> None:
+    frames = sock.recv_multipart()
+    _idents, parts = session.feed_identities(frames, copy=True)
+    msg = session.deserialize(parts, content=True)
+    log.add(str(msg["header"].get("msg_id") or ""), frames)
+    activity.saw_message(msg)
 
 
 def _subscribe(ctx: Any, state: Any, kernel: Any, info: dict[str, Any], session: Any) -> Any:
@@ -210,7 +215,7 @@ def _subscribe(ctx: Any, state: Any, kernel: Any, info: dict[str, Any], session:
         while state.kernel is kernel and state.kernel_info is info and kernel.poll() is None:
             if sock.poll(250):
                 try:
-                    _read(sock, session, state.activity)
+                    _read(sock, session, state.activity, state.iopub_log)
                 except (ValueError, KeyError, TypeError) as exc:  # a message came, even one that did not read
                     log.debug("iopub message not read: %s", exc)
                 return sock

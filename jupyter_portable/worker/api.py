@@ -12,6 +12,7 @@ API (JSON; ``Authorization: token <token>``)::
     POST /kernel   {"kernel_id"}    start (or restart) the kernel; its connection info (ports on 127.0.0.1)
     GET  /kernel                    {"alive": bool, "returncode": int | null}
     POST /kernel/signal {"signum"}  signal the kernel
+    GET  /kernel/iopub?after=<msg_id>  {"kernel", "found", "messages"}: what the kernel published after it
     DELETE /kernel                  stop the kernel
     POST /snapshot {"message"}      publish the worker's copy: {"version", "changed"}
     PUT  /files {"path", "content" (base64), "base" (hash or null)}   409 on a conflicting edit
@@ -229,6 +230,15 @@ class ActivityHandler(_Handler):
         self.answer({"kept_at": self.state.activity.keep()})
 
 
+class KernelIOPubHandler(_Handler):
+    def get(self) -> None:
+        """The kernel's IOPub messages after ``after`` (a msg_id), as worker/iopub_log.py keeps them."""
+        after = self.get_query_argument("after", "")
+        if len(after) > 200:
+            raise UsageError("after must be a msg_id (at most 200 characters)")
+        self.answer(self.state.iopub_log.after(after))
+
+
 class ShutdownHandler(_Handler):
     def post(self) -> None:
         self.checked_body("empty-request.json")
@@ -246,6 +256,7 @@ def shutdown_soon(state: AgentState) -> None:
 # (path, handler): every route of the worker's API, as the server's are one table
 ROUTES: tuple[tuple[str, type[_Handler]], ...] = (
     (r"/status", StatusHandler), (r"/kernel", KernelHandler), (r"/kernel/signal", KernelSignalHandler),
+    (r"/kernel/iopub", KernelIOPubHandler),
     (r"/snapshot", SnapshotHandler), (r"/files", FilesHandler), (r"/fetch", FetchHandler), (r"/seal", SealHandler),
     (r"/shutdown", ShutdownHandler), (r"/credentials", CredentialsHandler), (r"/activity", ActivityHandler),
     (r"/tree", TreeHandler), (r"/read", ReadHandler),

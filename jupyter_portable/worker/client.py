@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 
@@ -352,6 +353,11 @@ class AgentClient:
         self._closers.append(close)
         return [int(p) for p in ports]
 
+    def forward_restarts(self) -> int:
+        """How many times this client's SSH forwards started again after they died (a partition;
+        ``compute/sshlink.py``): what tells a kernel connection it may have missed output (worker/catchup.py)."""
+        return sum(int(getattr(getattr(close, "__self__", None), "restarts", 0)) for close in self._closers)
+
     def close(self) -> None:
         self._http.close()
         for close in self._closers:
@@ -408,6 +414,10 @@ class AgentClient:
 
     def signal_kernel(self, signum: int) -> dict[str, Any]:
         return self.request("POST", "/kernel/signal", {"signum": signum})
+
+    def iopub_after(self, msg_id: str, timeout: float = 5) -> dict[str, Any]:
+        """What the kernel published after ``msg_id`` (``GET /kernel/iopub``; worker/iopub_log.py)."""
+        return self.request("GET", "/kernel/iopub?" + urlencode({"after": msg_id}), timeout=timeout)
 
     def stop_kernel(self) -> dict[str, Any]:
         return self.request("DELETE", "/kernel", timeout=30)

@@ -15,6 +15,7 @@ from typing import Any
 from jupyter_portable.core.errors import PortableError
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
 from jupyter_portable.worker.activity import Activity
+from jupyter_portable.worker.iopub_log import IOPubLog
 
 
 class AgentState:
@@ -49,6 +50,7 @@ class AgentState:
         self.lock = threading.Lock()
         self.credentials_expiration: str | None = None  # of the store credentials in use; never the keys
         self.activity = Activity()  # the kernel's cells and the GPUs' work, for idle autostop
+        self.iopub_log = IOPubLog()  # what the kernel published, for a user side that was cut off
         self.guardian: Any = None  # worker.guardian.Guardian, when the user side sent a policy
 
     # -- the store, opened lazily in the threads that need it --

@@ -23,6 +23,11 @@ Two things then went wrong in JupyterLab's own widgets (issue 30, item 6):
   client, each request the old one left is told "idle", as that process would have said had it
   finished. The notebook plugin runs held cells again as new requests.
 
+A kernel on a machine reached through SSH forwards misses what it publishes while a forward is
+down (a partition): each socket passes on, before the first message after a forward came back,
+what the worker recorded since the last message it passed on, each message once
+(``worker/catchup.py``, ``worker/iopub_log.py``).
+
 Both statuses carry the session id of the kernel process last heard, so JupyterLab (which drops
 a message whose session is not the one it heard last) drops none of the kernel's own messages
 around them.
@@ -41,6 +46,8 @@ from jupyter_server.services.kernels.connection.base import (
 )
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 from tornado.websocket import WebSocketClosedError
+
+from jupyter_portable.worker.catchup import CatchUp
 
 V1 = "v1.kernel.websocket.jupyter.org"
 # the states a client is told as the server knows them ("starting": a new process that has not
@@ -68,6 +75,29 @@ class PortableKernelConnection(ZMQChannelsWebsocketConnection):  # type: ignore[
         super().handle_incoming_message(incoming_msg)
 
     def handle_outgoing_message(self, stream: Any, outgoing_msg: list[Any]) -> None:
+        channel = stream if isinstance(stream, str) else getattr(stream, "channel", None)
+        catchup = self._catchup() if channel == "iopub" else None
+        if catchup is None:
+            self._pass_on(stream, outgoing_msg)
+            return
+        header, _, _ = self._outgoing_parts(outgoing_msg, status_only=True)
+        # what the kernel published while the SSH forward was down, from the worker, before this
+        # message; nothing twice (worker/catchup.py)
+        for frames in catchup.passing(str(header.get("msg_id") or "")):
+            self._pass_on(stream, outgoing_msg if frames is None else frames)
+
+    def _catchup(self) -> CatchUp | None:
+        """This socket's CatchUp, for a kernel on a machine reached through SSH forwards; else None."""
+        client = getattr(getattr(self.kernel_manager, "provisioner", None), "agent_client", None)
+        if client is None or client.record.allocation.ssh is None:
+            return None
+        held = getattr(self, "_catchup_of", None)
+        if held is None or held[0] is not client:  # a kernel restarted or moved: a new connection to follow
+            held = (client, CatchUp(lambda after: client.iopub_after(after, timeout=3), client.forward_restarts))
+            self._catchup_of = held
+        return held[1]
+
+    def _pass_on(self, stream: Any, outgoing_msg: list[Any]) -> None:
         channel = stream if isinstance(stream, str) else getattr(stream, "channel", None)
         header, parent, content = self._outgoing_parts(outgoing_msg, status_only=True)
         kernel_session = str(header.get("session") or "")
