@@ -93,7 +93,7 @@ def one_run(cluster: Any, root: Path, store: Path) -> dict[str, float]:
             route = watch.look(orch, datetime.now(timezone.utc))
         seen = time.time()
         assert orch.lifecycle().state == L.LOST
-        second = orch.continue_(route)
+        second = orch.continue_(route, queued=watch.offer_for(route))  # as the server's monitor does
         ready = time.time()
         words = _cell(orch, second["allocation_id"])
         done = time.time()

@@ -41,6 +41,10 @@ class Cluster:
     def terminate(self, allocation: Allocation) -> None:
         self.terminated.append(allocation.ref)
 
+    def queued_offer(self, allocation: Allocation, ref: str) -> Any:
+        """The queued job's offer, from the allocation's record (Provider.queued_offer): asks nothing."""
+        return SimpleNamespace(key=f"slurm/{allocation.offer_id}", queued_ahead=ref)
+
 
 def _setup(tmp_path: Path, provider: Cluster, *, ends_at: str | None = "2026-12-06T14:00:00Z") -> Any:
     from conftest import write_tree
@@ -99,6 +103,9 @@ def test_a_queued_job_is_recorded_and_taken_over_onto_once_the_machine_is_lost(t
     route = watch.look(orch, ENDS)
     assert route == route_id(SimpleNamespace(key="slurm/batch.a100x1"))  # type: ignore[arg-type]
     assert "goes on by itself on job 18" in told[-1][1]
+    # the Continue's target is that job: its offer, so that only its route is ranked (no listing)
+    assert watch.offer_for(route) == SimpleNamespace(key="slurm/batch.a100x1", queued_ahead="18")
+    assert watch.offer_for(route) is None  # taken once
     assert watch.look(orch, ENDS) is None  # once
     release_next(cluster, allocation)  # type: ignore[arg-type]  # Stop: the queued job is cancelled
     assert cluster.terminated == ["18"]

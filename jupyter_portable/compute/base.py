@@ -278,6 +278,14 @@ class Provider:
         provider whose setting for it is off)."""
         return None
 
+    def queued_offer(self, allocation: Allocation, ref: str) -> Offer | None:
+        """The offer of the machine ``ref`` queued ahead to take over from ``allocation``
+        (:meth:`queue_next`), built from what ``allocation`` records, with nothing asked of the
+        provider: a Continue onto it ranks that one route and skips the capacity check (the machine is
+        already asked for; its launch, probe and admission run as always). None (the default): the
+        Continue lists and checks offers as usual."""
+        return None
+
     def admit_caller(self, allocation: Allocation) -> bool:
         """Let SSH in to ``allocation`` from where this computer is now, where the provider's firewall
         admits addresses (AWS: the security group). True when access had to change: a heartbeat that

@@ -52,9 +52,18 @@ def _environment_detail(built: Any, runtime: Any = None) -> dict[str, Any] | Non
 class ContinueProtocol(StopProtocol):
     """Routes in order, a launch with fail-over, the worker started, READY only on a read-back."""
 
+    # the offer of a machine queued ahead that this Continue takes over (Orchestrator.continue_'s ``queued``)
+    _queued: Any = None
+
     def _ordered_routes(self, route_id: str | None, hours: float | None) -> list[Any]:
         from jupyter_portable.orchestration.routes import routes_to_try
 
+        queued, self._queued = self._queued, None
+        if queued is not None and route_id is not None and queued.provider in self.providers:
+            # the machine is already asked for (orchestration/walltime.py): its one route, no listing
+            self._progress("acquire", f"taking over {queued.key}, queued ahead")
+            return routes_to_try(self.ws, route_id, hours=hours, offers=[queued],
+                                 providers={queued.provider: self.providers[queued.provider]})
         self._progress("acquire", "ranking routes")
         return routes_to_try(self.ws, route_id, hours=hours, providers=self.providers)
 

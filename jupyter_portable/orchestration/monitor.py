@@ -212,7 +212,9 @@ class PortableService:
     def is_continuing(self) -> bool:
         return self.continuing is not None and not self.continuing.done()
 
-    def start_continue(self, route_id: str | None) -> None:
+    def start_continue(self, route_id: str | None, *, queued: Any = None) -> None:
+        """Continue in the background; ``queued``: the offer of a machine queued ahead that the
+        route goes onto (``Orchestrator.continue_``)."""
         orch = self.orchestrator()
         with self._lock:
             if self.is_continuing():
@@ -228,7 +230,7 @@ class PortableService:
 
             def run() -> Any:
                 try:
-                    return orch.continue_(route_id)
+                    return orch.continue_(route_id, queued=queued)
                 except PortableError as exc:
                     log.warning("jupyter-portable: Continue failed: %s", exc.one_line())
                     raise
@@ -402,7 +404,7 @@ class PortableService:
                 if lc.state in (L.ACTIVE, L.READY, L.LOST):  # a job's known end (orchestration/walltime.py)
                     take_over = self.job_end.look(orch, self.now())
                     if take_over is not None:
-                        self.start_continue(take_over)
+                        self.start_continue(take_over, queued=self.job_end.offer_for(take_over))
                         return
                 if self.idle is not None and orch.lifecycle().state == L.ACTIVE:
                     self.idle.check()  # seals and releases a machine idle for the workspace's idle_minutes

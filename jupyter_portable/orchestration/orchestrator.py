@@ -45,8 +45,11 @@ ENVIRONMENT_ENV = "JUPYTER_PORTABLE_ENVIRONMENT"
 class Orchestrator(ContinueProtocol):
     """Continue, stop and loss for one workspace copy (the user's side, never the worker)."""
 
-    def continue_(self, route_id: str | None = None, *, hours: float | None = None) -> dict[str, Any]:
-        """Take the workspace to ACTIVE on a fresh, verified machine (the first one too)."""
+    def continue_(self, route_id: str | None = None, *, hours: float | None = None,
+                  queued: Any = None) -> dict[str, Any]:
+        """Take the workspace to ACTIVE on a fresh, verified machine (the first one too). ``queued``:
+        the offer of a machine queued ahead to take over (:meth:`Provider.queued_offer`), the route
+        ``route_id`` goes onto: only it is ranked and its capacity is not asked again."""
         self._cancel.clear()
         with self._exclusive():
             lc = self.lifecycle()
@@ -62,6 +65,7 @@ class Orchestrator(ContinueProtocol):
                     return self.summary(lc)
             if lc.state != L.ROUTING:
                 self._move(L.ROUTING)
+            self._queued = queued  # taken by this run's ranking only
             return self._run(route_id, hours)
 
     # -- after a restart --------------------------------------------------------------------------

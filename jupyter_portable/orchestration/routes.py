@@ -203,18 +203,19 @@ def with_forecast_waits(signals: Signals, offers: list[Offer]) -> Signals:
 def compute_routes(ws: Workspace, *, hours: float | None = None, providers: dict[str, Provider] | None = None,
                    gpu: str | None = None, now: datetime | None = None, calendar_now: datetime | None = None,
                    figure: SpendFigure | None = None, notice_s: float | None = None,
-                   ) -> tuple[list[Route], dict[str, str]]:
+                   offers: list[Offer] | None = None) -> tuple[list[Route], dict[str, str]]:
     """Every offer as a route to this workspace's next verified state, ranked by whole cost;
     what recently happened to an offer (as of ``now``) raises its risk. A route over what is left of
     the budget (:func:`.budget.budget_report`'s ``left``: spent and bookings' commitments taken off,
     ``calendar_now`` deciding which bookings still hold money back) is blocked. ``notice_s``: how
-    long a lost machine takes to be seen (the server's c.Portable.check_interval_s)."""
+    long a lost machine takes to be seen (the server's c.Portable.check_interval_s). ``offers``: these
+    only, as given (a job queued ahead: :meth:`Provider.queued_offer`), rather than every provider's listing."""
     from jupyter_portable.core.spend import committed_to
 
     providers = providers if providers is not None else enabled_providers()
     now = now or utcnow()
     settings = load_settings(ws)
-    offers, errors = list_offers(providers, None, gpu)
+    offers, errors = (list(offers), {}) if offers is not None else list_offers(providers, None, gpu)
     budget = settings.budget
     report = None if budget.total is None else budget_report(
         ws, providers=providers, now=now, calendar_now=calendar_now, figure=figure)
@@ -235,12 +236,14 @@ def compute_routes(ws: Workspace, *, hours: float | None = None, providers: dict
 
 
 def routes_to_try(ws: Workspace, route_id: str | None = None, *, hours: float | None = None,
-                  providers: dict[str, Provider] | None = None, now: datetime | None = None) -> list[Route]:
+                  providers: dict[str, Provider] | None = None, now: datetime | None = None,
+                  offers: list[Offer] | None = None) -> list[Route]:
     """The open routes in the order to try them: ``route_id`` first when given, then a slot the
-    provider sold that is in force at ``now`` (launched into it), then by cost.
+    provider sold that is in force at ``now`` (launched into it), then by cost. ``offers``: only
+    these are ranked (:func:`compute_routes`).
     UsageError for an unknown or blocked ``route_id``; NoCapacity when every route is blocked."""
     now = now or utcnow()
-    routes, _ = compute_routes(ws, hours=hours, providers=providers, now=now)
+    routes, _ = compute_routes(ws, hours=hours, providers=providers, now=now, offers=offers)
     usable = into_reserved(ws, [r for r in routes if not r.blocked], now=now)
     if route_id is not None:
         chosen = [r for r in routes if r.id == route_id]

@@ -62,6 +62,7 @@ class JobEnd:
         self.queued: set[str] = set()  # allocations whose next machine was asked for
         # allocation -> (its offer's key, its provider's id, the next machine's id) while it is active
         self.ahead: dict[str, tuple[str, str, str]] = {}
+        self.offers: dict[str, Any] = {}  # allocation, then route id -> the next machine's offer (queued_offer)
 
     def look(self, orch: Any, now: datetime) -> str | None:
         """After the loss check: queue the next machine, or ask the user in time, while ACTIVE; once the
@@ -72,12 +73,22 @@ class JobEnd:
         elif lc.state == L.LOST and lc.allocation_id in self.ahead:
             # the lost machine's records are gone with it (forgotten at the loss): what was queued is kept here
             key, ref, nxt = self.ahead.pop(lc.allocation_id)
+            offer = self.offers.pop(lc.allocation_id, None)
             self.notice("walltime", f"Job {ref} ended ({lc.events[-1].reason}); the workspace goes on by itself "
                                     f"on job {nxt}, queued ahead")
             from jupyter_portable.core.routing import route_id
 
-            return route_id(cast(Any, SimpleNamespace(key=key)))
+            route = route_id(cast(Any, SimpleNamespace(key=key)))
+            if offer is not None:
+                self.offers[route] = offer
+            return route
         return None
+
+    def offer_for(self, route: str) -> Any:
+        """The offer of the machine queued ahead that :meth:`look`'s ``route`` goes onto (for
+        ``Orchestrator.continue_(route, queued=...)``: that one route ranked, its capacity not asked
+        again), or None where its provider gives none (the Continue then ranks every route)."""
+        return self.offers.pop(route, None)
 
     def _active(self, orch: Any, allocation_id: str, now: datetime) -> None:
         rec = load_record(orch.ws.copy, allocation_id)
@@ -106,6 +117,10 @@ class JobEnd:
         queued = next_of(allocation)
         if queued is not None:
             self.ahead[allocation_id] = (f"{allocation.provider}/{allocation.offer_id}", allocation.ref, queued["ref"])
+            if allocation_id not in self.offers:  # built from the allocation's record: nothing is asked
+                offer = orch.provider_of(allocation).queued_offer(allocation, queued["ref"])
+                if offer is not None:
+                    self.offers[allocation_id] = offer
         if next_of(allocation) is None and allocation_id not in self.asked:
             lead = float(allocation.details.get("signal_lead_s") or 0)
             if ask_now(ends, lead, now):
