@@ -80,7 +80,17 @@ def test_the_queue_wait_is_slurms_expected_start_by_the_clusters_own_clock() -> 
     ({"job_state": "NODE_FAIL"}, "node failure"),
     ({"job_state": "CANCELLED"}, "cancelled outside jupyter-portable (by an admin, or scancel)"),
     ({"job_state": "PENDING", "restart_cnt": 1}, "requeued by Slurm (restart 1): the job went back to the queue"),
-    ({"job_state": "RUNNING"}, None), ({"job_state": "PENDING", "restart_cnt": 0}, None)])
+    ({"job_state": "RUNNING"}, None), ({"job_state": "PENDING", "restart_cnt": 0}, None),
+    # COMPLETING: Slurm says a job that ran has ended, seconds before its final state
+    ({"job_state": "COMPLETING", "start_time": 100, "end_time": 400, "time_limit": 5, "requeue": False},
+     "time limit reached"),
+    ({"job_state": "COMPLETING", "start_time": 100, "end_time": 130, "time_limit": 5, "requeue": False},
+     "the job ended (Slurm is completing it)"),
+    # ... but a preemption, a requeue or a job that may come back waits for its own state and words
+    ({"job_state": "COMPLETING", "start_time": 100, "end_time": 130, "preempt_time": 130, "requeue": False}, None),
+    ({"job_state": "COMPLETING", "start_time": 100, "end_time": 130, "requeue": True}, None),
+    ({"job_state": "COMPLETING", "start_time": 100, "end_time": 130, "requeue": False, "restart_cnt": 1}, None),
+    ({"job_state": "COMPLETING", "start_time": 0, "end_time": 130, "requeue": False}, None)])
 def test_each_end_of_a_job_is_said_in_the_users_words(job: dict, words: str | None) -> None:
     assert loss_reason(job, preemptor="urgent") == words
 
@@ -392,9 +402,18 @@ def test_the_next_job_queues_behind_this_one_and_a_launch_for_the_workspace_take
     other = provider.launch(offer, allocation_id="a-other", env={WORKSPACE_ENV: "ws-other"})
     assert other.ref not in (first.ref, nxt)
     provider.terminate(other)
+    # the take-over's offer, from the first allocation's record alone: that shape, no wait, not asked again
+    queued = provider.queued_offer(first, nxt)
+    assert queued is not None and queued.key == offer.key and queued.gpu_count == 1
+    assert {k: queued.extra[k] for k in ("partition", "gres", "queue_s", "queued_ahead")} == {
+        "partition": "batch", "gres": "gpu:a100:1", "queue_s": 0.0, "queued_ahead": nxt}
+    assert provider.check_capacity(queued) is None
+    assert provider.queued_offer(first, "not-a-job") is None
     cluster.run("scancel", first.ref)  # ended by an admin here; a walltime's end is the end-to-end test's
+    # lost at once, COMPLETING or CANCELLED: Slurm says the job ended
+    assert provider.status(first).state == "lost"
     assert _until(lambda: _job(cluster, nxt)["job_state"] == "RUNNING", "the next job starts", tries=200)
-    taken = provider.launch(offer, allocation_id="a-second", env={WORKSPACE_ENV: "ws-q"})
+    taken = provider.launch(queued, allocation_id="a-second", env={WORKSPACE_ENV: "ws-q"})
     assert taken.ref == nxt and taken.details["queued_ahead_as"] == "next-a-first"
     assert parse_machine_name(_job(cluster, nxt)["name"]) == ("a-second", "ws-q")
     assert provider.status(taken).state == "running"
@@ -611,6 +630,9 @@ async def test_a_notebook_whose_job_hits_its_walltime_goes_on_by_itself_on_the_j
     # no click: Continue by itself, onto the job queued ahead
     ready = await events.wait_for(is_state("READY"), timeout=180, after=mark)
     await events.wait_for(is_state("ACTIVE"), timeout=120, after=mark)
+    # onto that job's one route: no ranking of every partition, its capacity not asked again
+    said = [e["message"] for e in events.seen[mark:] if e.get("step") == "acquire"]
+    assert any(m.startswith("taking over slurm/") for m in said) and "ranking routes" not in said, said
     now = await state()
     second = now["lifecycle"]["allocation_id"]
     assert second != first["allocation_id"] and now["allocation"]["provider"] == "slurm"

@@ -22,6 +22,9 @@ No admin rights and no slurmrestd are needed.
   "preempted by partition <the partition whose job took the node>", NODE_FAIL "node failure",
   CANCELLED by anyone but us "cancelled outside jupyter-portable (an admin or scancel)", a running
   job that went back to the queue "requeued". A job Slurm no longer lists is lost too.
+- **The login node** is reached through one shared SSH connection (``ControlMaster``, as a rented
+  machine is): the loss check's ``squeue`` every few seconds and a launch's several commands pay for
+  one handshake, not one each.
 - **Terminate** marks the job (its comment) and ``scancel``\\ s it; a job already ended is fine.
 
 Every answer of the commands is checked on the way in: output that is not what Slurm writes is
@@ -127,7 +130,8 @@ class SlurmProvider(Provider):
         self.gpu_memory = {**GPU_MEMORY_GB, **{k.lower(): float(v) for k, v in (gpu_memory or {}).items()}}
         state = Path(state_dir).expanduser() if state_dir is not None else None
         self._ssh = SshLink([self.login], state_dir=state if state is not None else default_state_dir(), ssh=ssh,
-                            connect_timeout=connect_timeout, command_timeout=command_timeout)
+                            connect_timeout=connect_timeout, command_timeout=command_timeout,
+                            multiplex=True)  # one login for the loss checks' squeue, the launch's steps, ...
 
     # -- talking to the login node -------------------------------------------------------------
 
@@ -159,19 +163,33 @@ class SlurmProvider(Provider):
         if not shapes:
             return []
         waits = self._test_only([(oid, p, kind, count) for oid, p, kind, count in shapes])
-        offers = []
-        for oid, p, kind, count in shapes:
-            wait, why = waits[oid]
-            offers.append(Offer(
-                provider=self.name, id=oid, gpu=kind.upper() if len(kind) <= 6 else kind, gpu_count=count,
-                gpu_memory_gb=self.gpu_memory.get(kind.lower(), 0.0),
-                price_per_hour=self.gpu_hour_rate * count, region=p.name,
-                # a job Slurm can place is not refused for capacity: it queues, its wait priced
-                capacity=None if wait is not None else 0, boot_seconds=15.0, reliability=0.95,
-                extra={"partition": p.name, "gres": f"gpu:{kind}:{count}" if kind != "gpu" else f"gpu:{count}",
-                       "time_limit_s": self._walltime(p), **({"queue_s": wait} if wait is not None else {}),
-                       **({"queue_note": why} if why else {})}))
-        return offers
+        return [self._offer(oid, p.name, kind, count, self._walltime(p), *waits[oid]) for oid, p, kind, count in shapes]
+
+    def _offer(self, oid: str, partition: str, kind: str, count: int, walltime: int | None, wait: float | None,
+               why: str, **extra: Any) -> Offer:
+        return Offer(
+            provider=self.name, id=oid, gpu=kind.upper() if len(kind) <= 6 else kind, gpu_count=count,
+            gpu_memory_gb=self.gpu_memory.get(kind.lower(), 0.0),
+            price_per_hour=self.gpu_hour_rate * count, region=partition,
+            # a job Slurm can place is not refused for capacity: it queues, its wait priced
+            capacity=None if wait is not None else 0, boot_seconds=15.0, reliability=0.95,
+            extra={"partition": partition, "gres": f"gpu:{kind}:{count}" if kind != "gpu" else f"gpu:{count}",
+                   "time_limit_s": walltime, **({"queue_s": wait} if wait is not None else {}),
+                   **({"queue_note": why} if why else {}), **extra})
+
+    def queued_offer(self, allocation: Allocation, ref: str) -> Offer | None:
+        """The offer of job ``ref``, queued ahead of ``allocation``'s (:meth:`queue_next`): its
+        partition, GRES and walltime, as ``allocation`` records them; its queue wait 0 (it starts when
+        that job ends) and ``extra["queued_ahead"]`` its job id, so the capacity check is not asked
+        again (:meth:`check_capacity`). None when ``allocation`` does not record its shape."""
+        d = allocation.details
+        gres, partition = d.get("gres"), d.get("partition")
+        shape = _GRES_GPU.match(gres) if isinstance(gres, str) else None
+        if shape is None or not isinstance(partition, str) or not _ID.match(partition) or not _JOB_ID.match(ref):
+            return None
+        walltime = d.get("walltime_s") if isinstance(d.get("walltime_s"), int) else None
+        return self._offer(allocation.offer_id, partition, shape.group(1) or "gpu", int(shape.group(2)), walltime,
+                           0.0, "", queued_ahead=ref)
 
     def _walltime(self, p: Partition) -> int | None:
         if self.time_limit_s is None:
@@ -214,7 +232,11 @@ class SlurmProvider(Provider):
 
     def check_capacity(self, offer: Offer) -> int | None:
         """None (a job queues; Slurm's expected start prices the wait), or NoCapacity when Slurm
-        cannot place this shape at all."""
+        cannot place this shape at all. An offer of a job queued ahead (:meth:`queued_offer`) is not
+        asked again: that job is already in Slurm's queue, and :meth:`launch` takes it up (or, were it
+        gone, submits one that sbatch itself refuses when it cannot be placed)."""
+        if offer.extra.get("queued_ahead"):
+            return None
         for fresh in self.offers():
             if fresh.id == offer.id:
                 if fresh.capacity == 0:

@@ -129,9 +129,24 @@ def loss_reason(job: dict[str, Any], *, preemptor: str | None = None) -> str | N
         words = _ENDED[state]
         code = job.get("exit_code")
         return f"{words} (exit {code})" if state in ("FAILED", "COMPLETED") and code not in (None, 0) else words
+    if state == "COMPLETING" and _ended_for_good(job):
+        # Slurm says the job has ended and is cleaning up (seconds, before its final state): its end is
+        # Slurm's word already. A preemption or a requeue waits for its own state, and its own words.
+        start, end, limit = int(job.get("start_time") or 0), int(job.get("end_time") or 0), job.get("time_limit")
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 and end >= start + limit * 60:
+            return "time limit reached"
+        return "the job ended (Slurm is completing it)"
     if state in _PENDING and int(job.get("restart_cnt") or 0) > 0:
         return f"requeued by Slurm (restart {job['restart_cnt']}): the job went back to the queue"
     return None
+
+
+def _ended_for_good(job: dict[str, Any]) -> bool:
+    """A COMPLETING job that ran, cannot come back (not requeueable, never requeued) and was not
+    preempted: whatever its final state, it has ended."""
+    return int(job.get("start_time") or 0) > 0 and 0 < int(job.get("end_time") or 0) \
+        and job.get("requeue") is False and not int(job.get("restart_cnt") or 0) \
+        and not int(job.get("preempt_time") or 0)
 
 
 def check_job(obj: object, job_id: str) -> dict[str, Any]:
