@@ -8,7 +8,10 @@ A cell runs across the partition, its kernel reached through SSH port forwards. 
 keepalive is scaled down (ServerAlive 1 s x 2, instead of 10 s x 3) so that the forwards die
 within the partition's few wall seconds, as a 90 s partition kills them at 30 s: the test waits
 until every tunnel has died and been started again, then sees the cell's output arrive once the
-network is back (the tunnels come back on the same local ports and the kernel's sockets reconnect)."""
+network is back (the tunnels come back on the same local ports and the kernel's sockets reconnect),
+and the line the cell printed while they were down arrives too, once, every line in order (the
+worker's record of the kernel's IOPub, worker/catchup.py; through a server's websocket:
+tests/test_partition_websocket.py)."""
 
 from __future__ import annotations
 
