@@ -16,7 +16,7 @@ from jupyter_portable.compute.base import Allocation
 from jupyter_portable.core import lifecycle as L
 from jupyter_portable.core.errors import LaunchFailed
 from jupyter_portable.core.routing import route_id
-from jupyter_portable.orchestration.walltime import ASK_AHEAD_S, JobEnd, ask_now, release_next
+from jupyter_portable.orchestration.walltime import ASK_AHEAD_S, END_WINDOW_S, JobEnd, ask_now, release_next
 from jupyter_portable.worker.client import AgentRecord, load_allocation, save_allocation, save_record
 
 ENDS = datetime(2026, 12, 6, 14, 0, tzinfo=timezone.utc)
@@ -99,6 +99,10 @@ def test_a_queued_job_is_recorded_and_taken_over_onto_once_the_machine_is_lost(t
     assert [k for k, _ in told] == ["walltime"] and "Job 18 is queued to take over when job 17 ends" in told[0][1]
     assert watch.look(orch, ENDS - timedelta(minutes=5)) is None  # queued: nobody is asked
     assert cluster.queued == ["al-1"] and len(told) == 1
+    # its known end has come: the loss check looks more often, for a while (the loss is still Slurm's word)
+    assert not watch.due(ENDS - timedelta(seconds=1)) and watch.due(ENDS)
+    window = timedelta(seconds=END_WINDOW_S)
+    assert watch.due(ENDS + window) and not watch.due(ENDS + window + timedelta(seconds=1))
     _lose(orch, "job 17: time limit reached")
     route = watch.look(orch, ENDS)
     assert route == route_id(SimpleNamespace(key="slurm/batch.a100x1"))  # type: ignore[arg-type]
@@ -107,6 +111,7 @@ def test_a_queued_job_is_recorded_and_taken_over_onto_once_the_machine_is_lost(t
     assert watch.offer_for(route) == SimpleNamespace(key="slurm/batch.a100x1", queued_ahead="18")
     assert watch.offer_for(route) is None  # taken once
     assert watch.look(orch, ENDS) is None  # once
+    assert not watch.due(ENDS)  # lost: nothing to look for more often
     release_next(cluster, allocation)  # type: ignore[arg-type]  # Stop: the queued job is cancelled
     assert cluster.terminated == ["18"]
 
@@ -126,5 +131,6 @@ def test_a_machine_that_does_not_end_by_itself_is_left_alone(tmp_path: Path, end
     cluster = Cluster("18")
     orch = _setup(tmp_path, cluster, ends_at=ends_at)
     told: list[Any] = []
-    assert JobEnd(lambda *a: told.append(a)).look(orch, ENDS) is None
-    assert told == [] and cluster.queued == []
+    watch = JobEnd(lambda *a: told.append(a))
+    assert watch.look(orch, ENDS) is None
+    assert told == [] and cluster.queued == [] and not watch.due(ENDS)

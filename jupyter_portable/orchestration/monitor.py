@@ -33,7 +33,7 @@ from jupyter_portable.orchestration.hosting import ServerApp, ServerLoop
 from jupyter_portable.orchestration.idle import IdleWatch
 from jupyter_portable.orchestration.orchestrator import Orchestrator
 from jupyter_portable.orchestration.state_view import StateView
-from jupyter_portable.orchestration.walltime import JobEnd
+from jupyter_portable.orchestration.walltime import END_CHECK_S, JobEnd
 from jupyter_portable.store.repo import digest
 from jupyter_portable.workdir.conflicts import add_conflict, read_conflicts, resolve_conflicts
 
@@ -93,7 +93,9 @@ class PortableService:
         if ws is not None:
             _SERVICES[str(ws.root)] = self
         self._timers = [PeriodicCallback(self._tick_check, check_interval_s * 1000),
-                        PeriodicCallback(self._tick_reservations, reservation_interval_s * 1000)]
+                        PeriodicCallback(self._tick_reservations, reservation_interval_s * 1000),
+                        # a job's known end has come: looked at more often for a while (walltime.py)
+                        PeriodicCallback(self._tick_end, END_CHECK_S * 1000)]
 
     # -- events -----------------------------------------------------------------------------
 
@@ -384,6 +386,10 @@ class PortableService:
                    for prov in self._portable_kernels(running_only=True).values())
 
     # -- the loss monitor -------------------------------------------------------------------------
+
+    def _tick_end(self) -> None:
+        if self.job_end.due(self.now()):
+            self._tick_check()
 
     def _tick_check(self) -> None:
         if self._checking or self.is_continuing() or self.ws is None:

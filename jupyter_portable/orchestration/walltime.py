@@ -30,6 +30,10 @@ from jupyter_portable.worker.client import load_record, save_allocation, save_re
 log = logging.getLogger("jupyter_portable.orchestration")
 
 ASK_AHEAD_S = 600.0  # the user is asked this long before the warning (so, before the last publish)
+# once a machine's known end has come, the loss check looks this often for this long (Slurm ends a
+# job on a tick of its own, up to 30 s after its walltime): the take-over starts within a second
+END_CHECK_S = 0.5
+END_WINDOW_S = 60.0
 
 
 def ask_now(ends_at: datetime, lead_s: float, now: datetime) -> bool:
@@ -63,11 +67,13 @@ class JobEnd:
         # allocation -> (its offer's key, its provider's id, the next machine's id) while it is active
         self.ahead: dict[str, tuple[str, str, str]] = {}
         self.offers: dict[str, Any] = {}  # allocation, then route id -> the next machine's offer (queued_offer)
+        self.ends_at: datetime | None = None  # the active machine's known end, as last looked at
 
     def look(self, orch: Any, now: datetime) -> str | None:
         """After the loss check: queue the next machine, or ask the user in time, while ACTIVE; once the
         machine is lost, the route to Continue on by itself (the next machine's), else None."""
         lc = orch.lifecycle()
+        self.ends_at = None
         if lc.state == L.ACTIVE and lc.allocation_id:
             self._active(orch, lc.allocation_id, now)
         elif lc.state == L.LOST and lc.allocation_id in self.ahead:
@@ -84,6 +90,13 @@ class JobEnd:
             return route
         return None
 
+    def due(self, now: datetime) -> bool:
+        """Whether the active machine's known end has come, within ``END_WINDOW_S`` of it: the loss
+        check then looks every ``END_CHECK_S`` rather than at its interval. A look only: what decides
+        the loss is still the provider's word (core/reachability.py)."""
+        ends = self.ends_at
+        return ends is not None and ends <= now <= ends + timedelta(seconds=END_WINDOW_S)
+
     def offer_for(self, route: str) -> Any:
         """The offer of the machine queued ahead that :meth:`look`'s ``route`` goes onto (for
         ``Orchestrator.continue_(route, queued=...)``: that one route ranked, its capacity not asked
@@ -98,6 +111,7 @@ class JobEnd:
         ends = parse_iso_or_none(allocation.details.get("ends_at"))
         if ends is None:
             return  # a machine that does not end by itself, or one whose end is not known yet
+        self.ends_at = ends
         if next_of(allocation) is None and allocation_id not in self.queued:
             self.queued.add(allocation_id)  # asked once: a provider that queues nothing ahead says so each time
             try:
@@ -131,4 +145,4 @@ class JobEnd:
                                         f"at its warning; Stop, or Continue on another route when it ends")
 
 
-__all__ = ["ASK_AHEAD_S", "JobEnd", "ask_now", "next_of", "release_next"]
+__all__ = ["ASK_AHEAD_S", "END_CHECK_S", "END_WINDOW_S", "JobEnd", "ask_now", "next_of", "release_next"]
