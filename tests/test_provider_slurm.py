@@ -86,6 +86,9 @@ def test_the_queue_wait_is_slurms_expected_start_by_the_clusters_own_clock() -> 
      "time limit reached"),
     ({"job_state": "COMPLETING", "start_time": 100, "end_time": 130, "time_limit": 5, "requeue": False},
      "the job ended (Slurm is completing it)"),
+    # an end moved earlier (scontrol update EndTime): short of the limit, but Slurm's reason is its time limit
+    ({"job_state": "COMPLETING", "start_time": 100, "end_time": 157, "time_limit": 2, "requeue": False,
+      "state_reason": "TimeLimit"}, "time limit reached"),
     # ... but a preemption, a requeue or a job that may come back waits for its own state and words
     ({"job_state": "COMPLETING", "start_time": 100, "end_time": 130, "preempt_time": 130, "requeue": False}, None),
     ({"job_state": "COMPLETING", "start_time": 100, "end_time": 130, "requeue": True}, None),

@@ -42,9 +42,10 @@ def test_state_events_prints_each_event_as_a_line(tmp_path: Path, cli: Any) -> N
     assert cli("continue", cwd=root, check=False).returncode != 0  # the only offer is over the $/h cap
     events = cli.json("state", "--events", cwd=root)["events"]
     text = cli("state", "--events", cwd=root).stdout.splitlines()
-    assert len(text) == 1 + len(events) >= 3
-    assert text[1].startswith(f"#{events[0]['seq']} {events[0]['at']} ")
+    # the state's line and the budget's line (issue 43: `state` says the budget), then one line per event
+    assert len(text) == 2 + len(events) >= 4 and text[1].startswith("budget: ")
+    assert text[2].startswith(f"#{events[0]['seq']} {events[0]['at']} ")
     assert any("-> ROUTING" in line for line in text)
     failed = next(line for line in text if "-> FAILED" in line)
     assert failed.endswith(f": {events[-1]['reason']}") and "every offer is blocked" in failed
-    assert len(cli("state", cwd=root).stdout.splitlines()) == 1, "without --events, one line"
+    assert len(cli("state", cwd=root).stdout.splitlines()) == 2, "without --events, the state and the budget"

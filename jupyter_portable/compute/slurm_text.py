@@ -133,7 +133,10 @@ def loss_reason(job: dict[str, Any], *, preemptor: str | None = None) -> str | N
         # Slurm says the job has ended and is cleaning up (seconds, before its final state): its end is
         # Slurm's word already. A preemption or a requeue waits for its own state, and its own words.
         start, end, limit = int(job.get("start_time") or 0), int(job.get("end_time") or 0), job.get("time_limit")
-        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 and end >= start + limit * 60:
+        # Slurm's own reason first: a job whose EndTime was moved (scontrol update) keeps its time_limit,
+        # so its end can fall short of start + limit and still be Slurm's time limit (state_reason TimeLimit)
+        if job.get("state_reason") == "TimeLimit" or (
+                isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 and end >= start + limit * 60):
             return "time limit reached"
         return "the job ended (Slurm is completing it)"
     if state in _PENDING and int(job.get("restart_cnt") or 0) > 0:
