@@ -1,5 +1,5 @@
 """Issue 43 item 2, in a real JupyterLab: the notebook JupyterLab has open and saves is the
-user's side, never a conflict with itself. Lose the machine and Continue three times, running
+user's side, never a conflict with itself. Lose the machine and Continue four times, running
 a cell and saving (Ctrl+S) on each machine: no ``continue.ipynb.conflict-lab-...`` copy on
 either side, the notebook on disk keeps its outputs, no "File Changed" dialog ever opens, and
 the sidebar lists no conflict. One server and one page."""
@@ -23,7 +23,7 @@ except ImportError:  # the collection hook skips every test, saying why
 NAME = "continue.ipynb"
 CELLS = ["import os\nprint('on', os.environ['JUPYTER_PORTABLE_ALLOCATION'])",
          "%workspace snapshot -m 'from the notebook'"]
-MACHINES = 4  # the first machine and three Continues
+MACHINES = 5  # the first machine and four Continues (the newcomer path of issue 43)
 # Every dialog that ever opens is remembered, however briefly it stays.
 WATCH_DIALOGS = """() => {
   window.__portableDialogs = [];
