@@ -15,7 +15,7 @@
  */
 
 import { JupyterFrontEnd } from '@jupyterlab/application';
-import { ISessionContext, Notification } from '@jupyterlab/apputils';
+import { Notification } from '@jupyterlab/apputils';
 import { INotebookTracker, Notebook, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 import { Event, Kernel, KernelMessage } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
@@ -25,10 +25,17 @@ import { firstMachineQuestion } from './format';
 import { NOTICE_SCHEMA, PROGRESS_SCHEMA, STATE_SCHEMA } from './events';
 import { askImplementation } from './kernelInfo';
 import {
-  CONTINUE_FROM,
-  CONTINUE_STATES,
+  findKernelStatusModel,
+  IKernelStatusBarModel,
+  machineStatus,
+  MOVING,
+  NO_MACHINE,
+  resumedText,
+  StateWordsTable,
+  statusBarText
+} from './kernelStatus';
+import {
   FIRST_MACHINE_MSG,
-  IPortableState,
   LifecycleState,
   RESUME_TAG,
   TAG_MIME
@@ -36,54 +43,12 @@ import {
 
 // the kernel's protocol names (generated from state.json: interfaces/kernel's)
 export { RESUME_TAG, TAG_MIME };
-
-/** Every state's words, as the server sends them with the state. */
-export type StateWordsTable = NonNullable<IPortableState['states']>;
+export { machineStatus, resumedText, statusBarText };
+export type { StateWordsTable };
 
 const PLACEHOLDER = 'portable-placeholder';
-/** The states with no machine (a Continue may begin from them) and those of a move, as the server's
- * core/lifecycle.py says (generated into types.ts). */
-const NO_MACHINE: readonly string[] = CONTINUE_FROM;
 /** How long after a move the notebook waits for its kernel to answer from the new machine. */
 const RECONNECT_TIMEOUT_MS = 120000;
-const MOVING: readonly string[] = CONTINUE_STATES;
-
-/** What the notebook's kernel status says for a workspace state ('' when it has a machine);
- * ``words``: the server's words for the states (core/state_words.py), once known. */
-export function machineStatus(state: string | null, words?: StateWordsTable | null): string {
-  const said = state ? words?.[state as LifecycleState] : undefined;
-  if (said) {
-    return state === 'ACTIVE' ? '' : said.label;
-  }
-  if (state && NO_MACHINE.includes(state)) {
-    return state === 'IDLE' ? 'No machine yet' : `No machine (${state})`;
-  }
-  if (state && MOVING.includes(state)) {
-    return `Moving to a new machine (${state})`;
-  }
-  return '';
-}
-
-/** What JupyterLab's status bar says after the kernel's name ("Python (portable) | ..."): the
- * kernel's own status while the workspace has a machine or is moving to one, the words of the
- * state where it has none ("No machine (LOST)"): the placeholder kernel is idle, the work is not.
- * ``kernelStatus``: JupyterLab's words for the kernel's status. */
-export function statusBarText(
-  kernelStatus: string | undefined,
-  state: string | null,
-  words?: StateWordsTable | null
-): string | undefined {
-  if (state && NO_MACHINE.includes(state)) {
-    return machineStatus(state, words) || kernelStatus;
-  }
-  return kernelStatus;
-}
-
-/** "resumed: 3 cells, 4.2 s" */
-export function resumedText(cells: number, seconds: number, failed: number | null): string {
-  const base = `resumed: ${cells} cell${cells === 1 ? '' : 's'}, ${seconds.toFixed(1)} s`;
-  return failed === null ? base : `${base}; resume cell ${failed} failed, the rest did not run`;
-}
 
 export interface INotebookOptions {
   /** Ask before the first machine is rented (the notebook setting confirmFirstMachine). */
@@ -104,14 +69,6 @@ interface IRouteFacts {
   offer: string;
   region: string | null;
   price_per_hour: number;
-}
-
-/** The model of JupyterLab's kernel item in the status bar (apputils' KernelStatus.Model): what of it
- * this reads and re-renders. */
-interface IKernelStatusBarModel {
-  readonly status: string | undefined;
-  readonly sessionContext: ISessionContext | null;
-  readonly stateChanged: { emit(value: void): void };
 }
 
 /** What the placeholder is told as a question is being asked: it holds the cell for the answer
@@ -582,31 +539,6 @@ async function tellPlaceholder(panel: NotebookPanel, content: { [key: string]: u
   } catch (reason) {
     console.warn('jupyter-portable: the placeholder kernel was not told', content, reason);
   }
-}
-
-/** The model of JupyterLab's kernel item in the status bar, among the widgets of the shell's bottom
- * area (the status bar), known by what it has; null before the status bar has it. */
-function findKernelStatusModel(app: JupyterFrontEnd): IKernelStatusBarModel | null {
-  const seen = (w: Widget): IKernelStatusBarModel | null => {
-    const model = (w as unknown as { model?: unknown }).model;
-    if (model && typeof model === 'object' && 'sessionContext' in model && 'kernelName' in model && 'activityName' in model) {
-      return model as unknown as IKernelStatusBarModel;
-    }
-    for (const child of w.children()) {
-      const found = seen(child);
-      if (found) {
-        return found;
-      }
-    }
-    return null;
-  };
-  for (const widget of app.shell.widgets('bottom')) {
-    const found = seen(widget);
-    if (found) {
-      return found;
-    }
-  }
-  return null;
 }
 
 function errorText(reason: unknown): string {
