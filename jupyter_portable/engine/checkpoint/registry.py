@@ -166,6 +166,11 @@ class CheckpointStep:
             return None
         stored = {e.path: e for e in mine if e.target is None}
         if set(stored) != set(self.signed):
+            # a writer removing it (a trainer's own save limit) while the listing was taken: say removed
+            gone = [p for p in self.signed if not os.path.lexists(self.root / p)]
+            if gone and set(stored) <= set(self.signed):
+                return (f"'{gone[0]}' was removed before its upload was verified; keep checkpoints until they "
+                        "are verified")
             return ("its files changed after it was registered (files appeared or disappeared); register it "
                     "again when the writer has finished")
         for path, (size, mtime_ns, ctime_ns, ino) in self.signed.items():
