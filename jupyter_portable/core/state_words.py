@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from jupyter_portable.core import lifecycle as L
+from jupyter_portable.core.units import human_bytes
 
 
 @dataclass(frozen=True)
@@ -125,10 +126,48 @@ def state_line(state: str, version: int | None = None) -> str:
     return f"{state}{at}: {w.meaning}"
 
 
+# A checkpoint on its way to "verified" (issue 44): the ``state`` of its record in
+# engine/checkpoint/background.py, in the words `%workspace checkpoints`, `jupyter portable status`,
+# the panel and the sidebar all say ("step 1200: uploading 63%, 1.1 GB/s"). The server sends each
+# checkpoint's line and phase word with the state (``checkpoints_in_flight``): the sidebar holds no copy.
+CHECKPOINT_PHASES: Mapping[str, str] = MappingProxyType({
+    "queued": "queued", "uploading": "uploading", "verifying": "reading back", "publishing": "sealing",
+    "verified": "verified", "rejected": "rejected", "skipped": "skipped", "failed": "failed"})
+CHECKPOINT_MOVING = ("uploading", "verifying")  # the phases that move bytes: a percent and a rate
+CHECKPOINT_ENDED = ("verified", "rejected", "skipped", "failed")
+
+
+def checkpoint_percent(state: str, done_bytes: int, total_bytes: int) -> int | None:
+    """How far a moving phase is, 0-100 (bytes done of its total, rounded down); None otherwise."""
+    if state not in CHECKPOINT_MOVING or total_bytes <= 0:
+        return None
+    return max(0, min(100, (100 * done_bytes) // total_bytes))
+
+
+def checkpoint_line(rec: Mapping[str, Any], *, latest: bool = False) -> str:
+    """One checkpoint on its way, or how it ended, from its record's fields (``path``, ``step``,
+    ``state``, ``done_bytes``, ``total_bytes``, ``rate`` in bytes a second, ``reason``, ``version``):
+    "step 1200: uploading 63%, 1.1 GB/s", "step 1200: verified, latest (version 7)",
+    "step 1200: failed: the store did not answer". ``latest``: it is the latest verified checkpoint."""
+    step, state = rec.get("step"), str(rec.get("state") or "queued")
+    who = f"step {step}" if step is not None else str(rec.get("path"))
+    word = CHECKPOINT_PHASES.get(state, state)
+    pct = checkpoint_percent(state, int(rec.get("done_bytes") or 0), int(rec.get("total_bytes") or 0))
+    if pct is not None:
+        rate = float(rec.get("rate") or 0.0)
+        return f"{who}: {word} {pct}%" + (f", {human_bytes(rate)}/s" if rate > 0 else "")
+    if state == "verified":
+        version = rec.get("version")
+        return f"{who}: verified" + (", latest" if latest else "") + (f" (version {version})" if version else "")
+    reason = rec.get("reason")
+    return f"{who}: {word}" + (f": {reason}" if reason and state in CHECKPOINT_ENDED else "")
+
+
 def table() -> dict[str, dict[str, Any]]:
     """The whole table as JSON, as the state answer carries it."""
     return {state: WORDS[state].to_json() for state in L.STATES}
 
 
-__all__ = ["MOVE_WORDS", "SERVED", "UNREACHABLE", "UNREACHABLE_WORDS", "WORDS", "StateWords", "first_start",
+__all__ = ["CHECKPOINT_ENDED", "CHECKPOINT_MOVING", "CHECKPOINT_PHASES", "MOVE_WORDS", "SERVED", "UNREACHABLE",
+           "UNREACHABLE_WORDS", "WORDS", "StateWords", "checkpoint_line", "checkpoint_percent", "first_start",
            "safe_version", "state_line", "table", "unreachable_line", "words"]

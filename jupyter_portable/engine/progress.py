@@ -8,13 +8,8 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
+# the one formatter of sizes, in the core so that the words every view shares can use it; re-exported
+from jupyter_portable.core.units import human_bytes as human_bytes
 
 
 class Progress:

@@ -9,8 +9,11 @@ before; it only arrives later. ``handle.wait()`` waits for it.
 While a checkpoint is queued or uploading, ``.portable/checkpoints-inflight/`` holds a record
 of it (its step, stage, bytes and rate), written by this process alone, so that
 ``%workspace checkpoints``, ``jupyter portable status`` and a seal on the worker (which waits
-for them: ``wait_inflight``) see it. A record whose process is gone is stale: that upload
-died with it, and "latest" is still the last verified checkpoint.
+for them: ``wait_inflight``) see it. When it ends, its record says how (verified, or why not: the
+reason) and stays among the newest :data:`KEEP_ENDED` (``ended``), so that the sidebar, which reads
+them through the server (and from a rented machine through its worker's status), shows the end too.
+A record whose process is gone is stale: that upload died with it, and "latest" is still the last
+verified checkpoint; it is marked failed, saying so.
 
 The queue's policy (``QUEUE_POLICIES``) says what a new checkpoint does while older ones are
 in flight: ``wait`` for them, ``skip-older`` (an older one not yet started is dropped for it),
@@ -34,7 +37,9 @@ from typing import Any
 
 from jupyter_portable.core.errors import PortableError, UsageError
 from jupyter_portable.core.records import CheckpointRecord
-from jupyter_portable.engine.progress import Progress, human_bytes
+from jupyter_portable.core.state_words import CHECKPOINT_ENDED, checkpoint_line
+from jupyter_portable.core.times import now_iso
+from jupyter_portable.engine.progress import Progress
 from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
 QUEUE_POLICIES = ("wait", "skip-older", "keep-both")
@@ -113,6 +118,7 @@ class CheckpointHandle:
     rate: float = 0.0  # bytes a second, of the upload or the read-back
     echo: Callable[[str], None] | None = field(default=None, repr=False)  # progress lines, for a waiting caller
     low_priority: bool = True  # beside a training loop; False when the caller waits for it anyway
+    ended: str | None = None  # when it ended (UTC, ISO), once verified, rejected, skipped or failed
     _done: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
@@ -134,22 +140,20 @@ class CheckpointHandle:
         return self.record
 
     def describe(self) -> str:
-        """One line: "step 1200: uploading 63%, 1.1 GB/s"."""
-        who = f"step {self.step}" if self.step is not None else self.path
-        if self.state in ("uploading", "verifying") and self.total_bytes:
-            pct = min(100, int(100 * self.done_bytes / self.total_bytes))
-            rate = f", {human_bytes(self.rate)}/s" if self.rate else ""
-            return f"{who}: {self.state} {pct}%{rate}"
-        if self.state == "verified" and self.record is not None:
-            return f"{who}: verified, version {self.record.version}"
-        if self.state in ("rejected", "skipped", "failed"):
-            return f"{who}: {self.state}" + (f" ({self.reason})" if self.reason else "")
-        return f"{who}: {self.state}"
+        """One line, in the words every view shares (core/state_words.checkpoint_line):
+        "step 1200: uploading 63%, 1.1 GB/s"."""
+        return checkpoint_line(self.to_json(line=False))
 
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "step": self.step, "state": self.state, "size": self.size,
-                "done_bytes": self.done_bytes, "total_bytes": self.total_bytes, "rate": round(self.rate),
-                "pid": os.getpid(), "key": self.key, "line": self.describe()}
+    def to_json(self, *, line: bool = True) -> dict[str, Any]:
+        out = {"path": self.path, "step": self.step, "state": self.state, "size": self.size,
+               "done_bytes": self.done_bytes, "total_bytes": self.total_bytes, "rate": round(self.rate),
+               "pid": os.getpid(), "key": self.key,
+               # how it ended (the record stays a while: ``ended``): why not verified, the version that has it
+               "reason": self.reason, "version": self.record.version if self.record is not None else None,
+               "ended": self.ended}
+        if line:
+            out["line"] = checkpoint_line(out)
+        return out
 
 
 Job = Callable[[CheckpointHandle, Progress], CheckpointRecord]
@@ -287,11 +291,16 @@ class CheckpointQueue:
         return out[0]
 
     def _finish(self, handle: CheckpointHandle) -> None:
-        with self._io:  # the record goes first: whoever waits on the handle sees it gone
-            try:
-                self.copy.clear_inflight(handle.key)
-            except OSError:
-                pass
+        with self._io:  # the record goes first: whoever waits on the handle sees it ended
+            handle.ended = now_iso()
+            try:  # how it ended, for the views (``ended``); no longer in flight (``inflight``)
+                self.copy.write_inflight(handle.key, json.dumps(handle.to_json()).encode())
+            except (OSError, PortableError):
+                try:  # never left saying it is still in flight
+                    self.copy.clear_inflight(handle.key)
+                except (OSError, PortableError):
+                    pass
+            _prune_ended(self.copy)
             handle._done.set()
 
     def _write(self, handle: CheckpointHandle) -> None:
@@ -348,11 +357,13 @@ class _Meter:
         if p is None or time.monotonic() - self.written < 0.25:
             return
         self.written = time.monotonic()
-        stage = "verifying" if p.stage == "verifying" else "uploading"
+        # the phase each view names (core/state_words.CHECKPOINT_PHASES): uploading, reading back, sealing
+        stage = p.stage if p.stage in ("verifying", "publishing") else "uploading"
         if stage != self.stage:
             self.stage, self.started = stage, time.monotonic()
         h.state = stage
-        h.done_bytes = p.bytes_done
+        # uploading: the bytes the store holds durably (read and hashed ones may run ahead of them)
+        h.done_bytes = min(p.uploaded, p.bytes_total or h.size) if stage == "uploading" else p.bytes_done
         h.total_bytes = max(p.bytes_total, h.size) if stage == "uploading" else p.bytes_total
         spent = time.monotonic() - self.started
         h.rate = h.done_bytes / spent if spent > 0.05 else 0.0
@@ -398,25 +409,67 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def inflight(copy: WorkspaceCopy) -> list[dict[str, Any]]:
-    """The checkpoints in flight in any process on this copy (stale records of dead processes
-    are left out, and removed)."""
-    out: list[dict[str, Any]] = []
+KEEP_ENDED = 8  # records of checkpoints that ended, kept for the views (the newest, per copy)
+
+
+def _records(copy: WorkspaceCopy) -> list[dict[str, Any]]:
+    out = []
     for data in copy.inflight_records():
         try:
             rec = json.loads(data)
         except ValueError:
             continue
-        if not isinstance(rec, dict) or not isinstance(rec.get("pid"), int) or not isinstance(rec.get("key"), str):
+        if isinstance(rec, dict) and isinstance(rec.get("pid"), int) and isinstance(rec.get("key"), str):
+            out.append(rec)
+    return out
+
+
+def inflight(copy: WorkspaceCopy) -> list[dict[str, Any]]:
+    """The checkpoints in flight in any process on this copy. The record of one whose process is
+    gone is stale: it is marked failed (``ended`` shows it), its upload died with the process."""
+    out: list[dict[str, Any]] = []
+    for rec in _records(copy):
+        if rec.get("state") in CHECKPOINT_ENDED:
             continue
         if not pid_alive(rec["pid"]):
+            rec.update(state="failed", ended=now_iso(), reason=(
+                f"the process uploading it (pid {rec['pid']}) ended before it was verified; "
+                "latest stays on the last verified checkpoint"))
+            rec["line"] = checkpoint_line(rec)
             try:
-                copy.clear_inflight(rec["key"])
+                copy.write_inflight(rec["key"], json.dumps(rec).encode())
             except (OSError, PortableError):
                 pass
             continue
         out.append(rec)
     return out
+
+
+def ended(copy: WorkspaceCopy) -> list[dict[str, Any]]:
+    """The checkpoints on this copy that ended lately (verified, rejected, skipped or failed, with
+    ``reason`` and ``ended``), newest first: the last :data:`KEEP_ENDED` of them."""
+    inflight(copy)  # a dead process's record becomes its failure first
+    done = [r for r in _records(copy) if r.get("state") in CHECKPOINT_ENDED]
+    return sorted(done, key=lambda r: (str(r.get("ended") or ""), _seq(r["key"])), reverse=True)
+
+
+def _seq(key: str) -> tuple[int, ...]:
+    """A key's (pid, time_ns, seq) as numbers: the order records were made in one process."""
+    try:
+        return tuple(int(p) for p in key.split("-"))
+    except ValueError:
+        return ()
+
+
+def _prune_ended(copy: WorkspaceCopy) -> None:
+    """Only the newest :data:`KEEP_ENDED` ended records stay."""
+    try:
+        done = sorted((r for r in _records(copy) if r.get("state") in CHECKPOINT_ENDED),
+                      key=lambda r: (str(r.get("ended") or ""), _seq(r["key"])), reverse=True)
+        for old in done[KEEP_ENDED:]:
+            copy.clear_inflight(old["key"])
+    except (OSError, PortableError):
+        pass
 
 
 def wait_inflight(copy: WorkspaceCopy, *, timeout_s: float, poll_s: float = 0.2,
