@@ -2,12 +2,15 @@
 ``PUBLIC_KEY`` in the launch replaces the account's SSH keys (RunPod's document says so), so
 only the key the launch sent logs in; an interruptible pod bids a set fraction of the on-demand
 price (not the minimum), costs its bid, and a lower bid is the first stopped when the market
-rises, which the offer's risk says before anything is rented."""
+rises, which the offer's risk says before anything is rented. A community pod is deployed over
+GraphQL on a host with a public IP (issue 42, item 4), as RunPod's own client asks for one."""
 
 from __future__ import annotations
 
+import copy
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -18,9 +21,15 @@ from twins.server import TwinOffer
 
 from jupyter_portable.compute.base import Allocation
 from jupyter_portable.compute.gpu_catalog import SPOT_RELIABILITY
-from jupyter_portable.compute.runpod import DEFAULT_SPOT_BID, MIN_BID_RELIABILITY, RENT_SPOT, RunPodProvider
+from jupyter_portable.compute.runpod import (
+    DEFAULT_SPOT_BID,
+    DEPLOY_ON_DEMAND,
+    MIN_BID_RELIABILITY,
+    RENT_SPOT,
+    RunPodProvider,
+)
 from jupyter_portable.core.errors import UsageError
-from jupyter_portable.core.offers import Offer
+from jupyter_portable.core.offers import Offer, Requirements
 from jupyter_portable.core.routing import WorkspaceFacts, rank_routes
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
@@ -174,3 +183,100 @@ def test_spot_and_its_bid_come_from_the_environment(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("RUNPOD_SPOT_BID", "0.8")
     configured = RunPodProvider(api_key="k")
     assert (configured.include_spot, configured.spot_bid) == (True, 0.8)
+
+
+# -- community pods: GraphQL podFindAndDeployOnDemand with supportPublicIp (issue 42, item 4) ----------
+
+
+def _community_twin(tmp_path: Path, clock: FakeClock, **kwargs: Any) -> RunPodTwin:
+    return RunPodTwin(tmp_path / "machines", offers=[TwinOffer(**{**vars(H100), "stock": 2})], clock=clock,
+                      boot_delay_s=BOOT_S, **kwargs)
+
+
+def _graphql(twin: RunPodTwin, query: str, variables: dict[str, Any]) -> dict[str, Any]:
+    answer = httpx.post(f"{twin.url}/graphql", headers={"Authorization": f"Bearer {twin.api_key}"},
+                        json={"query": query, "variables": variables})
+    assert answer.status_code == 200
+    return dict(answer.json())
+
+
+def test_a_community_pod_is_deployed_over_graphql_on_a_host_with_a_public_ip(tmp_path: Path) -> None:
+    clock = FakeClock()
+    key = keygen(tmp_path / "launch")
+    with _community_twin(tmp_path, clock) as twin:
+        # what REST v2 gives a community pod (it has no supportPublicIp): no direct SSH, ever
+        rest = httpx.post(f"{twin.url}/v2/pods", headers={"Authorization": f"Bearer {twin.api_key}"},
+                          json={"name": "x", "image": "runpod/base:1", "gpu": {"id": H100.gpu, "count": 1},
+                                "cloud": "COMMUNITY", "ports": ["22/tcp"], "startSsh": True})
+        assert rest.status_code == 201 and twin.rentals[rest.json()["id"]].extra["public_ip"] is False
+        p = RunPodProvider(**twin.provider_kwargs(), cloud="COMMUNITY", sleep=clock.sleep, clock=clock)
+        [offer] = p.offers(Requirements(min_cuda="12"))
+        allocation = p.launch(offer, allocation_id="al-community01", ssh_public_key=key.with_suffix(".pub").read_text())
+        [deploy] = [r for r in twin.requests if r["op"] == "graphql.podFindAndDeployOnDemand"]
+        assert deploy["status"] == 200 and len([r for r in twin.requests if r["op"] == "createPod"]) == 1  # ours
+        rental = twin.rentals[allocation.ref]
+        assert rental.extra["public_ip"] is True and rental.extra["cloud"] == "COMMUNITY"
+        assert allocation.details["cost_per_hour"] == H100.price
+        endpoint = wait_reachable(p, allocation, clock)[-1].ssh
+        assert endpoint is not None and ssh(endpoint, key, "true").returncode == 0
+        p.terminate(allocation)
+        assert allocation.ref not in twin.running()
+        assert twin.violations == []
+
+
+def test_a_secure_pod_is_still_created_over_rest(tmp_path: Path) -> None:
+    clock = FakeClock()
+    with _community_twin(tmp_path, clock) as twin:
+        p = RunPodProvider(**twin.provider_kwargs(), sleep=clock.sleep, clock=clock)
+        allocation = p.launch(p.offers()[0], allocation_id="al-secure0001")
+        assert [r["op"] for r in twin.requests if r["op"] in twin.launch_ops] == ["createPod"]
+        assert twin.rentals[allocation.ref].extra["public_ip"] is True  # secure hosts have public IPs
+        p.terminate(allocation)
+        assert twin.violations == []
+
+
+GOOD_INPUT = {"name": "x", "imageName": "runpod/base:1", "gpuTypeId": H100.gpu, "gpuCount": 1,
+              "cloudType": "COMMUNITY", "supportPublicIp": True, "startSsh": True, "ports": "22/tcp",
+              "dataCenterId": None, "env": [{"key": "A", "value": "1"}]}
+
+
+SPOILED_INPUTS = [
+    (lambda i: i.update(supportPublicIP=True), "supportPublicIP"),  # misspelt: the client never sends it
+    (lambda i: i.update(bidPerGpu=1.0), "bidPerGpu"),  # the spot mutation's field, not this one's
+    (lambda i: i.pop("gpuTypeId"), "gpuTypeId"),  # without it the client deploys a CPU pod instead
+    (lambda i: i.pop("cloudType"), "cloudType"),
+    (lambda i: i.update(gpuCount="1"), "gpuCount"),
+    (lambda i: i.update(cloudType="PUBLIC"), "PUBLIC"),
+    (lambda i: i.update(env={"A": "1"}), "env"),  # a list of {key, value}, not a map
+]
+
+
+def test_the_twin_refuses_a_deploy_input_runpods_client_would_not_send(tmp_path: Path) -> None:
+    clock = FakeClock()
+    with _community_twin(tmp_path, clock) as twin:
+        for spoil, words in SPOILED_INPUTS:
+            spoiled = copy.deepcopy(GOOD_INPUT)
+            spoil(spoiled)
+            refused = _graphql(twin, DEPLOY_ON_DEMAND, {"input": spoiled})
+            assert refused["data"] is None and words in refused["errors"][0]["message"], (words, refused)
+            assert twin.running() == [] and len(twin.violations) == 1 and words in twin.violations[0], words
+            twin.violations.clear()  # expected here: the twin refused what it had to
+        deployed = _graphql(twin, DEPLOY_ON_DEMAND, {"input": GOOD_INPUT})  # and takes the client's shape
+        assert twin.running() == [deployed["data"]["podFindAndDeployOnDemand"]["id"]]
+        assert twin.violations == []
+
+
+def test_a_community_launch_answered_500_is_looked_up_until_listed_and_used(tmp_path: Path) -> None:
+    # issue 42 item 3 on the GraphQL path: RunPod made the pod, answered 500, and lists it 40 s later
+    clock = FakeClock()
+    with _community_twin(tmp_path, clock, gateway_errors=1, gateway_status=500, listing_lag_s=40.0) as twin:
+        p = RunPodProvider(**twin.provider_kwargs(), cloud="COMMUNITY", sleep=clock.sleep, clock=clock)
+        started = clock()
+        allocation = p.launch(p.offers()[0], allocation_id="al-community500",
+                              env={"JUPYTER_PORTABLE_WORKSPACE_ID": "ws-lost"})
+        launches = [r for r in twin.requests if r["op"] in twin.launch_ops]
+        assert [(r["op"], r["status"]) for r in launches] == [("graphql.podFindAndDeployOnDemand", 500)]
+        assert twin.running() == [allocation.ref] and allocation.details["found_by_name"] is True
+        assert clock() - started >= 40.0  # it waited for the listing rather than rent another
+        p.terminate(allocation)
+        assert twin.running() == [] and twin.violations == []

@@ -1,9 +1,13 @@
-"""RunPod: on-demand pods over the REST API v2, interruptible (spot) pods over GraphQL.
+"""RunPod: on-demand pods over the REST API v2, interruptible (spot) and community pods over GraphQL.
 
 REST v2 (``https://api.runpod.io/v2``, per the servers entry of RunPod's OpenAPI 2.0.0
 document) lists GPU types with their stock, creates, reads and deletes pods. It has no
 interruptible field, so spot pods are rented with GraphQL's ``podRentInterruptable``
-(``bidPerGpu``) and then read and deleted over REST like any other pod.
+(``bidPerGpu``) and then read and deleted over REST like any other pod. Nor has it
+``supportPublicIp``: a community host has a public IP only when the launch asks for one, so
+community on-demand pods are rented with GraphQL's ``podFindAndDeployOnDemand`` (the mutation
+RunPod's own client, runpod-python's ``create_pod``, sends, with ``supportPublicIp``); secure
+cloud hosts have public IPs, and their pods are created over REST.
 
 "Reachable" here means the pod publishes a direct SSH endpoint (``ssh.direct``, or a
 public port for 22 in ``runtime.ports``): RUNNING alone is not enough, and the proxy
@@ -106,6 +110,9 @@ SPOT_QUERY = """query SpotPrices {
 }"""
 RENT_SPOT = """mutation RentSpot($input: PodRentInterruptableInput!) {
   podRentInterruptable(input: $input) { id desiredStatus costPerHr }
+}"""
+DEPLOY_ON_DEMAND = """mutation DeployOnDemand($input: PodFindAndDeployOnDemandInput!) {
+  podFindAndDeployOnDemand(input: $input) { id desiredStatus costPerHr }
 }"""
 
 
@@ -243,13 +250,15 @@ class RunPodProvider(HttpProvider):
         places = [(need(dc, "id", str, where="dataCenters[]"), need(dc, "availability", str, where="dataCenters[]"))
                   for dc in data_centers] or [(None, opt(gpu, "availability", str))]
         out = []
+        # what a GraphQL launch may allow (allowedCudaVersions), oldest first
+        versions = sorted({v for c in cudas if (v := cuda_version(c))}, key=version_tuple)
         for dc, level in places:
             offer = make_offer(self.name, id=f"{self.cloud.lower()}/{slug(gpu_id)}/x{count}@{dc or 'any'}", gpu=name,
                                gpu_count=count, gpu_memory_gb=memory, price_per_hour=round(float(price) * count, 4),
                                region=dc or "any", cuda=max(cudas, key=version_tuple) if cudas else None,
                                capacity=_capacity(level),
                                extra={"gpu_type_id": gpu_id, "cloud": self.cloud, "data_center_id": dc,
-                                      "availability": level, "min_cuda": min_cuda})
+                                      "availability": level, "min_cuda": min_cuda, "cuda_versions": versions})
             if offer is not None:
                 out.append(offer)
         return out
@@ -325,8 +334,9 @@ class RunPodProvider(HttpProvider):
 
     def launch(self, offer: Offer, *, allocation_id: str, image: str | None = None,
                ssh_public_key: str | None = None, env: dict[str, str] | None = None) -> Allocation:
-        """Create the pod (``POST /v2/pods``, or GraphQL ``podRentInterruptable`` for a spot
-        offer) with SSH on 22/tcp. ``ssh_public_key`` goes in as ``PUBLIC_KEY``, which RunPod
+        """Create the pod (``POST /v2/pods``; GraphQL ``podRentInterruptable`` for a spot offer and
+        ``podFindAndDeployOnDemand`` for a community one, both asking for a host with a public IP)
+        with SSH on 22/tcp. ``ssh_public_key`` goes in as ``PUBLIC_KEY``, which RunPod
         images install for root. The pod is named :func:`~.base.machine_name` and its env carries
         both ids; a launch whose answer was lost is looked up by that name, never sent twice."""
         env = dict(env or {})
@@ -339,6 +349,8 @@ class RunPodProvider(HttpProvider):
             try:
                 if offer.spot:
                     pod_id, details = self._launch_spot(offer, name, image, env)
+                elif self.cloud == "COMMUNITY":
+                    pod_id, details = self._launch_community(offer, name, image, env)
                 else:
                     pod_id, details = self._launch_on_demand(offer, name, image, env)
             except ComputeError as exc:
@@ -390,6 +402,33 @@ class RunPodProvider(HttpProvider):
             return need(pod, "id", str), {"status": opt(pod, "desiredStatus", str),
                                           "cost_per_hour": opt(pod, "costPerHr", NUMBER),
                                           "bid_per_gpu": spec["bidPerGpu"]}
+
+    def _launch_community(self, offer: Offer, name: str, image: str, env: dict[str, str]) -> tuple[str, dict]:
+        """GraphQL ``podFindAndDeployOnDemand``: REST v2 cannot ask a community host for a public IP,
+        and without one 22/tcp is reached through RunPod's proxy alone (a shell, no port forwarding)."""
+        spec: dict[str, Any] = {"name": name, "imageName": image, "gpuTypeId": self._gpu_type(offer),
+                                "gpuCount": max(1, offer.gpu_count), "cloudType": "COMMUNITY",
+                                "containerDiskInGb": self.disk_gb, "volumeInGb": 0, "ports": "22/tcp",
+                                "startSsh": True, "supportPublicIp": True,
+                                "dataCenterId": offer.extra.get("data_center_id"),
+                                "env": [{"key": k, "value": v} for k, v in env.items()]}
+        min_cuda = cuda_version(offer.extra.get("min_cuda"))
+        if min_cuda:
+            # GraphQL takes the versions allowed, not a floor: the type's listed ones from the floor up
+            listed = offer.extra.get("cuda_versions")
+            allowed = [v for v in listed if version_tuple(v) >= version_tuple(min_cuda)] \
+                if isinstance(listed, list) else []
+            if not allowed:
+                raise LaunchFailed(f"offer {offer.id} lists no CUDA version from {min_cuda} up; list offers again",
+                                   provider=self.name, offer=offer.id)
+            spec["allowedCudaVersions"] = allowed
+        data = self._graphql(DEPLOY_ON_DEMAND, {"input": spec}, operation="launch", secrets=env.values())
+        with self._api.reading("GraphQL podFindAndDeployOnDemand"):
+            pod = data.get("podFindAndDeployOnDemand") if isinstance(data, dict) else None
+            if pod is None:
+                raise LaunchFailed("runpod accepted podFindAndDeployOnDemand but returned no pod", provider=self.name)
+            return need(pod, "id", str), {"status": opt(pod, "desiredStatus", str),
+                                          "cost_per_hour": opt(pod, "costPerHr", NUMBER)}
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """A RunPod twin: REST v2 (``/v2/catalog/gpus``, ``/v2/account/ssh-keys``, ``/v2/pods``) and the
-GraphQL calls ``jupyter_portable.compute.runpod`` makes (``gpuTypes``, ``podRentInterruptable``).
+GraphQL calls ``jupyter_portable.compute.runpod`` makes (``gpuTypes``, ``podRentInterruptable``,
+``podFindAndDeployOnDemand``).
 
 Pods go PROVISIONING -> STARTING -> RUNNING over the boot delay; ``ssh.direct`` and the public
 22/tcp mapping in ``runtime.ports`` appear only once the pod's sshd listens. The launch's keys
@@ -13,6 +14,14 @@ here) and ``uninterruptablePrice`` (its on-demand price), per GPU; ``podRentInte
 a ``bidPerGpu`` under the minimum, and a spot pod costs its bid (``costPerHr``, the pod's ``cost``
 and the bill). :meth:`RunPodTwin.outbid` raises the market: every running spot pod whose bid is
 under the new price is stopped (EXITED), as RunPod stops the lowest bidders first.
+
+Public IPs: a pod launched over GraphQL lands on a host with a public IP only when it asks
+(``supportPublicIp``); without one it has no direct SSH (RunPod's proxy alone). REST v2 has no such
+field: a secure-cloud pod it creates has a public IP, a community one has none.
+``podFindAndDeployOnDemand``'s ``$input`` is checked against the shape RunPod's client
+(runpod-python's ``create_pod``) gives it (``tests/contract/schemas/runpod.json``): an unknown or
+mistyped field, or a missing required one, is refused as GraphQL refuses a variable (HTTP 200,
+``errors``) and recorded in :attr:`violations`.
 
 The bill (``GET /v2/billing/pods``) has one record per pod per hour: GPU at the pod's price from
 its creation until it exited or was deleted, and its container disk at $0.10/GB-month while it
@@ -59,7 +68,7 @@ class RunPodTwin(Twin):
     error_schema = {"type": "object", "required": ["title", "status", "detail"],
                     "properties": {"title": {"type": "string"}, "status": {"type": "integer"},
                                    "detail": {"type": "string"}}}
-    launch_ops = frozenset({"createPod", "graphql.podRentInterruptable"})
+    launch_ops = frozenset({"createPod", "graphql.podRentInterruptable", "graphql.podFindAndDeployOnDemand"})
     machine_key_ops = frozenset({"podAction"})  # a pod's own RUNPOD_API_KEY acts on that pod alone
 
     def __init__(self, *args: Any, account_keys: list[str] | None = None, sshless_images: Iterable[str] = (),
@@ -97,6 +106,8 @@ class RunPodTwin(Twin):
                 query = ""
             if "podRentInterruptable" in query:
                 return "graphql.podRentInterruptable", {}
+            if "podFindAndDeployOnDemand" in query:
+                return "graphql.podFindAndDeployOnDemand", {}
             if "gpuTypes" in query:
                 return "graphql.gpuTypes", {}
             return None
@@ -117,6 +128,9 @@ class RunPodTwin(Twin):
                      undocumented=op_id is None or op_id.startswith("graphql."))
 
     def invalid(self, op_id: str, errors: list[str]) -> Reply:
+        if op_id.startswith("graphql."):  # GraphQL refuses a variable its type does not admit, before running
+            return Reply(200, {"errors": [{"message": f'Variable "$input" got invalid value: {e}'} for e in errors],
+                               "data": None})
         if op_id == "createPod":
             return _problem(422, "Unprocessable Entity", "The request body failed validation.", errors)
         return _problem(400, "Bad Request", "; ".join(errors))
@@ -276,9 +290,11 @@ class RunPodTwin(Twin):
             raise Refused(_problem(400, "Bad Request", NO_CAPACITY))
         env = dict(body.get("env") or {})
         keys = self._keys(env, body.get("startSsh"))
+        cloud = body.get("cloud", "SECURE")
         rental = self.rent(offer, self.new_ref(), name=body["name"], keys=keys, image=body.get("image", ""),
-                           disk=body.get("disk", 20), env=env, ports=body.get("ports", []),
-                           cloud=body.get("cloud", "SECURE"))
+                           disk=body.get("disk", 20), env=env, ports=body.get("ports", []), cloud=cloud,
+                           # v2 cannot ask for a public IP: a community host without one gives no direct SSH
+                           public_ip=cloud != "COMMUNITY")
         return Reply(201, self._pod(rental))
 
     def op_getPod(self, params: dict[str, str], query: dict[str, Any], body: Any) -> Reply:
@@ -367,6 +383,23 @@ class RunPodTwin(Twin):
                            public_ip=spec.get("supportPublicIp") is True)
         return Reply(200, {"data": {"podRentInterruptable": {"id": rental.ref, "desiredStatus": "RUNNING",
                                                              "costPerHr": self.price(rental)}}})
+
+    def op_graphql_podFindAndDeployOnDemand(self, params: dict[str, str], query: dict[str, Any],
+                                            body: Any) -> Reply:
+        spec = body["variables"]["input"]  # its shape was checked against the client's (schemas.py)
+        count = int(spec.get("gpuCount") or 1)
+        offer = self._offer(spec["gpuTypeId"], [spec["dataCenterId"]] if spec.get("dataCenterId") else None)
+        allowed = spec.get("allowedCudaVersions")
+        if (offer is None or offer.stock <= 0 or count > offer.count
+                or (allowed and not any(_version(offer.cuda)[:2] == _version(v)[:2] for v in allowed))):
+            return Reply(200, {"errors": [{"message": NO_CAPACITY}], "data": None})
+        env = {e["key"]: e["value"] for e in spec.get("env") or []}
+        rental = self.rent(offer, self.new_ref(), name=spec["name"], keys=self._keys(env, spec.get("startSsh")),
+                           image=spec["imageName"], disk=spec.get("containerDiskInGb", 20), env=env,
+                           ports=[p for p in str(spec.get("ports", "")).split(",") if p], cloud=spec["cloudType"],
+                           gpu_count=count, public_ip=spec.get("supportPublicIp") is True)
+        return Reply(200, {"data": {"podFindAndDeployOnDemand": {"id": rental.ref, "desiredStatus": "RUNNING",
+                                                                 "costPerHr": self.price(rental)}}})
 
 
 def _iso(t: datetime) -> str:

@@ -84,9 +84,10 @@ def _errors(schema: Any, value: Any, where: str) -> list[str]:
 
 def request_errors(provider: str, op_id: str, query: Iterable[tuple[str, str]], content: bytes) -> list[str]:
     """Why the published document refuses this request (its query and JSON body); [] when it is fine."""
-    request = operations(provider)[op_id].get("request")
-    if request is None:
-        return []  # RunPod's GraphQL: no published request schema
+    op = operations(provider)[op_id]
+    request = op.get("request")
+    if request is None:  # RunPod's GraphQL: its input's shape where its official client gives one
+        return _graphql_input_errors(op["input"], content) if "input" in op else []
     errors = _errors(request["query"], typed_query(query, request["query"]), "query")
     if request["body"] is None:
         if content.strip():
@@ -99,6 +100,21 @@ def request_errors(provider: str, op_id: str, query: Iterable[tuple[str, str]], 
     except ValueError as exc:
         return [*errors, f"body: not JSON ({exc})"]
     return errors + _errors(request["body"], body, "body")
+
+
+def _graphql_input_errors(schema: Any, content: bytes) -> list[str]:
+    """Why a GraphQL request's ``variables.input`` breaks ``schema`` (sent as ``$input``, as the
+    provider modules send it)."""
+    try:
+        body = json.loads(content)
+    except ValueError as exc:
+        return [f"body: not JSON ({exc})"]
+    if not isinstance(body, dict) or not isinstance(body.get("query"), str):
+        return ["body: a GraphQL request is an object with a query"]
+    variables = body.get("variables")
+    if not isinstance(variables, dict) or "input" not in variables:
+        return ["variables: $input is required"]
+    return _errors(schema, variables["input"], "variables.input")
 
 
 def response_schema(provider: str, op_id: str, status: int) -> Any:

@@ -172,6 +172,10 @@ def runpod_extras(ops: dict[str, Any]) -> list[str]:
                                "responses": {"200": {"anyOf": [gpu_types, refused]}}}
     ops["graphql.podRentInterruptable"] = {"method": "post", "path": "/graphql",
                                            "responses": {"200": {"anyOf": [rented, refused]}}}
+    deployed = obj(["data"], data=obj(["podFindAndDeployOnDemand"], podFindAndDeployOnDemand=pod))
+    ops["graphql.podFindAndDeployOnDemand"] = {"method": "post", "path": "/graphql",
+                                               "input": deploy_input(),
+                                               "responses": {"200": {"anyOf": [deployed, refused]}}}
     return [
         "REST: the document's server is https://api.runpod.io and its paths start with /v2 "
         "(anchors-provider-apis.md agrees: REST v1 at rest.runpod.io/v1 is deprecated).",
@@ -181,11 +185,34 @@ def runpod_extras(ops: dict[str, Any]) -> list[str]:
         "graphql.*: not in the REST document. Shapes from ../shared/reference/anchors-provider-apis.md §1 "
         "(GraphQL gpuTypes/lowestPrice and podRentInterruptable; errors as HTTP 200 with "
         "{\"errors\":[{\"message\"}]}). The selection sets are the ones runpod.py sends, so a response "
-        "has exactly these fields. Their requests have no published schema: none is kept.",
+        "has exactly these fields. Their requests have no published schema: none is kept, except where "
+        "RunPod's own client gives one (the project's rule: where a document is silent or loose, the official "
+        "client decides).",
+        "graphql.podFindAndDeployOnDemand input: the fields runpod-python's create_pod can send "
+        "(runpod/api/mutations/pods.py, generate_pod_deployment_mutation, commit 07fc6e2b), with their types; "
+        "closed, so a field the client never sends is refused. name, imageName, cloudType and gpuTypeId are "
+        "required (without gpuTypeId the client sends deployCpuPod instead); cloudType is ALL, COMMUNITY or "
+        "SECURE (create_pod's check); dataCenterId may be null (the client sends null when none is given).",
         "createPod request: the document's own schema, closed by it (unevaluatedProperties false); "
         "gpu.minCudaVersion is MAJOR.MINOR (pattern ^\\d+\\.\\d+$), where the catalog's query also admits "
         "a bare major.",
     ]
+
+
+def deploy_input() -> dict[str, Any]:
+    """The ``input`` of GraphQL ``podFindAndDeployOnDemand`` as runpod-python's create_pod shapes it."""
+    text, integer, boolean = {"type": "string"}, {"type": "integer"}, {"type": "boolean"}
+    env = {"type": "object", "required": ["key", "value"], "additionalProperties": False,
+           "properties": {"key": text, "value": text}}
+    fields = {"name": text, "imageName": text, "cloudType": {"enum": ["ALL", "COMMUNITY", "SECURE"]},
+              "startSsh": boolean, "gpuTypeId": text, "supportPublicIp": boolean, "gpuCount": integer,
+              "volumeInGb": integer, "minVcpuCount": integer, "minMemoryInGb": integer,
+              "allowedCudaVersions": {"type": "array", "items": text}, "dataCenterId": {"type": ["string", "null"]},
+              "dockerArgs": text, "countryCode": text, "containerDiskInGb": integer, "ports": text,
+              "volumeMountPath": text, "env": {"type": "array", "items": env}, "templateId": text,
+              "networkVolumeId": text, "minDownload": integer, "minUpload": integer}
+    return {"type": "object", "required": ["name", "imageName", "cloudType", "gpuTypeId"],
+            "additionalProperties": False, "properties": fields}
 
 
 def vastai_extras(doc: dict[str, Any], ops: dict[str, Any]) -> list[str]:
