@@ -649,3 +649,58 @@ async def test_a_notebook_whose_job_hits_its_walltime_goes_on_by_itself_on_the_j
                                    timeout=120)
     assert status == "ok", out
     assert out.split("\n")[:3] == [second, "loss 0.125", "epoch 8"], out
+
+
+# -- a machine its guardian released: nothing queued ahead is left behind (issue 45's leftover) -------
+
+
+def test_a_job_its_guardian_released_leaves_no_job_queued_ahead(
+        cluster: SlurmCluster, login: Sshd, node_home: Path, tmp_path: Path, wheelhouse: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The notebook's job runs with its successor queued ahead (afterany); its guardian sealed and
+    recorded its release while the user side was away. The user side, back, takes the release in and
+    cancels the job queued ahead as Stop does: no job of the workspace is left pending, none an orphan."""
+    from jupyter_e2e import make_workspace
+
+    from jupyter_portable.core import guardian as G
+    from jupyter_portable.core import lifecycle as L
+    from jupyter_portable.orchestration.orchestrator import Orchestrator
+    from jupyter_portable.orchestration.walltime import JobEnd, next_of
+
+    for name, value in {**_node_env(login, node_home, tmp_path), "JUPYTER_PORTABLE_SLURM_QUEUE_NEXT": "1"}.items():
+        monkeypatch.setenv(name, value)
+    ws = make_workspace(tmp_path / "ws", tmp_path / "store")
+    orch = Orchestrator(ws)
+    try:
+        aid = orch.continue_()["allocation_id"]
+        orch.check(now=_NOW)  # the job's end, read from Slurm and kept with the allocation
+        notices: list[str] = []
+        JobEnd(lambda _kind, message: notices.append(message)).look(orch, _NOW)  # the server's monitor does this
+        rec = orch.record()
+        assert rec is not None
+        nxt = next_of(rec.allocation)
+        assert nxt is not None and f"Job {nxt['ref']} is queued" in notices[0], notices
+        assert _job(cluster, nxt["ref"])["dependency"] == f"afterany:{rec.allocation.ref}(unfulfilled)"
+        # what the guardian does on a job (no provider means to end it: it says so): seal, record the release
+        sealed = orch.client(aid).seal("sealed by the machine: 30 min idle while the user side was away")
+        head = ws.store.read_manifest(ws.workspace_id, ws.store.read_head(ws.workspace_id)[0].version)
+        record = next(a for a in reversed(head.allocations) if a["allocation_id"] == aid)
+        policy = G.GuardianPolicy(provider="slurm", means=None, idle_minutes=30.0, absent_grace_s=600.0,
+                                  price_per_hour=0.0)
+        released = G.release_record(G.GuardianDecision(G.STOP, "idle", absent_since=_NOW, idle_since=_NOW), policy,
+                                    at=_NOW, version=sealed["version"], error="no means to end the billing (None)")
+        ws.record_allocation({**record, "released_by": released}, epoch=orch.lifecycle().epoch)
+        assert orch.check(now=_NOW)["state"] == L.RELEASED
+        # both jobs are gone, the one queued ahead too; a sweep of the cluster finds nothing of ours
+        gone = ("CANCELLED", "COMPLETED", "COMPLETING")
+        assert _until(lambda: _job(cluster, nxt["ref"])["job_state"] in gone, "the queued job is cancelled")
+        assert _until(lambda: _job(cluster, rec.allocation.ref)["job_state"] in gone, "the job ends")
+        provider = orch.provider_of(rec.allocation)
+        assert [m.ref for m in provider.list_machines() if m.state in ("pending", "running")] == []
+    finally:
+        orch.close()
+        cluster.run("scancel", "-u", "root", check=False)
+        from conftest import kill_worker_group
+
+        for agent_json in node_home.glob("allocations/*/agent/agent.json"):
+            kill_worker_group(agent_json)

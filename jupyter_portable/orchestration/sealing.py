@@ -81,7 +81,8 @@ class StopProtocol(LossWatch):
         """The machine sealed and released itself while this side was away (worker/guardian): its record
         is read back from the head, and the workspace goes DRAINING -> SEALED (at the version it sealed)
         -> RELEASED as if this side had stopped it; whatever the provider still holds (a stopped pod, a
-        stopped instance: their disks bill) is terminated now. None when the machine recorded no release."""
+        stopped instance: their disks bill) is terminated now, and a machine queued ahead to take over (a
+        Slurm job's successor) is cancelled, as Stop does. None when the machine recorded no release."""
         from jupyter_portable.orchestration.guardian import machine_release
 
         try:
@@ -110,6 +111,8 @@ class StopProtocol(LossWatch):
                 self.client(rec.allocation_id).shutdown()  # a sealed worker its provider's means did not stop
             with contextlib.suppress(PortableError):
                 self.provider_of(rec.allocation).terminate(rec.allocation)
+            with contextlib.suppress(PortableError):  # a job queued ahead to take over: nothing does now (as Stop)
+                release_next(self.provider_of(rec.allocation), rec.allocation)
             lc = self._move(L.RELEASED)
             self._close_record(rec, state="released", reason=f"released by the machine ({released['reason']})",
                                spend=spend, epoch=lc.epoch)
