@@ -92,6 +92,8 @@ class LossWatch(AllocationClosing):
                         raise
                     heard = self.client(rec.allocation_id).status(timeout=5)
                 reached = True
+                if isinstance(heard, dict):
+                    self.heard[rec.allocation_id] = heard
                 # sealed by its guardian, whose provider's means did not stop it: the release is taken in too
                 sealed_here = heard.get("phase") == "sealed"
             except PortableError as exc:

@@ -84,6 +84,7 @@ class PortableService:
         self.started_reservations: set[str] = set()
         self._checking = False
         self._told_spend: tuple[str | None, int] | None = None  # the machine and its spend in cents, as last told
+        self._told_checkpoints: tuple[tuple[str, str], ...] = ()  # the checkpoints in flight, as last told
         self._lock = threading.Lock()
         self._head_version: int | None = None
         self._docs: dict[str, str] = {}  # the watched documents as last seen (canonical JSON)
@@ -306,6 +307,18 @@ class PortableService:
                               "done": head.version, "total": head.version})
         self._head_version = head.version
 
+    def watch_checkpoints(self) -> bool:
+        """Checkpoints on their way to verified (here, or on the machine as its worker last said): each
+        time one moves or ends, the sidebar is told (changed/v1 "checkpoints") and reads the state."""
+        if self.view is None:
+            return False
+        seen = tuple((r["key"], r["line"]) for r in self.view.checkpoints_in_flight())
+        if seen == self._told_checkpoints:
+            return False
+        self._told_checkpoints = seen
+        self._changed("checkpoints")
+        return True
+
     def watch_docs(self) -> list[str]:
         """The workspace's settings and bookings as the store holds them now: each that changed since
         the last look (a terminal's `jupyter portable settings` or `reserve` as much as the sidebar)
@@ -415,6 +428,7 @@ class PortableService:
                 if self.idle is not None and orch.lifecycle().state == L.ACTIVE:
                     self.idle.check()  # seals and releases a machine idle for the workspace's idle_minutes
                 self._watch_head()
+                self.watch_checkpoints()
                 self.watch_docs()
                 if lc.state == L.ACTIVE and self._kernels_elsewhere(lc.allocation_id):
                     # another process (`jupyter portable continue` in a terminal) moved the workspace

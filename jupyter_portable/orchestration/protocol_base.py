@@ -88,6 +88,9 @@ class ProtocolBase:
         # what each machine's provider last said, as the loss check saw it: the state view
         # reads spend from here, so showing the state never calls a provider
         self.observed: dict[str, AllocationStatus] = {}
+        # what each machine's worker last said of itself (its /status), as the loss check heard it:
+        # the state view reads the checkpoints in flight there (a machine's answer: checked before shown)
+        self.heard: dict[str, dict[str, Any]] = {}
         # issue 16 item 6 (estimates): per allocation, what its route predicted and when (on
         # ``clock``) its launch started and its machine came up; READY adds what was measured
         self._estimates: dict[str, dict[str, Any]] = {}

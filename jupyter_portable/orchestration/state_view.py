@@ -55,6 +55,81 @@ def checkpoints_view(ws: Workspace) -> dict[str, Any]:
             "latest": checkpoint_view(best) if best else None}
 
 
+ENDED_SHOWN_S = 600.0  # how long after a checkpoint ended the sidebar still says how (verified, or why not)
+
+
+def _inflight_row(rec: Any, machine: str | None) -> dict[str, Any] | None:
+    """One checkpoint record (this copy's, or a machine's: checked, never trusted) as the state shows
+    it, without its line; None for a record that is not one."""
+    from jupyter_portable.core.state_words import CHECKPOINT_PHASES, checkpoint_percent
+
+    if not isinstance(rec, dict):
+        return None
+
+    def count(name: str) -> int:
+        v = rec.get(name)
+        return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63 else 0
+
+    def text(name: str, limit: int) -> str | None:
+        v = rec.get(name)
+        return v[:limit] if isinstance(v, str) else None
+
+    state, step, version, rate = rec.get("state"), rec.get("step"), rec.get("version"), rec.get("rate")
+    key, path = text("key", 200), text("path", 1000)
+    if state not in CHECKPOINT_PHASES or not key or not path:
+        return None
+    done, total = count("done_bytes"), count("total_bytes")
+    return {"key": key, "path": path,
+            "step": step if isinstance(step, int) and not isinstance(step, bool) else None,
+            "state": state, "phase": CHECKPOINT_PHASES[state], "percent": checkpoint_percent(state, done, total),
+            "done_bytes": done, "total_bytes": total, "size": count("size"),
+            "rate": float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool)
+            and 0 <= rate < 1e15 else 0.0,
+            "reason": text("reason", 500), "ended": text("ended", 40),
+            "version": version if isinstance(version, int) and not isinstance(version, bool) else None,
+            "latest": False, "machine": machine}
+
+
+def checkpoints_in_flight_view(ws: Workspace, heard: dict[str, dict[str, Any]], lc: L.Lifecycle, now: datetime,
+                               checkpoints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The checkpoints on their way to verified, each with its phase, percent, rate and line (the
+    words of core/state_words, as the CLI says them), then those that ended in the last
+    :data:`ENDED_SHOWN_S` seconds: verified (``latest`` when it is the head's latest verified one)
+    or why not. From this copy (a kernel run here) and from the machine serving the workspace
+    (``heard``: its worker's status as the loss check last heard it; ``machine`` names it).
+    ``checkpoints``: the head's, as the state shows them."""
+    from jupyter_portable.core.state_words import CHECKPOINT_ENDED, checkpoint_line
+    from jupyter_portable.engine.checkpoint.background import ended, inflight
+
+    sources: list[tuple[str | None, Any, Any]] = []
+    try:
+        sources.append((None, inflight(ws.copy), ended(ws.copy)))
+    except (OSError, PortableError):
+        pass
+    if lc.allocation_id and lc.state in (L.ACTIVE, L.READY, L.DRAINING):
+        report = (heard.get(lc.allocation_id) or {}).get("checkpoints")
+        if isinstance(report, dict):
+            sources.append((lc.allocation_id, report.get("in_flight"), report.get("ended")))
+    best = next((c for c in reversed(checkpoints) if c.get("verified")), None)
+    flying: list[dict[str, Any]] = []
+    done: list[dict[str, Any]] = []
+    for machine, moving, finished in sources:
+        for rec in moving if isinstance(moving, list) else []:
+            row = _inflight_row(rec, machine)
+            if row is not None and row["state"] not in CHECKPOINT_ENDED:
+                flying.append(row)
+        for rec in (finished if isinstance(finished, list) else [])[:20]:
+            row = _inflight_row(rec, machine)
+            at = parse_iso_or_none(row["ended"]) if row is not None else None
+            if row is None or at is None or not 0 <= (now - at).total_seconds() <= ENDED_SHOWN_S:
+                continue
+            row["latest"] = bool(row["state"] == "verified" and best is not None and best.get("path") == row["path"]
+                                 and best.get("version") == row["version"])
+            done.append(row)
+    done.sort(key=lambda r: str(r["ended"]), reverse=True)
+    return [{**r, "line": checkpoint_line(r, latest=r["latest"])} for r in flying + done]
+
+
 def files_view(ws: Workspace, orch: Orchestrator, conflicts: list[dict[str, Any]]) -> dict[str, Any]:
     """The head's files, and while a worker is active, what it still has to fetch."""
     head, _ = ws.store.read_head(ws.workspace_id)
@@ -166,11 +241,24 @@ class StateView:
         if self._cached is not None:
             old_key, built_at, answer = self._cached
             if old_key == key and (now - built_at).total_seconds() < self.refresh_s:
-                return {**answer, "orphans": orphans}
+                return {**answer, "orphans": orphans, "checkpoints_in_flight": self._in_flight(orch, lc, now, answer)}
         answer = self._build(orch, lc, now, continuing=continuing, conflicts=conflicts)
         self._cached = (key, now, answer)
         self.builds += 1
-        return {**answer, "orphans": orphans}
+        return {**answer, "orphans": orphans, "checkpoints_in_flight": self._in_flight(orch, lc, now, answer)}
+
+    def _in_flight(self, orch: Orchestrator, lc: L.Lifecycle, now: datetime,
+                   answer: dict[str, Any] | None) -> list[dict[str, Any]]:
+        # never from the cache: each ask reads the records (a few small files) and what the worker said
+        checkpoints = answer["checkpoints"] if answer is not None else \
+            [checkpoint_view(r) for r in records(head_manifest(self.ws))]
+        return checkpoints_in_flight_view(self.ws, orch.heard, lc, now, checkpoints)
+
+    def checkpoints_in_flight(self) -> list[dict[str, Any]]:
+        """The state's ``checkpoints_in_flight`` now (the server's check tells the sidebar when they move)."""
+        orch = self.orchestrator()
+        return self._in_flight(orch, orch.lifecycle(), self.clock(),
+                               self._cached[2] if self._cached is not None else None)
 
     def spend_cents(self, orch: Orchestrator, allocation_id: str | None) -> int | None:
         """The running machine's spend now, in cents, by the rule the state's budget prices it with
@@ -302,5 +390,5 @@ def observed_figure(orch: Orchestrator) -> Callable[[dict[str, Any]], tuple[floa
     return lambda a: _observed(observed.get(a.get("allocation_id", "")))
 
 
-__all__ = ["StateView", "checkpoint_view", "checkpoints_view", "environment_view", "estimate_view", "files_view",
-           "head_manifest", "machines_view", "observed_figure"]
+__all__ = ["ENDED_SHOWN_S", "StateView", "checkpoint_view", "checkpoints_in_flight_view", "checkpoints_view",
+           "environment_view", "estimate_view", "files_view", "head_manifest", "machines_view", "observed_figure"]

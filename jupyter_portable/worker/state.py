@@ -69,6 +69,15 @@ class AgentState:
         version = self.version
         with contextlib.suppress(PortableError, OSError):
             version = WorkspaceCopy(self.workdir).read_config().version
+        # the checkpoints the kernel here has on their way to verified, and how the last ones ended:
+        # the user's side shows them in the sidebar (orchestration/state_view.checkpoints_in_flight_view)
+        checkpoints: dict[str, Any] = {"in_flight": [], "ended": []}
+        if self.phase not in ("starting", "materializing"):
+            with contextlib.suppress(PortableError, OSError):
+                from jupyter_portable.engine.checkpoint.background import ended, inflight
+
+                copy = WorkspaceCopy(self.workdir)
+                checkpoints = {"in_flight": inflight(copy), "ended": ended(copy)}
         return {"phase": self.phase, "allocation_id": self.allocation_id, "workspace_id": self.workspace_id,
                 "version": version, "epoch": self.epoch, "workdir": str(self.workdir), "error": self.error,
                 "verification": self.verification, "progress": dict(self.progress), "timings": dict(self.timings),
@@ -76,7 +85,8 @@ class AgentState:
                 "pid": os.getpid(), "python": self.kernel_python, "environment": self.env_build,
                 "kernel": self.kernel_status(), "credentials": {"expiration": self.credentials_expiration},
                 "activity": self.activity.to_json(),
-                "guardian": self.guardian.view() if self.guardian is not None else None}
+                "guardian": self.guardian.view() if self.guardian is not None else None,
+                "checkpoints": checkpoints}
 
     def kernel_status(self) -> dict[str, Any]:
         k = self.kernel

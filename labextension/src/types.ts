@@ -57,6 +57,18 @@ export type LifecycleState =
 export type ChargePolicy = 'now' | 'before';
 export type Guarantee = 'provider' | 'capacity-checked' | 'best-effort';
 /**
+ * A checkpoint's state on its way to verified, and how it ended (jupyter_portable/core/state_words.py CHECKPOINT_PHASES, whose words the server sends as `phase`).
+ */
+export type CheckpointState =
+  | 'queued'
+  | 'uploading'
+  | 'verifying'
+  | 'publishing'
+  | 'verified'
+  | 'rejected'
+  | 'skipped'
+  | 'failed';
+/**
  * POST /portable/api/cancel: whether a running Continue was told to stop at its next step.
  */
 export interface ICancelAnswer {
@@ -631,6 +643,10 @@ export interface IPortableState {
    */
   snapshot: ISnapshotInfo | null;
   checkpoints: ICheckpoint[];
+  /**
+   * Checkpoints on their way to verified (uploading, reading back, sealing), on this computer or on the machine serving the workspace (its worker reports them), oldest first; then those that ended in the last ten minutes, newest first: verified (latest or not) or why not. The words are core/state_words.py's, as `%workspace checkpoints` and `jupyter portable status` say them.
+   */
+  checkpoints_in_flight?: ICheckpointInFlight[];
   budget: IBudget;
   conflicts: IConflict[];
   /**
@@ -886,6 +902,60 @@ export interface ISnapshotInfo {
   message: string | null;
 }
 /**
+ * One checkpoint in flight, or one that ended lately (the record of jupyter_portable/engine/checkpoint/background.py, as the state shows it).
+ */
+export interface ICheckpointInFlight {
+  /**
+   * The record's key: the process and the moment it was registered.
+   */
+  key: string;
+  path: string;
+  step: number | null;
+  state: CheckpointState;
+  /**
+   * The state in the user's words: uploading, reading back, sealing, verified, ...
+   */
+  phase: string;
+  /**
+   * Bytes done of the phase's total, 0-100, while uploading or reading back; null otherwise.
+   */
+  percent: number | null;
+  done_bytes: number;
+  total_bytes: number;
+  /**
+   * The checkpoint's bytes on local disk.
+   */
+  size: number;
+  /**
+   * Bytes a second in the phase: its bytes done over the time it has run.
+   */
+  rate: number;
+  /**
+   * Why it was not verified (rejected, skipped, failed).
+   */
+  reason: string | null;
+  /**
+   * When it ended (UTC, ISO); null while in flight.
+   */
+  ended: string | null;
+  /**
+   * The version that published it, once it ended verified or rejected.
+   */
+  version: number | null;
+  /**
+   * It ended verified and is the workspace's latest verified checkpoint.
+   */
+  latest: boolean;
+  /**
+   * The allocation whose kernel registered it; null: this computer.
+   */
+  machine: string | null;
+  /**
+   * The whole line: 'step 1200: uploading 63%, 1.1 GB/s', 'step 1200: verified, latest (version 7)'.
+   */
+  line: string;
+}
+/**
  * Where the budget stands; only `state` ("unknown") and `message` when it cannot be told.
  */
 export interface IBudget {
@@ -1041,12 +1111,12 @@ export interface IStopAnswer {
   verified?: boolean;
 }
 /**
- * The workspace's settings or its bookings changed in its store, from this server (the sidebar, the Settings Editor) or from anywhere else (`jupyter portable settings` or `reserve` in a terminal, another server): the sidebar reads them again, with the budget's figures. Seen by the server's check within seconds. `idle`: a change of the idle stop's minutes started the countdown again. `budget`: the running machine's spend moved by a cent: the budget's figures (spent, left, the routes' refusals) are read again.
+ * The workspace's settings or its bookings changed in its store, from this server (the sidebar, the Settings Editor) or from anywhere else (`jupyter portable settings` or `reserve` in a terminal, another server): the sidebar reads them again, with the budget's figures. Seen by the server's check within seconds. `idle`: a change of the idle stop's minutes started the countdown again. `budget`: the running machine's spend moved by a cent: the budget's figures (spent, left, the routes' refusals) are read again. `checkpoints`: a checkpoint in flight (on this computer or on the machine) moved on or ended: the state's `checkpoints_in_flight` changed.
  *
  */
 export interface IChangedEvent {
   workspace_id: string;
-  what: 'settings' | 'reservations' | 'idle' | 'budget';
+  what: 'settings' | 'reservations' | 'idle' | 'budget' | 'checkpoints';
   [k: string]: unknown;
 }
 /**

@@ -5,6 +5,7 @@ import * as fmt from '../format';
 import { IStatus } from '../model';
 import { IProgressEvent } from '../events';
 import { ICheckpoint, IPortableState } from '../types';
+import { CheckpointsInFlight } from './CheckpointsInFlight';
 import { Facts, Section, StatusLine } from './common';
 
 /** The last snapshot, and a button to take one. */
@@ -91,13 +92,18 @@ function CheckpointItem(props: { ck: ICheckpoint; now: number }): JSX.Element {
   );
 }
 
-/** Verified checkpoints (step, note, age) and rejected ones (reason). */
+/**
+ * Checkpoints in flight and how the last ones ended (phase, percent, rate; verified or why not),
+ * then the verified ones (step, note, age) and the rejected ones (reason).
+ */
 export function CheckpointsPanel(props: { state: IPortableState; now: number }): JSX.Element {
   const verified = props.state.checkpoints.filter(c => c.verified);
   const rejected = props.state.checkpoints.filter(c => !c.verified);
+  const flying = props.state.checkpoints_in_flight ?? [];
   return (
     <Section id="checkpoints" title="Checkpoints">
-      {props.state.checkpoints.length === 0 ? (
+      <CheckpointsInFlight state={props.state} />
+      {props.state.checkpoints.length === 0 && flying.length === 0 ? (
         <p className="jp-Portable-empty">
           None registered. In a notebook: <code>%workspace checkpoint PATH --step N</code>
         </p>
