@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from server_cleanup import jp_server_cleanup  # noqa: F401 - replaces pytest-jupyter's fixture of this name
 
 BIN = Path(sys.executable).parent
 # the digests of wheel sets this computer stored (worker/trust.py): one file per test process, in a
