@@ -10,6 +10,7 @@ local-market worker, whose status reports what is in flight on its machine. The 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import re
@@ -112,7 +113,7 @@ def _assert_mid_upload(state: dict[str, Any], row: dict[str, Any], step: int) ->
 
 
 async def test_a_local_kernels_checkpoint_is_in_the_state_while_it_uploads_then_verified_or_why_not(
-        jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any, jp_root_dir: Path, tmp_path: Path) -> None:
+        jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any, jp_root_dir: Path, tmp_path: Path, cli: Any) -> None:
     events = EventStream(await jp_ws_fetch("api", "events", "subscribe"))
     # a notebook's kernel on this computer (not the portable one): the server's own kernel manager
     session = json.loads((await jp_fetch("api", "sessions", method="POST", body=json.dumps(
@@ -129,6 +130,9 @@ async def test_a_local_kernels_checkpoint_is_in_the_state_while_it_uploads_then_
 
     state, row = await _row(jp_fetch, _uploading(1200))
     _assert_mid_upload(state, row, 1200)
+    # the terminal says it in the same words (its rate to its own moment)
+    said = (await asyncio.to_thread(cli, "status", cwd=jp_root_dir)).stdout
+    assert f"in flight  ckpt/step-1200.bin: step 1200: uploading {row['percent']}%, " in said, said
     # the server's check told the sidebar (which fetches the state on it)
     await events.wait_for(lambda e: e.get("schema_id") == CHANGED and e.get("what") == "checkpoints", timeout=30)
     release.touch()
@@ -182,3 +186,42 @@ def test_the_states_of_a_checkpoint_in_the_schema_are_the_cores() -> None:
     assert defs["CheckpointState"]["enum"] == list(state_words.CHECKPOINT_PHASES)
     assert set(state_words.CHECKPOINT_ENDED) | {"queued", "publishing", *state_words.CHECKPOINT_MOVING} == \
         set(state_words.CHECKPOINT_PHASES)
+
+
+def test_the_rate_is_the_bytes_done_over_the_time_passed_and_a_machines_records_are_checked(tmp_path: Path) -> None:
+    """The view's figures at a given moment (no clock read): an upload's rate is its bytes done over the
+    time since its phase began, to the moment asked (a stalled one's falls); a machine's phases go by
+    its own clock (the time of its answer); what a machine reports is checked before it is shown."""
+    from datetime import datetime, timedelta, timezone
+
+    from jupyter_portable.core.lifecycle import Lifecycle
+    from jupyter_portable.engine.workspace import Workspace
+    from jupyter_portable.orchestration.state_view import checkpoints_in_flight_view
+
+    ws = Workspace.init(tmp_path / "ws", f"file://{tmp_path}/store")
+    t0 = datetime(2026, 12, 6, 21, 0, tzinfo=timezone.utc)
+    record = {"path": "ckpt/a.pt", "step": 1200, "state": "uploading", "size": 10**9, "done_bytes": 5 * 10**8,
+              "total_bytes": 10**9, "rate": 123, "pid": os.getpid(), "key": f"{os.getpid()}-1-1",
+              "reason": None, "version": None, "ended": None, "since": "2026-12-06T21:00:00.000Z"}
+    ws.copy.write_inflight(record["key"], json.dumps(record).encode())
+    lc = Lifecycle.new(ws.workspace_id, at="2026-12-06T20:00:00Z")
+    (row,) = checkpoints_in_flight_view(ws, {}, lc, t0 + timedelta(seconds=0.5), [])
+    assert (row["percent"], row["rate"], row["machine"]) == (50, 1e9, None)
+    assert row["line"] == "step 1200: uploading 50%, 1.0 GB/s"
+    (row,) = checkpoints_in_flight_view(ws, {}, lc, t0 + timedelta(seconds=10), [])
+    assert row["line"] == "step 1200: uploading 50%, 50.0 MB/s", "a stalled upload's rate falls"
+
+    # the machine's rows: by its clock, and only what holds up
+    ws.copy.clear_inflight(record["key"])
+    machine_lc = dataclasses.replace(lc, state="ACTIVE", allocation_id="al-1")
+    bad = [{"state": "pwned", "path": "x", "key": "k1"}, {"state": "uploading", "path": 7, "key": "k2"},
+           "not a record", {**record, "key": "k3", "done_bytes": -5, "rate": float("inf"), "since": None}]
+    heard = {"al-1": {"heartbeat": (t0 + timedelta(seconds=2)).timestamp(),
+                      "checkpoints": {"in_flight": [{**record, "key": "k0"}, *bad],
+                                      "ended": [{**record, "key": "k4", "state": "failed", "ended":
+                                                 "2026-12-06T21:00:01.000Z", "reason": "r" * 5000}]}}}
+    rows = checkpoints_in_flight_view(ws, heard, machine_lc, t0 + timedelta(hours=3), [])
+    assert [(r["key"], r["machine"]) for r in rows] == [("k0", "al-1"), ("k3", "al-1"), ("k4", "al-1")]
+    assert rows[0]["line"] == "step 1200: uploading 50%, 250.0 MB/s"  # 500 MB in 2 s of the machine's time
+    assert (rows[1]["done_bytes"], rows[1]["rate"], rows[1]["percent"]) == (0, 0.0, 0)
+    assert rows[2]["state"] == "failed" and len(rows[2]["reason"]) == 500

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -144,6 +145,15 @@ def checkpoint_percent(state: str, done_bytes: int, total_bytes: int) -> int | N
     return max(0, min(100, (100 * done_bytes) // total_bytes))
 
 
+def checkpoint_rate(done_bytes: int, since: datetime | None, now: datetime) -> float | None:
+    """Bytes a second of a phase that began at ``since``: its bytes done over the time passed to
+    ``now`` (a stalled upload's rate falls as it waits); None when the start is not known."""
+    if since is None:
+        return None
+    spent = (now - since).total_seconds()
+    return done_bytes / spent if spent > 0.05 else 0.0
+
+
 def checkpoint_line(rec: Mapping[str, Any], *, latest: bool = False) -> str:
     """One checkpoint on its way, or how it ended, from its record's fields (``path``, ``step``,
     ``state``, ``done_bytes``, ``total_bytes``, ``rate`` in bytes a second, ``reason``, ``version``):
@@ -169,5 +179,5 @@ def table() -> dict[str, dict[str, Any]]:
 
 
 __all__ = ["CHECKPOINT_ENDED", "CHECKPOINT_MOVING", "CHECKPOINT_PHASES", "MOVE_WORDS", "SERVED", "UNREACHABLE",
-           "UNREACHABLE_WORDS", "WORDS", "StateWords", "checkpoint_line", "checkpoint_percent", "first_start",
-           "safe_version", "state_line", "table", "unreachable_line", "words"]
+           "UNREACHABLE_WORDS", "WORDS", "StateWords", "checkpoint_line", "checkpoint_percent", "checkpoint_rate",
+           "first_start", "safe_version", "state_line", "table", "unreachable_line", "words"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from jupyter_portable.core.records import CheckpointRecord
@@ -46,9 +47,20 @@ def format_gpus(runtime: dict[str, Any] | None) -> str:
     return f"{len(gpus)} x {first.get('name')} ({first.get('memory_mb')} MB), driver {first.get('driver')}{cuda}"
 
 
-def format_in_flight(items: list[dict[str, Any]]) -> str:
+def in_flight_line(rec: dict[str, Any], now: datetime | None = None) -> str:
+    """A checkpoint in flight in the words every view says (core/state_words, as the sidebar shows
+    it): its rate is its bytes done over the time since its phase began, to ``now``."""
+    from jupyter_portable.core.state_words import checkpoint_line, checkpoint_rate
+    from jupyter_portable.core.times import parse_iso_or_none, utcnow
+
+    since = parse_iso_or_none(rec.get("since")) if isinstance(rec.get("since"), str) else None
+    rate = checkpoint_rate(int(rec.get("done_bytes") or 0), since, now or utcnow())
+    return checkpoint_line(rec if rate is None else {**rec, "rate": rate})
+
+
+def format_in_flight(items: list[dict[str, Any]], now: datetime | None = None) -> str:
     """Checkpoints still uploading or being read back: not verified yet, so not "latest"."""
-    return "\n".join(f"  in flight  {i.get('path')}: {i.get('line')}" for i in items)
+    return "\n".join(f"  in flight  {i.get('path')}: {in_flight_line(i, now)}" for i in items)
 
 
 def fenced_line(st: dict[str, Any]) -> str | None:

@@ -14,7 +14,7 @@ sidebar ask again costs two small reads.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from jupyter_portable.core import lifecycle as L
@@ -58,10 +58,11 @@ def checkpoints_view(ws: Workspace) -> dict[str, Any]:
 ENDED_SHOWN_S = 600.0  # how long after a checkpoint ended the sidebar still says how (verified, or why not)
 
 
-def _inflight_row(rec: Any, machine: str | None) -> dict[str, Any] | None:
+def _inflight_row(rec: Any, machine: str | None, now: datetime) -> dict[str, Any] | None:
     """One checkpoint record (this copy's, or a machine's: checked, never trusted) as the state shows
-    it, without its line; None for a record that is not one."""
-    from jupyter_portable.core.state_words import CHECKPOINT_PHASES, checkpoint_percent
+    it at ``now`` (the rate: its bytes done over the time since its phase began), without its line;
+    None for a record that is not one."""
+    from jupyter_portable.core.state_words import CHECKPOINT_PHASES, checkpoint_percent, checkpoint_rate
 
     if not isinstance(rec, dict):
         return None
@@ -79,13 +80,17 @@ def _inflight_row(rec: Any, machine: str | None) -> dict[str, Any] | None:
     if state not in CHECKPOINT_PHASES or not key or not path:
         return None
     done, total = count("done_bytes"), count("total_bytes")
+    since = text("since", 40)
+    measured = checkpoint_rate(done, parse_iso_or_none(since), now) if since else None
+    if measured is not None:
+        rate = measured
     return {"key": key, "path": path,
             "step": step if isinstance(step, int) and not isinstance(step, bool) else None,
             "state": state, "phase": CHECKPOINT_PHASES[state], "percent": checkpoint_percent(state, done, total),
             "done_bytes": done, "total_bytes": total, "size": count("size"),
             "rate": float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool)
             and 0 <= rate < 1e15 else 0.0,
-            "reason": text("reason", 500), "ended": text("ended", 40),
+            "reason": text("reason", 500), "ended": text("ended", 40), "since": since,
             "version": version if isinstance(version, int) and not isinstance(version, bool) else None,
             "latest": False, "machine": machine}
 
@@ -101,27 +106,31 @@ def checkpoints_in_flight_view(ws: Workspace, heard: dict[str, dict[str, Any]], 
     from jupyter_portable.core.state_words import CHECKPOINT_ENDED, checkpoint_line
     from jupyter_portable.engine.checkpoint.background import ended, inflight
 
-    sources: list[tuple[str | None, Any, Any]] = []
+    sources: list[tuple[str | None, datetime, Any, Any]] = []
     try:
-        sources.append((None, inflight(ws.copy), ended(ws.copy)))
+        sources.append((None, now, inflight(ws.copy), ended(ws.copy)))
     except (OSError, PortableError):
         pass
     if lc.allocation_id and lc.state in (L.ACTIVE, L.READY, L.DRAINING):
-        report = (heard.get(lc.allocation_id) or {}).get("checkpoints")
+        said = heard.get(lc.allocation_id) or {}
+        report = said.get("checkpoints")
+        # its phases were timed on the machine's clock: their rates go to the time of its answer
+        at = said.get("heartbeat")
+        there = datetime.fromtimestamp(at, timezone.utc) if isinstance(at, (int, float)) and 0 < at < 1e11 else now
         if isinstance(report, dict):
-            sources.append((lc.allocation_id, report.get("in_flight"), report.get("ended")))
+            sources.append((lc.allocation_id, there, report.get("in_flight"), report.get("ended")))
     best = next((c for c in reversed(checkpoints) if c.get("verified")), None)
     flying: list[dict[str, Any]] = []
     done: list[dict[str, Any]] = []
-    for machine, moving, finished in sources:
+    for machine, at, moving, finished in sources:
         for rec in moving if isinstance(moving, list) else []:
-            row = _inflight_row(rec, machine)
+            row = _inflight_row(rec, machine, at)
             if row is not None and row["state"] not in CHECKPOINT_ENDED:
                 flying.append(row)
         for rec in (finished if isinstance(finished, list) else [])[:20]:
-            row = _inflight_row(rec, machine)
-            at = parse_iso_or_none(row["ended"]) if row is not None else None
-            if row is None or at is None or not 0 <= (now - at).total_seconds() <= ENDED_SHOWN_S:
+            row = _inflight_row(rec, machine, at)
+            end = parse_iso_or_none(row["ended"]) if row is not None else None
+            if row is None or end is None or not 0 <= (at - end).total_seconds() <= ENDED_SHOWN_S:
                 continue
             row["latest"] = bool(row["state"] == "verified" and best is not None and best.get("path") == row["path"]
                                  and best.get("version") == row["version"])

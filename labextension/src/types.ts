@@ -927,7 +927,7 @@ export interface ICheckpointInFlight {
    */
   size: number;
   /**
-   * Bytes a second in the phase: its bytes done over the time it has run.
+   * Bytes a second in the phase: its bytes done over the time it has run (a stalled upload's falls).
    */
   rate: number;
   /**
@@ -938,6 +938,10 @@ export interface ICheckpointInFlight {
    * When it ended (UTC, ISO); null while in flight.
    */
   ended: string | null;
+  /**
+   * When its phase began (UTC, ISO, on the clock of the machine that runs it): `rate` is `done_bytes` over the time since, to the state's answer.
+   */
+  since: string | null;
   /**
    * The version that published it, once it ended verified or rejected.
    */

@@ -119,6 +119,7 @@ class CheckpointHandle:
     echo: Callable[[str], None] | None = field(default=None, repr=False)  # progress lines, for a waiting caller
     low_priority: bool = True  # beside a training loop; False when the caller waits for it anyway
     ended: str | None = None  # when it ended (UTC, ISO), once verified, rejected, skipped or failed
+    since: str | None = None  # when its phase began (UTC, ISO): a view's rate is done_bytes over the time since
     _done: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
@@ -150,7 +151,7 @@ class CheckpointHandle:
                "pid": os.getpid(), "key": self.key,
                # how it ended (the record stays a while: ``ended``): why not verified, the version that has it
                "reason": self.reason, "version": self.record.version if self.record is not None else None,
-               "ended": self.ended}
+               "ended": self.ended, "since": self.since}
         if line:
             out["line"] = checkpoint_line(out)
         return out
@@ -361,6 +362,7 @@ class _Meter:
         stage = p.stage if p.stage in ("verifying", "publishing") else "uploading"
         if stage != self.stage:
             self.stage, self.started = stage, time.monotonic()
+            h.since = now_iso()
         h.state = stage
         # uploading: the bytes the store holds durably (read and hashed ones may run ahead of them)
         h.done_bytes = min(p.uploaded, p.bytes_total or h.size) if stage == "uploading" else p.bytes_done

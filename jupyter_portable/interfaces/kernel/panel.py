@@ -10,7 +10,7 @@ from typing import Any
 from jupyter_portable.core.errors import PortableError
 from jupyter_portable.engine.workspace import Workspace
 from jupyter_portable.interfaces.kernel.lock import OPERATION_LOCK
-from jupyter_portable.interfaces.report import fenced_line, format_gpus
+from jupyter_portable.interfaces.report import fenced_line, format_gpus, in_flight_line
 
 
 def _rows(ws: Workspace) -> str:
@@ -45,7 +45,7 @@ def _rows(ws: Workspace) -> str:
         row("Latest verified checkpoint", html.escape(
             f"{latest['path']}" + (f" (step {latest['step']})" if latest and latest.get("step") is not None else ""))
             if latest else "none"),
-        row("In flight (not verified yet)", "<br>".join(html.escape(str(i.get("line")))
+        row("In flight (not verified yet)", "<br>".join(html.escape(in_flight_line(i))
                                                         for i in st.get("checkpoints_in_flight") or []) or "none"),
         row(f"Verified checkpoints ({len(verified)})", ck_list(verified, True)),
         row(f"Rejected checkpoints ({len(rejected)})", ck_list(rejected, False)),

@@ -17,6 +17,7 @@ const ck = (over: Partial<ICheckpointInFlight>): ICheckpointInFlight => ({
   rate: 1.1e9,
   reason: null,
   ended: null,
+  since: '2026-12-06T21:39:59.000Z',
   version: null,
   latest: false,
   machine: null,
