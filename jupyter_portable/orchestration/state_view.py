@@ -75,9 +75,9 @@ def _inflight_row(rec: Any, machine: str | None, now: datetime) -> dict[str, Any
         v = rec.get(name)
         return v[:limit] if isinstance(v, str) else None
 
-    state, step, version, rate = rec.get("state"), rec.get("step"), rec.get("version"), rec.get("rate")
-    key, path = text("key", 200), text("path", 1000)
-    if state not in CHECKPOINT_PHASES or not key or not path:
+    step, version, rate = rec.get("step"), rec.get("version"), rec.get("rate")
+    state, key, path = text("state", 20), text("key", 200), text("path", 1000)
+    if state is None or state not in CHECKPOINT_PHASES or not key or not path:
         return None
     done, total = count("done_bytes"), count("total_bytes")
     since = text("since", 40)
