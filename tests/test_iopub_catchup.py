@@ -115,3 +115,74 @@ def test_no_restart_no_question_and_a_worker_not_answering_is_asked_again_with_t
     assert asked == ["m1", "m1"]
     assert catchup.passing("m6") == [] and catchup.passing("m4") == []
     assert _read(catchup.passing("m7"), "m7") == ["m7"] and len(asked) == 2  # no restart since: not asked
+
+
+def test_a_record_behind_this_side_passes_on_nothing_from_before_what_was_passed_here() -> None:
+    """The worker's watcher hears the kernel as the user side does, often a few milliseconds later: a
+    forward that came back just after m5 was passed on asks since m5 before the record holds it. The
+    record's answer is then all it holds (m1..m4, and before them what came before this connection):
+    nothing of it is new here, and nothing is passed on again."""
+    log, restarts = _log(4), [0]  # m1..m4 recorded; m5 and m6 not yet
+    catchup = CatchUp(log.after, lambda: restarts[0])
+    for mid in ("m3", "m4", "m5"):  # this connection began at m3: m1 and m2 came before it
+        assert _read(catchup.passing(mid), mid) == [mid]
+    restarts[0] = 1
+    assert _read(catchup.passing("m6"), "m6") == ["m6"]  # not m1, m2 (another cell's), nor m3, m4 again
+    assert catchup.caught_up == 0
+    log.add("m5", [b"kernel.stream", b"<IDS|MSG>", b"frame 5"])
+    log.add("m6", [b"kernel.stream", b"<IDS|MSG>", b"frame 6"])
+    log.add("m7", [b"kernel.stream", b"<IDS|MSG>", b"frame 7"])  # dropped on the way here
+    restarts[0] = 2
+    assert _read(catchup.passing("m8"), "m8") == ["m7", "m8"]  # since m6, which the record now holds
+
+
+def test_a_record_that_moved_on_past_everything_passed_here_is_passed_on_whole() -> None:
+    log = IOPubLog(max_messages=3)
+    log.follow("k")
+    restarts = [0]
+    catchup = CatchUp(log.after, lambda: restarts[0])
+    log.add("m1", [b"kernel.stream", b"<IDS|MSG>", b"frame 1"])
+    assert _read(catchup.passing("m1"), "m1") == ["m1"]
+    for i in range(2, 7):  # m2..m6 while the forward was down; the record keeps the last three
+        log.add(f"m{i}", [b"kernel.stream", b"<IDS|MSG>", f"frame {i}".encode()])
+    restarts[0] = 1
+    assert _read(catchup.passing("m7"), "m7") == ["m4", "m5", "m6", "m7"]
+
+
+def test_the_question_goes_through_the_kernels_own_forward(tmp_path: Path) -> None:
+    """AgentClient.forward_kernel forwards the worker's API with the kernel's ports, in one ssh; the
+    catch-up's question and its count of restarts are that forward's (a fake link records the calls)."""
+    from types import SimpleNamespace
+
+    from jupyter_portable.worker.client import KERNEL_PORTS, AgentClient
+
+    class Tunnel:
+        def __init__(self) -> None:
+            self.restarts = 0
+
+        def close(self) -> None:
+            pass
+
+    asked: list[list[int]] = []
+    tunnels: list[Tunnel] = []
+
+    def forward_ports(target: Any, remote: list[int]) -> tuple[list[int], Any]:
+        asked.append(list(remote))
+        tunnels.append(Tunnel())
+        return [20000 + len(asked) * 10 + i for i in range(len(remote))], tunnels[-1].close
+
+    record = SimpleNamespace(port=8123, token="t", allocation_id="al-1",
+                             allocation=SimpleNamespace(ssh=object(), provider="ssh"))
+    client = AgentClient.__new__(AgentClient)
+    client.record, client.provider, client._closers = record, None, []  # type: ignore[assignment]
+    client._ssh, client._kernel_forward = (SimpleNamespace(forward_ports=forward_ports), None), None
+    client.forward(8123)  # the worker's API, a forward of its own
+    info = {p: 7000 + i for i, p in enumerate(KERNEL_PORTS)}
+    local = client.forward_kernel(info)
+    assert asked == [[8123], [*info.values(), 8123]]
+    assert list(local.values()) == [20020, 20021, 20022, 20023, 20024]
+    assert client._kernel_forward is not None and client._kernel_forward[1] == "http://127.0.0.1:20025"
+    tunnels[0].restarts = 3  # the API's own forward restarting says nothing about the kernel's output
+    assert client.forward_restarts() == 0
+    tunnels[1].restarts = 1
+    assert client.forward_restarts() == 1

@@ -8,7 +8,15 @@ worker what the kernel published after the last message this side passed on
 (``worker/iopub_log.py``, ``GET /kernel/iopub``) and pass on, in the kernel's order, each message
 it has not passed on yet, before that one; a message that then comes live a second time is
 dropped. One CatchUp follows one IOPub connection (a websocket's, a kernel client's): each
-message reaches it once, in the order the kernel sent them. (The kernel's ``iopub_welcome`` is
+message reaches it once, in the order the kernel sent them.
+
+The question travels the kernel's own SSH forward (``AgentClient.forward_kernel`` forwards the
+worker's API with the kernel's ports), so the way to ask is back as soon as the IOPub is: a
+forward of its own came back up to seconds later, and the live messages passed on meanwhile went
+before the missed ones. The worker's record may not have taken in the last message passed on
+here yet (its watcher hears the kernel as this side does, often a few milliseconds later); it
+then answers everything it holds, and only what follows the newest message passed on here is
+new (never another cell's output, or old statuses, from before this connection). (The kernel's ``iopub_welcome`` is
 no such sign: its XPUB reports only the first subscription, and the worker's watcher holds one.)
 """
 
@@ -87,11 +95,22 @@ class CatchUp:
         except Exception as exc:  # never hold up the live messages: asked again with the next one
             log.info("jupyter-portable: the kernel's output while its connection was down not fetched yet: %s", exc)
             return None
-        if not answer.get("found"):
-            log.warning("jupyter-portable: the worker no longer holds all the kernel's output since %s: "
-                        "passing on what it holds", self._since)
         messages = answer.get("messages")
-        return [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
+        kept = [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
+        if answer.get("found"):
+            return kept
+        # Not found: the worker's record has not taken in that message yet (its watcher hears the kernel
+        # as this side does, and is often a few milliseconds behind: a forward that came back just after
+        # it was passed on asks at once), or it has moved on past it (more than it keeps). Its answer is
+        # everything it holds, from before this connection's first message too (another cell's output,
+        # old statuses): only what comes after the newest message passed on here is new to this side.
+        ids = [str(m.get("msg_id") or "") for m in kept]
+        passed = [i for i, mid in enumerate(ids) if mid in self._seen]
+        if passed:
+            return kept[passed[-1] + 1:]
+        log.warning("jupyter-portable: the worker no longer holds the kernel's output since %s: passing on "
+                    "all it holds (%d messages)", self._since, len(kept))
+        return kept
 
     def _remember(self, msg_id: str) -> None:
         self._seen.add(msg_id)

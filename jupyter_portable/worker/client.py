@@ -325,6 +325,8 @@ class AgentClient:
         self.provider = provider
         self._closers: list[Callable[[], None]] = []
         self._ssh: tuple[Any, Allocation] | None = None
+        # the forward of the kernel's ports (its closer) and the worker's API through it (forward_kernel)
+        self._kernel_forward: tuple[Callable[[], None], str] | None = None
         port = record.port
         if record.allocation.ssh is not None:
             port = self.forward(record.port)
@@ -338,8 +340,16 @@ class AgentClient:
 
     def forward_kernel(self, info: dict[str, Any]) -> dict[str, int]:
         """The local ports of a kernel's connection ``info`` (:data:`KERNEL_PORTS`), all through one
-        SSH connection where the machine is remote."""
-        return dict(zip(KERNEL_PORTS, self.forward_many([int(info[p]) for p in KERNEL_PORTS]), strict=True))
+        SSH connection where the machine is remote. That connection carries the worker's API too, for
+        :meth:`iopub_after`: when the kernel's IOPub comes back after a partition, so does the way to
+        ask what it published meanwhile (a forward of its own may come back seconds later, and the
+        messages that came live meanwhile would go on before the missed ones: worker/catchup.py)."""
+        remote = [int(info[p]) for p in KERNEL_PORTS]
+        if self.record.allocation.ssh is None:
+            return dict(zip(KERNEL_PORTS, remote, strict=True))
+        *local, agent = self.forward_many([*remote, self.record.port])
+        self._kernel_forward = (self._closers[-1], f"http://127.0.0.1:{agent}")
+        return dict(zip(KERNEL_PORTS, local, strict=True))
 
     def forward_many(self, remote_ports: Sequence[int]) -> list[int]:
         """Local ports that reach ``remote_ports`` on the machine's loopback, in that order, through
@@ -354,9 +364,11 @@ class AgentClient:
         return [int(p) for p in ports]
 
     def forward_restarts(self) -> int:
-        """How many times this client's SSH forwards started again after they died (a partition;
-        ``compute/sshlink.py``): what tells a kernel connection it may have missed output (worker/catchup.py)."""
-        return sum(int(getattr(getattr(close, "__self__", None), "restarts", 0)) for close in self._closers)
+        """How many times the SSH forward of the kernel's ports (:meth:`forward_kernel`; before one, every
+        forward of this client) started again after it died (a partition; ``compute/sshlink.py``): what
+        tells a kernel connection it may have missed output (worker/catchup.py)."""
+        closers = [self._kernel_forward[0]] if self._kernel_forward is not None else self._closers
+        return sum(int(getattr(getattr(close, "__self__", None), "restarts", 0)) for close in closers)
 
     def close(self) -> None:
         self._http.close()
@@ -364,11 +376,12 @@ class AgentClient:
             with contextlib.suppress(Exception):
                 close()
         self._closers.clear()
+        self._kernel_forward = None
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
-                timeout: float | None = None) -> dict[str, Any]:
+                timeout: float | None = None, base: str | None = None) -> dict[str, Any]:
         try:
-            resp = self._http.request(method, self.base + path, json=body,
+            resp = self._http.request(method, (base or self.base) + path, json=body,
                                       timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT)
         except httpx.HTTPError as exc:
             raise ProviderUnavailable(f"the worker agent of {self.record.allocation_id} does not answer "
@@ -416,8 +429,10 @@ class AgentClient:
         return self.request("POST", "/kernel/signal", {"signum": signum})
 
     def iopub_after(self, msg_id: str, timeout: float = 5) -> dict[str, Any]:
-        """What the kernel published after ``msg_id`` (``GET /kernel/iopub``; worker/iopub_log.py)."""
-        return self.request("GET", "/kernel/iopub?" + urlencode({"after": msg_id}), timeout=timeout)
+        """What the kernel published after ``msg_id`` (``GET /kernel/iopub``; worker/iopub_log.py), asked
+        through the kernel's own SSH forward where it has one (:meth:`forward_kernel`)."""
+        return self.request("GET", "/kernel/iopub?" + urlencode({"after": msg_id}), timeout=timeout,
+                            base=self._kernel_forward[1] if self._kernel_forward is not None else None)
 
     def stop_kernel(self) -> dict[str, Any]:
         return self.request("DELETE", "/kernel", timeout=30)
