@@ -123,6 +123,18 @@ class PortableSsh(EnvConfigurable):
         Default: <jupyter data dir>/portable/ssh. Environment: JUPYTER_PORTABLE_SSH_STATE.""").tag(
         config=True, env="JUPYTER_PORTABLE_SSH_STATE")
 
+    connect_timeout = Float(10.0, help="""Seconds ssh waits for a host to answer (its ConnectTimeout,
+        the banner included) before a command or a port forward gives up: how long one look at a
+        host that does not answer takes. Environment: JUPYTER_PORTABLE_SSH_CONNECT_TIMEOUT.""").tag(
+        config=True, env="JUPYTER_PORTABLE_SSH_CONNECT_TIMEOUT")
+
+    @validate("connect_timeout")
+    def _check_connect_timeout(self, proposal: Any) -> float:
+        value = float(proposal["value"])
+        if not 1 <= value <= 600:
+            raise UsageError(f"{self.where('connect_timeout')} must be seconds from 1 to 600, got {value:g}")
+        return value
+
     @default("hosts_file")
     def _hosts_file_default(self) -> str:
         from jupyter_core.paths import jupyter_config_dir
@@ -304,7 +316,7 @@ class PortableSlurm(EnvConfigurable):
 # each provider's section, and how its traits become its class's keyword arguments
 SECTIONS: dict[str, tuple[type[EnvConfigurable], dict[str, str]]] = {
     "local": (PortableLocal, {"catalog": "catalog_path", "market_dir": "state_dir", "seed": "seed"}),
-    "ssh": (PortableSsh, {"hosts_file": "hosts_file", "state_dir": "state_dir"}),
+    "ssh": (PortableSsh, {"hosts_file": "hosts_file", "state_dir": "state_dir", "connect_timeout": "connect_timeout"}),
     "runpod": (PortableRunPod, {"api_url": "base_url", "graphql_url": "graphql_url", "image": "default_image",
                                 "spot": "include_spot", "spot_bid": "spot_bid"}),
     "vastai": (PortableVast, {"api_url": "base_url", "image": "default_image"}),
