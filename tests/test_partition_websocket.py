@@ -1,83 +1,42 @@
 """The notebook's kernel websocket across an SSH partition (issue 42): through a real Jupyter server
-with this extension, the kernel on a worker behind a real sshd reached only through SSH port forwards.
-The sshd is frozen (a partition) while a cell prints; the forwards' ssh processes end, as ssh ends
-them when its keepalive goes unanswered, and start again by themselves; the line the cell printed
-while they were down reaches the websocket once, and every line in order (worker/catchup.py through
-interfaces/serverext/kernel_socket.py)."""
+with this extension, the kernel on a worker behind a real sshd reached only through SSH port forwards
+(tests/partition.py). The sshd is frozen (a partition) while a cell prints; the forwards' ssh processes
+end, as ssh ends them when its keepalive goes unanswered, and start again by themselves; the line the
+cell printed while they were down reaches the websocket once, and every line in order
+(worker/catchup.py through interfaces/serverext/kernel_socket.py). The server's own state, the one
+the sidebar renders (``GET /portable/api/state``), says "unreachable since" while the partition lasts
+and names the machine again after it (its loss check, every 2 s, on the wall's time; its SSH connect
+timeout 2 s instead of 10 s, so that a look through the partition takes seconds)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fakegpu import H100, install_fake_nvidia_smi
 from jupyter_e2e import KernelSocket, make_workspace, release_all, start_session
-from sshd import Sshd, partitioned, running_sshd, unavailable
-
-from jupyter_portable.compute.hosts import ENV_HOSTS
-from jupyter_portable.compute.ssh import ENV_STATE
+from partition import CELL, forwards, gpu_sshd, in_order, partition, ssh_env
+from sshd import Sshd, unavailable
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")]
 
-HOST = """
-[[host]]
-name = "box"
-host = "127.0.0.1"
-port = {port}
-user = "{user}"
-key = "{key}"
-python = "{python}"
-workdir = "{workdir}"
-
-[host.labels]
-gpu = "NVIDIA H100 80GB HBM3"
-gpu_count = 1
-gpu_memory_gb = 80
-driver = "550.54.15"
-cuda = "12.4"
-region = "loopback"
-price_per_hour = 1.0
-"""
-
-CELL = """
-import os, time
-n = 0
-while not os.path.exists({flag!r}):
-    n += 1
-    print("tick", n, flush=True)
-    if os.path.exists({flag!r} + ".during") and not os.path.exists({flag!r} + ".said"):
-        print("during the partition", flush=True)
-        open({flag!r} + ".said", "w").close()
-    time.sleep(0.2)
-print("after the partition", flush=True)
-"""
-
 
 @pytest.fixture
 def sshd(tmp_path: Path) -> Iterator[Sshd]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    install_fake_nvidia_smi(bin_dir, [H100], driver="550.54.15", cuda="12.4")
-    with running_sshd(tmp_path / "server", path_prefix=[bin_dir]) as server:
+    with gpu_sshd(tmp_path) as server:
         yield server
 
 
 @pytest.fixture
 def jp_root_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sshd: Sshd) -> Iterator[Path]:
-    hosts = tmp_path / "hosts.toml"
-    hosts.write_text(HOST.format(port=sshd.port, user=sshd.user, key=sshd.client_key, python=sys.executable,
-                                 workdir=tmp_path / "remote"))
-    for key, value in {ENV_HOSTS: str(hosts), ENV_STATE: str(tmp_path / "ssh-state"),
-                       "JUPYTER_PORTABLE_PROVIDERS": "ssh", "JUPYTER_PORTABLE_MARKET_DIR": str(tmp_path / "market"),
-                       "JUPYTER_PORTABLE_ENVIRONMENT": "image", "JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES": "0",
-                       "JUPYTER_PORTABLE_FIRST_MACHINE": "open"}.items():
+    # the server's SSH connect timeout 2 s (c.PortableSsh.connect_timeout; 10 s by default): its loss
+    # check through the partition takes seconds, not 20
+    for key, value in ssh_env(sshd, tmp_path, environment="image", first_machine="open",
+                              ssh_connect_timeout="2").items():
         monkeypatch.setenv(key, value)
     root = tmp_path / "workspace"
     make_workspace(root, tmp_path / "store")
@@ -103,7 +62,7 @@ async def test_what_a_cell_prints_during_a_partition_reaches_the_websocket_once_
     kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
     await kernel.nudge()
     flag = tmp_path / "go-on"
-    msg_id = await kernel.execute(CELL.format(flag=str(flag)))
+    msg_id = await kernel.execute(CELL.format(flag=str(flag), pause=0.2))
     out: list[str] = []
     status: list[str] = []
 
@@ -122,28 +81,41 @@ async def test_what_a_cell_prints_during_a_partition_reaches_the_websocket_once_
             elif msg["msg_type"] == "execute_reply":
                 status.append(msg["content"]["status"])
 
+    async def sidebar() -> dict[str, Any]:
+        return dict(json.loads((await jp_fetch("portable", "api", "state")).body))
+
     reader = asyncio.ensure_future(read())
     try:
         assert await _until(lambda: "tick" in "".join(out), 60), out
         service = service_for(jp_root_dir)
         assert service is not None
-        [allocation_id] = list(service.orchestrator().providers["ssh"].link._forwards)
-        tunnels = [close.__self__ for close in service.orchestrator().providers["ssh"].link._forwards[allocation_id]]
-        with partitioned(sshd):
-            for tunnel in tunnels:  # what ssh does once its keepalive goes unanswered: it ends
-                tunnel._proc.kill()
-            assert await _until(lambda: all(t.restarts >= 1 for t in tunnels), 30), [t.restarts for t in tunnels]
+        provider = service.orchestrator().providers["ssh"]
+        [allocation_id] = list(provider.link._forwards)
+        assert (await sidebar())["unreachable"] is None
+        with partition(sshd, forwards(provider, allocation_id), kill=True) as cut:
+            await asyncio.to_thread(cut.restarted, 30)
             Path(f"{flag}.during").write_text("")
             assert await _until(Path(f"{flag}.said").exists, 30)
             before = len(out)
-            await asyncio.sleep(1.0)  # the cell goes on printing; none of it can come through
+            # the server's loss check finds no path: the sidebar's state says so, the machine still held
+            shown: dict[str, Any] = {}
+            deadline = asyncio.get_running_loop().time() + 30
+            while not shown.get("unreachable") and asyncio.get_running_loop().time() < deadline:
+                shown = await sidebar()
+                await asyncio.sleep(0.2)
+            assert (shown.get("unreachable") or {}).get("line", "").startswith("unreachable since "), shown
+            assert shown["lifecycle"]["state"] == "ACTIVE" and shown["allocation"] is not None
+        # and then the machine again, with nothing lost
+        deadline = asyncio.get_running_loop().time() + 30
+        while shown.get("unreachable") and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.2)
+            shown = await sidebar()
+        assert shown["unreachable"] is None and shown["lifecycle"]["state"] == "ACTIVE", shown
+        assert shown["lifecycle"]["allocation_id"] == allocation_id
         assert await _until(lambda: "tick" in "".join(out[before:]), 60), "no output after the partition"
         flag.write_text("")
         assert await _until(lambda: "after the partition" in "".join(out) and status, 60), out
-        text = "".join(out)
-        assert text.count("during the partition") == 1, text
-        ticks = [int(n) for n in re.findall(r"^tick (\d+)$", text, re.M)]
-        assert ticks == list(range(1, len(ticks) + 1)), ticks
+        in_order("".join(out))
         assert status == ["ok"]
     finally:
         reader.cancel()

@@ -1,22 +1,34 @@
-"""A partition is not a loss (issue 42, item 1), end to end on a real sshd: the machine's SSH is
-partitioned for real (its sshd and every connection it holds frozen, as when packets are dropped),
-the loss check looks at it over 90 s of the time it is given, and the workspace stays ACTIVE,
-"unreachable since HH:MM" in the check and in ``jupyter portable state``, with its worker left
-running; when the network comes back the same worker answers and the session seals normally.
+"""A partition is not a loss (issue 42, item 1), end to end: the acceptance items "a 90 s SSH
+partition during a running cell" and "Vast ``unknown`` for 60 s mid-session": no LOST, no machine
+terminated, the cell's output arrives, the sidebar showed "unreachable" and then the machine again.
 
-A cell runs across the partition, its kernel reached through SSH port forwards. The provider's
-keepalive is scaled down (ServerAlive 1 s x 2, instead of 10 s x 3) so that the forwards die
-within the partition's few wall seconds, as a 90 s partition kills them at 30 s: the test waits
-until every tunnel has died and been started again, then sees the cell's output arrive once the
-network is back (the tunnels come back on the same local ports and the kernel's sockets reconnect),
-and the line the cell printed while they were down arrives too, once, every line in order (the
-worker's record of the kernel's IOPub, worker/catchup.py; through a server's websocket:
-tests/test_partition_websocket.py)."""
+What is real and what is simulated:
+
+- **Real**: the machine (a real sshd on loopback, tests/partition.py; on Vast, the twin's machine),
+  the worker and its kernel, reached only through the provider's SSH port forwards; the partition
+  (the machine's sshd and every connection it holds frozen with SIGSTOP, as when packets are
+  dropped: tests/sshd.py ``partitioned``); the forwards dying of it (ssh's ServerAlive) and being
+  started again on the same local ports (compute/sshlink.py); the loss checks asking the provider
+  and the worker, and failing for real; the cell printing on through it; the CLI (another process,
+  its own check); the sidebar's state (``StateView``, validated against state.json; through a real
+  Jupyter server: tests/test_partition_websocket.py).
+- **Simulated**: the elapsed time. The grace decision reads the time it is given (``check(now=)``):
+  the looks are at T0 + 5 s, 50 s and 95 s (Vast: 5 s, 35 s, 65 s), so the rule sees a 90 s (60 s)
+  silence, while the real partition lasts only as long as the forwards' deaths, the looks and the
+  CLI's check take (about 10 s). The SSH settings are scaled down (ServerAlive 1 s x 2 instead of
+  10 s x 3; connect timeout 1 s for the test's ssh provider, 2 s for the CLI's and Vast's links,
+  instead of 10 s), so that the forwards die within those seconds, as a real 90 s partition kills
+  them at 30 s, and a look that cannot connect gives up in seconds. On Vast the
+  machine's Python is the tests' own (``JUPYTER_PORTABLE_REMOTE_PYTHON``, an image that has this
+  package): the bootstrap of a bare machine is tests/test_cloud_e2e.py's.
+
+The line the cell prints while the forwards are down arrives too, once, every line in order (the
+worker's record of the kernel's IOPub, worker/catchup.py)."""
 
 from __future__ import annotations
 
 import os
-import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -24,34 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakegpu import H100, install_fake_nvidia_smi
 from jupyter_e2e import make_workspace
-from sshd import Sshd, partitioned, running_sshd, unavailable
-
-from jupyter_portable.compute.hosts import ENV_HOSTS
-from jupyter_portable.compute.ssh import ENV_STATE
+from partition import CELL, Cut, forwards, gpu_sshd, in_order, partition, ssh_env, until
+from sshd import Sshd, unavailable
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")]
 
-HOST = """
-[[host]]
-name = "box"
-host = "127.0.0.1"
-port = {port}
-user = "{user}"
-key = "{key}"
-python = "{python}"
-workdir = "{workdir}"
-
-[host.labels]
-gpu = "NVIDIA H100 80GB HBM3"
-gpu_count = 1
-gpu_memory_gb = 80
-driver = "550.54.15"
-cuda = "12.4"
-region = "loopback"
-price_per_hour = 1.0
-"""
 T0 = datetime(2026, 12, 6, 14, 2, tzinfo=timezone.utc)
 SCHEMAS = Path(__file__).resolve().parents[1] / "jupyter_portable" / "interfaces" / "serverext" / "schemas"
 
@@ -74,21 +64,13 @@ def sidebar_state(ws: Any, orch: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def sshd(tmp_path: Path) -> Iterator[Sshd]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    install_fake_nvidia_smi(bin_dir, [H100], driver="550.54.15", cuda="12.4")
-    with running_sshd(tmp_path / "server", path_prefix=[bin_dir]) as server:
+    with gpu_sshd(tmp_path) as server:
         yield server
 
 
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sshd: Sshd) -> Iterator[dict[str, str]]:
-    hosts = tmp_path / "hosts.toml"
-    hosts.write_text(HOST.format(port=sshd.port, user=sshd.user, key=sshd.client_key, python=sys.executable,
-                                 workdir=tmp_path / "remote"))
-    values = {ENV_HOSTS: str(hosts), ENV_STATE: str(tmp_path / "ssh-state"), "JUPYTER_PORTABLE_PROVIDERS": "ssh",
-              "JUPYTER_PORTABLE_MARKET_DIR": str(tmp_path / "market"), "JUPYTER_PORTABLE_ENVIRONMENT": "image",
-              "JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES": "0"}
+    values = ssh_env(sshd, tmp_path, environment="image", ssh_connect_timeout="2")  # the CLI's (10 s by default)
     for key, value in values.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("JUPYTER_PORTABLE_UNREACHABLE_GRACE", raising=False)  # the default grace
@@ -103,32 +85,6 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
-
-
-CELL = """
-import os, time
-n = 0
-while not os.path.exists({flag!r}):
-    n += 1
-    print("tick", n, flush=True)
-    if os.path.exists({flag!r} + ".during") and not os.path.exists({flag!r} + ".said"):
-        print("during the partition", flush=True)
-        open({flag!r} + ".said", "w").close()
-    time.sleep(0.3)
-print("after the partition", flush=True)
-"""
-
-
-def _until(done: Any, limit: float) -> bool:
-    """Poll ``done()`` for up to ``limit`` seconds (an upper bound for something to happen)."""
-    import time
-
-    deadline = time.monotonic() + limit
-    while not done():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
     return True
 
 
@@ -178,7 +134,7 @@ def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
     from jupyter_portable.orchestration.orchestrator import Orchestrator
 
     ws = make_workspace(tmp_path / "ws", tmp_path / "store")
-    provider = SshProvider(connect_timeout=2, keepalive=(1, 2))
+    provider = SshProvider(connect_timeout=1, keepalive=(1, 2))
 
     def wall() -> datetime:
         raise AssertionError("the loss check read the wall clock although it was given now")
@@ -191,15 +147,19 @@ def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
         pid = int(rec.allocation.details["pid"])
         assert orch.check(now=T0)["alive"] is True
         flag = tmp_path / "go-on"
-        worker, kc, output = running_cell(rec, provider, CELL.format(flag=str(flag)))
-        assert _until(lambda: "tick" in "".join(output), 60), output  # the cell runs, its output arrives
-        tunnels = [close.__self__ for close in provider.link._forwards[rec.allocation_id]]
-        with partitioned(sshd):
+        worker, kc, output = running_cell(rec, provider, CELL.format(flag=str(flag), pause=0.3))
+        assert until(lambda: "tick" in "".join(output), 60), output  # the cell runs, its output arrives
+        with partition(sshd, forwards(provider, rec.allocation_id)) as cut:
+            # the CLI (another process: the wall's time, c.PortableSsh.connect_timeout 2 s) looks while
+            # the rest of the test does, and ends within the partition
+            state_cli = subprocess.Popen([str(Path(sys.executable).parent / "jupyter"), "portable", "state"],
+                                         cwd=ws.root, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True)
             # every port forward (the worker's HTTP, the kernel's five ports) dies and is started again
-            assert _until(lambda: all(t.restarts >= 1 for t in tunnels), 60), [t.restarts for t in tunnels]
+            cut.restarted()
             # the cell prints while no forward reaches it: that line must arrive all the same, once
             Path(f"{flag}.during").write_text("")
-            assert _until(Path(f"{flag}.said").exists, 30)
+            assert until(Path(f"{flag}.said").exists, 30)
             looks = [orch.check(now=T0 + timedelta(seconds=s)) for s in (5, 50, 95)]
             assert [(a["state"], a["alive"]) for a in looks] == [(L.ACTIVE, False)] * 3, looks
             # the silence began at the first look that found no path, and every look says so
@@ -210,9 +170,6 @@ def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
             assert shown["lifecycle"]["state"] == L.ACTIVE and shown["allocation"] is not None
             assert shown["unreachable"]["line"] == "unreachable since 14:02Z", shown["unreachable"]
             assert shown["unreachable"]["since"] == "2026-12-06T14:02:05Z"
-            # the CLI (another process: the wall's time) says it in the words every view uses
-            said = cli("state", cwd=ws.root, timeout=120)
-            assert "ACTIVE" in said.stdout and "unreachable since" in said.stdout, said.stdout
             assert _alive(pid)  # nothing was terminated: the worker runs on
             assert orch.lifecycle().state == L.ACTIVE
             # a Stop (the user's, idle's, the budget's) cannot seal an unreachable machine: it is not a loss
@@ -220,6 +177,9 @@ def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
                 orch.stop()
             assert orch.lifecycle().state == L.ACTIVE and _alive(pid)
             assert "does not answer" in (orch.lifecycle().events[-1].reason or "")
+            said, err = state_cli.communicate(timeout=120)
+            assert state_cli.returncode == 0, err
+            assert "ACTIVE" in said and "unreachable since" in said, said  # in the words every view uses
         back = orch.check(now=T0 + timedelta(seconds=100))
         assert (back["state"], back["alive"], back["unreachable_since"]) == (L.ACTIVE, True, None), back
         assert sidebar_state(ws, orch)["unreachable"] is None  # and then the machine again
@@ -228,16 +188,13 @@ def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
         # the tunnels are back on the same local ports: the running cell's output arrives again, and
         # its end and its reply after the test lets it finish
         before = len(output)
-        assert _until(lambda: "tick" in "".join(output[before:]), 60), "no output from the cell after the partition"
+        assert until(lambda: "tick" in "".join(output[before:]), 60), "no output from the cell after the partition"
         flag.write_text("")
         reply = kc.get_shell_msg(timeout=60)
         assert reply["content"]["status"] == "ok", reply["content"]
-        assert _until(lambda: "after the partition" in "".join(output), 30), output
+        assert until(lambda: "after the partition" in "".join(output), 30), output
         # and what it printed while the forwards were down arrived too: every line once, in order
-        text = "".join(output)
-        assert text.count("during the partition") == 1, text
-        ticks = [int(n) for n in re.findall(r"^tick (\d+)$", text, re.M)]
-        assert ticks == list(range(1, len(ticks) + 1)), ticks
+        in_order("".join(output))
         kc.stop_channels()
         worker.close()
         # the same worker answers: the session seals and releases as if nothing had happened
@@ -248,7 +205,7 @@ def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
 
 
 @pytest.fixture
-def vast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wheelhouse: Path) -> Iterator[Any]:
+def vast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     from twins.machines import require_python
     from twins.vastai import VastTwin
 
@@ -260,11 +217,22 @@ def vast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wheelhouse: Path) -> I
                            "JUPYTER_PORTABLE_SSH_STATE": str(tmp_path / "ssh-state"),
                            "JUPYTER_PORTABLE_MARKET_DIR": str(tmp_path / "market"),
                            "JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES": "0",
-                           "JUPYTER_PORTABLE_ENVIRONMENT": "image"}.items():
+                           "JUPYTER_PORTABLE_ENVIRONMENT": "image",
+                           # an image whose Python has this package (the tests' own): no bootstrap
+                           "JUPYTER_PORTABLE_REMOTE_PYTHON": sys.executable}.items():
             monkeypatch.setenv(key, value)
-        for name in ("JUPYTER_PORTABLE_REMOTE_PYTHON", "JUPYTER_PORTABLE_SSH_KEY",
-                     "JUPYTER_PORTABLE_UNREACHABLE_GRACE"):
+        for name in ("JUPYTER_PORTABLE_SSH_KEY", "JUPYTER_PORTABLE_UNREACHABLE_GRACE"):
             monkeypatch.delenv(name, raising=False)
+        # a cloud machine's SSH links with the SSH test's scaled-down settings (connect timeout 2 s,
+        # ServerAlive 1 s x 2): the forwards die within the silence's few wall seconds, as a real
+        # 60 s one kills them at 30 s, and a look that cannot connect gives up in 2 s, not 10 s
+        from jupyter_portable.compute import sshlink
+
+        class ScaledDown(sshlink.SshLink):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **{"connect_timeout": 2.0, "keepalive": (1, 2), **kwargs})
+
+        monkeypatch.setattr(sshlink, "SshLink", ScaledDown)
         yield twin
 
 
@@ -284,9 +252,13 @@ def test_vast_unknown_for_a_while_mid_session_is_unreachable_not_lost(tmp_path: 
         assert orch.check(now=T0)["alive"] is True
         rec = orch.record()
         flag = tmp_path / "go-on"
-        worker, kc, output = running_cell(rec, orch.providers["vastai"], CELL.format(flag=str(flag)))
-        assert _until(lambda: "tick" in "".join(output), 60), output
+        worker, kc, output = running_cell(rec, orch.providers["vastai"], CELL.format(flag=str(flag), pause=0.3))
+        assert until(lambda: "tick" in "".join(output), 60), output
+        tunnels = [close.__self__ for close in worker._closers]  # the cell's forwards: HTTP, the kernel's
         with vast.host_silent(ref):
+            Cut([], tunnels).restarted()  # each died of the silence and was started again
+            Path(f"{flag}.during").write_text("")  # printed while nothing reaches the machine
+            assert until(Path(f"{flag}.said").exists, 30)
             looks = [orch.check(now=T0 + timedelta(seconds=s)) for s in (5, 35, 65)]
             assert [(a["state"], a["alive"]) for a in looks] == [(L.ACTIVE, False)] * 3, looks
             assert looks[-1]["unreachable"] == "unreachable since 14:02Z"
@@ -297,11 +269,12 @@ def test_vast_unknown_for_a_while_mid_session_is_unreachable_not_lost(tmp_path: 
         assert (back["state"], back["alive"], back["unreachable_since"]) == (L.ACTIVE, True, None), back
         assert sidebar_state(ws, orch)["unreachable"] is None  # and then the machine again
         # the cell ran on through it: its output arrives, then its end and its reply
-        del output[:]
-        assert _until(lambda: "tick" in "".join(output), 60), "no output from the running cell after the silence"
+        before = len(output)
+        assert until(lambda: "tick" in "".join(output[before:]), 60), "no output from the cell after the silence"
         flag.write_text("")
         assert kc.get_shell_msg(timeout=60)["content"]["status"] == "ok"
-        assert _until(lambda: "after the partition" in "".join(output), 30), output
+        assert until(lambda: "after the partition" in "".join(output), 30), output
+        in_order("".join(output))  # what it printed meanwhile too: every line once, in order
         kc.stop_channels()
         worker.close()
         # nothing was destroyed while Vast could not say, and the same instance serves on
@@ -337,3 +310,17 @@ def test_the_server_tells_once_when_the_machine_stops_answering_and_when_it_answ
     lc.state = "LOST"  # lost meanwhile: no "answers again"
     service._tell_reachability(silent, None)
     assert len(told) == 2
+
+
+def test_the_ssh_connect_timeout_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """How long one look at an ssh host that does not answer takes (the CLI's, the server's)."""
+    from jupyter_portable.compute.config import provider_kwargs
+    from jupyter_portable.core.errors import UsageError
+
+    monkeypatch.delenv("JUPYTER_PORTABLE_SSH_CONNECT_TIMEOUT", raising=False)
+    assert provider_kwargs("ssh")["connect_timeout"] == 10.0
+    monkeypatch.setenv("JUPYTER_PORTABLE_SSH_CONNECT_TIMEOUT", "2")
+    assert provider_kwargs("ssh")["connect_timeout"] == 2.0
+    monkeypatch.setenv("JUPYTER_PORTABLE_SSH_CONNECT_TIMEOUT", "0")
+    with pytest.raises(UsageError, match="JUPYTER_PORTABLE_SSH_CONNECT_TIMEOUT must be seconds from 1 to 600"):
+        provider_kwargs("ssh")
