@@ -37,8 +37,9 @@ checks:
 	$(VENV)/bin/lint-imports
 	cd labextension && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" jlpm test
 	# two workers, a test file each at a time (its module fixtures stay in one process): most
-	# tests wait on servers and machines, so two share the 2 cores well
-	$(PY) -m pytest -n 2 --dist loadfile --durations=40
+	# tests wait on servers and machines, so two share the 2 cores well; the files in the order
+	# tests/conftest.py gives them (the longest first), not xdist's (most tests first)
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=40
 	# the browser tests: a pytest run of their own (their conftest is not the one of tests/)
 	$(PY) -m pytest ui-tests
 	# the documentation site, after the browser tests regenerated its screenshots

@@ -3,6 +3,7 @@ and a runner for the real ``jupyter portable`` command."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import logging
 import os
@@ -16,6 +17,32 @@ from typing import Any
 
 import pytest
 from server_cleanup import jp_server_cleanup  # noqa: F401 - replaces pytest-jupyter's fixture of this name
+
+# Every HTTP server that runs in a test process (the providers' twins, the Hub's twin, the fault
+# proxies) answers with TCP_NODELAY: http.server writes an answer's head and body apart, and with
+# Nagle's algorithm the body waits for the client's delayed ACK of the head, 40 ms per request on
+# Linux loopback (a twin's request took 45 ms instead of 0.5)
+http.server.BaseHTTPRequestHandler.disable_nagle_algorithm = True
+
+# The test files that take longest, longest first (a clean-clone `make test`, its --durations): they
+# start first. `make test` hands whole files to its two workers (--dist loadfile), in collection
+# order (--no-loadscope-reorder; xdist's own order is most tests first, which put a 2-test file of
+# 90 s near the end), and a long file handed out last keeps one worker busy while the other idles.
+# A file not named here runs after these, most tests first; a stale entry only moves a file earlier.
+LONGEST_FIRST = ("test_cloud_e2e.py", "test_store_conformance.py", "test_provider_slurm.py", "test_venv_archive.py",
+                 "test_env_any_python.py", "test_store_hf.py", "test_crash.py", "test_s3_faults.py",
+                 "test_leaks.py", "test_runtime.py", "test_hostile_trees.py", "test_aws_ingress.py",
+                 "test_wheel_trust.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    per_file: dict[Path, int] = {}
+    for item in items:
+        per_file[item.path] = per_file.get(item.path, 0) + 1
+    # a stable sort: each file's tests stay together and in their own order
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -per_file[item.path], str(item.path)))
+
 
 BIN = Path(sys.executable).parent
 # the digests of wheel sets this computer stored (worker/trust.py): one file per test process, in a
