@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import read_tree, write_tree
@@ -134,20 +135,37 @@ def test_sigkill_at_every_local_store_step(tmp_path: Path) -> None:
     assert cut_copy_writes >= 2, "the kills land inside the copy's own writes too (the publish intent, the config)"
 
 
+def _copy_bucket(s3: Any, source: str, dest: str) -> None:
+    """Every object of ``source`` into the empty bucket ``dest``, copied inside the server."""
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=source):
+        for obj in page.get("Contents", []):
+            s3.copy_object(Bucket=dest, Key=obj["Key"], CopySource={"Bucket": source, "Key": obj["Key"]})
+
+
 @pytest.mark.usefixtures("aws_env")
 def test_sigkill_at_every_s3_step(tmp_path: Path) -> None:
+    import boto3
     from conftest import make_bucket
 
+    # v1 and the change once; each step starts from a copy of that bucket and of that folder
+    base_bucket = make_bucket()
+    base_ws = tmp_path / "base-ws"
+    ws = _make_v1(base_ws, f"s3://{base_bucket}/p")
+    v1_tree = read_tree(base_ws)
+    _change(base_ws)
+    s3 = boto3.client("s3")
     step = 0
     kills = 0
     while True:
         step += 1
         assert step < 100
-        url = f"s3://{make_bucket()}/p"
+        bucket = make_bucket()
+        _copy_bucket(s3, base_bucket, bucket)
+        url = f"s3://{bucket}/p"
         root = tmp_path / f"ws{step}"
-        ws = _make_v1(root, url)
-        v1_tree = read_tree(root)
-        _change(root)
+        shutil.copytree(base_ws, root, symlinks=True)
+        cfg_path = root / ".portable" / "workspace.json"
+        cfg_path.write_text(json.dumps({**json.loads(cfg_path.read_text()), "store": url}))
         proc = _snapshot_killed_at(root, step)
         if proc.returncode == 0:
             break
@@ -156,4 +174,5 @@ def test_sigkill_at_every_s3_step(tmp_path: Path) -> None:
         _check_copy_after_crash(root)
         _check_after_crash(url, ws.workspace_id, root.parent / f"r{step}", v1_tree)
         shutil.rmtree(root)
+        shutil.rmtree(root.parent / f"r{step}")
     assert kills >= 8
