@@ -7,41 +7,17 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fakegpu import H100, install_fake_nvidia_smi
 from jupyter_e2e import EventStream, KernelSocket, is_state, make_workspace, release_all, start_session
-from sshd import Sshd, running_sshd, unavailable
-
-from jupyter_portable.compute.hosts import ENV_HOSTS
-from jupyter_portable.compute.ssh import ENV_STATE
+from partition import gpu_sshd, ssh_env
+from sshd import Sshd, unavailable
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 pytestmark = pytest.mark.timeout(300)
-
-HOST = """
-[[host]]
-name = "{name}"
-host = "127.0.0.1"
-port = {port}
-user = "{user}"
-key = "{key}"
-python = "{python}"
-workdir = "{workdir}"
-
-[host.labels]
-gpu = "NVIDIA H100 80GB HBM3"
-gpu_count = 1
-gpu_memory_gb = 80
-driver = "550.54.15"
-cuda = "12.4"
-region = "loopback"
-price_per_hour = {price}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -49,26 +25,15 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     reason = unavailable()
     if reason:
         pytest.skip(reason)
-    root = tmp_path_factory.mktemp("sshd")
-    bin_dir = root / "bin"
-    bin_dir.mkdir()
-    install_fake_nvidia_smi(bin_dir, [H100], driver="550.54.15", cuda="12.4")
-    with running_sshd(root / "server", path_prefix=[bin_dir]) as server:
+    with gpu_sshd(tmp_path_factory.mktemp("sshd")) as server:
         yield server
 
 
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sshd: Sshd) -> Iterator[dict[str, Path]]:
-    hosts = tmp_path / "hosts.toml"
-    hosts.write_text("".join(HOST.format(name=name, port=sshd.port, user=sshd.user, key=sshd.client_key,
-                                         python=sys.executable, workdir=tmp_path / f"remote-{name}", price=price)
-                             for name, price in (("box1", 1.0), ("box2", 2.0))))
-    monkeypatch.setenv(ENV_HOSTS, str(hosts))
-    monkeypatch.setenv(ENV_STATE, str(tmp_path / "ssh-state"))
-    monkeypatch.setenv("JUPYTER_PORTABLE_PROVIDERS", "ssh")
-    monkeypatch.setenv("JUPYTER_PORTABLE_MARKET_DIR", str(tmp_path / "market"))
-    monkeypatch.setenv("JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES", "0")
-    monkeypatch.setenv("JUPYTER_PORTABLE_FIRST_MACHINE", "open")  # the session opened rents the first machine
+    # two hosts on the one sshd, box1 the cheaper; the session opened rents the first machine
+    for key, value in ssh_env(sshd, tmp_path, hosts=(("box1", 1.0), ("box2", 2.0)), first_machine="open").items():
+        monkeypatch.setenv(key, value)
     yield {"store": tmp_path / "store", "remote": tmp_path}
     release_all(("ssh",))
 
