@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Benchmark: false losses in N injected network blips (issue 42; goal 0).
 
-A real sshd on loopback is the machine (an ``ssh`` host with a fake ``nvidia-smi``, as in
-``tests/test_unreachable.py``); the workspace Continues onto it once, and then each blip
-partitions the machine for real (``tests/sshd.py`` ``partitioned``: its sshd and every
+A real sshd on loopback is the machine (an ``ssh`` host with a fake ``nvidia-smi``:
+``tests/partition.py``, as in ``tests/test_unreachable.py``); the workspace Continues onto it once,
+and then each blip partitions the machine for real (``tests/partition.py``: its sshd and every
 connection it holds frozen, as when packets are dropped) while the user's side does what the
 server does: loss checks (``Orchestrator.check``), here at the start, the middle and the end of
 a silence of a random length under the grace (``c.Portable.unreachable_grace``, 300 s: the time
@@ -38,44 +38,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the sshd and the fake GPU are test infrastructure
 
-HOST = """
-[[host]]
-name = "box"
-host = "127.0.0.1"
-port = {port}
-user = "{user}"
-key = "{key}"
-python = "{python}"
-workdir = "{workdir}"
-
-[host.labels]
-gpu = "NVIDIA H100 80GB HBM3"
-gpu_count = 1
-gpu_memory_gb = 80
-driver = "550.54.15"
-cuda = "12.4"
-region = "loopback"
-price_per_hour = 1.0
-"""
 GRACE_S = 300.0  # c.Portable.unreachable_grace's default
 T0 = datetime(2026, 12, 6, 14, 0, tzinfo=timezone.utc)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def run(blips: int, seed: int) -> dict[str, Any]:
-    from fakegpu import H100, install_fake_nvidia_smi
     from jupyter_e2e import make_workspace
-    from sshd import partitioned, running_sshd, unavailable
+    from partition import alive, gpu_sshd, partition, ssh_env
+    from sshd import unavailable
 
-    from jupyter_portable.compute.hosts import ENV_HOSTS
-    from jupyter_portable.compute.ssh import ENV_STATE, SshProvider
+    from jupyter_portable.compute.ssh import SshProvider
     from jupyter_portable.core import lifecycle as L
     from jupyter_portable.orchestration.orchestrator import Orchestrator
 
@@ -83,19 +55,11 @@ def run(blips: int, seed: int) -> dict[str, Any]:
     if reason:
         raise SystemExit(f"cannot run: {reason}")
     rng = random.Random(seed)
-    with tempfile.TemporaryDirectory(prefix="blips-") as tmp:
+    # the control's worker, lost while partitioned, may write its last heartbeat as the folder goes
+    with tempfile.TemporaryDirectory(prefix="blips-", ignore_cleanup_errors=True) as tmp:
         root = Path(tmp)
-        bin_dir = root / "bin"
-        bin_dir.mkdir()
-        install_fake_nvidia_smi(bin_dir, [H100], driver="550.54.15", cuda="12.4")
-        with running_sshd(root / "server", path_prefix=[bin_dir]) as sshd:
-            hosts = root / "hosts.toml"
-            hosts.write_text(HOST.format(port=sshd.port, user=sshd.user, key=sshd.client_key,
-                                         python=sys.executable, workdir=root / "remote"))
-            os.environ.update({ENV_HOSTS: str(hosts), ENV_STATE: str(root / "ssh-state"),
-                               "JUPYTER_PORTABLE_PROVIDERS": "ssh", "JUPYTER_PORTABLE_ENVIRONMENT": "image",
-                               "JUPYTER_PORTABLE_MARKET_DIR": str(root / "market"),
-                               "JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES": "0"})
+        with gpu_sshd(root) as sshd:
+            os.environ.update(ssh_env(sshd, root, environment="image"))
             os.environ.pop("JUPYTER_PORTABLE_UNREACHABLE_GRACE", None)
             ws = make_workspace(root / "ws", root / "store")
             provider = SshProvider(connect_timeout=2, keepalive=(1, 2))
@@ -112,7 +76,7 @@ def run(blips: int, seed: int) -> dict[str, Any]:
                 for _ in range(blips):
                     silence = round(rng.uniform(10, GRACE_S - 10), 1)
                     silences.append(silence)
-                    with partitioned(sshd):
+                    with partition(sshd):
                         for offset in (0.0, silence / 2, silence):
                             looked = orch.check(now=at + timedelta(seconds=offset))
                             checks += 1
@@ -124,9 +88,9 @@ def run(blips: int, seed: int) -> dict[str, Any]:
                     not_back += back["alive"] is not True
                     at += timedelta(seconds=60)
                 blips_s = time.monotonic() - started
-                worker_survived = _alive(pid)
+                worker_survived = alive(pid)
                 # the control: a silence past the grace, the provider unable to say it runs, is LOST
-                with partitioned(sshd):
+                with partition(sshd):
                     orch.check(now=at)
                     control = orch.check(now=at + timedelta(seconds=GRACE_S + 1))["state"]
                 return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "blips": blips,

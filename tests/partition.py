@@ -20,6 +20,7 @@ and bench/blips.py.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -83,6 +84,15 @@ def forwards(provider: Any, allocation_id: str) -> list[Any]:
     """The port forwards (``sshlink._Tunnel``) that ``provider``'s SSH link holds to ``allocation_id``:
     the worker's HTTP and the kernels' ports, of every client that opened one."""
     return [close.__self__ for close in provider.link._forwards.get(allocation_id, [])]
+
+
+def alive(pid: int) -> bool:
+    """Whether the process ``pid`` (a worker on the machine) still runs."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def until(done: Any, limit: float) -> bool:
@@ -151,4 +161,5 @@ def in_order(text: str) -> list[int]:
     return ticks
 
 
-__all__ = ["CELL", "CUDA", "DRIVER", "HOST", "Cut", "forwards", "gpu_sshd", "in_order", "partition", "ssh_env", "until"]
+__all__ = ["CELL", "CUDA", "DRIVER", "HOST", "Cut", "alive", "forwards", "gpu_sshd", "in_order", "partition", "ssh_env",
+           "until"]

@@ -27,7 +27,6 @@ worker's record of the kernel's IOPub, worker/catchup.py)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -37,7 +36,7 @@ from typing import Any
 
 import pytest
 from jupyter_e2e import make_workspace
-from partition import CELL, Cut, forwards, gpu_sshd, in_order, partition, ssh_env, until
+from partition import CELL, Cut, alive, forwards, gpu_sshd, in_order, partition, ssh_env, until
 from sshd import Sshd, unavailable
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")]
@@ -78,14 +77,6 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sshd: Sshd) -> Iterator
     from jupyter_e2e import release_all
 
     release_all(("ssh",))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def running_cell(record: Any, provider: Any, code: str) -> tuple[Any, Any, list[str]]:
@@ -170,12 +161,12 @@ def test_a_90_s_ssh_partition_is_unreachable_not_lost_and_the_session_goes_on(
             assert shown["lifecycle"]["state"] == L.ACTIVE and shown["allocation"] is not None
             assert shown["unreachable"]["line"] == "unreachable since 14:02Z", shown["unreachable"]
             assert shown["unreachable"]["since"] == "2026-12-06T14:02:05Z"
-            assert _alive(pid)  # nothing was terminated: the worker runs on
+            assert alive(pid)  # nothing was terminated: the worker runs on
             assert orch.lifecycle().state == L.ACTIVE
             # a Stop (the user's, idle's, the budget's) cannot seal an unreachable machine: it is not a loss
             with pytest.raises(PortableError):
                 orch.stop()
-            assert orch.lifecycle().state == L.ACTIVE and _alive(pid)
+            assert orch.lifecycle().state == L.ACTIVE and alive(pid)
             assert "does not answer" in (orch.lifecycle().events[-1].reason or "")
             said, err = state_cli.communicate(timeout=120)
             assert state_cli.returncode == 0, err
