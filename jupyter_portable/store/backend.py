@@ -69,6 +69,12 @@ class Backend:
         """:meth:`write_blob` of each ``(key, data)``, durable together as :meth:`write_batch` is."""
         self.write_batch(items)
 
+    def write_part(self, key: str, data: bytes) -> None:
+        """:meth:`write_blob` of an object its writer reads back and hashes against its name at
+        once (a checkpoint's part): a backend may leave out its service's own checksum of the
+        body, which that read-back makes redundant. Elsewhere this is :meth:`write_blob`."""
+        self.write_blob(key, data)
+
     def write_new(self, key: str, data: bytes) -> None:
         """Like :meth:`write` but atomic create-only: :class:`ConflictError` if the key holds
         other bytes. The same bytes already there count as written (a retried request)."""

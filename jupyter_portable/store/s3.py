@@ -3,12 +3,21 @@
 Configuration is the usual AWS one, read by botocore: profiles (``AWS_PROFILE``),
 ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_S3``, ``AWS_REGION`` / ``AWS_DEFAULT_REGION``
 and the credential chain. Nothing here reads or logs a secret.
+
+The content-addressed objects (``objects/``: packs, parts, trees), which carry nearly all the
+bytes, go through a plain botocore client used from many threads at once (each request on a
+thread of its own, the socket I/O outside the interpreter lock), not through s3fs's one
+event-loop thread: on two cores that thread was the upload's and the read-back's bottleneck
+(``bench/README.md``, issue 44). Everything else (manifests, the head, conditional writes)
+stays on s3fs.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from jupyter_portable.core import hooks
@@ -16,6 +25,12 @@ from jupyter_portable.core.errors import ConflictError, StoreError
 from jupyter_portable.store.remote import NEW, Refused, RemoteBackend
 
 _CONFLICT_CODES = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
+_MISSING_CODES = ("NoSuchKey", "404", "NotFound")
+_DENIED_CODES = ("AccessDenied", "403", "Forbidden")
+OBJECTS = "objects/"  # content-addressed keys: every reader hashes what it reads (invariant 4)
+DATA_CONNECTIONS = 32  # the objects client's connection pool: the upload and read-back pools at once
+TRIES = 5  # an objects request broken off (a reset, a short body, a SlowDown) is tried this often, as s3fs does
+_SLOW = ("SlowDown", "reduce your request rate")
 
 
 def _code(exc: BaseException) -> str:
@@ -53,6 +68,9 @@ class S3Backend(RemoteBackend):
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.fs = s3fs.S3FileSystem(use_listings_cache=False, skip_instance_cache=True)
+        self._data_lock = threading.Lock()
+        self._data_for: Any = None  # the s3fs filesystem the objects client was made like
+        self._data_client: Any = None
 
     def _bucket_exists(self) -> bool | None:
         try:
@@ -70,9 +88,10 @@ class S3Backend(RemoteBackend):
         return f"{self.bucket}/{self._key(key)}"
 
     def _fail(self, what: str, key: str, exc: BaseException) -> StoreError:
-        if isinstance(exc, FileNotFoundError):
+        code = _code(exc) if getattr(exc, "response", None) is not None else ""
+        if isinstance(exc, FileNotFoundError) or code in _MISSING_CODES:
             return self._missing(key)
-        if isinstance(exc, PermissionError):
+        if isinstance(exc, PermissionError) or code in _DENIED_CODES:
             return StoreError(f"access denied to {key} in {self.url}",
                               hint="check AWS_PROFILE / credentials and the bucket policy")
         return StoreError(f"cannot {what} {key} in {self.url}: {type(exc).__name__}: {_code(exc)}")
@@ -80,8 +99,65 @@ class S3Backend(RemoteBackend):
     def _call(self, method: str, **kwargs: Any) -> Any:
         return self.fs.call_s3(method, Bucket=self.bucket, **kwargs)
 
+    def _objects(self) -> Any:
+        """The botocore client for ``objects/`` keys, made like ``self.fs`` (its endpoint, the same
+        configuration chain), again whenever ``self.fs`` is replaced. Thread-safe once made.
+
+        Its own checksums are asked for per request (``_put_object``): botocore's default CRC32
+        of every body, and its validation on reads, are off, because every reader of an object
+        hashes it against its name (invariant 4)."""
+        with self._data_lock:
+            if self._data_client is None or self._data_for is not self.fs:
+                import botocore.session
+                from botocore.config import Config
+
+                endpoint = getattr(self.fs, "endpoint_url", None) or (
+                    getattr(self.fs, "client_kwargs", None) or {}).get("endpoint_url")
+                self._data_client = botocore.session.Session().create_client(
+                    "s3", endpoint_url=endpoint, config=Config(
+                        max_pool_connections=DATA_CONNECTIONS, request_checksum_calculation="when_required",
+                        response_checksum_validation="when_required"))
+                self._data_for = self.fs
+            return self._data_client
+
+    def _retried(self, call: Callable[[], Any]) -> Any:
+        """``call`` (a request of the objects client), tried again on a broken connection, a body
+        cut short or a SlowDown, as s3fs does around botocore's own retries for the other keys."""
+        from botocore.exceptions import (
+            ClientError,
+            ConnectionError,
+            HTTPClientError,
+            IncompleteReadError,
+            ResponseStreamingError,
+        )
+
+        for attempt in range(TRIES):
+            try:
+                return call()
+            except (ConnectionError, HTTPClientError, IncompleteReadError, ResponseStreamingError, ClientError) as exc:
+                slow = isinstance(exc, ClientError) and any(w in str(exc) for w in _SLOW)
+                if attempt == TRIES - 1 or (isinstance(exc, ClientError) and not slow):
+                    raise
+                time.sleep(min(1.7 ** attempt * 0.1, 15.0))
+        raise AssertionError("unreachable")
+
+    def _get(self, key: str, byte_range: str | None = None) -> bytes:
+        """One GET of an ``objects/`` key (``byte_range``: an HTTP Range), its body read whole."""
+        extra = {} if byte_range is None else {"Range": byte_range}
+
+        def get() -> bytes:
+            body = self._objects().get_object(Bucket=self.bucket, Key=self._key(key), **extra)["Body"]
+            try:
+                return bytes(body.read())
+            finally:
+                body.close()
+
+        return bytes(self._retried(get))
+
     def read(self, key: str) -> bytes:
         try:
+            if key.startswith(OBJECTS):
+                return self._get(key)
             return self.fs.cat_file(self._path(key))
         except Exception as exc:  # noqa: BLE001 - translated at the boundary
             raise self._fail("read", key, exc) from exc
@@ -92,6 +168,8 @@ class S3Backend(RemoteBackend):
                 raise self._missing(key)
             return b""
         try:
+            if key.startswith(OBJECTS):
+                return self._get(key, f"bytes={start}-{end - 1}")
             return self.fs.cat_file(self._path(key), start=start, end=end)
         except Exception as exc:  # noqa: BLE001
             if not isinstance(exc, FileNotFoundError) and _code(exc) == "InvalidRange":
@@ -100,11 +178,13 @@ class S3Backend(RemoteBackend):
 
     def _head(self, key: str) -> dict | None:
         try:
+            if key.startswith(OBJECTS):
+                return dict(self._retried(lambda: self._objects().head_object(Bucket=self.bucket, Key=self._key(key))))
             return self._call("head_object", Key=self._key(key))
-        except FileNotFoundError:
-            self._check_bucket()
-            return None
         except Exception as exc:  # noqa: BLE001
+            if isinstance(exc, FileNotFoundError) or _code(exc) in _MISSING_CODES:
+                self._check_bucket()
+                return None
             raise self._fail("stat", key, exc) from exc
 
     def exists(self, key: str) -> bool:
@@ -125,11 +205,24 @@ class S3Backend(RemoteBackend):
         hooks.step(f"put done {key}")
 
     def write_blob(self, key: str, data: bytes) -> None:
+        self._write_blob(key, data, checksum=True)
+
+    def write_part(self, key: str, data: bytes) -> None:
+        # read back and hashed against its name by the caller: S3's own CRC32 of the body would
+        # only say again what that read-back says (and costs a pass over the bytes)
+        self._write_blob(key, data, checksum=False)
+
+    def _write_blob(self, key: str, data: bytes, *, checksum: bool) -> None:
         # Create only: a worker's session policy allows a PutObject on a shared key only with
         # If-None-Match, so that no worker can replace what other workspaces share.
         hooks.step(f"put {key}")
         try:
-            self._call("put_object", Key=self._key(key), Body=data, IfNoneMatch="*")
+            if key.startswith(OBJECTS):
+                crc = {"ChecksumAlgorithm": "CRC32"} if checksum else {}
+                self._retried(lambda: self._objects().put_object(Bucket=self.bucket, Key=self._key(key), Body=data,
+                                                                 IfNoneMatch="*", **crc))
+            else:
+                self._call("put_object", Key=self._key(key), Body=data, IfNoneMatch="*")
         except Exception as exc:  # noqa: BLE001
             if not (isinstance(exc, FileExistsError) or any(c in _code(exc) for c in _CONFLICT_CODES)):
                 raise self._fail("write", key, exc) from exc
