@@ -29,6 +29,8 @@ from jupyter_portable.engine.gate import InboundGate
 from jupyter_portable.engine.hashproc import StatKey, helper_pool, place_files
 from jupyter_portable.engine.lazy import start_background_fetch
 from jupyter_portable.engine.progress import Progress, human_bytes
+from jupyter_portable.engine.snapshot.options import DEFAULT as DEFAULT_OPTIONS
+from jupyter_portable.engine.snapshot.options import Options
 from jupyter_portable.engine.trees import check_count, count_trees
 from jupyter_portable.store.repo import Store
 from jupyter_portable.workdir.pending import write_pending
@@ -207,8 +209,10 @@ def _fetch_packed(store: Store, placing: _Placing, pack: str, entries: list[File
 
 def materialize(store: Store, manifest: Manifest, root: Path, entries: Iterable[FileEntry],
                 progress: Progress, *, placer: Placer | None = None, links_out: list[FileEntry] | None = None,
-                procs: ProcessPoolExecutor | None = None, keys_out: dict[str, Key] | None = None) -> int:
-    """Fetch ``entries`` of ``manifest`` into ``root``: small files first, then large ones.
+                procs: ProcessPoolExecutor | None = None, keys_out: dict[str, Key] | None = None,
+                opts: Options = DEFAULT_OPTIONS) -> int:
+    """Fetch ``entries`` of ``manifest`` into ``root``: small files first, then large ones
+    (``opts.download_pool``: how many parts of a large file at once).
     With ``links_out``, symlinks are left there for the caller to make once every file is in place.
     With ``procs``, small files are written by those helper processes; with ``keys_out``, the
     stat key of each file written from a pack is put there. Without ``placer``, the user's
@@ -232,7 +236,7 @@ def materialize(store: Store, manifest: Manifest, root: Path, entries: Iterable[
         else:
             large.append(e)
     fetched = 0
-    workers = 8 if store.url.startswith("s3") else 4
+    workers = opts.download_pool(store.url)
     placing = _Placing(placer, progress, procs)
     try:
         for pack, members in sorted(by_pack.items(), key=lambda kv: min(e.size for e in kv[1])):

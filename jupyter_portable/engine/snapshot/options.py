@@ -76,9 +76,19 @@ class Options:
     uploads: int = 2
     uploads_s3: int = 8
 
+    # -- the restore: a large file's parts fetched from the store at once ----------------------
+    # The same transfer the other way: 8 at once from an s3:// store, 4 from the others (no run
+    # of its own).
+    downloads: int = 4
+    downloads_s3: int = 8
+
     def upload_pool(self, store_url: str) -> int:
         """How many objects the uploader sends to the store at ``store_url`` at once."""
         return self.uploads_s3 if store_url.startswith("s3") else self.uploads
+
+    def download_pool(self, store_url: str) -> int:
+        """How many parts of a large file a restore fetches from the store at ``store_url`` at once."""
+        return self.downloads_s3 if store_url.startswith("s3") else self.downloads
 
 
 DEFAULT = Options()
