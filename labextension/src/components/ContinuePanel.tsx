@@ -7,7 +7,7 @@ import { IContinueProgress, STEP_LABEL, STEPS, stepFraction, stepSeconds } from 
 import { machineName, routeName as routeLabel } from '../routes';
 import { IPortableState, IRoute, IRoutesAnswer } from '../types';
 import { Section, StatusLine } from './common';
-import { safeVersion } from './WorkspacePanel';
+import { runningLine, safeVersion } from './WorkspacePanel';
 
 const STATUS_WORD = { pending: 'waiting', running: 'running', done: 'done', failed: 'failed' } as const;
 
@@ -146,14 +146,7 @@ export function ContinuePanel(props: {
       {!running && !props.state.can_continue ? (
         <div className="jp-Portable-row">
           <p className="jp-Portable-grow">
-            {props.state.lifecycle.state === 'ACTIVE' && props.state.allocation
-              ? `Running on ${machineName(props.state.allocation)}` +
-                (props.state.unreachable
-                  ? `, ${props.state.unreachable.line}: nothing is released while its provider may still run it.`
-                  : readyNote
-                    ? `, ${readyNote}.`
-                    : '.')
-              : workspaceIs(props.state)}
+            {runningLine(props.state) ?? workspaceIs(props.state)}
           </p>
           {props.state.lifecycle.state === 'ACTIVE' ? (
             <Button

@@ -51,6 +51,26 @@ export function LostBanner(props: { state: IPortableState }): JSX.Element | null
  * The countdown to a job's walltime (a Slurm job: `allocation.ends_at`), counted on the page's
  * clock between fetches: "in 42 min (Mon 7 Dec 14:00); job 18 queued to take over", "ended".
  */
+/**
+ * The Continue panel's line while the workspace runs on a machine: "Running on <machine>", with the
+ * server's "unreachable since 14:02Z" (state.unreachable, core/reachability.py) while no path reaches
+ * it, and the machine alone again once it answers; null when the workspace runs on none.
+ */
+export function runningLine(state: IPortableState): string | null {
+  if (state.lifecycle.state !== 'ACTIVE' || !state.allocation) {
+    return null;
+  }
+  const readyNote = fmt.readyLine(state.allocation.estimate);
+  return (
+    `Running on ${machineName(state.allocation)}` +
+    (state.unreachable
+      ? `, ${state.unreachable.line}: nothing is released while its provider may still run it.`
+      : readyNote
+        ? `, ${readyNote}.`
+        : '.')
+  );
+}
+
 export function jobEndText(endsAt: string, nextJob: string | null, now: number): string {
   const end = Date.parse(endsAt);
   if (Number.isNaN(end)) {
