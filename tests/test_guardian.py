@@ -3,8 +3,9 @@ user side is away, as a table of decisions, and each provider's own means of end
 against its twin: RunPod's pod-scoped key (its own pod only), a Vast instance's own key, and an AWS
 instance's shutdown (terminated when launched with InstanceInitiatedShutdownBehavior=terminate).
 
-The end-to-end flow (a Jupyter server stopped past the idle window, the machine releasing itself,
-the server back) is ``tests/test_guardian_e2e.py``.
+The end-to-end flow on the RunPod, Vast.ai and AWS twins (a Jupyter server stopped past the idle
+window, the worker's guardian releasing its machine by that provider's means, the server back) is
+``tests/test_guardian_e2e.py``.
 """
 
 from __future__ import annotations
@@ -152,6 +153,32 @@ def test_a_shutdown_goes_through_sudo_for_a_login_user_that_is_not_root(tmp_path
     assert ran[-1] == [str(fake), "-h", "now"]
 
 
+def test_a_shutdown_missing_from_the_workers_path_is_found_in_sbin(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A login user's PATH on Debian has no sbin: the image's shutdown is looked for there too, and a
+    machine with none anywhere says where it looked (recorded with the release)."""
+    from jupyter_portable.worker import guardian as WG
+
+    sbin = tmp_path / "sbin"  # stands for /usr/sbin: never the host's
+    sbin.mkdir()
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setattr(WG, "SBIN", str(sbin))
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    ran: list[list[str]] = []
+
+    def run(argv: list[str], **_kw: Any) -> Any:
+        ran.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    g = WG.Guardian(None, _policy(provider="aws", means=G.SHUTDOWN_TERMINATE), None, run=run)
+    assert g._end_billing() == f"no shutdown command on this machine (looked on PATH and in {sbin})" and ran == []
+    (sbin / "shutdown").write_text("#!/bin/sh\nexit 0\n")
+    (sbin / "shutdown").chmod(0o755)
+    assert g._end_billing() is None
+    assert ran == [["sudo", "-n", str(sbin / "shutdown"), "-h", "now"]]
+
+
 # -- each provider's means, against its twin ---------------------------------------------------------
 
 
@@ -275,9 +302,16 @@ def test_an_aws_instance_that_shuts_down_is_terminated_as_launched(tmp_path: Pat
         for ref in ids.values():
             machine = twin.booting[ref].machine
             machine.authorize([machine.sshd.client_key.with_suffix(".pub").read_text()])
+            # the login user itself may not power the machine off (systemd refuses it over SSH): nothing happens
+            refused = subprocess.run(machine.sshd.ssh_argv("shutdown -h now"), capture_output=True, text=True,
+                                     timeout=60)
+            assert refused.returncode != 0 and "Interactive authentication required" in refused.stderr
+            assert ref not in dict(twin.shutdowns) and twin.instance(ref)._state.name == "running"
             done = subprocess.run(machine.sshd.ssh_argv('sudo -n "$(command -v shutdown)" -h now'),
                                   capture_output=True, text=True, timeout=60)
             assert done.returncode == 0, done.stderr
+            assert (machine.home.parent / "shutdown.log").read_text() == (
+                "shutdown -h now by root through sudo from ubuntu\n")
         states = {}
         for _ in range(200):
             found = ec2.describe_instances(InstanceIds=list(ids.values()))["Reservations"]

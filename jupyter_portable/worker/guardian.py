@@ -12,9 +12,10 @@ billing by its provider's own means (invariant 6):
   its own pod only: ``POST /v2/pods/{id}/action {"action": "stop"}``;
 - ``instance-key``: a Vast.ai instance's own key (``CONTAINER_API_KEY``, with ``CONTAINER_ID``):
   ``PUT /api/v0/instances/{id}/ {"state": "stopped"}``;
-- ``shutdown`` / ``shutdown-terminate``: ``shutdown -h now`` from the machine (through ``sudo -n`` for a
-  login user that is not root); an AWS instance launched with ``InstanceInitiatedShutdownBehavior=
-  terminate`` terminates, a GCP VM stops.
+- ``shutdown`` / ``shutdown-terminate``: ``shutdown -h now`` from the machine (found on the worker's PATH,
+  else in :data:`SBIN`; through ``sudo -n`` for a login user that is not root, such as the AWS images'
+  ``ubuntu``); an AWS instance launched with ``InstanceInitiatedShutdownBehavior=terminate`` terminates,
+  a GCP VM stops.
 
 The key is read where the provider puts it: the worker's start (``--detach``) finds it in its session's
 environment or in the container's first process's (where Vast keeps it) and hands it to the agent over
@@ -53,6 +54,8 @@ RETRY_S = 60.0  # after a release that failed (the store did not answer): the ne
 # where each provider puts a machine's own key and its id (the key first)
 KEY_NAMES = {G.POD_KEY: ("RUNPOD_API_KEY", "RUNPOD_POD_ID"), G.INSTANCE_KEY: ("CONTAINER_API_KEY", "CONTAINER_ID")}
 DEFAULT_API = {G.POD_KEY: "https://api.runpod.io", G.INSTANCE_KEY: "https://console.vast.ai"}
+# where an image keeps `shutdown` when the worker's PATH lacks it (a login user's PATH on Debian has no sbin)
+SBIN = "/usr/sbin:/sbin"
 
 
 def find_machine_key(means: str | None, environ: Mapping[str, str], first_process: Path = Path("/proc/1/environ")
@@ -208,9 +211,9 @@ class Guardian:
             return f"the provider answered HTTP {exc.code} to {method} {url}"
 
     def _shutdown(self) -> str | None:
-        exe = shutil.which("shutdown")
+        exe = shutil.which("shutdown") or shutil.which("shutdown", path=SBIN)
         if exe is None:
-            return "no shutdown command on this machine"
+            return f"no shutdown command on this machine (looked on PATH and in {SBIN})"
         argv = [exe, "-h", "now"] if os.geteuid() == 0 else ["sudo", "-n", exe, "-h", "now"]
         done = self._run(argv, capture_output=True, text=True, timeout=60)
         if done.returncode != 0:

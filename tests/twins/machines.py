@@ -354,9 +354,14 @@ exec /bin/sh -l
 
 
 _SHUTDOWN = """#!/bin/sh
-# a twin machine's shutdown: noted, and told to its provider twin (which stops or terminates the machine
-# as its API says: AWS by the instance's InstanceInitiatedShutdownBehavior)
-echo "shutdown $*" >> '{log}'
+# a twin machine's shutdown: root only (a login user that is not root goes through sudo, as systemd
+# refuses it over SSH), noted with who asked, and told to its provider twin (which stops or terminates
+# the machine as its API says: AWS by the instance's InstanceInitiatedShutdownBehavior)
+if [ "$(id -u)" != 0 ]; then
+  echo "Call to PowerOff failed: Interactive authentication required." >&2
+  exit 1
+fi
+echo "shutdown $* by $(id -un)${{SUDO_USER:+ through sudo from $SUDO_USER}}" >> '{log}'
 [ -n '{url}' ] || exit 0
 exec {python} -c 'import sys, urllib.request as u
 u.build_opener(u.ProxyHandler({{}})).open(u.Request(sys.argv[1], data=b"", method="POST"), timeout=10)' '{url}'
@@ -375,7 +380,8 @@ def start_machine(root: Path, machine_id: str, *, gpus: list[dict[str, Any]], dr
     launch). ``python`` is the bare interpreter the machine's ``python3`` runs (a path, e.g. from
     :data:`PYTHONS`). ``env``: what the provider puts in every process's environment (RunPod's pod id and
     pod-scoped key, Vast's instance key). ``shutdown_url``: where the machine's ``shutdown`` tells its
-    provider it powers off (:data:`_SHUTDOWN`; without one it only notes the call in ``shutdown.log``).
+    provider it powers off (:data:`_SHUTDOWN`: root only, as systemd's over SSH; each call noted in the
+    machine's ``shutdown.log``, e.g. ``shutdown -h now by root through sudo from ubuntu``).
     ``host``/``port`` say where its sshd listens (a cloud twin gives each machine
     its own 127.x.y.z and port 22); ``host_key`` is the host key its user data installed. Raises
     RuntimeError when sshd cannot start, OSError when ``port`` is taken.

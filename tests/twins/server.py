@@ -524,6 +524,7 @@ class Twin:
         if scoped is not None and (op_id not in self.machine_key_ops or params.get("id") != scoped):
             entry["scoped_refused"] = True  # a machine's own key, used beyond its own machine
             return self._checked(op_id, self.forbidden(op_id))
+        entry["machine_key"] = scoped is not None  # the call came with a machine's own key, not the account's
         errors = schemas.request_errors(self.provider, op_id, query_items, content)
         if errors:
             with self.lock:
