@@ -342,7 +342,7 @@ def _lower_priority() -> None:
 
 class _Meter:
     """The snapshot's progress, turned into the handle's stage, bytes and rate and its record
-    on disk (at most every quarter second: ``Progress`` calls it that often)."""
+    on disk (at most every quarter second, and a quarter second after the last call)."""
 
     def __init__(self, queue: CheckpointQueue, handle: CheckpointHandle) -> None:
         self.queue, self.handle = queue, handle
@@ -351,13 +351,41 @@ class _Meter:
         self.started = time.monotonic()
         self.echoed = 0.0
         self.written = 0.0
+        self._trailing: threading.Timer | None = None
+        self._lock = threading.Lock()
 
     def __call__(self, _line: str) -> None:
         self.queue._gate()
         p, h = self.progress, self.handle
-        if p is None or time.monotonic() - self.written < 0.25:
+        if p is None:
             return
+        self._take(p, h)
+        if time.monotonic() - self.written < 0.25:
+            # the record is written a quarter second later with the newest figures: the last call
+            # before a stall (a part that will not go up) is never left unwritten
+            with self._lock:
+                if self._trailing is None:
+                    self._trailing = threading.Timer(0.25, self._write_trailing)
+                    self._trailing.daemon = True
+                    self._trailing.start()
+            return
+        self._write()
+
+    def _write_trailing(self) -> None:
+        with self._lock:
+            self._trailing = None
+        self._write()  # nothing once the checkpoint ended (the queue's _write checks)
+
+    def _write(self) -> None:
+        h = self.handle
         self.written = time.monotonic()
+        self.queue._write(h)
+        if h.echo is not None and time.monotonic() - self.echoed >= 2.0:
+            self.echoed = time.monotonic()
+            h.echo(h.describe())
+
+    def _take(self, p: Progress, h: CheckpointHandle) -> None:
+        """The progress's figures into the handle (every call: the handle's line is always current)."""
         # the phase each view names (core/state_words.CHECKPOINT_PHASES): uploading, reading back, sealing
         stage = p.stage if p.stage in ("verifying", "publishing") else "uploading"
         if stage != self.stage:
@@ -369,10 +397,6 @@ class _Meter:
         h.total_bytes = max(p.bytes_total, h.size) if stage == "uploading" else p.bytes_total
         spent = time.monotonic() - self.started
         h.rate = h.done_bytes / spent if spent > 0.05 else 0.0
-        self.queue._write(h)
-        if h.echo is not None and time.monotonic() - self.echoed >= 2.0:
-            self.echoed = time.monotonic()
-            h.echo(h.describe())
 
 
 _queues: dict[Path, CheckpointQueue] = {}
