@@ -15,7 +15,8 @@ Two measurements, each against a baseline run in the same process, in the same r
    2 shared cores, which a GPU's work does not). Target: within 1.1x.
 
     .venv/bin/python bench/checkpoint.py                 # 1 GiB, 3 rounds; the loop with 256 MB
-    .venv/bin/python bench/checkpoint.py --sizes 1,10    # and 10 GiB (needs ~45 GB free)
+    .venv/bin/python bench/checkpoint.py --sizes 10 --rounds 1 --fresh-store --no-loop
+                                                         # 10 GiB: ~30 GB free at the peak
     .venv/bin/python bench/checkpoint.py --small         # a smoke run (64 MiB), ~1 min
 """
 
@@ -90,7 +91,24 @@ def drop_object_cache(path: Path) -> None:
         os.close(fd)
 
 
-def upload_rounds(size: int, rounds: int, tmp: Path, bucket: str) -> tuple[list[float], list[float]]:
+def use_endpoint(endpoint: str) -> None:
+    os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint})
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def upload_rounds(size: int, rounds: int, tmp: Path, bucket: str,
+                  fresh: bool = False) -> tuple[list[float], list[float]]:
+    """``fresh``: each side of each round on a SeaweedFS of its own, removed after it (what a
+    10 GiB row needs to fit the disk: the file, one copy in the store, boto3's download)."""
     import blake3
     import boto3
 
@@ -106,6 +124,12 @@ def upload_rounds(size: int, rounds: int, tmp: Path, bucket: str) -> tuple[list[
     for r in range(rounds):
         # interleaved, each in a fresh prefix (the store keeps parts by content: nothing is skipped)
         for who in ("boto3", "ours") if r % 2 else ("ours", "boto3"):
+            store_dir, proc = tmp / f"store-{r}-{who}", None
+            if fresh:
+                store_dir.mkdir()
+                proc, endpoint = start_seaweedfs(store_dir)
+                use_endpoint(endpoint)
+                s3 = boto3.client("s3")
             drop_object_cache(src)
             if who == "ours":
                 shutil.rmtree(work / ".portable", ignore_errors=True)
@@ -129,6 +153,9 @@ def upload_rounds(size: int, rounds: int, tmp: Path, bucket: str) -> tuple[list[
                 h.hexdigest()
                 theirs.append(time.perf_counter() - t0)
                 back.unlink()
+            if proc is not None:
+                stop(proc)
+                shutil.rmtree(store_dir, ignore_errors=True)
             log(f"  {size / MiB:.0f} MiB round {r + 1} {who}: {(ours if who == 'ours' else theirs)[-1]:.2f} s")
     shutil.rmtree(work, ignore_errors=True)
     return ours, theirs
@@ -203,6 +230,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--compute", type=float, default=2.0, help="seconds of (GPU) work between saves")
     ap.add_argument("--small", action="store_true", help="a smoke run: 64 MiB, 1 round, a 32 MB loop of 4 steps")
+    ap.add_argument("--fresh-store", action="store_true",
+                    help="each side of each upload round on a SeaweedFS of its own, removed after it (for 10 GiB)")
+    ap.add_argument("--no-loop", action="store_true", help="the upload rows only")
     ap.add_argument("--tmp", default=None, help="where the files and SeaweedFS's data go")
     args = ap.parse_args()
     sizes = [64 * MiB] if args.small else [int(float(s) * 1024) * MiB for s in args.sizes.split(",")]
@@ -211,9 +241,9 @@ def main() -> None:
 
     started = dt.datetime.now(dt.timezone.utc)
     tmp = Path(tempfile.mkdtemp(prefix="ckbench-", dir=args.tmp))
+    load = os.getloadavg()
     proc, endpoint = start_seaweedfs(tmp)
-    os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint})
+    use_endpoint(endpoint)
     for var in ("AWS_SESSION_TOKEN", "AWS_PROFILE"):
         os.environ.pop(var, None)
     from tests.stores import SEAWEEDFS_BUCKET as bucket
@@ -223,7 +253,8 @@ def main() -> None:
     try:
         for size in sizes:
             log(f"== upload + read-back, {size / MiB:.0f} MiB, {rounds} round(s)")
-            ours, theirs = upload_rounds(size, rounds, tmp, bucket)
+            ours, theirs = upload_rounds(size, rounds, tmp, bucket, fresh=args.fresh_store)
+            use_endpoint(endpoint)
             mo, mt = statistics.median(ours), statistics.median(theirs)
             label = f"{size / MiB / 1024:g} GiB" if size >= 1024 * MiB else f"{size / MiB:.0f} MiB"
             rows.append(f"| upload + read-back, {label} | {mo:.2f} s ({size / mo / 1e9:.2f} GB/s) | "
@@ -231,6 +262,8 @@ def main() -> None:
             verdicts.append(f"{'met   ' if mo / mt <= 0.8 else 'MISSED'} upload + read-back {label} <= 0.8x boto3: "
                             f"{mo:.2f} s / {mt:.2f} s = {mo / mt:.2f}x (rounds: ours "
                             f"{', '.join(f'{x:.2f}' for x in ours)}; boto3 {', '.join(f'{x:.2f}' for x in theirs)})")
+        if args.no_loop:
+            return finish(started, load, rows, verdicts, proc, tmp)
         log(f"== the training loop, {state_mb} MB state dict, {steps} steps, {compute:g} s of work between saves")
         alone, stalls, calls, verified, skipped = loop_rounds(state_mb, steps, compute, tmp, bucket)
         ma, ms, mc = statistics.median(alone), statistics.median(stalls), statistics.median(calls)
@@ -242,14 +275,21 @@ def main() -> None:
                         f"median {mc:.3f} s; "
                         f"saves alone {', '.join(f'{x:.2f}' for x in alone)}; with uploads "
                         f"{', '.join(f'{x:.2f}' for x in stalls)})")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    except BaseException:
+        stop(proc)
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"# bench/checkpoint.py, {started:%Y-%m-%d %H:%M} UTC, SeaweedFS S3 on loopback, {os.cpu_count()} cores")
+        raise
+    finish(started, load, rows, verdicts, proc, tmp)
+
+
+def finish(started: dt.datetime, load: tuple[float, float, float], rows: list[str], verdicts: list[str],
+           proc: subprocess.Popen[bytes], tmp: Path) -> None:
+    """Stop SeaweedFS, remove every file the run wrote, print the rows."""
+    stop(proc)
+    shutil.rmtree(tmp, ignore_errors=True)
+    end = os.getloadavg()
+    print(f"# bench/checkpoint.py, {started:%Y-%m-%d %H:%M} UTC, SeaweedFS S3 on loopback, {os.cpu_count()} cores, "
+          f"load average {load[0]:.1f} at the start, {end[0]:.1f} at the end")
     print()
     print("| | ours | baseline | ratio |")
     print("|---|---|---|---|")

@@ -333,3 +333,31 @@ def test_a_folder_checkpoint_with_a_link_inside_is_verified_with_its_files(ws: W
     record = ws.checkpoint_async(folder, step=4, quiet_s=0).wait(60)
     assert record is not None and record.verified, record
     assert (record.path, record.kind) == ("run/step-4", "directory")
+
+
+def test_a_pause_holds_the_read_back_of_a_part_already_written_until_resume(ws: Workspace) -> None:
+    """The pause (a trainer about to save) holds every request not yet sent: here the part is in
+    the store when the pause comes, and its read-back waits for the resume."""
+    (ws.root / "big.bin").write_bytes(os.urandom(3 * 1024 * 1024))  # stored as a part
+    queue = queue_for(ws.copy)
+    written = threading.Event()
+    read: list[str] = []
+
+    def on_step(label: str) -> None:
+        if label.startswith(("linked ", "renamed ")) and "/objects/" in label and not written.is_set():
+            queue.pause(max_s=60)  # the trainer starts its save right after the part landed
+            written.set()
+
+    hooks.install(step=on_step, before_readback=lambda _store, keys: read.extend(keys))
+    try:
+        handle = ws.checkpoint_async(ws.root / "big.bin", step=1, quiet_s=0)
+        assert written.wait(30)
+        time.sleep(0.5)  # what a held read-back would have done by now, it must not have
+        assert read == [] and not handle.finished
+        queue.resume()
+        record = handle.wait(60)
+    finally:
+        queue.resume()
+        hooks._steps.remove(on_step)
+        hooks._readbacks.pop()
+    assert record is not None and record.verified and read

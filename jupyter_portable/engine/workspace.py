@@ -266,7 +266,7 @@ class Workspace:
 
         def job(_handle: CheckpointHandle, meter: Progress) -> CheckpointRecord:
             hook = CheckpointStep(self.store, rel, check, step, note or "", signed, meter)
-            hook.is_dir, hook.root = is_dir, self.root
+            hook.is_dir, hook.root, hook.gate = is_dir, self.root, queue.hold
             extras = self.extras()
             extras.before_publish = hook
             snapshot(self.copy, self.store, message=label, progress=meter, extras=extras)

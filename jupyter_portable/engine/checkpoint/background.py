@@ -232,6 +232,12 @@ class CheckpointQueue:
     def resume(self) -> None:
         self._running_ok.set()
 
+    def hold(self) -> None:
+        """Called by the upload before each part's write and each read-back: waits while paused
+        (never past the bound), so that a pause holds back every request not yet sent, not only
+        the parts not yet read from disk."""
+        self._gate()
+
     def _gate(self) -> None:
         """Called by the upload between parts: wait while paused (never past the bound)."""
         if not self._running_ok.is_set():

@@ -9,6 +9,7 @@ reason, its files left at their previous version, and "latest" never moves to it
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,9 @@ class CheckpointStep:
         self.root: Path | None = None
         # parts the snapshot read back as soon as it wrote them, each hashed equal to its name
         self.read_back: set[str] = set()
+        # called by the upload before each part's write and read-back (the queue's ``hold``: it
+        # waits there while the trainer saves)
+        self.gate: Callable[[], None] | None = None
 
     def _record(self, base: Manifest | None, **fields: Any) -> CheckpointRecord:
         ids = [c.get("id", 0) for c in (base.checkpoints if base else ())]

@@ -149,6 +149,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
         # a checkpoint's snapshot: its parts are read back as they go up (engine/checkpoint/registry)
         up.read_back_under = getattr(extras.before_publish, "rel", None)
         up.read_back = extras.before_publish.read_back  # type: ignore[union-attr]
+        up.gate = getattr(extras.before_publish, "gate", None)
     cache = copy.open_statcache(PortableError)
     try:
         cache.begin()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -85,6 +86,9 @@ class Uploader:
         # written, and those that hashed equal to their names are kept in ``read_back``.
         self.read_back_under: str | None = None
         self.read_back: set[str] = set()
+        # called before each part's write and read-back: a checkpoint's upload waits there while
+        # the trainer saves (engine/checkpoint/background.py, ``pause``)
+        self.gate: Callable[[], None] | None = None
 
     def _reserve(self, n: int) -> None:
         with self._budget:
@@ -261,12 +265,16 @@ class Uploader:
         """Store a part unless the store has it (a renamed or copied file); the bytes written.
         A checkpoint's part is read back as soon as it is written, beside the parts still going
         up, and hashed against its name (``read_back``: the parts that held)."""
+        if self.gate is not None:
+            self.gate()
         if self.store.has_object(h):
             return 0
         if read_back:  # its read-back below is its check: the service's own checksum would say it again
             self.store.backend.write_part(object_key(h), data)
         else:
             self.store.backend.write_blob(object_key(h), data)
+        if read_back and self.gate is not None:
+            self.gate()
         if read_back:
             hooks.before_readback(self.store, [object_key(h)])
         if read_back and digest(self.store.backend.read(object_key(h))) == h:
