@@ -160,7 +160,10 @@ async def test_a_local_kernels_checkpoint_is_in_the_state_while_it_uploads_then_
 
 
 async def test_a_checkpoint_on_the_machine_is_in_the_state_as_its_worker_reports_it(
-        jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any, jp_root_dir: Path, tmp_path: Path) -> None:
+        jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any, jp_root_dir: Path, tmp_path: Path,
+        env: dict[str, Path]) -> None:
+    from jupyter_portable.demo.market import lose_allocation
+
     events = EventStream(await jp_ws_fetch("api", "events", "subscribe"))
     kernel_id = await start_session(jp_fetch)  # the notebook's kernel rents the first machine
     active = await events.wait_for(is_state("ACTIVE"), timeout=90)
@@ -179,6 +182,20 @@ async def test_a_checkpoint_on_the_machine_is_in_the_state_as_its_worker_reports
     assert (row["state"], row["latest"], row["machine"]) == ("verified", True, machine), row
     assert row["line"] == f"step 2400: verified, latest (version {row['version']})"
     assert (_latest(state) or {}).get("step") == 2400
+
+    # the machine is lost mid-upload of the next one: its worker cannot say it, the state does
+    status, out = await kernel.run(HOLD.format(release=str(tmp_path / "never"), step=2500, size=SIZE)
+                                   + "%workspace checkpoint ckpt/step-2500.bin --step 2500 --settle 0\n")
+    assert status == "ok", out
+    state, row = await _row(jp_fetch, _uploading(2500, machine))
+    lose_allocation(env["market"], machine)
+    state, row = await _row(jp_fetch, lambda r: r["step"] == 2500 and r["ended"] is not None)
+    assert state["lifecycle"]["state"] == "LOST" and (row["state"], row["machine"]) == ("failed", machine), row
+    assert row["line"].startswith("step 2500: failed: the machine was lost before it was verified (")
+    assert row["line"].endswith("); latest stays on the last verified checkpoint")
+    assert (_latest(state) or {}).get("step") == 2400
+    # the notebook's kernel is parked on this computer (no machine): followed as JupyterLab does
+    await kernel.follow_restart(lambda: jp_ws_fetch("api", "kernels", kernel_id, "channels"))
 
 
 def test_the_states_of_a_checkpoint_in_the_schema_are_the_cores() -> None:

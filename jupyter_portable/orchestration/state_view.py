@@ -95,6 +95,25 @@ def _inflight_row(rec: Any, machine: str | None, now: datetime) -> dict[str, Any
             "latest": False, "machine": machine}
 
 
+def _lost_in_flight(heard: dict[str, dict[str, Any]], lost: L.Event, checkpoints: list[dict[str, Any]],
+                    now: datetime) -> tuple[str | None, datetime, Any, Any]:
+    """What the lost machine's worker last said was in flight, as ended with the loss: failed, unless
+    the store's head has it verified (it ended between that report and the loss)."""
+    report = (heard.get(lost.allocation_id or "") or {}).get("checkpoints")
+    flying = report.get("in_flight") if isinstance(report, dict) else None
+    ended_rows = []
+    for rec in flying if isinstance(flying, list) else []:
+        if not isinstance(rec, dict):
+            continue
+        kept = next((c for c in checkpoints if c.get("path") == rec.get("path") and c.get("step") == rec.get("step")
+                     and c.get("verified")), None)
+        ended_rows.append({**rec, "ended": lost.at, **(
+            {"state": "verified", "version": kept.get("version"), "reason": None} if kept is not None else
+            {"state": "failed", "reason": f"the machine was lost before it was verified ({lost.reason or 'lost'}); "
+                                         "latest stays on the last verified checkpoint"})})
+    return lost.allocation_id, now, [], ended_rows  # the loss was recorded on this side's clock
+
+
 def checkpoints_in_flight_view(ws: Workspace, heard: dict[str, dict[str, Any]], lc: L.Lifecycle, now: datetime,
                                checkpoints: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The checkpoints on their way to verified, each with its phase, percent, rate and line (the
@@ -119,6 +138,8 @@ def checkpoints_in_flight_view(ws: Workspace, heard: dict[str, dict[str, Any]], 
         there = datetime.fromtimestamp(at, timezone.utc) if isinstance(at, (int, float)) and 0 < at < 1e11 else now
         if isinstance(report, dict):
             sources.append((lc.allocation_id, there, report.get("in_flight"), report.get("ended")))
+    elif lc.state == L.LOST and lc.events:
+        sources.append(_lost_in_flight(heard, lc.events[-1], checkpoints, now))
     best = next((c for c in reversed(checkpoints) if c.get("verified")), None)
     flying: list[dict[str, Any]] = []
     done: list[dict[str, Any]] = []
