@@ -22,6 +22,7 @@ from jupyter_portable.workdir.workcopy import WorkspaceCopy
 
 _TMPFILE = getattr(os, "O_TMPFILE", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_PATH = getattr(os, "O_PATH", 0)
 
 
 def process_umask() -> int | None:
@@ -106,10 +107,26 @@ class Placer:
             raise UsageError(f"{rel_dir!r} in {self.root} is a file, but the version has a folder there",
                              hint="move it away, or restore into an empty directory")
         # Each folder is resolved for real once; its parents were checked before it.
-        real = os.path.realpath(full)
+        real = self._resolved(full)
         if real != self.real_root and not real.startswith(self.real_root + os.sep):
             raise UnsafePath(f"{rel_dir!r} resolves outside {self.root}")
         self._dirs_ok.add(rel_dir)
+
+    def _resolved(self, full: str) -> str:
+        """``os.path.realpath(full)``, from the kernel where Linux's /proc tells it: Python's walks the
+        path a folder at a time in Python, and a folder 1,024 levels down took 17 s to restore."""
+        if _O_PATH and self._proc_fd is not None:
+            try:
+                fd = os.open(full, _O_PATH | os.O_DIRECTORY | _CLOEXEC)
+            except OSError:
+                return os.path.realpath(full)
+            try:
+                return os.readlink(str(fd), dir_fd=self._proc_fd)
+            except OSError:
+                return os.path.realpath(full)
+            finally:
+                os.close(fd)
+        return os.path.realpath(full)
 
     def target(self, rel: str) -> str:
         check_relpath(rel)
