@@ -28,11 +28,16 @@ http.server.BaseHTTPRequestHandler.disable_nagle_algorithm = True
 # start first. `make test` hands whole files to its two workers (--dist loadfile), in collection
 # order (--no-loadscope-reorder; xdist's own order is most tests first, which put a 2-test file of
 # 90 s near the end), and a long file handed out last keeps one worker busy while the other idles.
-# A file not named here runs after these, most tests first; a stale entry only moves a file earlier.
+# Then the end-to-end files of a few tests each (a real server, kernel or machine per test), which
+# xdist's order put last too. A file not named here runs after these, most tests first; a stale
+# entry only moves a file earlier.
 LONGEST_FIRST = ("test_cloud_e2e.py", "test_store_conformance.py", "test_provider_slurm.py", "test_venv_archive.py",
                  "test_env_any_python.py", "test_store_hf.py", "test_crash.py", "test_s3_faults.py",
                  "test_leaks.py", "test_runtime.py", "test_hostile_trees.py", "test_aws_ingress.py",
-                 "test_wheel_trust.py")
+                 "test_wheel_trust.py",
+                 "test_unreachable.py", "test_guardian_e2e.py", "test_checkpoint_background.py", "test_trainers.py",
+                 "test_continue_e2e.py", "test_iopub_catchup.py", "test_continue_ssh.py",
+                 "test_partition_websocket.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
