@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 from server_cleanup import jp_server_cleanup  # noqa: F401 - replaces pytest-jupyter's fixture of this name
 
-# Every HTTP server that runs in a test process (the providers' twins, the Hub's twin, the fault
-# proxies) answers with TCP_NODELAY: http.server writes an answer's head and body apart, and with
-# Nagle's algorithm the body waits for the client's delayed ACK of the head, 40 ms per request on
-# Linux loopback (a twin's request took 45 ms instead of 0.5)
+# Every HTTP server that runs in a test process answers with TCP_NODELAY: http.server writes an
+# answer's head and body apart, and with Nagle's algorithm the body waits for the client's delayed
+# ACK of the head, 40 ms per request on Linux loopback (a twin's request took 45 ms instead of 0.5).
+# The twins, the Hub's twin and the fault proxy set it on their own handlers too, for the benches
+# that run them outside pytest; this covers the small servers written inside test files
 http.server.BaseHTTPRequestHandler.disable_nagle_algorithm = True
 
 # The test files that take longest, longest first (a clean-clone `make test`, its --durations): they

@@ -125,6 +125,7 @@ class FaultProxy:
 class _Handler(BaseHTTPRequestHandler):
     owner: FaultProxy
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # the head and body are two writes: no 40 ms wait for an ACK
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet
         pass

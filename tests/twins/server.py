@@ -228,6 +228,7 @@ class Twin:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # the head and body are two writes: no 40 ms wait for an ACK
 
             def _any(self) -> None:
                 twin._serve(self)
