@@ -200,7 +200,8 @@ def _graphql(twin: RunPodTwin, query: str, variables: dict[str, Any]) -> dict[st
     return dict(answer.json())
 
 
-def test_a_community_pod_is_deployed_over_graphql_on_a_host_with_a_public_ip(tmp_path: Path) -> None:
+def test_a_community_pod_is_deployed_over_graphql_on_a_host_with_a_public_ip(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
     key = keygen(tmp_path / "launch")
     with _community_twin(tmp_path, clock) as twin:
@@ -209,7 +210,9 @@ def test_a_community_pod_is_deployed_over_graphql_on_a_host_with_a_public_ip(tmp
                           json={"name": "x", "image": "runpod/base:1", "gpu": {"id": H100.gpu, "count": 1},
                                 "cloud": "COMMUNITY", "ports": ["22/tcp"], "startSsh": True})
         assert rest.status_code == 201 and twin.rentals[rest.json()["id"]].extra["public_ip"] is False
-        p = RunPodProvider(**twin.provider_kwargs(), cloud="COMMUNITY", sleep=clock.sleep, clock=clock)
+        monkeypatch.setenv("RUNPOD_CLOUD", "community")  # the user's setting (c.PortableRunPod.cloud)
+        p = RunPodProvider(**twin.provider_kwargs(), sleep=clock.sleep, clock=clock)
+        assert p.cloud == "COMMUNITY"
         [offer] = p.offers(Requirements(min_cuda="12"))
         allocation = p.launch(offer, allocation_id="al-community01", ssh_public_key=key.with_suffix(".pub").read_text())
         [deploy] = [r for r in twin.requests if r["op"] == "graphql.podFindAndDeployOnDemand"]
@@ -222,6 +225,21 @@ def test_a_community_pod_is_deployed_over_graphql_on_a_host_with_a_public_ip(tmp
         p.terminate(allocation)
         assert allocation.ref not in twin.running()
         assert twin.violations == []
+
+
+def test_the_cloud_is_a_setting_and_a_bad_one_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from traitlets.config import Config, Configurable
+
+    from jupyter_portable.compute.config import provider_kwargs
+
+    assert RunPodProvider(api_key="k").cloud == "SECURE"  # the default
+    # a config file's c.PortableRunPod.cloud, as the server and the CLI build their providers
+    kwargs = provider_kwargs("runpod", parent=Configurable(config=Config({"PortableRunPod": {"cloud": "community"}})))
+    assert kwargs["cloud"] == "COMMUNITY" and RunPodProvider(api_key="k", **kwargs).cloud == "COMMUNITY"
+    assert RunPodProvider(api_key="k", cloud="secure").cloud == "SECURE"  # given outright
+    monkeypatch.setenv("RUNPOD_CLOUD", "cheapest")
+    with pytest.raises(UsageError, match="RUNPOD_CLOUD.*must be SECURE or COMMUNITY.*cheapest"):
+        RunPodProvider(api_key="k")
 
 
 def test_a_secure_pod_is_still_created_over_rest(tmp_path: Path) -> None:

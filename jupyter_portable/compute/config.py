@@ -173,9 +173,21 @@ class PortableRunPod(EnvConfigurable):
         (more than 0, at most 1). Environment: RUNPOD_SPOT_BID.""").tag(
         config=True, env="RUNPOD_SPOT_BID", parse=spot_bid_fraction)
 
+    cloud = Unicode("SECURE", help="""Which of RunPod's clouds pods are rented in: SECURE (RunPod's
+        data centres) or COMMUNITY (hosts of the community, cheaper; deployed with a public IP, so
+        that SSH reaches the pod directly). Environment: RUNPOD_CLOUD. Example:
+        c.PortableRunPod.cloud = 'COMMUNITY'""").tag(config=True, env="RUNPOD_CLOUD")
+
     @validate("api_url", "graphql_url")
     def _check_url(self, proposal: Any) -> str:
         return _url(self, proposal["trait"].name, proposal["value"])
+
+    @validate("cloud")
+    def _check_cloud(self, proposal: Any) -> str:
+        value = str(proposal["value"]).strip().upper()
+        if value not in ("SECURE", "COMMUNITY"):
+            raise UsageError(f"{self.where('cloud')} must be SECURE or COMMUNITY, got {short_repr(proposal['value'])}")
+        return value
 
     @validate("spot_bid")
     def _check_bid(self, proposal: Any) -> float:
@@ -318,7 +330,7 @@ SECTIONS: dict[str, tuple[type[EnvConfigurable], dict[str, str]]] = {
     "local": (PortableLocal, {"catalog": "catalog_path", "market_dir": "state_dir", "seed": "seed"}),
     "ssh": (PortableSsh, {"hosts_file": "hosts_file", "state_dir": "state_dir", "connect_timeout": "connect_timeout"}),
     "runpod": (PortableRunPod, {"api_url": "base_url", "graphql_url": "graphql_url", "image": "default_image",
-                                "spot": "include_spot", "spot_bid": "spot_bid"}),
+                                "spot": "include_spot", "spot_bid": "spot_bid", "cloud": "cloud"}),
     "vastai": (PortableVast, {"api_url": "base_url", "image": "default_image"}),
     "lambda": (PortableLambda, {"api_url": "base_url", "ssh_user": "ssh_user", "ssh_key_names": "ssh_key_names"}),
     "aws": (PortableAws, {"ssh_user": "ssh_user", "ssh_cidr": "ssh_cidr", "image": "image"}),

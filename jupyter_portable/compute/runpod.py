@@ -193,21 +193,20 @@ class RunPodProvider(HttpProvider):
                 "sshd on 22/tcp and installs $PUBLIC_KEY for root (RunPod's convention); otherwise it boots, "
                 "never answers SSH and is billed until the boot wait gives up")
 
-    def __init__(self, api_key: str | None = None, *, cloud: str = "SECURE", include_spot: bool | None = None,
+    def __init__(self, api_key: str | None = None, *, cloud: str | None = None, include_spot: bool | None = None,
                  spot_bid: float | None = None, default_image: str = DEFAULT_IMAGE, disk_gb: int = 50,
                  base_url: str | None = None, graphql_url: str | None = None, timeout: float = 30.0, retries: int = 4,
                  backoff: float = 0.5, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic,
                  transport: httpx.BaseTransport | None = None, now: Callable[[], datetime] = utcnow) -> None:
         self.now = now  # the wall clock spend so far is counted to
-        self.cloud = cloud.upper()
-        if self.cloud not in ("SECURE", "COMMUNITY"):
-            raise ValueError(f"cloud must be SECURE or COMMUNITY, not {cloud!r}")
         if spot_bid is not None:
             spot_bid = spot_bid_fraction(spot_bid, "spot_bid")
         # what is not given comes from the environment or the default (compute.config)
-        given = {"spot": include_spot, "spot_bid": spot_bid, "api_url": base_url, "graphql_url": graphql_url}
+        given = {"spot": include_spot, "spot_bid": spot_bid, "api_url": base_url, "graphql_url": graphql_url,
+                 "cloud": cloud}
         settings = PortableRunPod(**{k: v for k, v in given.items() if v is not None})
+        self.cloud = settings.cloud
         self.include_spot = settings.spot
         self.spot_bid = settings.spot_bid
         self.default_image = default_image
