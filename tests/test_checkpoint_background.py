@@ -6,6 +6,7 @@ SIGKILL mid-upload leaves "latest" where it was. Timings are bench/checkpoint.py
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -184,8 +185,12 @@ def test_an_unknown_queue_policy_is_a_usage_error(ws: Workspace) -> None:
     save(ws.root / "a.pt", 1)
     with pytest.raises(jp.UsageError, match="unknown checkpoint queue policy 'later'"):
         ws.checkpoint_async(ws.root / "a.pt", quiet_s=0, policy="later")
-    with pytest.raises(jp.UsageError, match="budget must be positive"):
-        ws.checkpoint_queue(budget=0)
+    for bad in (0, -1, "10GB", 1.5, True, float("nan")):  # bytes: a whole number above zero
+        with pytest.raises(jp.UsageError, match="budget must be a positive whole number of bytes"):
+            ws.checkpoint_queue(budget=bad)
+        with pytest.raises(jp.UsageError, match="budget must be a positive whole number of bytes"):
+            ws.checkpoint_async(ws.root / "a.pt", quiet_s=0, budget=bad)
+    assert ws.checkpoint_queue()["budget"] == 64 * 1024**3 and ws.checkpoints_in_flight() == []
 
 
 KILLED = """
@@ -361,3 +366,48 @@ def test_a_pause_holds_the_read_back_of_a_part_already_written_until_resume(ws: 
         hooks._steps.remove(on_step)
         hooks._readbacks.pop()
     assert record is not None and record.verified and read
+
+
+def test_a_folder_holding_what_no_snapshot_stores_is_refused_up_front_and_nothing_of_it_leaks(
+        ws: Workspace, tmp_path: Path) -> None:
+    """An ignored file (a secret kept out by .portableignore), a folder the defaults ignore, a name
+    with a backslash: a snapshot leaves each out, so the checkpoint could never be verified whole.
+    Refused when registered, naming what and why, instead of rejected later as 'files changed'."""
+    (ws.root / ".portableignore").write_text(".env\n")
+    cases = {"a": (".env", "'a/.env' in it is excluded by the ignore rules"),
+             "b": ("__pycache__/m.pyc", "'b/__pycache__/' in it is excluded by the ignore rules"),
+             "c": ("x\\y.bin", "backslash in its path")}
+    for folder, (name, why) in cases.items():
+        (ws.root / folder / name).parent.mkdir(parents=True)
+        save(ws.root / folder / "model.pt", 1)
+        (ws.root / folder / name).write_text("TOKEN=not-for-the-store")
+        with pytest.raises(jp.UsageError, match=f"cannot register {folder}: .*{re.escape(why)}"):
+            ws.checkpoint_async(ws.root / folder, step=1, quiet_s=0)
+    assert ws.checkpoints_in_flight() == [] and ws.checkpoints() == []
+    assert not any(b"not-for-the-store" in p.read_bytes() for p in (tmp_path / "store").rglob("*") if p.is_file())
+    (ws.root / "a" / ".env").unlink()  # without it the folder is the trainer's alone, and verified
+    record = ws.checkpoint_async(ws.root / "a", step=1, quiet_s=0).wait(60)
+    assert record is not None and record.verified and record.files == 1
+
+
+def test_a_symlink_loop_is_refused_with_that_reason(ws: Workspace) -> None:
+    (ws.root / "self.pt").symlink_to("self.pt")
+    with pytest.raises(jp.UsageError, match="self.pt is a symlink loop"):
+        ws.checkpoint_async(ws.root / "self.pt", quiet_s=0)
+    folder = ws.root / "run"
+    folder.mkdir()
+    save(folder / "model.pt", 1)
+    (folder / "a").symlink_to("b")
+    (folder / "b").symlink_to("a")
+    with pytest.raises(jp.UsageError, match="'a' in .* is a symlink loop"):
+        ws.checkpoint_async(folder, quiet_s=0)
+    assert ws.checkpoints_in_flight() == []
+
+
+def test_a_folder_checkpoint_with_a_name_that_is_not_utf8_is_verified(ws: Workspace) -> None:
+    folder = ws.root / "run"
+    folder.mkdir()
+    save(folder / "model.pt", 1)
+    (folder / os.fsdecode(b"caf\xe9.bin")).write_bytes(b"latin-1 name")
+    record = ws.checkpoint_async(folder, step=1, quiet_s=0).wait(60)
+    assert record is not None and record.verified and record.files == 2, record

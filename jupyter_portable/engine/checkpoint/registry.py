@@ -22,7 +22,7 @@ from jupyter_portable.core.paths import in_reserved
 from jupyter_portable.core.records import CheckpointRecord, latest_verified
 from jupyter_portable.core.times import now_iso
 from jupyter_portable.engine.checkpoint.writecheck import WriteCheck, check_checkpoint, not_a_file
-from jupyter_portable.engine.listing import ignore_spec
+from jupyter_portable.engine.listing import Lister, ignore_spec
 from jupyter_portable.engine.progress import Progress
 from jupyter_portable.store.repo import Store, object_key
 
@@ -72,11 +72,34 @@ def leads_outside(root: Path, rel: str) -> str | None:
     return None
 
 
+def left_out(root: Path, rel: str) -> str | None:
+    """Why something under the folder checkpoint ``rel`` would be left out of every snapshot (the
+    ignore rules match it, or its name holds a backslash), or None. Its files would never reach
+    the store, so the checkpoint could never be verified whole."""
+    full = root / rel
+    if not full.is_dir():
+        return None
+    match = Lister(root, warn=False).match
+    for dirpath, dirnames, filenames in os.walk(full):
+        base = Path(dirpath).relative_to(root).as_posix()
+        for name in sorted(dirnames):
+            if match(f"{base}/{name}/"):  # as a snapshot's walk asks of a folder
+                return f"'{base}/{name}/' in it is excluded by the ignore rules (.portableignore or the defaults)"
+        for name in sorted(filenames):
+            path = f"{base}/{name}"
+            if match(path):
+                return f"'{path}' in it is excluded by the ignore rules (.portableignore or the defaults)"
+            if "\\" in path:
+                return f"{path!r} in it has a backslash in its path, which no snapshot stores"
+    return None
+
+
 def listing_hash(entries: list[FileEntry], prefix: str) -> str:
     """A directory checkpoint's hash: BLAKE3 over its sorted "relative path NUL hash LF" lines."""
     h = blake3.blake3()
     for e in sorted(entries, key=lambda e: e.path):
-        h.update(f"{e.path[len(prefix) + 1:]}\0{e.hash or e.target}\n".encode())
+        # a name that is not UTF-8 on disk is its bytes (surrogateescape, as the store writes names)
+        h.update(f"{e.path[len(prefix) + 1:]}\0{e.hash or e.target}\n".encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 
@@ -202,6 +225,10 @@ def prepare(root: Path, path: str | os.PathLike[str], *, quiet_s: float = 2.0,
         raise UsageError(f"cannot register {rel}: {outside}, so its bytes would never reach the store",
                          hint="copy the checkpoint into the workspace folder and register the copy")
     rel = _resolved(root, rel)
+    dropped = left_out(root, rel)
+    if dropped is not None:
+        raise UsageError(f"cannot register {rel}: {dropped}, so the checkpoint would never reach the store whole",
+                         hint="move it out of the checkpoint folder, or remove the pattern that matches it")
     special = not_a_file(root / rel)
     if special is not None:
         raise UsageError(f"cannot register {rel}: {special}",

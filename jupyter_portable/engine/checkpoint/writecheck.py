@@ -33,6 +33,7 @@ What each format check accepts (anything else is refused, with the reason):
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -123,6 +124,10 @@ def not_a_file(path: Path) -> str | None:
             mode = os.stat(full).st_mode  # through a symlink: what a reader would open
         except FileNotFoundError:
             return None  # a broken link; the format check reports it
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # links that lead to each other: nothing to read at the end
+                return "a symlink loop (its links lead back to themselves)"
+            raise
         if statmod.S_ISREG(mode) or statmod.S_ISDIR(mode):
             return None
         for test, name in ((statmod.S_ISFIFO, "a FIFO (named pipe)"), (statmod.S_ISSOCK, "a socket"),
