@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,6 +71,27 @@ def test_new_user_checkpoint_latest_and_a_rejected_copy(kernel: Kernel, workspac
         "['bias', 'weight']"
     listing = kernel.run("%workspace checkpoints").stdout
     assert "#1 verified  ckpt.pt" in listing and "#2 REJECTED  ckpt-copy.pt" in listing
+
+
+def test_the_cell_returns_a_handle_while_the_upload_waits_and_every_view_shows_it_in_flight(
+        kernel: Kernel, workspace: Workspace) -> None:
+    assert "trained 2" in kernel.run(TRAIN).stdout
+    # the upload waits for the kernel's operation lock, as it would behind a snapshot in a cell
+    assert kernel.run("from jupyter_portable.interfaces.kernel.lock import OPERATION_LOCK\n"
+                      "OPERATION_LOCK.acquire()").error is None
+    out = kernel.run("h = %workspace checkpoint ckpt.pt --step 2 --save model\nh")
+    assert out.error is None, out
+    assert re.fullmatch(r"<checkpoint ckpt\.pt \(step 2\): (queued|uploading)>", out.result or ""), out.result
+    listing = kernel.run("%workspace checkpoints").stdout
+    assert re.search(r"in flight \(not verified yet\):\n  in flight  ckpt\.pt: step 2: (queued|uploading)",
+                     listing), listing
+    assert "no verified checkpoint yet" in kernel.run("%workspace latest").stdout
+    assert "latest verified checkpoint: none" in kernel.run("%workspace status").stdout
+    assert workspace.latest_checkpoint() is None
+    out = kernel.run("OPERATION_LOCK.release()\nrecord = h.wait(60)\nprint(record.verified, h.state)\nh")
+    assert out.stdout.strip() == "True verified" and out.result == "<checkpoint ckpt.pt (step 2): verified (version 1)>"
+    assert kernel.run("%workspace latest").result == "'ckpt.pt'"
+    assert "in flight" not in kernel.run("%workspace checkpoints").stdout
 
 
 def test_latest_load_refuses_a_checkpoint_file_written_again_since_it_was_verified(

@@ -59,6 +59,14 @@ def _check_policy(policy: str) -> None:
         raise UsageError(f"unknown checkpoint queue policy {policy!r}", hint=f"use one of: {', '.join(QUEUE_POLICIES)}")
 
 
+def _check_budget(budget: object) -> int:
+    """The byte budget as a whole number of bytes above zero; anything else is refused, saying so."""
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+        raise UsageError(f"the checkpoint byte budget must be a positive whole number of bytes, got {budget!r}",
+                         hint="for example budget=200 * 2**30 for 200 GiB")
+    return budget
+
+
 def signatures(root: Path, rel: str) -> dict[str, Signature]:
     """Each regular file of the checkpoint ``rel`` (a file or a folder) by workspace path."""
     full = root / rel
@@ -140,6 +148,13 @@ class CheckpointHandle:
             raise self.error
         return self.record
 
+    def __repr__(self) -> str:
+        # what a notebook shows for ``h = jp.checkpoint(...)`` or ``%workspace checkpoint PATH``
+        line = self.describe()
+        who = f"step {self.step}" if self.step is not None else self.path
+        step = f" (step {self.step})" if self.step is not None else ""
+        return f"<checkpoint {self.path}{step}: {line[len(who) + 2:]}>"
+
     def describe(self) -> str:
         """One line, in the words every view shares (core/state_words.checkpoint_line):
         "step 1200: uploading 63%, 1.1 GB/s"."""
@@ -200,7 +215,7 @@ class CheckpointQueue:
         once unless the policy or the byte budget says to wait for older checkpoints."""
         policy = policy or self.policy
         _check_policy(policy)
-        budget = self.budget if budget is None else budget
+        budget = self.budget if budget is None else _check_budget(budget)
         with self._cond:
             if policy == "skip-older":
                 for older, _j in self._queue:
@@ -425,9 +440,7 @@ def configure(copy: WorkspaceCopy, *, policy: str | None = None, budget: int | N
         _check_policy(policy)
         q.policy = policy
     if budget is not None:
-        if budget <= 0:
-            raise UsageError(f"the checkpoint byte budget must be positive, got {budget}")
-        q.budget = budget
+        q.budget = _check_budget(budget)
     return q
 
 

@@ -24,9 +24,9 @@ USAGE = """\
 %workspace snapshot [-m MSG]            publish the files as a new version
 %workspace checkpoint PATH [--step N] [--note TEXT] [--save VAR] [--settle S] [--timeout S] [--wait]
                        [--queue wait|skip-older|keep-both]
-                                        register a checkpoint: returns once it is checked and on local
-                                        disk; upload and read-back run in the background (--wait waits
-                                        for "verified")
+                                        register a checkpoint: returns its handle once it is checked
+                                        and on local disk; upload and read-back run in the background
+                                        (h.wait() or --wait waits for "verified")
 %workspace checkpoints                  every registered checkpoint, and those in flight
 %workspace latest [--load VAR]          the last verified checkpoint's path (returned); --load VAR
                                         loads it into VAR (torch.load weights_only, or safetensors)
@@ -171,7 +171,8 @@ class WorkspaceMagics(Magics):
                           "(`%workspace checkpoints` shows them; it counts once verified)")
                 else:
                     print(f"REJECTED: {handle.path}{step}: {handle.reason}")
-                return None
+                # the handle: `h = %workspace checkpoint PATH`, then h.wait(), h.state, h.describe()
+                return handle
             record = handle.wait()
             if record is None:
                 print(f"SKIPPED: {handle.path}: {handle.reason}")
