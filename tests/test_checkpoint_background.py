@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -411,3 +411,52 @@ def test_a_folder_checkpoint_with_a_name_that_is_not_utf8_is_verified(ws: Worksp
     (folder / os.fsdecode(b"caf\xe9.bin")).write_bytes(b"latin-1 name")
     record = ws.checkpoint_async(folder, step=1, quiet_s=0).wait(60)
     assert record is not None and record.verified and record.files == 2, record
+
+
+def _same_size_and_mtime_kept(p: Path) -> None:  # bytes changed in place, the mtime set back (touch -d)
+    st = p.stat()
+    with open(p, "r+b") as fh:
+        fh.seek(st.st_size // 2)
+        fh.write(os.urandom(4096))
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _truncated(p: Path) -> None:
+    os.truncate(p, p.stat().st_size // 2)
+
+
+def _renamed_over(p: Path) -> None:  # a new file of the same size renamed into its place
+    new = p.with_name("next.bin.partial")
+    new.write_bytes(os.urandom(p.stat().st_size))
+    os.replace(new, p)
+
+
+@pytest.mark.parametrize("rewrite", [_same_size_and_mtime_kept, _truncated, _renamed_over])
+def test_a_file_rewritten_between_its_parts_going_up_to_s3_is_never_verified(
+        aws_env: dict[str, str], tmp_path: Path, rewrite: Callable[[Path], None]) -> None:
+    """Mid-upload on a real S3 (moto): the first of two parts is in the store and being read back
+    when the file is written again, in three ways; the rewrite is caught by the file's signature
+    at registration (size, mtime, ctime, inode), whatever the upload had read by then."""
+    from conftest import make_bucket
+
+    ws = Workspace.init(tmp_path / "work", f"s3://{make_bucket()}/ws")
+    first = save(ws.root / "a.pt", 1)
+    assert ws.checkpoint(ws.root / "a.pt", step=1, quiet_s=0, progress=None).verified
+    big = ws.root / "big.bin"
+    big.write_bytes(os.urandom(17 * 1024 * 1024))  # parts of 16 MiB: 16 + 1
+    fired: list[int] = []
+
+    def mid_upload(_store: object, _keys: list[str]) -> None:
+        if not fired:
+            fired.append(1)
+            rewrite(big)
+
+    hooks.install(before_readback=mid_upload)
+    try:
+        record = ws.checkpoint_async(big, step=2, quiet_s=0).wait(120)
+    finally:
+        hooks._readbacks.remove(mid_upload)
+    assert fired and record is not None and not record.verified, record
+    assert "a torn upload is never verified" in (record.reason or ""), record.reason
+    latest = ws.latest_checkpoint()
+    assert latest is not None and latest.step == 1 and stored_bytes(ws, "a.pt", latest.version or 0) == first
