@@ -40,8 +40,11 @@ checks:
 	# tests wait on servers and machines, so two share the 2 cores well; the files in the order
 	# tests/conftest.py gives them (the longest first), not xdist's (most tests first)
 	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=40
-	# the browser tests: a pytest run of their own (their conftest is not the one of tests/)
-	$(PY) -m pytest ui-tests
+	# the browser tests: a pytest run of their own (their conftest is not the one of tests/), on two
+	# workers too: each file has its own JupyterLab, workspace and market (its tests in order on one
+	# page), each worker its own browser, and most of their time is waiting on idle windows and
+	# machines; the longest files first (ui-tests/conftest.py)
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder ui-tests
 	# the documentation site, after the browser tests regenerated its screenshots
 	$(MAKE) --no-print-directory docs
 

@@ -18,8 +18,16 @@ from typing import Any
 import pytest
 from portable_lab import CATALOG, CHROMIUM, OUTPUT, PRICE_CAP, ROOT, Lab, free_port
 
+# The files that take longest, longest first (their idle windows and Continues are real waits): `make
+# test` runs this folder on two workers, a file each at a time (--dist loadfile, each file's tests in
+# order on its one server and page), in this order (--no-loadscope-reorder), so that a long file is
+# not the last one handed out while the other worker idles. The others follow in their own order.
+LONGEST_FIRST = ("test_kernel_indicators.py", "test_one_budget_and_idle.py", "test_no_conflict_with_yourself.py")
+
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))  # stable: files stay whole
     reasons = []
     if not Path(CHROMIUM).exists():
         reasons.append(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
@@ -83,6 +91,8 @@ def start_lab(tmp: Path, lab_settings: dict[str, dict[str, Any]] | None = None, 
         "JUPYTER_PORTABLE_CATALOG": str(catalog_file),
         "JUPYTER_PORTABLE_MARKET_DIR": str(market),
         "JUPYTER_PORTABLE_SSH_STATE": str(tmp / "ssh-state"),
+        # the wheel sets this computer stored: a file of this server's own, never the user's
+        "JUPYTER_PORTABLE_TRUST_FILE": str(tmp / "trusted-wheels.json"),
         "JUPYTER_PORTABLE_PROVIDERS": "local",
         "JUPYTER_PORTABLE_AUTOSNAPSHOT_MINUTES": "0",
         # a Jupyter of its own: no user settings, workspaces or config leak in
@@ -148,5 +158,8 @@ def start_lab(tmp: Path, lab_settings: dict[str, dict[str, Any]] | None = None, 
                 lose_allocation(market, alloc.name)
             except Exception:  # noqa: BLE001 - best effort at teardown; it is logged below
                 print(f"could not stop worker {alloc.name}", file=sys.stderr)
+        # the last server's log; with `-n 2` two servers may stop at once: each copy is whole
         OUTPUT.mkdir(parents=True, exist_ok=True)
-        shutil.copy(log, OUTPUT / "jupyterlab.log")
+        partial = OUTPUT / f".jupyterlab.log.{os.getpid()}"
+        shutil.copy(log, partial)
+        os.replace(partial, OUTPUT / "jupyterlab.log")
