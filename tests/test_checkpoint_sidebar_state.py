@@ -242,3 +242,39 @@ def test_the_rate_is_the_bytes_done_over_the_time_passed_and_a_machines_records_
     assert rows[0]["line"] == "step 1200: uploading 50%, 250.0 MB/s"  # 500 MB in 2 s of the machine's time
     assert (rows[1]["done_bytes"], rows[1]["rate"], rows[1]["percent"]) == (0, 0.0, 0)
     assert rows[2]["state"] == "failed" and len(rows[2]["reason"]) == 500
+
+
+async def test_a_stop_waits_for_the_machines_checkpoint_in_flight_and_says_so(
+        jp_serverapp: Any, jp_fetch: Any, jp_ws_fetch: Any, jp_root_dir: Path, tmp_path: Path,
+        env: dict[str, Path]) -> None:
+    """Stop on a machine whose kernel is uploading a checkpoint: the sidebar is told, before the seal
+    starts, that it waits for that checkpoint (and which); the kernel is not stopped under it; once
+    it is verified the seal goes on, says it waited, and the checkpoint is latest."""
+    events = EventStream(await jp_ws_fetch("api", "events", "subscribe"))
+    kernel_id = await start_session(jp_fetch)
+    machine = (await events.wait_for(is_state("ACTIVE"), timeout=90))["allocation_id"]
+    kernel = KernelSocket(await jp_ws_fetch("api", "kernels", kernel_id, "channels"))
+    release = tmp_path / "release-3600"
+    status, out = await kernel.run(HOLD.format(release=str(release), step=3600, size=SIZE)
+                                   + "%load_ext jupyter_portable\n"
+                                   + "%workspace checkpoint ckpt/step-3600.bin --step 3600 --settle 0\n")
+    assert status == "ok" and "upload and read-back run in the background" in out, out
+    await _row(jp_fetch, _uploading(3600, machine))
+    stop = asyncio.ensure_future(jp_fetch("portable", "api", "stop", method="POST", body="{}", request_timeout=180))
+    said = await events.wait_for(lambda e: e.get("step") == "seal" and "checkpoint(s) in flight" in str(
+        e.get("message")), timeout=60)
+    assert re.fullmatch(r"no new writes; waiting for 1 checkpoint\(s\) in flight before the kernel stops "
+                        r"\(step 3600: uploading \d+%, [\d.]+ (B|KB|MB|GB)/s\), then publishing the final version",
+                        said["message"]), said
+    await asyncio.sleep(1.0)  # what a stop that did not wait would have done by now, it must not have
+    assert not stop.done()
+    release.touch()
+    stopped = json.loads((await stop).body)
+    assert stopped["state"] == "RELEASED", stopped
+    waited = await events.wait_for(lambda e: e.get("step") == "seal" and str(e.get("message")).startswith(
+        "waited for checkpoints in flight: "), timeout=30)
+    assert "step 3600: " in waited["message"] and "given up" not in waited["message"], waited
+    state = json.loads((await jp_fetch("portable", "api", "state")).body)
+    assert (_latest(state) or {}).get("step") == 3600 and (_latest(state) or {}).get("verified")
+    # the notebook's kernel goes on on this computer: followed as JupyterLab does
+    await kernel.follow_restart(lambda: jp_ws_fetch("api", "kernels", kernel_id, "channels"))

@@ -28,12 +28,31 @@ class StopProtocol(LossWatch):
                 raise ConflictError(f"{allocation_id} no longer serves the workspace ({lc.allocation_id} does)")
             return self._stop_locked(lc, reason, detail)
 
+    def _seal_words(self, rec: AgentRecord | None) -> str:
+        """What the seal does first, said before it starts: the worker lets the kernel's checkpoints
+        in flight finish before the kernel stops (minutes, for a large one), so the user is told
+        which, from the worker's status now (or as the loss check last heard it)."""
+        said: Any = None
+        if rec is not None:
+            with contextlib.suppress(PortableError):
+                said = self.client(rec.allocation_id).status(timeout=5)
+            if not isinstance(said, dict):
+                said = self.heard.get(rec.allocation_id)
+        report = said.get("checkpoints") if isinstance(said, dict) else None
+        flying = report.get("in_flight") if isinstance(report, dict) else None
+        lines = [str(c.get("line") or c.get("path")) for c in flying if isinstance(c, dict)] \
+            if isinstance(flying, list) else []
+        if not lines:
+            return "no new writes; publishing the final version"
+        return (f"no new writes; waiting for {len(lines)} checkpoint(s) in flight before the kernel stops "
+                f"({'; '.join(lines)}), then publishing the final version")
+
     def _stop_locked(self, lc: L.Lifecycle, reason: str, detail: dict[str, Any] | None = None) -> dict[str, Any]:
         rec = self.record(lc.allocation_id)
         if lc.state == L.ACTIVE:
             lc = self._move(L.DRAINING, reason=reason, detail=detail)
         if lc.state == L.DRAINING:
-            self._progress("seal", "no new writes; publishing the final version")
+            self._progress("seal", self._seal_words(rec))
             try:
                 if rec is None:
                     raise PortableError(f"no record of how to reach the worker of {lc.allocation_id}")
