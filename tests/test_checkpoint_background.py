@@ -23,6 +23,7 @@ from jupyter_portable.core import hooks
 from jupyter_portable.engine.checkpoint.background import OPERATION_LOCK, inflight, queue_for, wait_inflight
 from jupyter_portable.engine.trees import iter_under
 from jupyter_portable.engine.workspace import Workspace
+from jupyter_portable.store.repo import digest, object_key
 
 
 @pytest.fixture
@@ -460,3 +461,82 @@ def test_a_file_rewritten_between_its_parts_going_up_to_s3_is_never_verified(
     assert "a torn upload is never verified" in (record.reason or ""), record.reason
     latest = ws.latest_checkpoint()
     assert latest is not None and latest.step == 1 and stored_bytes(ws, "a.pt", latest.version or 0) == first
+
+
+def test_a_pause_holds_a_request_already_on_its_way_to_s3_not_only_the_next_one(
+        aws_env: dict[str, str], tmp_path: Path) -> None:
+    """On a real S3 (moto): the pause comes after a part passed the gate before its request (its
+    PUT is being made), then again after the PUT, as its read-back begins. Both wait for the
+    resume: the body is given to the connection piece by piece, each piece at the gate, and the
+    read-back streams the same way, so a save never shares the CPU or the network with either."""
+    from conftest import make_bucket
+
+    ws = Workspace.init(tmp_path / "work", f"s3://{make_bucket()}/ws")
+    data = os.urandom(3 * 1024 * 1024)  # one part
+    (ws.root / "big.bin").write_bytes(data)
+    part = object_key(digest(data))
+    queue = queue_for(ws.copy)
+    paused: list[str] = []
+
+    def on_step(label: str) -> None:
+        if label == f"put {part}" and "put" not in paused:
+            paused.append("put")
+            queue.pause(max_s=60)  # the trainer starts saving while the part's PUT is being made
+
+    def on_readback(_store: object, keys: list[str]) -> None:
+        if keys == [part] and "read" not in paused:
+            paused.append("read")
+            queue.pause(max_s=60)  # and again as its read-back begins
+
+    hooks.install(step=on_step, before_readback=on_readback)
+    try:
+        handle = ws.checkpoint_async(ws.root / "big.bin", step=1, quiet_s=0)
+        for phase in ("put", "read"):
+            deadline = time.monotonic() + 30
+            while phase not in paused and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert phase in paused, f"the upload never reached its {phase}"
+            time.sleep(1.0)  # what an unheld request would have done by now (moto answers in ms)
+            assert not handle.finished, f"the {phase} went on through the pause"
+            if phase == "put":
+                assert not ws.store.backend.exists(part), "the part's body went up through the pause"
+            queue.resume()
+        record = handle.wait(60)
+    finally:
+        queue.resume()
+        hooks._steps.remove(on_step)
+        hooks._readbacks.remove(on_readback)
+    assert record is not None and record.verified, record
+    assert stored_bytes(ws, "big.bin", record.version or 0) == data
+
+
+def test_a_checkpoint_that_changes_while_it_is_fsynced_after_its_write_check_is_never_verified(
+        ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The call fsyncs after the write check (seconds, for a large file just written): a writer
+    that starts the file over then, or adds to the folder, leaves bytes that never passed it."""
+    from jupyter_portable.engine.checkpoint import background
+
+    real = background.fsync_checkpoint
+    during: list[Callable[[Path], None]] = []
+
+    def racing(root: Path, rel: str) -> None:
+        during.pop()(root / rel)
+        real(root, rel)
+
+    monkeypatch.setattr(background, "fsync_checkpoint", racing)
+    save(ws.root / "a.pt", 1)
+    during.append(lambda p: os.truncate(p, p.stat().st_size // 2))  # the format check passed the whole zip
+    record = ws.checkpoint_async(ws.root / "a.pt", step=1, quiet_s=0).wait(60)
+    assert record is not None and not record.verified, record
+    assert "'a.pt' changed after its write check began" in (record.reason or ""), record.reason
+    folder = ws.root / "run"
+    folder.mkdir()
+    save(folder / "model.pt", 2)
+    during.append(lambda p: (p / "optimizer.pt").write_bytes(b"half"))
+    record = ws.checkpoint_async(folder, step=2, quiet_s=0).wait(60)
+    assert record is not None and not record.verified, record
+    assert "'run/optimizer.pt' changed after its write check began" in (record.reason or ""), record.reason
+    assert ws.latest_checkpoint() is None
+    during.append(lambda p: None)  # left alone, the same folder is verified
+    record = ws.checkpoint_async(folder, step=2, quiet_s=0).wait(60)
+    assert record is not None and record.verified and record.files == 2, record

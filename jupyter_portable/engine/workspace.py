@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import uuid
@@ -240,6 +241,7 @@ class Workspace:
         from jupyter_portable.engine.checkpoint.background import (
             CheckpointHandle,
             fsync_checkpoint,
+            moved_since_check,
             queue_for,
             signatures,
         )
@@ -256,6 +258,9 @@ class Workspace:
                 signed = signatures(self.root, rel)
             except OSError as exc:
                 raise UsageError(f"cannot register {rel}: {exc.strerror or exc}") from exc
+            moved = moved_since_check(check.held, signed, rel)
+            if moved is not None:  # rejected, in turn, with this reason: what passed is not what is there
+                check, signed = dataclasses.replace(check, ok=False, reason=moved), None
         queue = queue_for(self.copy)
         handle = CheckpointHandle(rel, step, note or "", sum(s[0] for s in (signed or {}).values()), queue.new_key())
         handle.echo, handle.low_priority = echo, low_priority

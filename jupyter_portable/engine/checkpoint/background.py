@@ -81,6 +81,21 @@ def signatures(root: Path, rel: str) -> dict[str, Signature]:
     return out
 
 
+def moved_since_check(held: dict[str, tuple[int, int]] | None, signed: dict[str, Signature], rel: str) -> str | None:
+    """Why the files signed after the fsync are not those the write check read (``held``: each
+    one's size and mtime as its format check began, ``WriteCheck.held``), or None: the bytes that
+    are uploaded and verified must be the ones that passed it."""
+    if held is None:
+        return None
+    now = {("" if p == rel else p[len(rel) + 1:]): (s[0], s[1]) for p, s in signed.items()}
+    if now == held:
+        return None
+    changed = sorted(set(now) ^ set(held)) or sorted(k for k in now if now[k] != held[k])
+    what = f"'{rel}/{changed[0]}'" if changed[0] else f"'{rel}'"
+    return (f"still being written: {what} changed after its write check began (while it was checked or "
+            "fsynced); register it again when the writer has finished")
+
+
 def fsync_checkpoint(root: Path, rel: str) -> None:
     """Every file of the checkpoint, and the folders holding them, on disk (not in the page
     cache only): the call returns "safely on local disk"."""
@@ -247,16 +262,18 @@ class CheckpointQueue:
     def resume(self) -> None:
         self._running_ok.set()
 
-    def hold(self) -> None:
-        """Called by the upload before each part's write and each read-back: waits while paused
-        (never past the bound), so that a pause holds back every request not yet sent, not only
-        the parts not yet read from disk."""
-        self._gate()
+    def hold(self, at_most: float | None = None) -> None:
+        """Called by the upload before each part's write and each read-back, and between the
+        pieces of a request on its way (then ``at_most`` seconds): waits while paused (never past
+        the pause's bound), so that a pause holds back every byte not yet sent or read back, not
+        only the parts not yet read from disk."""
+        self._gate(at_most)
 
-    def _gate(self) -> None:
+    def _gate(self, at_most: float | None = None) -> None:
         """Called by the upload between parts: wait while paused (never past the bound)."""
         if not self._running_ok.is_set():
-            self._running_ok.wait(max(0.0, self._paused_until - time.monotonic()))
+            left = max(0.0, self._paused_until - time.monotonic())
+            self._running_ok.wait(left if at_most is None else min(left, at_most))
 
     # -- the uploading thread ------------------------------------------------------------------
 

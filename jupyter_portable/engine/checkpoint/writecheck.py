@@ -33,6 +33,7 @@ What each format check accepts (anything else is refused, with the reason):
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import math
@@ -44,7 +45,7 @@ import time
 import zipfile
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -90,6 +91,9 @@ class WriteCheck:
     format: str
     reason: str | None
     files: tuple[str, ...]
+    # each regular file's (size, mtime_ns) as the format check began, by path inside the checkpoint
+    # ('' for a single file): what was checked, for whoever holds the files to it afterwards
+    held: dict[str, tuple[int, int]] | None = field(default=None, compare=False, repr=False)
 
 
 def has_temp_mark(path: Path) -> str | None:
@@ -523,5 +527,20 @@ def check_checkpoint(path: Path, *, quiet_s: float = 2.0, timeout_s: float = 30.
     busy = wait_quiet(path, quiet_s=quiet_s, timeout_s=timeout_s, clock=clock, sleep=sleep)
     if busy is not None:
         return verdict(busy)
+    held = _regular_files(path)
     fmt = detect_format(path)
-    return verdict(check_format(path, fmt), fmt)
+    return dataclasses.replace(verdict(check_format(path, fmt), fmt), held=held)
+
+
+def _regular_files(path: Path) -> dict[str, tuple[int, int]]:
+    """Each regular file of ``path`` (a file: ''; a folder: its relative paths) with its size and
+    mtime, as lstat sees them (a symlink has no bytes of its own)."""
+    out: dict[str, tuple[int, int]] = {}
+    for rel in _listing(path) if path.is_dir() else ("",):
+        try:
+            st = (path / rel).lstat() if rel else path.lstat()
+        except FileNotFoundError:
+            continue
+        if statmod.S_ISREG(st.st_mode):
+            out[rel] = (st.st_size, st.st_mtime_ns)
+    return out
