@@ -12,12 +12,19 @@ Two measurements, each against a baseline run in the same process, in the same r
    read-back run beside the loop, and pause while the loop saves) against ``torch.save`` + fsync
    alone. The loop's own work between saves is a sleep,
    standing for GPU work (no GPU here: CPU training would compete with the upload for the
-   2 shared cores, which a GPU's work does not). Target: within 1.1x.
+   2 shared cores, which a GPU's work does not). Target: within 1.1x. The control: the same saves
+   beside boto3's plain upload of each (no pause): what that costs the loop is the machine's.
+
+Each upload row also gives the CPU-seconds of each side, the client's and the store's: where the
+cores are the limit (two here, SeaweedFS on them too), no client can take less time than the
+store's own seconds allow, and the run says how near that is. ``--isolate-store`` puts
+SeaweedFS alone on the last core with its data in /dev/shm, as a store elsewhere would be.
 
     .venv/bin/python bench/checkpoint.py                 # 1 GiB, 3 rounds; the loop with 256 MB
     .venv/bin/python bench/checkpoint.py --sizes 10 --rounds 1 --fresh-store --no-loop
                                                          # 10 GiB: ~30 GB free at the peak
     .venv/bin/python bench/checkpoint.py --small         # a smoke run (64 MiB), ~1 min
+    .venv/bin/python bench/checkpoint.py --isolate-store --no-loop   # the store on a core of its own
 """
 
 from __future__ import annotations
@@ -26,13 +33,16 @@ import argparse
 import datetime as dt
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,8 +55,12 @@ def log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
+STORE_CPUS: set[int] | None = None  # --isolate-store: the cores SeaweedFS alone runs on
+
+
 def start_seaweedfs(root: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``weed server -s3`` on loopback (as tests/stores.py starts it, with volumes big enough)."""
+    """``weed server -s3`` on loopback (as tests/stores.py starts it, with volumes big enough);
+    on ``STORE_CPUS`` alone with --isolate-store."""
     from tests.stores import _wait_seaweed_writable, free_port, wait_http
 
     weed = shutil.which("weed", path=str(Path(sys.executable).parent))
@@ -63,7 +77,8 @@ def start_seaweedfs(root: Path) -> tuple[subprocess.Popen[bytes], str]:
          f"-master.port={ports['master']}", f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
          f"-s3.port={ports['s3']}", "-master.volumeSizeLimitMB=1024", "-volume.max=200", "-metricsPort=0",
          "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false"],
-        stdout=log_file, stderr=subprocess.STDOUT)
+        stdout=log_file, stderr=subprocess.STDOUT,
+        preexec_fn=None if STORE_CPUS is None else (lambda: os.sched_setaffinity(0, STORE_CPUS)))
     endpoint = f"http://127.0.0.1:{ports['s3']}"
     wait_http(endpoint, proc, "weed server")
     _wait_seaweed_writable(endpoint, proc)
@@ -96,6 +111,26 @@ def use_endpoint(endpoint: str) -> None:
                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint})
 
 
+def cpu_of(pid: int) -> float:
+    """CPU-seconds a process (all its threads) has spent, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu() -> float:
+    """CPU-seconds this process (every thread: ours and boto3's alike) has spent."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+class Cpu:
+    """CPU-seconds of each side: the client's (this process) and the store's (SeaweedFS)."""
+
+    def __init__(self) -> None:
+        self.client: dict[str, list[float]] = {"ours": [], "boto3": []}
+        self.store: dict[str, list[float]] = {"ours": [], "boto3": []}
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
     proc.terminate()
     try:
@@ -105,8 +140,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def upload_rounds(size: int, rounds: int, tmp: Path, bucket: str,
-                  fresh: bool = False) -> tuple[list[float], list[float]]:
+def upload_rounds(size: int, rounds: int, tmp: Path, bucket: str, store: subprocess.Popen[bytes],
+                  cpu: Cpu, fresh: bool = False) -> tuple[list[float], list[float]]:
     """``fresh``: each side of each round on a SeaweedFS of its own, removed after it (what a
     10 GiB row needs to fit the disk: the file, one copy in the store, boto3's download)."""
     import blake3
@@ -130,7 +165,9 @@ def upload_rounds(size: int, rounds: int, tmp: Path, bucket: str,
                 proc, endpoint = start_seaweedfs(store_dir)
                 use_endpoint(endpoint)
                 s3 = boto3.client("s3")
+            server = proc or store
             drop_object_cache(src)
+            c0, s0 = own_cpu(), cpu_of(server.pid)
             if who == "ours":
                 shutil.rmtree(work / ".portable", ignore_errors=True)
                 ws = Workspace.init(work, f"s3://{bucket}/ours-{uuid.uuid4().hex[:8]}")
@@ -153,16 +190,19 @@ def upload_rounds(size: int, rounds: int, tmp: Path, bucket: str,
                 h.hexdigest()
                 theirs.append(time.perf_counter() - t0)
                 back.unlink()
+            cpu.client[who].append(own_cpu() - c0)
+            cpu.store[who].append(cpu_of(server.pid) - s0)
             if proc is not None:
                 stop(proc)
                 shutil.rmtree(store_dir, ignore_errors=True)
-            log(f"  {size / MiB:.0f} MiB round {r + 1} {who}: {(ours if who == 'ours' else theirs)[-1]:.2f} s")
+            log(f"  {size / MiB:.0f} MiB round {r + 1} {who}: {(ours if who == 'ours' else theirs)[-1]:.2f} s "
+                f"(CPU-s: the client {cpu.client[who][-1]:.2f}, the store {cpu.store[who][-1]:.2f})")
     shutil.rmtree(work, ignore_errors=True)
     return ours, theirs
 
 
 def loop_rounds(state_mb: int, steps: int, compute_s: float, tmp: Path,
-                bucket: str) -> tuple[list[float], list[float], list[float], int, int]:
+                bucket: str) -> tuple[list[float], list[float], list[float], int, int, list[float]]:
     import torch
 
     from jupyter_portable.engine.checkpoint.background import queue_for
@@ -212,6 +252,7 @@ def loop_rounds(state_mb: int, steps: int, compute_s: float, tmp: Path,
         if i >= 3 and handles[i - 3].finished:
             old.unlink()  # a trainer's own limit: only what finished goes (else it would be rejected)
     queue_for(ws.copy).drain()
+    plain = beside_a_plain_upload(save, steps, compute_s, tmp, bucket)
     saving_alone(steps - steps // 2)
     verified = sum(1 for h in handles if h.state == "verified")
     skipped = sum(1 for h in handles if h.state == "skipped")
@@ -219,7 +260,54 @@ def loop_rounds(state_mb: int, steps: int, compute_s: float, tmp: Path,
     if latest is None:
         raise SystemExit("the loop: no checkpoint was verified")
     shutil.rmtree(work)
-    return alone, stalls, calls, verified, skipped
+    return alone, stalls, calls, verified, skipped, plain
+
+
+def beside_a_plain_upload(save: Callable[[Path], None], steps: int, compute_s: float, tmp: Path,
+                          bucket: str) -> list[float]:
+    """The control: the same loop, each save uploaded beside it by the obvious script (boto3's
+    ``upload_file`` + ``download_file`` + BLAKE3, in a thread; a save that comes while one is
+    uploading is left out, as skip-older does). What the loop waits for here is the save
+    alone: whatever more it takes than saving with nothing beside it is this machine's (the
+    store's CPU and disk are the loop's), not our client's."""
+    import blake3
+    import boto3
+
+    s3 = boto3.client("s3")
+    work = tmp / "loop-plain"
+    work.mkdir()
+    busy = threading.Event()
+
+    def upload(path: Path, key: str) -> None:
+        try:
+            back = path.with_suffix(".back")
+            s3.upload_file(str(path), bucket, key)
+            s3.download_file(bucket, key, str(back))
+            h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+            with open(back, "rb") as fh:
+                while chunk := fh.read(16 * MiB):
+                    h.update(chunk)
+            back.unlink()
+        finally:
+            busy.clear()
+
+    stalls: list[float] = []
+    threads = []
+    prefix = f"plain-{uuid.uuid4().hex[:8]}"
+    for i in range(steps):
+        time.sleep(compute_s)
+        path = work / f"ckpt-{i}.pt"
+        t0 = time.perf_counter()
+        save(path)
+        stalls.append(time.perf_counter() - t0)
+        if not busy.is_set():
+            busy.set()
+            threads.append(threading.Thread(target=upload, args=(path, f"{prefix}/ckpt-{i}.pt")))
+            threads[-1].start()
+    for t in threads:
+        t.join()
+    shutil.rmtree(work)
+    return stalls
 
 
 def main() -> None:
@@ -234,15 +322,26 @@ def main() -> None:
                     help="each side of each upload round on a SeaweedFS of its own, removed after it (for 10 GiB)")
     ap.add_argument("--no-loop", action="store_true", help="the upload rows only")
     ap.add_argument("--tmp", default=None, help="where the files and SeaweedFS's data go")
+    ap.add_argument("--isolate-store", action="store_true",
+                    help="SeaweedFS alone on the last core, its data in /dev/shm, this process on the other "
+                         "cores: as a store elsewhere would be (neither the loop's disk nor its cores)")
     args = ap.parse_args()
+    global STORE_CPUS
+    if args.isolate_store:
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) < 2:
+            raise SystemExit("--isolate-store needs two cores")
+        STORE_CPUS = {cores[-1]}
+        os.sched_setaffinity(0, set(cores[:-1]))
     sizes = [64 * MiB] if args.small else [int(float(s) * 1024) * MiB for s in args.sizes.split(",")]
     rounds = 1 if args.small else args.rounds
     state_mb, steps, compute = (32, 4, 0.5) if args.small else (args.state_mb, args.steps, args.compute)
 
     started = dt.datetime.now(dt.timezone.utc)
     tmp = Path(tempfile.mkdtemp(prefix="ckbench-", dir=args.tmp))
+    store_root = Path(tempfile.mkdtemp(prefix="ckbench-store-", dir="/dev/shm")) if args.isolate_store else tmp
     load = os.getloadavg()
-    proc, endpoint = start_seaweedfs(tmp)
+    proc, endpoint = start_seaweedfs(store_root)
     use_endpoint(endpoint)
     for var in ("AWS_SESSION_TOKEN", "AWS_PROFILE"):
         os.environ.pop(var, None)
@@ -250,10 +349,13 @@ def main() -> None:
 
     rows: list[str] = []
     verdicts: list[str] = []
+    where = ("SeaweedFS alone on core " + ",".join(map(str, sorted(STORE_CPUS))) + ", its data in /dev/shm"
+             if STORE_CPUS else "SeaweedFS on the same cores and disk")
     try:
         for size in sizes:
             log(f"== upload + read-back, {size / MiB:.0f} MiB, {rounds} round(s)")
-            ours, theirs = upload_rounds(size, rounds, tmp, bucket, fresh=args.fresh_store)
+            cpu = Cpu()
+            ours, theirs = upload_rounds(size, rounds, tmp, bucket, proc, cpu, fresh=args.fresh_store)
             use_endpoint(endpoint)
             mo, mt = statistics.median(ours), statistics.median(theirs)
             label = f"{size / MiB / 1024:g} GiB" if size >= 1024 * MiB else f"{size / MiB:.0f} MiB"
@@ -262,12 +364,23 @@ def main() -> None:
             verdicts.append(f"{'met   ' if mo / mt <= 0.8 else 'MISSED'} upload + read-back {label} <= 0.8x boto3: "
                             f"{mo:.2f} s / {mt:.2f} s = {mo / mt:.2f}x (rounds: ours "
                             f"{', '.join(f'{x:.2f}' for x in ours)}; boto3 {', '.join(f'{x:.2f}' for x in theirs)})")
+            co, ct = statistics.median(cpu.client["ours"]), statistics.median(cpu.client["boto3"])
+            so, st = statistics.median(cpu.store["ours"]), statistics.median(cpu.store["boto3"])
+            rows.append(f"| CPU-seconds of that, {label}: the client + the store | {co:.1f} + {so:.1f} | "
+                        f"{ct:.1f} + {st:.1f} | {(co + so) / (ct + st):.2f}x |")
+            # where both sides keep every core busy, time follows CPU: a client that cost nothing
+            # would still take the store's own seconds
+            verdicts.append(f"       where the cores are the limit: a client costing nothing would be "
+                            f"{so / (ct + st):.2f}x; one costing what ours did {(co + so) / (ct + st):.2f}x")
         if args.no_loop:
-            return finish(started, load, rows, verdicts, proc, tmp)
+            return finish(started, load, rows, verdicts, proc, tmp, store_root, where)
         log(f"== the training loop, {state_mb} MB state dict, {steps} steps, {compute:g} s of work between saves")
-        alone, stalls, calls, verified, skipped = loop_rounds(state_mb, steps, compute, tmp, bucket)
+        alone, stalls, calls, verified, skipped, plain = loop_rounds(state_mb, steps, compute, tmp, bucket)
         ma, ms, mc = statistics.median(alone), statistics.median(stalls), statistics.median(calls)
+        mp = statistics.median(plain)
         rows.append(f"| the loop's stall a save, {state_mb} MB state dict | {ms:.3f} s | {ma:.3f} s | {ms / ma:.2f}x |")
+        rows.append(f"| the control: the save beside boto3's plain upload of each save | {mp:.3f} s | {ma:.3f} s | "
+                    f"{mp / ma:.2f}x |")
         step_ratio = (compute + ms) / (compute + ma)
         verdicts.append(f"{'met   ' if ms / ma <= 1.1 else 'MISSED'} the loop's stall <= 1.1x torch.save + fsync: "
                         f"{ms:.3f} s / {ma:.3f} s = {ms / ma:.2f}x (step time {step_ratio:.3f}x; {verified} of "
@@ -275,21 +388,25 @@ def main() -> None:
                         f"median {mc:.3f} s; "
                         f"saves alone {', '.join(f'{x:.2f}' for x in alone)}; with uploads "
                         f"{', '.join(f'{x:.2f}' for x in stalls)})")
+        verdicts.append(f"       the control, the same saves beside boto3's plain upload: {mp:.3f} s = "
+                        f"{mp / ma:.2f}x ({', '.join(f'{x:.2f}' for x in plain)})")
     except BaseException:
         stop(proc)
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(store_root, ignore_errors=True)
         raise
-    finish(started, load, rows, verdicts, proc, tmp)
+    finish(started, load, rows, verdicts, proc, tmp, store_root, where)
 
 
 def finish(started: dt.datetime, load: tuple[float, float, float], rows: list[str], verdicts: list[str],
-           proc: subprocess.Popen[bytes], tmp: Path) -> None:
+           proc: subprocess.Popen[bytes], tmp: Path, store_root: Path, where: str) -> None:
     """Stop SeaweedFS, remove every file the run wrote, print the rows."""
     stop(proc)
     shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(store_root, ignore_errors=True)
     end = os.getloadavg()
-    print(f"# bench/checkpoint.py, {started:%Y-%m-%d %H:%M} UTC, SeaweedFS S3 on loopback, {os.cpu_count()} cores, "
-          f"load average {load[0]:.1f} at the start, {end[0]:.1f} at the end")
+    print(f"# bench/checkpoint.py, {started:%Y-%m-%d %H:%M} UTC, SeaweedFS S3 on loopback ({where}), "
+          f"{os.cpu_count()} cores, load average {load[0]:.1f} at the start, {end[0]:.1f} at the end")
     print()
     print("| | ours | baseline | ratio |")
     print("|---|---|---|---|")

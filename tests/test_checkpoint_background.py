@@ -540,3 +540,42 @@ def test_a_checkpoint_that_changes_while_it_is_fsynced_after_its_write_check_is_
     during.append(lambda p: None)  # left alone, the same folder is verified
     record = ws.checkpoint_async(folder, step=2, quiet_s=0).wait(60)
     assert record is not None and record.verified and record.files == 2, record
+
+
+def test_a_snapshot_by_another_process_of_the_copy_does_not_fail_a_checkpoint_waiting_behind_it(
+        ws: Workspace) -> None:
+    """The worker agent (a snapshot from the sidebar) and the kernel (a checkpoint in the background)
+    are two processes on one copy: the checkpoint that waits for the snapshot's turn publishes on
+    top of it, instead of failing with 'moved to version 1 while this copy was based on version 0'
+    (the checkpoint lost). Here the agent is a second Workspace of the copy, its own connections."""
+    (ws.root / "notes.bin").write_bytes(os.urandom(1 << 20))  # the agent's snapshot uploads it
+    save(ws.root / "a.pt", 1)
+    held, release = threading.Event(), threading.Event()
+
+    def hold(label: str) -> None:
+        if threading.current_thread().name == "agent" and "/objects/" in label and not held.is_set():
+            held.set()
+            assert release.wait(60)
+
+    hooks.install(step=hold)
+    try:
+        agent = Workspace.find(ws.root)
+        done: list[int] = []
+        snap = threading.Thread(target=lambda: done.append(agent.snapshot("from the sidebar", progress=None).version),
+                                name="agent")
+        snap.start()
+        assert held.wait(30)
+        handle = ws.checkpoint_async(ws.root / "a.pt", step=1, quiet_s=0)
+        for _ in range(100):  # its snapshot has begun (and waits for the agent's turn)
+            if handle.state != "queued":
+                break
+            time.sleep(0.01)
+        time.sleep(0.3)
+        release.set()
+        snap.join(60)
+        record = handle.wait(60)
+    finally:
+        release.set()
+        hooks._steps.remove(hold)
+    assert done == [1]
+    assert record is not None and record.verified and record.version == 2, (handle.state, handle.reason)

@@ -4,7 +4,8 @@ and plain ``torch.save``.
 Each registers exactly what the trainer wrote, with its step, right after the trainer wrote it,
 and returns at once (``Workspace.checkpoint_async``): the upload and read-back run beside the
 training loop, and "latest" moves only when the read-back holds. While the trainer saves, the
-uploads of earlier checkpoints pause between parts, so that the save has the disk and the CPU.
+uploads of earlier checkpoints pause, so that the save has the disk and the CPU: no part starts,
+and on S3 a part already on its way (or being read back) stops between pieces of 1 MiB.
 The trainer's own limits stay the trainer's: ``save_total_limit`` (Hugging Face) and
 ``save_top_k`` (Lightning) delete old checkpoints as before; one deleted before its upload was
 verified is rejected, never verified, and "latest" stays on the last that was.

@@ -12,7 +12,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -69,11 +69,22 @@ class Backend:
         """:meth:`write_blob` of each ``(key, data)``, durable together as :meth:`write_batch` is."""
         self.write_batch(items)
 
-    def write_part(self, key: str, data: bytes) -> None:
+    def write_part(self, key: str, data: bytes, hold: Callable[[], None] | None = None) -> None:
         """:meth:`write_blob` of an object its writer reads back and hashes against its name at
         once (a checkpoint's part): a backend may leave out its service's own checksum of the
-        body, which that read-back makes redundant. Elsewhere this is :meth:`write_blob`."""
+        body, which that read-back makes redundant. ``hold`` is called between pieces of the
+        body as it is sent, where the service's client sends it in pieces (S3): it may wait
+        there, so that a request already on its way stops taking the CPU, the network and
+        the service while the trainer saves. Elsewhere this is :meth:`write_blob`."""
         self.write_blob(key, data)
+
+    def read_pieces(self, key: str, hold: Callable[[], None] | None = None) -> Iterator[bytes]:
+        """The object's bytes in pieces as they arrive (for a reader that hashes as it reads),
+        ``hold`` called before each piece (it may wait, as in :meth:`write_part`). Elsewhere
+        the whole object is one piece."""
+        if hold is not None:
+            hold()
+        yield self.read(key)
 
     def write_new(self, key: str, data: bytes) -> None:
         """Like :meth:`write` but atomic create-only: :class:`ConflictError` if the key holds

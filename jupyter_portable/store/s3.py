@@ -14,10 +14,11 @@ stays on s3fs.
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from jupyter_portable.core import hooks
@@ -31,6 +32,21 @@ OBJECTS = "objects/"  # content-addressed keys: every reader hashes what it read
 DATA_CONNECTIONS = 32  # the objects client's connection pool: the upload and read-back pools at once
 TRIES = 5  # an objects request broken off (a reset, a short body, a SlowDown) is tried this often, as s3fs does
 _SLOW = ("SlowDown", "reduce your request rate")
+PIECE = 1 << 20  # a held part's body is sent, and a read-back streamed, this much at a time
+
+
+class _HeldBody(io.BytesIO):
+    """A part's body that calls ``hold`` before each piece botocore takes of it (to sign the
+    payload, then to send it): a pause takes hold within a request already on its way. Each
+    piece is at least ``PIECE`` bytes, whatever the reader asks for (http.client asks for 16 KiB)."""
+
+    def __init__(self, data: bytes, hold: Callable[[], None]) -> None:
+        super().__init__(data)
+        self._hold = hold
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        self._hold()
+        return super().read(size if size is None or size < 0 else max(size, PIECE))
 
 
 def _code(exc: BaseException) -> str:
@@ -110,19 +126,34 @@ class S3Backend(RemoteBackend):
             if self._data_client is None or self._data_for is not self.fs:
                 import botocore.session
                 from botocore.config import Config
+                from botocore.handlers import add_expect_header
 
                 endpoint = getattr(self.fs, "endpoint_url", None) or (
                     getattr(self.fs, "client_kwargs", None) or {}).get("endpoint_url")
-                self._data_client = botocore.session.Session().create_client(
+                client = botocore.session.Session().create_client(
                     "s3", endpoint_url=endpoint, config=Config(
                         max_pool_connections=DATA_CONNECTIONS, request_checksum_calculation="when_required",
                         response_checksum_validation="when_required"))
-                self._data_for = self.fs
+                # a body botocore reads (a held part's) would otherwise wait for a 100 Continue
+                # first; every part's HEAD has already asked whether the store has it
+                client.meta.events.unregister("before-call.s3", add_expect_header)
+                self._data_client, self._data_for = client, self.fs
             return self._data_client
 
     def _retried(self, call: Callable[[], Any]) -> Any:
         """``call`` (a request of the objects client), tried again on a broken connection, a body
         cut short or a SlowDown, as s3fs does around botocore's own retries for the other keys."""
+        for attempt in range(TRIES):
+            try:
+                return call()
+            except Exception as exc:  # noqa: BLE001 - only what _retry_after says is passing is tried again
+                self._retry_after(exc, attempt)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _retry_after(exc: Exception, attempt: int) -> None:
+        """Re-raise ``exc`` unless it is passing (a broken connection, a body cut short, a
+        SlowDown) and ``attempt`` is not the last; else wait before the next try."""
         from botocore.exceptions import (
             ClientError,
             ConnectionError,
@@ -131,15 +162,13 @@ class S3Backend(RemoteBackend):
             ResponseStreamingError,
         )
 
-        for attempt in range(TRIES):
-            try:
-                return call()
-            except (ConnectionError, HTTPClientError, IncompleteReadError, ResponseStreamingError, ClientError) as exc:
-                slow = isinstance(exc, ClientError) and any(w in str(exc) for w in _SLOW)
-                if attempt == TRIES - 1 or (isinstance(exc, ClientError) and not slow):
-                    raise
-                time.sleep(min(1.7 ** attempt * 0.1, 15.0))
-        raise AssertionError("unreachable")
+        if not isinstance(exc, (ConnectionError, HTTPClientError, IncompleteReadError, ResponseStreamingError,
+                                ClientError)):
+            raise exc
+        slow = isinstance(exc, ClientError) and any(w in str(exc) for w in _SLOW)
+        if attempt == TRIES - 1 or (isinstance(exc, ClientError) and not slow):
+            raise exc
+        time.sleep(min(1.7 ** attempt * 0.1, 15.0))
 
     def _get(self, key: str, byte_range: str | None = None) -> bytes:
         """One GET of an ``objects/`` key (``byte_range``: an HTTP Range), its body read whole."""
@@ -153,6 +182,35 @@ class S3Backend(RemoteBackend):
                 body.close()
 
         return bytes(self._retried(get))
+
+    def read_pieces(self, key: str, hold: Callable[[], None] | None = None) -> Iterator[bytes]:
+        """An ``objects/`` key streamed in pieces of ``PIECE`` bytes, ``hold`` called before each:
+        while it waits, the service's send waits on the connection (no CPU taken on either side).
+        A stream broken off is taken up again from the first byte not yet given (a Range)."""
+        if not key.startswith(OBJECTS):
+            yield from super().read_pieces(key, hold)
+            return
+        got = 0
+        for attempt in range(TRIES):
+            try:
+                if hold is not None:
+                    hold()
+                extra = {"Range": f"bytes={got}-"} if got else {}
+                body = self._objects().get_object(Bucket=self.bucket, Key=self._key(key), **extra)["Body"]
+                try:
+                    for piece in body.iter_chunks(PIECE):
+                        got += len(piece)
+                        yield piece
+                        if hold is not None:
+                            hold()
+                finally:
+                    body.close()
+                return
+            except Exception as exc:  # noqa: BLE001 - translated at the boundary
+                try:
+                    self._retry_after(exc, attempt)
+                except Exception as final:  # noqa: BLE001
+                    raise self._fail("read", key, final) from final
 
     def read(self, key: str) -> bytes:
         try:
@@ -207,20 +265,25 @@ class S3Backend(RemoteBackend):
     def write_blob(self, key: str, data: bytes) -> None:
         self._write_blob(key, data, checksum=True)
 
-    def write_part(self, key: str, data: bytes) -> None:
+    def write_part(self, key: str, data: bytes, hold: Callable[[], None] | None = None) -> None:
         # read back and hashed against its name by the caller: S3's own CRC32 of the body would
         # only say again what that read-back says (and costs a pass over the bytes)
-        self._write_blob(key, data, checksum=False)
+        self._write_blob(key, data, checksum=False, hold=hold)
 
-    def _write_blob(self, key: str, data: bytes, *, checksum: bool) -> None:
+    def _write_blob(self, key: str, data: bytes, *, checksum: bool, hold: Callable[[], None] | None = None) -> None:
         # Create only: a worker's session policy allows a PutObject on a shared key only with
         # If-None-Match, so that no worker can replace what other workspaces share.
         hooks.step(f"put {key}")
         try:
             if key.startswith(OBJECTS):
                 crc = {"ChecksumAlgorithm": "CRC32"} if checksum else {}
-                self._retried(lambda: self._objects().put_object(Bucket=self.bucket, Key=self._key(key), Body=data,
-                                                                 IfNoneMatch="*", **crc))
+
+                def put() -> Any:
+                    body = data if hold is None else _HeldBody(data, hold)
+                    return self._objects().put_object(Bucket=self.bucket, Key=self._key(key), Body=body,
+                                                      IfNoneMatch="*", **crc)
+
+                self._retried(put)
             else:
                 self._call("put_object", Key=self._key(key), Body=data, IfNoneMatch="*")
         except Exception as exc:  # noqa: BLE001

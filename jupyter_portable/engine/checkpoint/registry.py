@@ -125,7 +125,7 @@ class CheckpointStep:
         self.read_back: set[str] = set()
         # called by the upload before each part's write and read-back (the queue's ``hold``: it
         # waits there while the trainer saves)
-        self.gate: Callable[[], None] | None = None
+        self.gate: Callable[..., None] | None = None
 
     def _record(self, base: Manifest | None, **fields: Any) -> CheckpointRecord:
         ids = [c.get("id", 0) for c in (base.checkpoints if base else ())]

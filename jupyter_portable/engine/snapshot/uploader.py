@@ -8,10 +8,13 @@ tree saver its trees. A blob's pack ref is known once its pack is formed (:meth:
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
+
+import blake3
 
 from jupyter_portable.core import hooks
 from jupyter_portable.core.manifest import PackIndex
@@ -21,6 +24,26 @@ from jupyter_portable.engine.progress import Progress
 from jupyter_portable.engine.snapshot.options import DEFAULT, Options
 from jupyter_portable.store.repo import Store, digest, object_key
 from jupyter_portable.workdir.statcache import BlobReader
+
+# How long a request already on its way waits, in all, at the gate (its body half sent, or its
+# answer half read): longer and the service may end it (S3 ends a request whose body stalls for
+# about 20 s), which would cost sending the part again. Requests not yet sent wait the whole pause.
+WITHIN_REQUEST_S = 10.0
+
+
+def _within_request(gate: Callable[..., None] | None) -> Callable[[], None] | None:
+    """``gate`` for one request on its way: its waits bounded together by ``WITHIN_REQUEST_S``."""
+    if gate is None:
+        return None
+    left = [WITHIN_REQUEST_S]
+
+    def hold() -> None:
+        if left[0] > 0:
+            t0 = time.monotonic()
+            gate(left[0])
+            left[0] -= time.monotonic() - t0
+
+    return hold
 
 
 class Frag:
@@ -86,9 +109,10 @@ class Uploader:
         # written, and those that hashed equal to their names are kept in ``read_back``.
         self.read_back_under: str | None = None
         self.read_back: set[str] = set()
-        # called before each part's write and read-back: a checkpoint's upload waits there while
-        # the trainer saves (engine/checkpoint/background.py, ``pause``)
-        self.gate: Callable[[], None] | None = None
+        # called before each part's write and read-back, and (given a bound in seconds) within
+        # them: a checkpoint's upload waits there while the trainer saves
+        # (engine/checkpoint/background.py, ``pause``)
+        self.gate: Callable[..., None] | None = None
 
     def _reserve(self, n: int) -> None:
         with self._budget:
@@ -265,19 +289,23 @@ class Uploader:
         """Store a part unless the store has it (a renamed or copied file); the bytes written.
         A checkpoint's part is read back as soon as it is written, beside the parts still going
         up, and hashed against its name (``read_back``: the parts that held)."""
-        if self.gate is not None:
-            self.gate()
+        gate = self.gate
+        if gate is not None:
+            gate()
         if self.store.has_object(h):
             return 0
-        if read_back:  # its read-back below is its check: the service's own checksum would say it again
-            self.store.backend.write_part(object_key(h), data)
-        else:
+        if not read_back:
             self.store.backend.write_blob(object_key(h), data)
-        if read_back and self.gate is not None:
-            self.gate()
-        if read_back:
-            hooks.before_readback(self.store, [object_key(h)])
-        if read_back and digest(self.store.backend.read(object_key(h))) == h:
+            return len(data)
+        # its read-back below is its check: the service's own checksum would say it again
+        self.store.backend.write_part(object_key(h), data, hold=_within_request(gate))
+        if gate is not None:
+            gate()
+        hooks.before_readback(self.store, [object_key(h)])
+        back = blake3.blake3()
+        for piece in self.store.backend.read_pieces(object_key(h), hold=_within_request(gate)):
+            back.update(piece)
+        if back.hexdigest() == h:
             with self._lock:
                 self.read_back.add(h)
         return len(data)
