@@ -545,9 +545,10 @@ def test_a_checkpoint_that_changes_while_it_is_fsynced_after_its_write_check_is_
 def test_a_snapshot_by_another_process_of_the_copy_does_not_fail_a_checkpoint_waiting_behind_it(
         ws: Workspace) -> None:
     """The worker agent (a snapshot from the sidebar) and the kernel (a checkpoint in the background)
-    are two processes on one copy: the checkpoint that waits for the snapshot's turn publishes on
-    top of it, instead of failing with 'moved to version 1 while this copy was based on version 0'
-    (the checkpoint lost). Here the agent is a second Workspace of the copy, its own connections."""
+    are two processes on one copy: the checkpoint that waits for the snapshot's turn, longer than
+    sqlite's 5 s, publishes on top of it, instead of failing with 'moved to version 1 while this copy
+    was based on version 0' or 'database is locked' (the checkpoint lost). Here the agent is a second
+    Workspace of the copy, with connections of its own."""
     (ws.root / "notes.bin").write_bytes(os.urandom(1 << 20))  # the agent's snapshot uploads it
     save(ws.root / "a.pt", 1)
     held, release = threading.Event(), threading.Event()
@@ -570,7 +571,7 @@ def test_a_snapshot_by_another_process_of_the_copy_does_not_fail_a_checkpoint_wa
             if handle.state != "queued":
                 break
             time.sleep(0.01)
-        time.sleep(0.3)
+        time.sleep(6)  # longer than one wait of the copy's cache (sqlite's 5 s): it waits on
         release.set()
         snap.join(60)
         record = handle.wait(60)

@@ -191,8 +191,17 @@ class StatCache:
 
     # -- transactions ------------------------------------------------------------------
 
-    def begin(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
+    def begin(self, tries: int = 1) -> None:
+        """The write transaction: one writer of the copy's cache at a time, in any process. Each try
+        waits sqlite's busy timeout (5 s) for the writer ahead, ``tries`` of them at most (a snapshot
+        waits for another of the same copy: a checkpoint's upload takes minutes), then the error."""
+        for attempt in range(tries):
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == tries - 1:
+                    raise
 
     def commit(self) -> None:
         if self._db.in_transaction:

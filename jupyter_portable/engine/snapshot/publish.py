@@ -8,6 +8,7 @@ is not published this time; its previous version (if any) stays.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -111,6 +112,9 @@ def _count(store: Store, root: str | None, path: str) -> tuple[int, int]:
     return n, b
 
 
+WAIT_TRIES = 360  # tries of sqlite's 5 s: a snapshot waits 30 minutes at most for another of the same copy
+
+
 def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: bool = False,
              progress: Progress | None = None, extras: Extras | None = None,
              journal: Cut | None = None, options: Options | None = None) -> SnapshotResult:
@@ -121,28 +125,43 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
     way to the changed paths are looked at; otherwise the whole tree is walked, and
     ``walk_reason`` says why. ``options``: the tuning (``options.DEFAULT`` where not given)."""
     check_message(message, error=UsageError)  # it is printed on terminals: `jupyter portable log`
-    cfg: CopyConfig = copy.read_config()
     progress = progress or Progress("snapshot")
-    ws = cfg.workspace_id
-    head, _ = store.read_head(ws)
-    cfg = adopt_published(copy, cfg, head.version, head.manifest)
-    if head.epoch > cfg.epoch:
-        raise FencedError(
-            f"workspace {ws} was claimed by a newer allocation (epoch {head.epoch}, this copy holds "
-            f"{cfg.epoch}); this copy can no longer publish",
-            hint="restore the workspace afresh to continue from its latest version")
-    if head.version != cfg.version and not force:
-        raise ConflictError(
-            f"workspace {ws} is at version {head.version} but this copy is based on version {cfg.version}",
-            hint=CONFLICT_HINT)
-    base_version = head.version if force else cfg.version
+    # One snapshot of this copy at a time, in any process (the stat cache's write transaction, taken
+    # first): one that waited for another (the worker agent's, beside a kernel's checkpoint upload)
+    # builds on the version that one recorded, not on the one the copy had before it waited.
+    cache = copy.open_statcache(PortableError)
+    try:
+        try:
+            cache.begin(tries=WAIT_TRIES)
+        except sqlite3.OperationalError as exc:
+            raise ConflictError(f"another snapshot of this copy held it for {WAIT_TRIES * 5 // 60} minutes ({exc})",
+                                hint="wait for it (a checkpoint uploading: `jupyter portable status`), "
+                                     "then snapshot again") from exc
+        cfg: CopyConfig = copy.read_config()
+        ws = cfg.workspace_id
+        head, _ = store.read_head(ws)
+        cfg = adopt_published(copy, cfg, head.version, head.manifest)
+        if head.epoch > cfg.epoch:
+            raise FencedError(
+                f"workspace {ws} was claimed by a newer allocation (epoch {head.epoch}, this copy holds "
+                f"{cfg.epoch}); this copy can no longer publish",
+                hint="restore the workspace afresh to continue from its latest version")
+        if head.version != cfg.version and not force:
+            raise ConflictError(
+                f"workspace {ws} is at version {head.version} but this copy is based on version {cfg.version}",
+                hint=CONFLICT_HINT)
+        base_version = head.version if force else cfg.version
+        base_manifest = store.read_manifest(ws, base_version) if base_version else None
+        # A schema-1 base gets trees now (the upgrade); a schema-2 base is read folder by folder.
+        base_root = as_tree(store, base_manifest)[0] if base_manifest is not None else None
+        base = BaseTree(store, base_root)
+    except BaseException:
+        cache.abandon()
+        cache.close()
+        raise
     extras = extras or Extras()
     started_ns = time.time_ns()
     progress.set_stage("scanning")
-    base_manifest = store.read_manifest(ws, base_version) if base_version else None
-    # A schema-1 base gets trees now (the upgrade); a schema-2 base is read folder by folder.
-    base_root = as_tree(store, base_manifest)[0] if base_manifest is not None else None
-    base = BaseTree(store, base_root)
     opts = options if options is not None else tuning.DEFAULT
     up = Uploader(store, opts.upload_pool(store.url), progress, opts)
     if extras is not None and isinstance(getattr(extras.before_publish, "read_back", None), set):
@@ -150,9 +169,7 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
         up.read_back_under = getattr(extras.before_publish, "rel", None)
         up.read_back = extras.before_publish.read_back  # type: ignore[union-attr]
         up.gate = getattr(extras.before_publish, "gate", None)
-    cache = copy.open_statcache(PortableError)
     try:
-        cache.begin()
         usable = (not force and base_manifest is not None and base_manifest.tree is not None
                   and cache.valid_for(cfg.version))
         fingerprint_same = usable and cache.fingerprint() == extras.fingerprint
