@@ -384,6 +384,9 @@ def test_a_folder_holding_what_no_snapshot_stores_is_refused_up_front_and_nothin
         (ws.root / folder / name).write_text("TOKEN=not-for-the-store")
         with pytest.raises(jp.UsageError, match=f"cannot register {folder}: .*{re.escape(why)}"):
             ws.checkpoint_async(ws.root / folder, step=1, quiet_s=0)
+    save(ws.root / "d\\e.pt", 1)  # a file of its own, likewise
+    with pytest.raises(jp.UsageError, match="backslash in its path"):
+        ws.checkpoint_async(ws.root / "d\\e.pt", step=1, quiet_s=0)
     assert ws.checkpoints_in_flight() == [] and ws.checkpoints() == []
     assert not any(b"not-for-the-store" in p.read_bytes() for p in (tmp_path / "store").rglob("*") if p.is_file())
     (ws.root / "a" / ".env").unlink()  # without it the folder is the trainer's alone, and verified

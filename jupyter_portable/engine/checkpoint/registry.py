@@ -73,9 +73,11 @@ def leads_outside(root: Path, rel: str) -> str | None:
 
 
 def left_out(root: Path, rel: str) -> str | None:
-    """Why something under the folder checkpoint ``rel`` would be left out of every snapshot (the
-    ignore rules match it, or its name holds a backslash), or None. Its files would never reach
+    """Why the checkpoint ``rel``, or something under it, would be left out of every snapshot (the
+    ignore rules match it, or its path holds a backslash), or None. Its files would never reach
     the store, so the checkpoint could never be verified whole."""
+    if "\\" in rel:
+        return f"{rel!r} has a backslash in its path, which no snapshot stores"
     full = root / rel
     if not full.is_dir():
         return None
