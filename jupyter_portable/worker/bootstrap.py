@@ -23,10 +23,13 @@ import hashlib
 import inspect
 import io
 import json
+import os
 import shlex
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -305,12 +308,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     here = local_target()
     targets = [here, *(target_for(v, here.machine, here.libc_version or "2.36") for v in args.python)]
-    total = 0
-    for target in targets:
-        files, _ = fetch_wheels(requirements("s3://"), target, args.wheelhouse, find_links=[], no_index=False,
-                                progress=print)
-        total = len(files)
-    print(f"{total} wheels in {args.wheelhouse}")
+    args.wheelhouse.mkdir(parents=True, exist_ok=True)
+
+    def fetch(target: Target, into: Path) -> None:
+        def say(line: str) -> None:
+            print(line if target.tag in line else f"{target.tag}: {line}", flush=True)
+
+        fetch_wheels(requirements("s3://"), target, into, find_links=[], no_index=False, progress=say)
+
+    # every Python at once (each mostly waits on the index), each into a folder of its own: two pip
+    # downloads never write one file; a wheel two Pythons share has one name and the same bytes
+    with tempfile.TemporaryDirectory(prefix=".fetching-", dir=args.wheelhouse) as tmp:
+        parts = [Path(tmp) / str(i) for i in range(len(targets))]
+        with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+            for done in [pool.submit(fetch, target, part) for target, part in zip(targets, parts, strict=True)]:
+                done.result()
+        for part in parts:
+            for wheel in part.glob("*.whl"):
+                os.replace(wheel, args.wheelhouse / wheel.name)
+    print(f"{len(list(args.wheelhouse.glob('*.whl')))} wheels in {args.wheelhouse}")
     return 0
 
 
