@@ -24,6 +24,20 @@ if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
 
+# Azurite (the Azure Storage emulator) from the npm registry, for the az:// store tests: exactly
+# the versions of requirements/azurite/package-lock.json (npm ci). It needs nothing of the steps
+# below, so it runs beside them (it mostly waits on the registry); its end is awaited before
+# set-up is done, and its failure fails set-up.
+azurite=
+if [ ! -f .azurite/node_modules/azurite/dist/src/blob/main.js ] \
+        || ! cmp -s requirements/azurite/package-lock.json .azurite/package-lock.json; then
+    rm -rf .azurite && mkdir -p .azurite
+    cp requirements/azurite/package.json requirements/azurite/package-lock.json .azurite/
+    (cd .azurite && exec npm ci --no-audit --no-fund --silent) &
+    azurite=$!
+    trap 'kill "$azurite" 2>/dev/null || true' EXIT  # a step below failed: it is not left running
+fi
+
 VENV="${VENV:-.venv}"
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
@@ -53,14 +67,6 @@ else
     jlpm_install --immutable
     PATH="$CURDIR/$VENV/bin:$PATH" "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e .
 fi
-# Azurite (the Azure Storage emulator) from the npm registry, for the az:// store tests: exactly
-# the versions of requirements/azurite/package-lock.json (npm ci)
-if [ ! -f .azurite/node_modules/azurite/dist/src/blob/main.js ] \
-        || ! cmp -s requirements/azurite/package-lock.json .azurite/package-lock.json; then
-    rm -rf .azurite && mkdir -p .azurite
-    cp requirements/azurite/package.json requirements/azurite/package-lock.json .azurite/
-    (cd .azurite && npm ci --no-audit --no-fund --silent)
-fi
 
 # The worker's wheels, once, for this interpreter and for the Pythons the twins' machines run
 # (pyenv's 3.10, Debian's 3.11.2, and 3.12/3.13): the tests bootstrap bare machines from this
@@ -72,5 +78,9 @@ if ! ls .wheelhouse/uv-*.whl >/dev/null 2>&1 || [ pyproject.toml -nt .wheelhouse
     rm -rf .wheelhouse
     "$VENV/bin/python" -m jupyter_portable.worker.bootstrap --wheelhouse .wheelhouse \
         "${WHEELHOUSE_PYTHONS[@]/#/--python=}"
+fi
+if [ -n "$azurite" ]; then
+    wait "$azurite" || { echo "error: npm ci of Azurite in .azurite failed" >&2; exit 1; }
+    trap - EXIT
 fi
 echo "set-up done: $VENV"
