@@ -583,3 +583,45 @@ def test_a_snapshot_by_another_process_of_the_copy_does_not_fail_a_checkpoint_wa
         hooks._steps.remove(hold)
     assert done == [1]
     assert record is not None and record.verified and record.version == 2, (handle.state, handle.reason)
+
+
+def test_a_snapshot_waiting_for_another_of_the_copy_says_so(ws: Workspace) -> None:
+    """A snapshot behind another process's (a checkpoint's upload can take minutes) says that it
+    waits, instead of sitting silent, and publishes on top of the other once it ends."""
+    (ws.root / "notes.bin").write_bytes(os.urandom(1 << 20))
+    held, release = threading.Event(), threading.Event()
+
+    def hold(label: str) -> None:
+        if threading.current_thread().name == "agent" and "/objects/" in label and not held.is_set():
+            held.set()
+            assert release.wait(60)
+
+    hooks.install(step=hold)
+    lines: list[str] = []
+    done: list[int] = []
+
+    def agent_snapshot() -> None:
+        done.append(Workspace.find(ws.root).snapshot("agent", progress=None).version)
+
+    try:
+        agent = threading.Thread(target=agent_snapshot, name="agent")
+        agent.start()
+        assert held.wait(30)
+        (ws.root / "mine.txt").write_text("written while the agent's snapshot uploads")
+
+        def my_snapshot() -> None:
+            done.append(ws.snapshot("mine", progress=None, sink=lines.append).version)
+
+        mine = threading.Thread(target=my_snapshot)
+        mine.start()
+        deadline = time.monotonic() + 30
+        while not any("waiting for another snapshot of this copy" in x for x in lines) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any("waiting for another snapshot of this copy" in x for x in list(lines)), lines
+        release.set()
+        agent.join(60)
+        mine.join(60)
+    finally:
+        release.set()
+        hooks._steps.remove(hold)
+    assert sorted(done) == [1, 2]

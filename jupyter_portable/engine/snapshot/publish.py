@@ -132,7 +132,14 @@ def snapshot(copy: WorkspaceCopy, store: Store, *, message: str = "", force: boo
     cache = copy.open_statcache(PortableError)
     try:
         try:
-            cache.begin(tries=WAIT_TRIES)
+            try:
+                cache.begin()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc):
+                    raise
+                # said, not left silent: a checkpoint's upload ahead of it can take minutes
+                progress.set_stage("waiting for another snapshot of this copy to finish (a checkpoint uploading?)")
+                cache.begin(tries=WAIT_TRIES - 1)
         except sqlite3.OperationalError as exc:
             raise ConflictError(f"another snapshot of this copy held it for {WAIT_TRIES * 5 // 60} minutes ({exc})",
                                 hint="wait for it (a checkpoint uploading: `jupyter portable status`), "
