@@ -73,6 +73,7 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     _placeholder: subprocess.Popen[bytes] | None = None
     _placeholder_dir: str | None = None
     _launched: asyncio.Event | None = None  # set once the launch in progress (if any) is done
+    _gone: str | None = None  # the machine's state once it no longer serves the workspace (said once)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -111,7 +112,7 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         self._workspace_root = str(ws.root)
         record, no_machine = await asyncio.to_thread(self._target, ws)
         self._close()
-        self._record, self._no_machine = record, no_machine
+        self._record, self._no_machine, self._gone = record, no_machine, None
         kwargs = await super().pre_launch(**kwargs)
         kwargs.setdefault("cmd", list(self.kernel_spec.argv))
         return kwargs
@@ -250,6 +251,9 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             return self._placeholder.poll()
         if not self._alive or self._client is None:
             return 0 if not self._alive else None
+        if getattr(self.parent, "shutting_down", False) and await self._ended_with_machine():
+            self._alive = False  # a shutdown has nothing to wait for: its kernel ended with the machine
+            return 0
         try:
             k = await asyncio.to_thread(self._client.kernel)
         except PortableError:
@@ -287,11 +291,21 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             with contextlib.suppress(ProcessLookupError):
                 self._placeholder.send_signal(signum)
             return
-        if self._client is not None:
+        if self._client is not None and not await self._ended_with_machine():
             try:
                 await asyncio.to_thread(self._client.signal_kernel, int(signum))
             except PortableError as exc:
                 self.log.warning("portable kernel: signal %s not delivered: %s", signum, exc)
+
+    async def _ended_with_machine(self) -> bool:
+        """Whether this kernel's machine was released or lost (or another one serves the workspace): its
+        kernel ended with it, so there is nothing to signal, stop or wait for. Said in the log once;
+        nothing is lost by it (a release seals the work first; after a loss the last version stands)."""
+        if self._gone is None and self._record is not None and not await asyncio.to_thread(self._still_serving):
+            self._gone = self._gone_state()
+            self.log.info("portable kernel %s: allocation %s is %s: nothing to signal or stop there, the kernel "
+                          "ended with its machine", self.kernel_id, self._record.allocation_id, self._gone)
+        return self._gone is not None
 
     async def kill(self, restart: bool = False) -> None:
         await self._stop()
@@ -306,7 +320,7 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 self._placeholder.kill()
             await asyncio.to_thread(self._placeholder.wait)
             return
-        if self._client is not None and await asyncio.to_thread(self._still_serving):
+        if self._client is not None and not await self._ended_with_machine():
             try:
                 await asyncio.to_thread(self._client.stop_kernel)
             except PortableError as exc:
@@ -329,6 +343,18 @@ class PortableProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             lc = lifecycle_file.load(ws.copy)
             return lc.allocation_id == self._record.allocation_id and lc.state not in (L.LOST, L.RELEASED)
         return True
+
+    def _gone_state(self) -> str:
+        """The lifecycle's word for a machine that no longer serves: RELEASED, LOST, or who serves now."""
+        from jupyter_portable.workdir import lifecycle_file
+
+        assert self._record is not None and self._workspace_root is not None
+        with contextlib.suppress(PortableError):
+            lc = lifecycle_file.load(_workspace_for(self._workspace_root).copy)
+            if lc.allocation_id == self._record.allocation_id:
+                return str(lc.state)
+            return f"no longer the workspace's machine ({lc.allocation_id or 'none'} is, {lc.state})"
+        return "gone"
 
     def _machine_leaving(self) -> bool:
         """Whether this kernel's machine is being stopped or has stopped serving the workspace

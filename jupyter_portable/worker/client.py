@@ -425,8 +425,10 @@ class AgentClient:
     def kernel(self) -> dict[str, Any]:
         return self.request("GET", "/kernel", timeout=5)
 
-    def signal_kernel(self, signum: int) -> dict[str, Any]:
-        return self.request("POST", "/kernel/signal", {"signum": signum})
+    def signal_kernel(self, signum: int, timeout: float = 5) -> dict[str, Any]:
+        # short: an interrupt is answered at once, and a shutdown begins with one (a machine that went
+        # away without its lifecycle saying so yet must not hold it for the client's 30 s)
+        return self.request("POST", "/kernel/signal", {"signum": signum}, timeout=timeout)
 
     def iopub_after(self, msg_id: str, timeout: float = 5) -> dict[str, Any]:
         """What the kernel published after ``msg_id`` (``GET /kernel/iopub``; worker/iopub_log.py), asked
