@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 from jupyter_portable.core.errors import PortableError
 from jupyter_portable.orchestration.hosting import ServerApp, ServerLoop
 
 log = logging.getLogger("jupyter_portable.server")
+STOPPED_LOOK_S = 0.5  # how often a wait for kernel restarts looks whether the server's loop still runs
 
 
 def drop_websockets(serverapp: ServerApp, kernel_id: str) -> int:
@@ -50,7 +53,11 @@ def settle_execution_state(km: Any, kernel_id: str) -> None:
 def restart_kernels(serverapp: ServerApp, loop: ServerLoop, kernel_ids: Iterable[str],
                     timeout_s: float = 120.0) -> None:
     """Restart each kernel plainly (not as an auto-restart), on ``loop``, then drop its websockets;
-    call from a thread, never from the loop itself. PortableError naming the kernels that failed."""
+    call from a thread, never from the loop itself. PortableError naming the kernels that failed.
+
+    Nothing is waited for once ``loop`` has stopped (the server stops it after shutting its kernels
+    down): a restart still under way then never finishes, and a thread waiting for it kept the server
+    from exiting (Python waits for its pool's threads) for ``timeout_s``."""
     km = serverapp.kernel_manager
 
     async def one(kid: str) -> None:
@@ -59,10 +66,18 @@ def restart_kernels(serverapp: ServerApp, loop: ServerLoop, kernel_ids: Iterable
         drop_websockets(serverapp, kid)
 
     futures = {kid: asyncio.run_coroutine_threadsafe(one(kid), loop.asyncio_loop) for kid in kernel_ids}
+    waiting: set[Future[Any]] = set(futures.values())
+    end = time.monotonic() + timeout_s
+    while waiting and loop.asyncio_loop.is_running() and (left := end - time.monotonic()) > 0:
+        _, waiting = wait(waiting, min(left, STOPPED_LOOK_S), FIRST_COMPLETED)
     failed = []
     for kid, fut in futures.items():
+        if not fut.done():
+            why = "the server stopped" if not loop.asyncio_loop.is_running() else f"not within {timeout_s:g}s"
+            failed.append(f"{kid} ({why})")
+            continue
         try:
-            fut.result(timeout=timeout_s)
+            fut.result()
         except Exception as exc:  # noqa: BLE001 - every failure is named in the error below
             log.warning("jupyter-portable: kernel %s did not restart: %s", kid, exc)
             failed.append(f"{kid} ({type(exc).__name__}: {exc})")

@@ -289,6 +289,8 @@ class PortableService:
         every cell at once with "No GPU machine" (orchestration/provisioner.py)."""
         from jupyter_portable.orchestration.kernel_moves import restart_kernels
 
+        if not self.loop.asyncio_loop.is_running():
+            return  # the server has stopped: nothing would restart them (provisioner.py ends each at once)
         on_machine = [kid for kid, prov in self._portable_kernels(running_only=True).items()
                       if prov.allocation_id is not None]
         try:
