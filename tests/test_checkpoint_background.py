@@ -545,15 +545,10 @@ def test_a_checkpoint_that_changes_while_it_is_fsynced_after_its_write_check_is_
     assert record is not None and record.verified and record.files == 2, record
 
 
-def test_a_snapshot_by_another_process_of_the_copy_does_not_fail_a_checkpoint_waiting_behind_it(
-        ws: Workspace) -> None:
-    """The worker agent (a snapshot from the sidebar) and the kernel (a checkpoint in the background)
-    are two processes on one copy: the checkpoint that waits for the snapshot's turn, longer than
-    sqlite's 5 s, publishes on top of it, instead of failing with 'moved to version 1 while this copy
-    was based on version 0' or 'database is locked' (the checkpoint lost). Here the agent is a second
-    Workspace of the copy, with connections of its own."""
-    (ws.root / "notes.bin").write_bytes(os.urandom(1 << 20))  # the agent's snapshot uploads it
-    save(ws.root / "a.pt", 1)
+@pytest.fixture
+def agent_held() -> Iterator[tuple[threading.Event, threading.Event]]:
+    """(held, release): a snapshot made on a thread named "agent" (the worker agent's, in another
+    process in real use) stops at its first object's upload, holding the copy's turn, until released."""
     held, release = threading.Event(), threading.Event()
 
     def hold(label: str) -> None:
@@ -562,6 +557,23 @@ def test_a_snapshot_by_another_process_of_the_copy_does_not_fail_a_checkpoint_wa
             assert release.wait(60)
 
     hooks.install(step=hold)
+    try:
+        yield held, release
+    finally:
+        release.set()
+        hooks._steps.remove(hold)
+
+
+def test_a_snapshot_by_another_process_of_the_copy_does_not_fail_a_checkpoint_waiting_behind_it(
+        ws: Workspace, agent_held: tuple[threading.Event, threading.Event]) -> None:
+    """The worker agent (a snapshot from the sidebar) and the kernel (a checkpoint in the background)
+    are two processes on one copy: the checkpoint that waits for the snapshot's turn, longer than
+    sqlite's 5 s, publishes on top of it, instead of failing with 'moved to version 1 while this copy
+    was based on version 0' or 'database is locked' (the checkpoint lost). Here the agent is a second
+    Workspace of the copy, with connections of its own."""
+    (ws.root / "notes.bin").write_bytes(os.urandom(1 << 20))  # the agent's snapshot uploads it
+    save(ws.root / "a.pt", 1)
+    held, release = agent_held
     try:
         agent = Workspace.find(ws.root)
         done: list[int] = []
@@ -580,23 +592,16 @@ def test_a_snapshot_by_another_process_of_the_copy_does_not_fail_a_checkpoint_wa
         record = handle.wait(60)
     finally:
         release.set()
-        hooks._steps.remove(hold)
     assert done == [1]
     assert record is not None and record.verified and record.version == 2, (handle.state, handle.reason)
 
 
-def test_a_snapshot_waiting_for_another_of_the_copy_says_so(ws: Workspace) -> None:
+def test_a_snapshot_waiting_for_another_of_the_copy_says_so(
+        ws: Workspace, agent_held: tuple[threading.Event, threading.Event]) -> None:
     """A snapshot behind another process's (a checkpoint's upload can take minutes) says that it
     waits, instead of sitting silent, and publishes on top of the other once it ends."""
     (ws.root / "notes.bin").write_bytes(os.urandom(1 << 20))
-    held, release = threading.Event(), threading.Event()
-
-    def hold(label: str) -> None:
-        if threading.current_thread().name == "agent" and "/objects/" in label and not held.is_set():
-            held.set()
-            assert release.wait(60)
-
-    hooks.install(step=hold)
+    held, release = agent_held
     lines: list[str] = []
     done: list[int] = []
 
@@ -623,5 +628,4 @@ def test_a_snapshot_waiting_for_another_of_the_copy_says_so(ws: Workspace) -> No
         mine.join(60)
     finally:
         release.set()
-        hooks._steps.remove(hold)
     assert sorted(done) == [1, 2]
