@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -70,8 +71,21 @@ def no_loaded_config() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     """A moto S3 server on 127.0.0.1, as s3fs's own test suite runs it."""
+    from moto.s3.responses import S3Response
     from moto.server import ThreadedMotoServer
 
+    # S3 checks a PutObject's If-Match / If-None-Match and writes atomically; moto checks, then
+    # writes, on whichever thread: two racing conditional writes of one key could both land there
+    # (tests/test_race.py saw two writers win one version). One PutObject at a time makes the twin
+    # as strict as S3 (its bodies are read before, so only the in-memory check and write wait).
+    atomic = threading.RLock()
+    put_object = S3Response.put_object
+
+    def put_object_atomically(self: S3Response) -> object:
+        with atomic:
+            return put_object(self)
+
+    S3Response.put_object = put_object_atomically  # type: ignore[method-assign]
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
